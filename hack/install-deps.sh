@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Installs everything Palisade's lab, tests and demo need on a Debian bookworm machine.
+# Idempotent: a second run only checks, and takes seconds.
+#   - Debian packages: etcd, Go (to build Kubernetes), OpenIPMI's ipmi_sim, ipmitool,
+#     Net-SNMP (snmpd + tools), ClusterLabs fence-agents (benchmark peers), iproute2, openssl.
+#   - kube-apiserver, kube-controller-manager and kube-scheduler 1.20.2, built from Debian's
+#     `kubernetes` source package and cached outside the repo.
+set -euo pipefail
+
+say() { printf '[install-deps] %s\n' "$*"; }
+
+K8S_VERSION=1.20.2
+CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/palisade"
+K8S_BIN_DIR="$CACHE_DIR/k8s-$K8S_VERSION"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+PACKAGES=(etcd-server golang-go rsync openipmi ipmitool snmp snmpd fence-agents
+          iproute2 openssl procps psmisc util-linux curl ca-certificates dpkg-dev
+          build-essential pkg-config)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  say "installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  # snmpd and etcd-server would start system services; the lab runs its own instances.
+  DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $SUDO apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+  for svc in snmpd etcd; do
+    if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; fi
+    $SUDO pkill -x "$svc" >/dev/null 2>&1 || true
+  done
+else
+  say "Debian packages already installed"
+fi
+
+have_k8s() {
+  for b in kube-apiserver kube-controller-manager kube-scheduler; do
+    [ -s "$K8S_BIN_DIR/$b" ] && [ -x "$K8S_BIN_DIR/$b" ] || return 1
+  done
+}
+
+if have_k8s; then
+  say "Kubernetes $K8S_VERSION control plane cached in $K8S_BIN_DIR"
+else
+  say "building Kubernetes $K8S_VERSION control plane from Debian's source package (about 5 minutes on 2 cores)"
+  if ! grep -rqs '^deb-src .*bookworm' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null \
+     && ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/*.sources 2>/dev/null; then
+    say "adding a deb-src entry for bookworm"
+    # deb822 form, with the same keyring as the stock bookworm entry (apt refuses two Signed-By values).
+    printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+      | $SUDO tee /etc/apt/sources.list.d/palisade-src.sources >/dev/null
+    $SUDO apt-get update -qq
+  fi
+  work="$CACHE_DIR/build.$$"
+  rm -rf "$work"; mkdir -p "$work"
+  trap 'rm -rf "$work"' EXIT
+  ( cd "$work" && apt-get source -qq --download-only kubernetes >/dev/null 2>&1 || apt-get source -qq --download-only kubernetes )
+  ( cd "$work" && dpkg-source -x --skip-patches ./kubernetes_*.dsc src >/dev/null 2>&1 || dpkg-source -x ./kubernetes_*.dsc src >/dev/null )
+  src="$work/src"
+  mkdir -p "$src/.go/src/k8s.io"
+  ln -sfn "$src" "$src/.go/src/k8s.io/kubernetes"
+  say "compiling (GOPATH mode, logs in $work/build.log)"
+  if ! ( cd "$src/.go/src/k8s.io/kubernetes" && \
+         GO111MODULE=off GOPATH="$src/.go" GOFLAGS="" GOCACHE="$CACHE_DIR/gocache" \
+         KUBE_GIT_VERSION="v$K8S_VERSION" KUBE_GIT_TREE_STATE=clean \
+         make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler" ) >"$work/build.log" 2>&1; then
+    tail -40 "$work/build.log" >&2
+    say "Kubernetes build failed"
+    exit 1
+  fi
+  mkdir -p "$K8S_BIN_DIR.tmp"
+  for b in kube-apiserver kube-controller-manager kube-scheduler; do
+    f=$(find "$src/_output" -type f -name "$b" -size +1M | head -1)
+    [ -n "$f" ] || { say "built tree has no $b"; exit 1; }
+    install -m 0755 "$f" "$K8S_BIN_DIR.tmp/$b"
+  done
+  rm -rf "$K8S_BIN_DIR"; mv "$K8S_BIN_DIR.tmp" "$K8S_BIN_DIR"
+  say "Kubernetes $K8S_VERSION binaries cached in $K8S_BIN_DIR"
+fi
+
+"$K8S_BIN_DIR/kube-apiserver" --version
+say "done"

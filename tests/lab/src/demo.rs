@@ -1,0 +1,118 @@
+//! The lab demo: bring the lab up, show it, cut a machine's power through its BMC and
+//! through its PDU outlet, and tear it all down, printing a timeline.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use palisade_lab::{Lab, LabConfig, SnmpCred};
+
+/// Prints the lab's parts and how to reach them.
+pub fn print_status(lab: &Lab) {
+    println!("lab {} in {}", lab.id(), lab.dir().display());
+    if let Some(cp) = lab.control_plane() {
+        println!("  control plane   Kubernetes {} at {}", palisade_lab::control_plane::K8S_VERSION, cp.api_url());
+        println!("  admin access    KUBECONFIG={}", cp.admin_kubeconfig().display());
+        println!("  machines reach  {}", cp.in_lab_api_url());
+    }
+    if let Some(pdu) = lab.pdu() {
+        println!("  PDU             SNMP v2c/v3 at {} (APC rPDU + CyberPower tables)", pdu.info().agent());
+    }
+    println!();
+    println!("  {:<6} {:<14} {:<18} {:<8} {:<8} {:<6}", "NAME", "ADDRESS", "BMC (IPMI 2.0)", "OUTLETS", "POWER", "PROCS");
+    for m in lab.machines() {
+        let outlets: Vec<String> = m.outlets().iter().map(|o| o.to_string()).collect();
+        println!(
+            "  {:<6} {:<14} {:<18} {:<8} {:<8} {:<6}",
+            m.name(),
+            m.address().to_string(),
+            format!("127.0.0.1:{}", m.bmc().port),
+            outlets.join(","),
+            if m.is_powered() { "on" } else { "off" },
+            m.processes().len()
+        );
+    }
+}
+
+struct Timeline(Instant);
+
+impl Timeline {
+    fn say(&self, what: &str) {
+        println!("[{:>7.3}s] {what}", self.0.elapsed().as_secs_f64());
+    }
+}
+
+fn ipmitool(lab: &Lab, machine: usize, args: &[&str]) -> Result<String> {
+    let m = &lab.machines()[machine];
+    let out = Command::new("ipmitool")
+        .args(["-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p"])
+        .arg(m.bmc().port.to_string())
+        .args(["-U", &m.bmc().user, "-f"])
+        .arg(&m.bmc().password_file)
+        .args(args)
+        .output()
+        .context("running ipmitool")?;
+    if !out.status.success() {
+        bail!("ipmitool {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn snmp(lab: &Lab, tool: &str, args: &[&str]) -> Result<String> {
+    let pdu = lab.pdu().context("the lab has no PDU")?;
+    let out = Command::new(tool)
+        .env("SNMPCONFPATH", pdu.info().client_conf_dir(SnmpCred::V3))
+        .env("MIBS", "")
+        .arg("-On")
+        .arg(pdu.info().agent())
+        .args(args)
+        .output()
+        .with_context(|| format!("running {tool}"))?;
+    if !out.status.success() {
+        bail!("{tool}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Runs the demo.
+pub fn run() -> Result<()> {
+    let t = Timeline(Instant::now());
+    t.say("starting the lab: etcd, kube-apiserver, kube-controller-manager, kube-scheduler 1.20.2, 3 machines with BMCs, a PDU");
+    // Every machine runs a process tree (a child and a grandchild) that power cuts must kill.
+    let lab = Lab::start(LabConfig {
+        machine_command: "sh -c 'sleep infinity & wait' & exec sleep infinity".into(),
+        ..Default::default()
+    })
+    .context("starting the lab")?;
+    t.say("lab is up");
+    print_status(&lab);
+    println!();
+
+    let m = &lab.machines()[1];
+    t.say(&format!("{}: BMC says \"{}\"; {} processes running", m.name(), ipmitool(&lab, 1, &["chassis", "power", "status"])?, m.processes().len()));
+    t.say(&format!("{}: ipmitool chassis power off", m.name()));
+    ipmitool(&lab, 1, &["chassis", "power", "off"])?;
+    m.wait_power(false, Duration::from_secs(15))?;
+    t.say(&format!("{}: powered off, {} processes left; BMC says \"{}\"", m.name(), m.processes().len(), ipmitool(&lab, 1, &["chassis", "power", "status"])?));
+    ipmitool(&lab, 1, &["chassis", "power", "on"])?;
+    m.wait_power(true, Duration::from_secs(15))?;
+    t.say(&format!("{}: ipmitool chassis power on: booted, {} processes", m.name(), m.processes().len()));
+
+    let m = &lab.machines()[2];
+    let outlet = m.outlets()[0];
+    let ctl = format!(".1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.{outlet}");
+    let state = format!(".1.3.6.1.4.1.318.1.1.12.3.5.1.1.4.{outlet}");
+    t.say(&format!("{}: PDU outlet {outlet} reads {} (SNMPv3 authPriv)", m.name(), snmp(&lab, "snmpget", &[&state])?));
+    snmp(&lab, "snmpset", &[&ctl, "i", "2"])?;
+    m.wait_power(false, Duration::from_secs(15))?;
+    t.say(&format!("{}: outlet {outlet} off: machine down ({} processes), BMC process running: {}", m.name(), m.processes().len(), m.bmc_running()));
+    snmp(&lab, "snmpset", &[&ctl, "i", "1"])?;
+    m.wait_power(true, Duration::from_secs(15))?;
+    lab.wait_bmc(m)?;
+    t.say(&format!("{}: outlet {outlet} on: BMC back, machine booted ({} processes)", m.name(), m.processes().len()));
+    println!();
+    print_status(&lab);
+    drop(lab);
+    t.say("lab torn down");
+    Ok(())
+}

@@ -1,0 +1,524 @@
+//! Palisade's lab: a datacenter on one machine, built from real parts.
+//!
+//! [`Lab::start`] brings up, as configured:
+//! - a real control plane ([`control_plane`]): etcd and kube-apiserver, kube-controller-manager
+//!   and kube-scheduler 1.20.2 on free loopback ports, with a generated CA ([`pki`]);
+//! - simulated bare-metal machines ([`machine`]): each its own network namespace joined to
+//!   the lab's hub bridge ([`netns`]), booted by its BMC (OpenIPMI `ipmi_sim`) into its own
+//!   PID, mount and UTS namespace, so that an IPMI power off kills everything on it;
+//! - a switched PDU ([`pdu`]): Net-SNMP `snmpd` with an outlet-table handler
+//!   ([`pdu_agent`]); an outlet turned off cuts its machine and the machine's BMC;
+//! - the hub's API front door ([`forwarder`]), which lets machines reach the API server and
+//!   lets the lab cut one machine off the control plane alone.
+//!
+//! Partitions ([`Lab::partition`]) cut a machine's link or only its control-plane traffic,
+//! without touching its processes. Teardown ([`Lab::stop`], or drop) leaves no process,
+//! namespace, link or port behind, and a reaper process does the same if the owner dies.
+//!
+//! The API is blocking. From async code, call it inside `tokio::task::spawn_blocking`.
+
+pub mod control_plane;
+pub mod error;
+pub mod forwarder;
+pub mod machine;
+pub mod netns;
+pub mod pdu;
+pub mod pdu_agent;
+pub mod pki;
+pub mod ports;
+pub mod process;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub use control_plane::{client_from_kubeconfig, ControlPlane};
+pub use error::{LabError, Result};
+pub use machine::{BmcInfo, Machine};
+pub use pdu::{Pdu, PduInfo, SnmpCred};
+pub use pki::{Ca, Issued};
+
+/// The port the hub's API front door listens on, inside the lab.
+pub const API_HUB_PORT: u16 = 6443;
+
+/// What to build.
+#[derive(Clone, Debug)]
+pub struct LabConfig {
+    /// How many machines.
+    pub machines: usize,
+    /// Whether to start the Kubernetes control plane.
+    pub control_plane: bool,
+    /// Whether to start the PDU.
+    pub pdu: bool,
+    /// How many PDU outlets feed each machine (2 for dual power supplies).
+    pub outlets_per_machine: usize,
+    /// The shell command each machine runs when it boots (`/bin/sh` script text). The lab
+    /// exports `PALISADE_MACHINE_NAME`, `PALISADE_MACHINE_ADDRESS`, `PALISADE_MACHINE_DIR`
+    /// and `PALISADE_NODE_KUBECONFIG` to it.
+    pub machine_command: String,
+    /// Extra environment for every machine's command.
+    pub machine_env: Vec<(String, String)>,
+    /// The BMC administrator's user name.
+    pub bmc_user: String,
+    /// How long a PDU reboot keeps the outlet off.
+    pub pdu_reboot_delay: Duration,
+    /// Keep the lab directory after teardown (also: `PALISADE_KEEP_LAB=1`).
+    pub keep_dir: bool,
+}
+
+impl Default for LabConfig {
+    fn default() -> Self {
+        LabConfig {
+            machines: 3,
+            control_plane: true,
+            pdu: true,
+            outlets_per_machine: 1,
+            machine_command: "exec sleep infinity".into(),
+            machine_env: Vec::new(),
+            bmc_user: "admin".into(),
+            pdu_reboot_delay: Duration::from_secs(1),
+            keep_dir: false,
+        }
+    }
+}
+
+/// Which links a partition cuts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    /// The machine's link: it reaches nothing (control plane, other machines, storage).
+    All,
+    /// Only the machine's traffic to the control plane.
+    ControlPlane,
+}
+
+/// A running lab. Dropping it tears it down.
+pub struct Lab {
+    id: String,
+    dir: PathBuf,
+    rt: Option<tokio::runtime::Runtime>,
+    ca: Ca,
+    control_plane: Option<ControlPlane>,
+    machines: Vec<Machine>,
+    pdu: Option<Pdu>,
+    hub_ns: String,
+    cuts: forwarder::CutSet,
+    reaper: Option<Child>,
+    keep_dir: bool,
+    stopped: bool,
+}
+
+impl std::fmt::Debug for Lab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lab").field("id", &self.id).field("dir", &self.dir).finish()
+    }
+}
+
+impl Lab {
+    /// Builds and starts a lab, waiting until every part is healthy. On failure everything
+    /// started so far is torn down.
+    pub fn start(config: LabConfig) -> Result<Lab> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        for tool in ["ip", "unshare", "ipmi_sim", "ipmitool", "setsid"] {
+            require_tool(tool)?;
+        }
+        if config.machines > 200 {
+            return Err(LabError::Other("a lab holds at most 200 machines".into()));
+        }
+        let id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
+        let base = std::env::var_os("PALISADE_LAB_ROOT")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = base.join(format!("palisade-lab-{id}"));
+        fs::create_dir_all(&dir).map_err(LabError::io(&dir))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name(format!("lab-{id}"))
+            .enable_all()
+            .build()
+            .map_err(|e| LabError::Other(format!("lab runtime: {e}")))?;
+        let keep_dir = config.keep_dir || std::env::var("PALISADE_KEEP_LAB").is_ok_and(|v| v == "1");
+        let mut lab = Lab {
+            hub_ns: format!("pl{id}-hub"),
+            ca: Ca::new(&format!("palisade-lab-{id}-ca"))?,
+            id,
+            dir,
+            rt: Some(rt),
+            control_plane: None,
+            machines: Vec::new(),
+            pdu: None,
+            cuts: forwarder::CutSet::default(),
+            reaper: None,
+            keep_dir,
+            stopped: false,
+        };
+        match lab.bring_up(&config) {
+            Ok(()) => Ok(lab),
+            Err(e) => {
+                lab.stop();
+                Err(e)
+            }
+        }
+    }
+
+    fn bring_up(&mut self, config: &LabConfig) -> Result<()> {
+        self.reaper = Some(self.start_reaper()?);
+        let lab_bin = bin_path("palisade-lab")?;
+
+        // The hub: a namespace holding the bridge every machine plugs into.
+        netns::add(&self.hub_ns)?;
+        netns::ip(&["-n", &self.hub_ns, "link", "add", "br0", "type", "bridge"])?;
+        netns::ip(&["-n", &self.hub_ns, "addr", "add", &format!("{}/{}", netns::HUB_ADDR, netns::PREFIX), "dev", "br0"])?;
+        netns::ip(&["-n", &self.hub_ns, "link", "set", "br0", "up"])?;
+
+        if config.control_plane {
+            let cp = ControlPlane::start(&self.dir.join("control-plane"), &self.id, &self.ca, self.handle())?;
+            let listener = netns::bind_tcp_in(
+                &self.hub_ns,
+                SocketAddr::new(IpAddr::V4(netns::HUB_ADDR), API_HUB_PORT),
+            )?;
+            let upstream: SocketAddr = ([127, 0, 0, 1], cp.api_port()).into();
+            self.handle().spawn(forwarder::relay(listener, upstream, self.cuts.clone()));
+            self.control_plane = Some(cp);
+        }
+
+        // ipmi_sim keeps at most 16 password bytes (the IPMI 1.5 limit).
+        let password = format!("bmc-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+        for index in 0..config.machines {
+            let name = format!("m{index}");
+            let machine = Machine {
+                lab_id: self.id.clone(),
+                index,
+                netns: format!("pl{}-{name}", self.id),
+                hub_link: format!("h{}m{index}", self.id),
+                dir: self.dir.join("machines").join(&name),
+                bmc: BmcInfo {
+                    host: std::net::Ipv4Addr::LOCALHOST,
+                    port: ports::free_port(),
+                    user: config.bmc_user.clone(),
+                    password_file: self.dir.join("machines").join(&name).join("bmc-password"),
+                },
+                outlets: (0..config.outlets_per_machine)
+                    .map(|k| (index * config.outlets_per_machine + k + 1) as u32)
+                    .collect(),
+                name,
+            };
+            self.plug(&machine)?;
+            machine::write_files(&machine::MachineFiles {
+                lab_id: &self.id,
+                lab_bin: &lab_bin,
+                machine: &machine,
+                password: &password,
+                command: &config.machine_command,
+                extra_env: &config.machine_env,
+            })?;
+            if let Some(cp) = &self.control_plane {
+                cp.write_node_kubeconfig(&self.ca, &machine.name, &machine.node_kubeconfig())?;
+            }
+            self.machines.push(machine);
+        }
+        // Boot every machine through its BMC, then wait for all of them.
+        for m in &self.machines {
+            m.start_bmc()?;
+        }
+        for m in &self.machines {
+            m.wait_power(true, Duration::from_secs(30))?;
+            self.wait_bmc(m)?;
+        }
+
+        if config.pdu {
+            let mut outlets = Vec::new();
+            let mut machines = BTreeMap::new();
+            for m in &self.machines {
+                for (k, n) in m.outlets.iter().enumerate() {
+                    outlets.push(pdu_agent::Outlet {
+                        number: *n,
+                        name: format!("{}-psu{}", m.name, k + 1),
+                        machine: m.name.clone(),
+                        on: true,
+                    });
+                }
+                machines.insert(
+                    m.name.clone(),
+                    pdu_agent::MachinePower { dir: m.dir.clone(), marker: m.marker() },
+                );
+            }
+            let state = pdu_agent::PduState {
+                outlets,
+                machines,
+                reboot_delay_ms: config.pdu_reboot_delay.as_millis() as u64,
+            };
+            self.pdu = Some(Pdu::start(&self.dir.join("pdu"), &self.id, &lab_bin, state)?);
+        }
+        Ok(())
+    }
+
+    fn plug(&self, m: &Machine) -> Result<()> {
+        netns::add(&m.netns)?;
+        netns::ip(&[
+            "-n", &self.hub_ns, "link", "add", &m.hub_link, "type", "veth", "peer", "name", "eth0",
+            "netns", &m.netns,
+        ])?;
+        netns::ip(&["-n", &self.hub_ns, "link", "set", &m.hub_link, "master", "br0", "up"])?;
+        netns::ip(&["-n", &m.netns, "addr", "add", &format!("{}/{}", m.address(), netns::PREFIX), "dev", "eth0"])?;
+        netns::ip(&["-n", &m.netns, "link", "set", "eth0", "up"])?;
+        netns::ip(&["-n", &m.netns, "route", "add", "default", "via", &netns::HUB_ADDR.to_string()])?;
+        Ok(())
+    }
+
+    /// Waits until a machine's BMC answers an authenticated IPMI request.
+    pub fn wait_bmc(&self, m: &Machine) -> Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = Command::new("ipmitool")
+                .args(["-I", "lanplus", "-C", "3", "-N", "1", "-R", "1", "-H", "127.0.0.1", "-p"])
+                .arg(m.bmc.port.to_string())
+                .args(["-U", &m.bmc.user, "-f"])
+                .arg(&m.bmc.password_file)
+                .args(["chassis", "power", "status"])
+                .stdin(Stdio::null())
+                .output();
+            match out {
+                Ok(o) if o.status.success() => return Ok(()),
+                Ok(o) if std::time::Instant::now() > deadline => {
+                    return Err(LabError::NotReady {
+                        component: format!("BMC of {}", m.name),
+                        seconds: 30,
+                        detail: String::from_utf8_lossy(&o.stderr).into_owned(),
+                        log: m.dir.join("bmc.log").display().to_string(),
+                    })
+                }
+                Err(e) => return Err(LabError::Other(format!("ipmitool: {e}"))),
+                _ => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    fn start_reaper(&self) -> Result<Child> {
+        let script = self.dir.join("reaper.sh");
+        write_executable(
+            &script,
+            &format!(
+                r#"#!/bin/bash
+# Tears lab {id} down if the process that started it dies without doing so.
+owner=$1
+while kill -0 "$owner" 2>/dev/null; do sleep 1; done
+for round in 1 2 3; do
+  for p in /proc/[0-9]*; do
+    if tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qx '{env}={id}'; then kill -9 "${{p#/proc/}}" 2>/dev/null; fi
+  done
+  sleep 0.2
+done
+for ns in $(ip netns list 2>/dev/null | awk '{{print $1}}' | grep '^pl{id}-'); do ip netns delete "$ns"; done
+{rm}
+"#,
+                id = self.id,
+                env = process::LAB_ENV,
+                rm = if self.keep_dir { String::new() } else { format!("rm -rf '{}'", self.dir.display()) },
+            ),
+        )?;
+        Command::new("/bin/bash")
+            .arg(&script)
+            .arg(std::process::id().to_string())
+            .env_remove(process::LAB_ENV)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| LabError::Other(format!("starting the reaper: {e}")))
+    }
+
+    /// The lab's id (part of every namespace's name).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The lab's directory: certificates, logs and state of every part.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The lab's certificate authority, to issue certificates for lab services.
+    pub fn ca(&self) -> &Ca {
+        &self.ca
+    }
+
+    /// The control plane, if the lab has one.
+    pub fn control_plane(&self) -> Option<&ControlPlane> {
+        self.control_plane.as_ref()
+    }
+
+    /// The machines.
+    pub fn machines(&self) -> &[Machine] {
+        &self.machines
+    }
+
+    /// A machine by name.
+    pub fn machine(&self, name: &str) -> Result<&Machine> {
+        self.machines
+            .iter()
+            .find(|m| m.name == name)
+            .ok_or_else(|| LabError::NoSuchMachine(name.into()))
+    }
+
+    /// The PDU, if the lab has one.
+    pub fn pdu(&self) -> Option<&Pdu> {
+        self.pdu.as_ref()
+    }
+
+    /// The namespace that holds the lab bridge; [`netns::HUB_ADDR`] lives there.
+    pub fn hub_netns(&self) -> &str {
+        &self.hub_ns
+    }
+
+    /// Cuts machine `index` off, as `cut` says. Its processes keep running.
+    pub fn partition(&self, index: usize, cut: Cut) -> Result<()> {
+        let m = self
+            .machines
+            .get(index)
+            .ok_or_else(|| LabError::NoSuchMachine(index.to_string()))?;
+        // Control-plane traffic goes silent either way, so a cut never lets a request through.
+        self.cuts.cut(IpAddr::V4(m.address()));
+        if cut == Cut::All {
+            netns::ip(&["-n", &self.hub_ns, "link", "set", &m.hub_link, "down"])?;
+        }
+        Ok(())
+    }
+
+    /// Heals every cut of machine `index`.
+    pub fn heal(&self, index: usize) -> Result<()> {
+        let m = self
+            .machines
+            .get(index)
+            .ok_or_else(|| LabError::NoSuchMachine(index.to_string()))?;
+        netns::ip(&["-n", &self.hub_ns, "link", "set", &m.hub_link, "up"])?;
+        self.cuts.heal(IpAddr::V4(m.address()));
+        Ok(())
+    }
+
+    /// The runtime the lab's own tasks (the API front door) run on.
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        self.rt
+            .as_ref()
+            .expect("the lab has been stopped; its runtime is gone")
+            .handle()
+    }
+
+    /// Tears everything down: machines and BMCs, the PDU, the control plane, every process
+    /// marked as the lab's, the namespaces and (unless kept) the directory. Idempotent.
+    pub fn stop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.stopped = true;
+        for m in &self.machines {
+            m.kill_all();
+        }
+        if let Some(mut pdu) = self.pdu.take() {
+            pdu.stop();
+        }
+        if let Some(mut cp) = self.control_plane.take() {
+            cp.stop();
+        }
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+        process::kill_marked(process::LAB_ENV, &self.id, Duration::from_secs(10));
+        for m in &self.machines {
+            netns::delete(&m.netns);
+        }
+        netns::delete(&self.hub_ns);
+        if !self.keep_dir {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+        if let Some(mut reaper) = self.reaper.take() {
+            let _ = reaper.kill();
+            let _ = reaper.wait();
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs `f` on the lab's runtime and waits for it from a plain thread (works even when the
+/// caller is itself inside another tokio runtime).
+pub(crate) fn block<F>(rt: &tokio::runtime::Handle, f: F) -> F::Output
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::channel();
+    rt.spawn(async move {
+        let _ = tx.send(f.await);
+    });
+    rx.recv().expect("the lab runtime stopped while a task was running")
+}
+
+/// Fails with a clear message if `tool` is not on the PATH.
+pub fn require_tool(tool: &str) -> Result<()> {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false);
+    if found {
+        Ok(())
+    } else {
+        Err(LabError::MissingTool {
+            tool: tool.into(),
+            hint: "not on PATH".into(),
+        })
+    }
+}
+
+/// Writes a file readable by its owner only (secrets, keys, configs holding passwords).
+pub fn write_secret(path: &Path, data: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(LabError::io(path))?;
+    f.write_all(data).map_err(LabError::io(path))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(LabError::io(path))
+}
+
+/// Writes an executable script.
+pub fn write_executable(path: &Path, text: &str) -> Result<()> {
+    fs::write(path, text).map_err(LabError::io(path))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755)).map_err(LabError::io(path))
+}
+
+/// Locates a binary of this workspace: `$PALISADE_BIN_DIR/<name>`, else next to the running
+/// executable or one level up (test executables live in `target/<profile>/deps`).
+pub fn bin_path(name: &str) -> Result<PathBuf> {
+    let mut candidates = Vec::new();
+    if let Some(dir) = std::env::var_os("PALISADE_BIN_DIR") {
+        candidates.push(PathBuf::from(dir).join(name));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(dir) = exe.parent() {
+            candidates.push(dir.join(name));
+            if let Some(up) = dir.parent() {
+                candidates.push(up.join(name));
+            }
+        }
+    }
+    candidates
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| LabError::MissingTool {
+            tool: name.into(),
+            hint: "build it first: cargo build --workspace --bins".into(),
+        })
+}

@@ -1,0 +1,274 @@
+//! Simulated bare-metal machines and their BMCs.
+//!
+//! A machine is a network namespace (its NIC, present whether powered or not) plus, while
+//! powered, a PID, mount and UTS namespace whose first process is `palisade-lab machine-init`
+//! running the caller's command. Its BMC is an OpenIPMI `ipmi_sim` on a loopback UDP port
+//! whose `startcmd` boots the machine: IPMI power off kills the PID namespace, so every process
+//! of the machine dies at once, grandchildren included.
+
+use std::fs;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::error::{LabError, Result};
+use crate::process::{self, alive, read_pidfile, MACHINE_ENV};
+use crate::{netns, write_executable, write_secret};
+
+/// How to reach and log in to a machine's BMC. The password is only ever in a file.
+#[derive(Clone, Debug)]
+pub struct BmcInfo {
+    /// The BMC's address (loopback).
+    pub host: Ipv4Addr,
+    /// The BMC's UDP port (RMCP+).
+    pub port: u16,
+    /// The administrator user name.
+    pub user: String,
+    /// A file (mode 0600) holding the password.
+    pub password_file: PathBuf,
+}
+
+impl BmcInfo {
+    /// Reads the password from its file.
+    pub fn password(&self) -> Result<String> {
+        fs::read_to_string(&self.password_file)
+            .map(|s| s.trim_end().to_string())
+            .map_err(LabError::io(&self.password_file))
+    }
+}
+
+/// One simulated bare-metal machine.
+#[derive(Debug)]
+pub struct Machine {
+    pub(crate) lab_id: String,
+    pub(crate) index: usize,
+    pub(crate) name: String,
+    pub(crate) netns: String,
+    pub(crate) hub_link: String,
+    pub(crate) dir: PathBuf,
+    pub(crate) bmc: BmcInfo,
+    pub(crate) outlets: Vec<u32>,
+}
+
+impl Machine {
+    /// The machine's name, also its Kubernetes node name (`m0`, `m1`, …).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The machine's position in the lab, from 0.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The machine's address on the lab bridge.
+    pub fn address(&self) -> Ipv4Addr {
+        netns::machine_addr(self.index)
+    }
+
+    /// The machine's network namespace.
+    pub fn netns(&self) -> &str {
+        &self.netns
+    }
+
+    /// The machine's directory: `console.log`, its BMC's config and logs, `node.kubeconfig`.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The machine's console log (what its command prints).
+    pub fn console_log(&self) -> PathBuf {
+        self.dir.join("console.log")
+    }
+
+    /// The machine's node kubeconfig (exists when the lab has a control plane).
+    pub fn node_kubeconfig(&self) -> PathBuf {
+        self.dir.join("node.kubeconfig")
+    }
+
+    /// How to reach the machine's BMC.
+    pub fn bmc(&self) -> &BmcInfo {
+        &self.bmc
+    }
+
+    /// The PDU outlets feeding this machine (1-based).
+    pub fn outlets(&self) -> &[u32] {
+        &self.outlets
+    }
+
+    /// The marker value every process of this machine carries in [`MACHINE_ENV`].
+    pub fn marker(&self) -> String {
+        format!("{}/{}", self.lab_id, self.name)
+    }
+
+    /// True while the machine is powered (its boot process is alive).
+    pub fn is_powered(&self) -> bool {
+        read_pidfile(&self.dir.join("boot.pid")).is_some_and(alive)
+    }
+
+    /// True while the machine's BMC process is alive.
+    pub fn bmc_running(&self) -> bool {
+        read_pidfile(&self.dir.join("bmc.pid")).is_some_and(alive)
+    }
+
+    /// Every live process of the machine, as seen from the host.
+    pub fn processes(&self) -> Vec<i32> {
+        process::pids_with_env(MACHINE_ENV, &self.marker())
+    }
+
+    /// Polls until the machine's power matches `on`, for at most `timeout`.
+    pub fn wait_power(&self, on: bool, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        while self.is_powered() != on || (!on && !self.processes().is_empty()) {
+            if Instant::now() > deadline {
+                return Err(LabError::Other(format!(
+                    "machine {} did not power {} within {timeout:?}",
+                    self.name,
+                    if on { "on" } else { "off" }
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// Runs a command inside the machine's network namespace (not its PID namespace) and
+    /// returns its stdout.
+    pub fn exec_in_netns(&self, program: &str, args: &[&str]) -> Result<String> {
+        process::run(
+            Command::new("ip")
+                .args(["netns", "exec", &self.netns, program])
+                .args(args),
+        )
+    }
+
+    /// Starts the BMC; with the machine's outlets on, it boots the machine.
+    pub(crate) fn start_bmc(&self) -> Result<()> {
+        process::run(&mut Command::new(self.dir.join("bmc-start.sh")))?;
+        Ok(())
+    }
+
+    /// Cuts power the hard way (as a pulled plug): kills the machine, then its BMC.
+    pub(crate) fn kill_all(&self) {
+        kill_machine_and_bmc(&self.dir, &self.marker());
+    }
+}
+
+/// Kills a machine (its boot process and everything marked as its) and then its BMC, as a
+/// pulled plug does. Shared by the lab's teardown and the PDU handler.
+pub fn kill_machine_and_bmc(machine_dir: &Path, marker: &str) {
+    if let Some(pid) = read_pidfile(&machine_dir.join("boot.pid")) {
+        if alive(pid) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+    process::kill_marked(MACHINE_ENV, marker, Duration::from_secs(5));
+    if let Some(pid) = read_pidfile(&machine_dir.join("bmc.pid")) {
+        if alive(pid) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+/// Everything needed to write a machine's files.
+pub(crate) struct MachineFiles<'a> {
+    pub lab_id: &'a str,
+    pub lab_bin: &'a Path,
+    pub machine: &'a Machine,
+    pub password: &'a str,
+    pub command: &'a str,
+    pub extra_env: &'a [(String, String)],
+}
+
+/// Writes the BMC config (`lan.conf`, mode 0600: it holds the password), the emulator
+/// commands, the boot script that `ipmi_sim` runs as `startcmd`, and the BMC start script.
+pub(crate) fn write_files(f: &MachineFiles<'_>) -> Result<()> {
+    let m = f.machine;
+    let dir = &m.dir;
+    fs::create_dir_all(dir.join("bmc-state")).map_err(LabError::io(dir))?;
+    let guid: String = (0..32)
+        .map(|_| char::from_digit(rand::random::<u32>() % 16, 16).unwrap_or('0'))
+        .collect();
+    let serial_port = crate::ports::free_port();
+    let lan = format!(
+        "name \"{name}\"\n\
+         set_working_mc 0x20\n\
+         \x20 startlan 1\n\
+         \x20   addr {host} {port}\n\
+         \x20   priv_limit admin\n\
+         \x20   allowed_auths_callback none md2 md5 straight\n\
+         \x20   allowed_auths_user none md2 md5 straight\n\
+         \x20   allowed_auths_operator none md2 md5 straight\n\
+         \x20   allowed_auths_admin none md2 md5 straight\n\
+         \x20   guid {guid}\n\
+         \x20 endlan\n\
+         \x20 serial 15 127.0.0.1 {serial_port} codec VM\n\
+         \x20 startcmd \"{boot}\"\n\
+         \x20 startnow true\n\
+         \x20 poweroff_wait 1\n\
+         \x20 kill_wait 1\n\
+         \x20 user 1 true \"\" \"\" user 10 none md2 md5 straight\n\
+         \x20 user 2 true \"{user}\" \"{password}\" admin 10 none md2 md5 straight\n\
+         \x20 user 3 true \"operator\" \"{password}\" operator 10 none md2 md5 straight\n",
+        name = m.name,
+        host = m.bmc.host,
+        port = m.bmc.port,
+        boot = dir.join("boot.sh").display(),
+        user = m.bmc.user,
+        password = f.password,
+    );
+    write_secret(&dir.join("lan.conf"), lan.as_bytes())?;
+    write_secret(&m.bmc.password_file, format!("{}\n", f.password).as_bytes())?;
+    let emu = "mc_setbmc 0x20\nmc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr\nmc_enable 0x20\n";
+    fs::write(dir.join("emu.cmds"), emu).map_err(LabError::io(dir.join("emu.cmds")))?;
+    fs::write(dir.join("command.sh"), format!("{}\n", f.command))
+        .map_err(LabError::io(dir.join("command.sh")))?;
+
+    let mut env = format!(
+        "export {lab_env}='{lab}'\nexport {machine_env}='{marker}'\nexport PALISADE_MACHINE_NAME='{name}'\nexport PALISADE_MACHINE_ADDRESS='{addr}'\nexport PALISADE_MACHINE_DIR='{dir}'\nexport PALISADE_NODE_KUBECONFIG='{kc}'\n",
+        lab_env = process::LAB_ENV,
+        lab = f.lab_id,
+        machine_env = MACHINE_ENV,
+        marker = m.marker(),
+        name = m.name,
+        addr = m.address(),
+        dir = dir.display(),
+        kc = m.node_kubeconfig().display(),
+    );
+    for (k, v) in f.extra_env {
+        env.push_str(&format!("export {k}='{v}'\n"));
+    }
+    let boot = format!(
+        "#!/bin/sh\n\
+         # Boots lab machine {name}: started by its BMC (ipmi_sim startcmd).\n\
+         echo $$ > '{dir}/boot.pid'\n\
+         {env}\
+         exec ip netns exec '{netns}' unshare --pid --fork --kill-child --mount-proc --uts \\\n\
+         \x20 '{bin}' machine-init --hostname '{name}' -- /bin/sh '{dir}/command.sh' >> '{dir}/console.log' 2>&1\n",
+        name = m.name,
+        dir = dir.display(),
+        netns = m.netns,
+        bin = f.lab_bin.display(),
+    );
+    write_executable(&dir.join("boot.sh"), &boot)?;
+
+    let start = format!(
+        "#!/bin/sh\n\
+         # Starts the BMC of lab machine {name}; it boots the machine (startnow).\n\
+         set -e\n\
+         cd '{dir}'\n\
+         export {lab_env}='{lab}'\n\
+         setsid ipmi_sim -c lan.conf -f emu.cmds -s bmc-state -n >> bmc.log 2>&1 < /dev/null &\n\
+         echo $! > bmc.pid\n",
+        name = m.name,
+        dir = dir.display(),
+        lab_env = process::LAB_ENV,
+        lab = f.lab_id,
+    );
+    write_executable(&dir.join("bmc-start.sh"), &start)?;
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! Helpers shared by the lab's tests.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use palisade_lab::{Lab, SnmpCred};
+
+/// Polls `f` until it returns `Some`, or panics with `what` after `timeout`.
+pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs ipmitool against machine `i`'s BMC with the lab credentials (password from a file).
+pub fn ipmitool(lab: &Lab, i: usize, args: &[&str]) -> Output {
+    let m = &lab.machines()[i];
+    ipmitool_with(m.bmc().port, &m.bmc().user, &m.bmc().password_file, args)
+}
+
+/// Runs ipmitool against a BMC port with the given user and password file.
+pub fn ipmitool_with(port: u16, user: &str, password_file: &Path, args: &[&str]) -> Output {
+    Command::new("ipmitool")
+        .args(["-I", "lanplus", "-C", "3", "-N", "1", "-R", "2", "-H", "127.0.0.1", "-p"])
+        .arg(port.to_string())
+        .args(["-U", user, "-f"])
+        .arg(password_file)
+        .args(args)
+        .output()
+        .expect("ipmitool runs")
+}
+
+/// Runs a Net-SNMP tool against the lab PDU with the credentials in `conf_dir`'s snmp.conf.
+pub fn snmp(lab: &Lab, conf_dir: &Path, tool: &str, args: &[&str]) -> Output {
+    Command::new(tool)
+        .env("SNMPCONFPATH", conf_dir)
+        .env("MIBS", "")
+        .args(["-On", "-t", "1", "-r", "1"])
+        .arg(lab.pdu().expect("lab has a PDU").info().agent())
+        .args(args)
+        .output()
+        .expect("snmp tool runs")
+}
+
+/// The credential directory for `cred`.
+pub fn cred_dir(lab: &Lab, cred: SnmpCred) -> std::path::PathBuf {
+    lab.pdu().expect("lab has a PDU").info().client_conf_dir(cred)
+}
+
+/// stdout as a trimmed string.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
