@@ -28,7 +28,9 @@ pub fn k8s_bin_dir() -> PathBuf {
     }
     let cache = std::env::var("XDG_CACHE_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or("/root".into())).join(".cache"));
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or("/root".into())).join(".cache")
+        });
     cache.join("palisade").join(format!("k8s-{K8S_VERSION}"))
 }
 
@@ -53,7 +55,11 @@ impl ControlPlane {
         rt: &tokio::runtime::Handle,
     ) -> Result<ControlPlane> {
         let bins = k8s_bin_dir();
-        for b in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
+        for b in [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ] {
             if !bins.join(b).exists() {
                 return Err(LabError::MissingTool {
                     tool: b.into(),
@@ -130,7 +136,10 @@ impl ControlPlane {
             .arg(format!("--tls-private-key-file={}", api_key.display()))
             .arg(format!("--client-ca-file={}", ca_pem.display()))
             .arg(format!("--service-account-key-file={}", sa_pub.display()))
-            .arg(format!("--service-account-signing-key-file={}", sa_key.display()))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                sa_key.display()
+            ))
             .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
             .arg("--authorization-mode=Node,RBAC")
             .arg("--enable-admission-plugins=NodeRestriction")
@@ -138,7 +147,12 @@ impl ControlPlane {
             .arg("--allow-privileged=true")
             .arg("--profiling=false")
             .arg("--v=1");
-        let mut d = Daemon::spawn("kube-apiserver", api, lab_id, &logs.join("kube-apiserver.log"))?;
+        let mut d = Daemon::spawn(
+            "kube-apiserver",
+            api,
+            lab_id,
+            &logs.join("kube-apiserver.log"),
+        )?;
 
         let admin = ca.issue_client_cert("palisade-admin", Some("system:masters"))?;
         let admin_kubeconfig = dir.join("admin.kubeconfig");
@@ -170,7 +184,10 @@ impl ControlPlane {
             .arg(format!("--tls-cert-file={}", cm_crt.display()))
             .arg(format!("--tls-private-key-file={}", cm_key.display()))
             .arg("--leader-elect=false")
-            .arg(format!("--service-account-private-key-file={}", sa_key.display()))
+            .arg(format!(
+                "--service-account-private-key-file={}",
+                sa_key.display()
+            ))
             .arg(format!("--root-ca-file={}", ca_pem.display()))
             .arg("--use-service-account-credentials=true")
             .arg("--controllers=*")
@@ -204,8 +221,14 @@ impl ControlPlane {
         let mut sched = Command::new(bins.join("kube-scheduler"));
         sched
             .arg(format!("--kubeconfig={}", sched_cfg.display()))
-            .arg(format!("--authentication-kubeconfig={}", sched_cfg.display()))
-            .arg(format!("--authorization-kubeconfig={}", sched_cfg.display()))
+            .arg(format!(
+                "--authentication-kubeconfig={}",
+                sched_cfg.display()
+            ))
+            .arg(format!(
+                "--authorization-kubeconfig={}",
+                sched_cfg.display()
+            ))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={sched_port}"))
             .arg("--port=0")
@@ -214,7 +237,12 @@ impl ControlPlane {
             .arg("--leader-elect=false")
             .arg("--profiling=false")
             .arg("--v=1");
-        let mut d = Daemon::spawn("kube-scheduler", sched, lab_id, &logs.join("kube-scheduler.log"))?;
+        let mut d = Daemon::spawn(
+            "kube-scheduler",
+            sched,
+            lab_id,
+            &logs.join("kube-scheduler.log"),
+        )?;
         let s_health = format!("https://127.0.0.1:{sched_port}/healthz");
         d.wait_ready(READY_TIMEOUT, || probe(rt, &ca_http, &s_health, "ok"))?;
         daemons.push(d);
@@ -353,7 +381,10 @@ fn probe(
         if status.is_success() && body.contains(&expect) {
             Ok(())
         } else {
-            Err(format!("{status}: {}", body.chars().take(300).collect::<String>()))
+            Err(format!(
+                "{status}: {}",
+                body.chars().take(300).collect::<String>()
+            ))
         }
     })
 }

@@ -11,15 +11,28 @@ use palisade_lab::{Lab, LabConfig, SnmpCred};
 pub fn print_status(lab: &Lab) {
     println!("lab {} in {}", lab.id(), lab.dir().display());
     if let Some(cp) = lab.control_plane() {
-        println!("  control plane   Kubernetes {} at {}", palisade_lab::control_plane::K8S_VERSION, cp.api_url());
-        println!("  admin access    KUBECONFIG={}", cp.admin_kubeconfig().display());
+        println!(
+            "  control plane   Kubernetes {} at {}",
+            palisade_lab::control_plane::K8S_VERSION,
+            cp.api_url()
+        );
+        println!(
+            "  admin access    KUBECONFIG={}",
+            cp.admin_kubeconfig().display()
+        );
         println!("  machines reach  {}", cp.in_lab_api_url());
     }
     if let Some(pdu) = lab.pdu() {
-        println!("  PDU             SNMP v2c/v3 at {} (APC rPDU + CyberPower tables)", pdu.info().agent());
+        println!(
+            "  PDU             SNMP v2c/v3 at {} (APC rPDU + CyberPower tables)",
+            pdu.info().agent()
+        );
     }
     println!();
-    println!("  {:<6} {:<14} {:<18} {:<8} {:<8} {:<6}", "NAME", "ADDRESS", "BMC (IPMI 2.0)", "OUTLETS", "POWER", "PROCS");
+    println!(
+        "  {:<6} {:<14} {:<18} {:<8} {:<8} {:<6}",
+        "NAME", "ADDRESS", "BMC (IPMI 2.0)", "OUTLETS", "POWER", "PROCS"
+    );
     for m in lab.machines() {
         let outlets: Vec<String> = m.outlets().iter().map(|o| o.to_string()).collect();
         println!(
@@ -53,7 +66,11 @@ fn ipmitool(lab: &Lab, machine: usize, args: &[&str]) -> Result<String> {
         .output()
         .context("running ipmitool")?;
     if !out.status.success() {
-        bail!("ipmitool {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "ipmitool {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
@@ -89,27 +106,54 @@ pub fn run() -> Result<()> {
     println!();
 
     let m = &lab.machines()[1];
-    t.say(&format!("{}: BMC says \"{}\"; {} processes running", m.name(), ipmitool(&lab, 1, &["chassis", "power", "status"])?, m.processes().len()));
+    t.say(&format!(
+        "{}: BMC says \"{}\"; {} processes running",
+        m.name(),
+        ipmitool(&lab, 1, &["chassis", "power", "status"])?,
+        m.processes().len()
+    ));
     t.say(&format!("{}: ipmitool chassis power off", m.name()));
     ipmitool(&lab, 1, &["chassis", "power", "off"])?;
     m.wait_power(false, Duration::from_secs(15))?;
-    t.say(&format!("{}: powered off, {} processes left; BMC says \"{}\"", m.name(), m.processes().len(), ipmitool(&lab, 1, &["chassis", "power", "status"])?));
+    t.say(&format!(
+        "{}: powered off, {} processes left; BMC says \"{}\"",
+        m.name(),
+        m.processes().len(),
+        ipmitool(&lab, 1, &["chassis", "power", "status"])?
+    ));
     ipmitool(&lab, 1, &["chassis", "power", "on"])?;
     m.wait_power(true, Duration::from_secs(15))?;
-    t.say(&format!("{}: ipmitool chassis power on: booted, {} processes", m.name(), m.processes().len()));
+    t.say(&format!(
+        "{}: ipmitool chassis power on: booted, {} processes",
+        m.name(),
+        m.processes().len()
+    ));
 
     let m = &lab.machines()[2];
     let outlet = m.outlets()[0];
     let ctl = format!(".1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.{outlet}");
     let state = format!(".1.3.6.1.4.1.318.1.1.12.3.5.1.1.4.{outlet}");
-    t.say(&format!("{}: PDU outlet {outlet} reads {} (SNMPv3 authPriv)", m.name(), snmp(&lab, "snmpget", &[&state])?));
+    t.say(&format!(
+        "{}: PDU outlet {outlet} reads {} (SNMPv3 authPriv)",
+        m.name(),
+        snmp(&lab, "snmpget", &[&state])?
+    ));
     snmp(&lab, "snmpset", &[&ctl, "i", "2"])?;
     m.wait_power(false, Duration::from_secs(15))?;
-    t.say(&format!("{}: outlet {outlet} off: machine down ({} processes), BMC process running: {}", m.name(), m.processes().len(), m.bmc_running()));
+    t.say(&format!(
+        "{}: outlet {outlet} off: machine down ({} processes), BMC process running: {}",
+        m.name(),
+        m.processes().len(),
+        m.bmc_running()
+    ));
     snmp(&lab, "snmpset", &[&ctl, "i", "1"])?;
     m.wait_power(true, Duration::from_secs(15))?;
     lab.wait_bmc(m)?;
-    t.say(&format!("{}: outlet {outlet} on: BMC back, machine booted ({} processes)", m.name(), m.processes().len()));
+    t.say(&format!(
+        "{}: outlet {outlet} on: BMC back, machine booted ({} processes)",
+        m.name(),
+        m.processes().len()
+    ));
     println!();
     print_status(&lab);
     drop(lab);

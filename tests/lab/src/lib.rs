@@ -114,7 +114,10 @@ pub struct Lab {
 
 impl std::fmt::Debug for Lab {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lab").field("id", &self.id).field("dir", &self.dir).finish()
+        f.debug_struct("Lab")
+            .field("id", &self.id)
+            .field("dir", &self.dir)
+            .finish()
     }
 }
 
@@ -141,7 +144,8 @@ impl Lab {
             .enable_all()
             .build()
             .map_err(|e| LabError::Other(format!("lab runtime: {e}")))?;
-        let keep_dir = config.keep_dir || std::env::var("PALISADE_KEEP_LAB").is_ok_and(|v| v == "1");
+        let keep_dir =
+            config.keep_dir || std::env::var("PALISADE_KEEP_LAB").is_ok_and(|v| v == "1");
         let mut lab = Lab {
             hub_ns: format!("pl{id}-hub"),
             ca: Ca::new(&format!("palisade-lab-{id}-ca"))?,
@@ -172,17 +176,31 @@ impl Lab {
         // The hub: a namespace holding the bridge every machine plugs into.
         netns::add(&self.hub_ns)?;
         netns::ip(&["-n", &self.hub_ns, "link", "add", "br0", "type", "bridge"])?;
-        netns::ip(&["-n", &self.hub_ns, "addr", "add", &format!("{}/{}", netns::HUB_ADDR, netns::PREFIX), "dev", "br0"])?;
+        netns::ip(&[
+            "-n",
+            &self.hub_ns,
+            "addr",
+            "add",
+            &format!("{}/{}", netns::HUB_ADDR, netns::PREFIX),
+            "dev",
+            "br0",
+        ])?;
         netns::ip(&["-n", &self.hub_ns, "link", "set", "br0", "up"])?;
 
         if config.control_plane {
-            let cp = ControlPlane::start(&self.dir.join("control-plane"), &self.id, &self.ca, self.handle())?;
+            let cp = ControlPlane::start(
+                &self.dir.join("control-plane"),
+                &self.id,
+                &self.ca,
+                self.handle(),
+            )?;
             let listener = netns::bind_tcp_in(
                 &self.hub_ns,
                 SocketAddr::new(IpAddr::V4(netns::HUB_ADDR), API_HUB_PORT),
             )?;
             let upstream: SocketAddr = ([127, 0, 0, 1], cp.api_port()).into();
-            self.handle().spawn(forwarder::relay(listener, upstream, self.cuts.clone()));
+            self.handle()
+                .spawn(forwarder::relay(listener, upstream, self.cuts.clone()));
             self.control_plane = Some(cp);
         }
 
@@ -244,7 +262,10 @@ impl Lab {
                 }
                 machines.insert(
                     m.name.clone(),
-                    pdu_agent::MachinePower { dir: m.dir.clone(), marker: m.marker() },
+                    pdu_agent::MachinePower {
+                        dir: m.dir.clone(),
+                        marker: m.marker(),
+                    },
                 );
             }
             let state = pdu_agent::PduState {
@@ -252,7 +273,12 @@ impl Lab {
                 machines,
                 reboot_delay_ms: config.pdu_reboot_delay.as_millis() as u64,
             };
-            self.pdu = Some(Pdu::start(&self.dir.join("pdu"), &self.id, &lab_bin, state)?);
+            self.pdu = Some(Pdu::start(
+                &self.dir.join("pdu"),
+                &self.id,
+                &lab_bin,
+                state,
+            )?);
         }
         Ok(())
     }
@@ -260,13 +286,48 @@ impl Lab {
     fn plug(&self, m: &Machine) -> Result<()> {
         netns::add(&m.netns)?;
         netns::ip(&[
-            "-n", &self.hub_ns, "link", "add", &m.hub_link, "type", "veth", "peer", "name", "eth0",
-            "netns", &m.netns,
+            "-n",
+            &self.hub_ns,
+            "link",
+            "add",
+            &m.hub_link,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &m.netns,
         ])?;
-        netns::ip(&["-n", &self.hub_ns, "link", "set", &m.hub_link, "master", "br0", "up"])?;
-        netns::ip(&["-n", &m.netns, "addr", "add", &format!("{}/{}", m.address(), netns::PREFIX), "dev", "eth0"])?;
+        netns::ip(&[
+            "-n",
+            &self.hub_ns,
+            "link",
+            "set",
+            &m.hub_link,
+            "master",
+            "br0",
+            "up",
+        ])?;
+        netns::ip(&[
+            "-n",
+            &m.netns,
+            "addr",
+            "add",
+            &format!("{}/{}", m.address(), netns::PREFIX),
+            "dev",
+            "eth0",
+        ])?;
         netns::ip(&["-n", &m.netns, "link", "set", "eth0", "up"])?;
-        netns::ip(&["-n", &m.netns, "route", "add", "default", "via", &netns::HUB_ADDR.to_string()])?;
+        netns::ip(&[
+            "-n",
+            &m.netns,
+            "route",
+            "add",
+            "default",
+            "via",
+            &netns::HUB_ADDR.to_string(),
+        ])?;
         Ok(())
     }
 
@@ -275,7 +336,19 @@ impl Lab {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             let out = Command::new("ipmitool")
-                .args(["-I", "lanplus", "-C", "3", "-N", "1", "-R", "1", "-H", "127.0.0.1", "-p"])
+                .args([
+                    "-I",
+                    "lanplus",
+                    "-C",
+                    "3",
+                    "-N",
+                    "1",
+                    "-R",
+                    "1",
+                    "-H",
+                    "127.0.0.1",
+                    "-p",
+                ])
                 .arg(m.bmc.port.to_string())
                 .args(["-U", &m.bmc.user, "-f"])
                 .arg(&m.bmc.password_file)
@@ -318,7 +391,11 @@ for ns in $(ip netns list 2>/dev/null | awk '{{print $1}}' | grep '^pl{id}-'); d
 "#,
                 id = self.id,
                 env = process::LAB_ENV,
-                rm = if self.keep_dir { String::new() } else { format!("rm -rf '{}'", self.dir.display()) },
+                rm = if self.keep_dir {
+                    String::new()
+                } else {
+                    format!("rm -rf '{}'", self.dir.display())
+                },
             ),
         )?;
         Command::new("/bin/bash")
@@ -460,7 +537,8 @@ where
     rt.spawn(async move {
         let _ = tx.send(f.await);
     });
-    rx.recv().expect("the lab runtime stopped while a task was running")
+    rx.recv()
+        .expect("the lab runtime stopped while a task was running")
 }
 
 /// Fails with a clear message if `tool` is not on the PATH.

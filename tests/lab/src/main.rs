@@ -12,7 +12,10 @@ mod demo;
 mod init;
 
 #[derive(Parser)]
-#[command(name = "palisade-lab", about = "Palisade's lab: a datacenter on one machine")]
+#[command(
+    name = "palisade-lab",
+    about = "Palisade's lab: a datacenter on one machine"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,

@@ -81,12 +81,7 @@ pub struct Pdu {
 }
 
 impl Pdu {
-    pub(crate) fn start(
-        dir: &Path,
-        lab_id: &str,
-        lab_bin: &Path,
-        state: PduState,
-    ) -> Result<Pdu> {
+    pub(crate) fn start(dir: &Path, lab_id: &str, lab_bin: &Path, state: PduState) -> Result<Pdu> {
         crate::require_tool("snmpd")?;
         fs::create_dir_all(dir.join("persist")).map_err(LabError::io(dir))?;
         let port = crate::ports::free_port();
@@ -143,8 +138,14 @@ impl Pdu {
         let conf_file = dir.join("snmpd.conf");
         write_secret(&conf_file, conf.as_bytes())?;
 
-        write_client_conf(&info.client_conf_dir(SnmpCred::V2cWrite), &format!("defVersion 2c\ndefCommunity {rw}\n"))?;
-        write_client_conf(&info.client_conf_dir(SnmpCred::V2cRead), &format!("defVersion 2c\ndefCommunity {ro}\n"))?;
+        write_client_conf(
+            &info.client_conf_dir(SnmpCred::V2cWrite),
+            &format!("defVersion 2c\ndefCommunity {rw}\n"),
+        )?;
+        write_client_conf(
+            &info.client_conf_dir(SnmpCred::V2cRead),
+            &format!("defVersion 2c\ndefCommunity {ro}\n"),
+        )?;
         write_client_conf(
             &info.client_conf_dir(SnmpCred::V3),
             &format!(

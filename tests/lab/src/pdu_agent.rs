@@ -106,7 +106,9 @@ pub fn switch(state_file: &Path, number: u32, on: bool) -> Result<bool> {
             if was_fed && !now_fed {
                 crate::machine::kill_machine_and_bmc(&power.dir, &power.marker);
             } else if !was_fed && now_fed {
-                crate::process::run(&mut std::process::Command::new(power.dir.join("bmc-start.sh")))?;
+                crate::process::run(&mut std::process::Command::new(
+                    power.dir.join("bmc-start.sh"),
+                ))?;
             }
         }
         Ok(true)
@@ -126,16 +128,43 @@ enum Column {
 
 /// (table prefix, column) for every table served; the outlet number is appended.
 const TABLES: &[(&[u32], Column)] = &[
-    (&[1, 3, 6, 1, 4, 1, 318, 1, 1, 4, 4, 2, 1, 3], Column::Control),
+    (
+        &[1, 3, 6, 1, 4, 1, 318, 1, 1, 4, 4, 2, 1, 3],
+        Column::Control,
+    ),
     (&[1, 3, 6, 1, 4, 1, 318, 1, 1, 4, 4, 2, 1, 4], Column::Name),
-    (&[1, 3, 6, 1, 4, 1, 318, 1, 1, 12, 3, 3, 1, 1, 2], Column::Name),
-    (&[1, 3, 6, 1, 4, 1, 318, 1, 1, 12, 3, 3, 1, 1, 4], Column::Control),
-    (&[1, 3, 6, 1, 4, 1, 318, 1, 1, 12, 3, 5, 1, 1, 2], Column::Name),
-    (&[1, 3, 6, 1, 4, 1, 318, 1, 1, 12, 3, 5, 1, 1, 4], Column::State),
-    (&[1, 3, 6, 1, 4, 1, 3808, 1, 1, 3, 3, 3, 1, 1, 2], Column::Name),
-    (&[1, 3, 6, 1, 4, 1, 3808, 1, 1, 3, 3, 3, 1, 1, 4], Column::Control),
-    (&[1, 3, 6, 1, 4, 1, 3808, 1, 1, 3, 3, 5, 1, 1, 2], Column::Name),
-    (&[1, 3, 6, 1, 4, 1, 3808, 1, 1, 3, 3, 5, 1, 1, 4], Column::State),
+    (
+        &[1, 3, 6, 1, 4, 1, 318, 1, 1, 12, 3, 3, 1, 1, 2],
+        Column::Name,
+    ),
+    (
+        &[1, 3, 6, 1, 4, 1, 318, 1, 1, 12, 3, 3, 1, 1, 4],
+        Column::Control,
+    ),
+    (
+        &[1, 3, 6, 1, 4, 1, 318, 1, 1, 12, 3, 5, 1, 1, 2],
+        Column::Name,
+    ),
+    (
+        &[1, 3, 6, 1, 4, 1, 318, 1, 1, 12, 3, 5, 1, 1, 4],
+        Column::State,
+    ),
+    (
+        &[1, 3, 6, 1, 4, 1, 3808, 1, 1, 3, 3, 3, 1, 1, 2],
+        Column::Name,
+    ),
+    (
+        &[1, 3, 6, 1, 4, 1, 3808, 1, 1, 3, 3, 3, 1, 1, 4],
+        Column::Control,
+    ),
+    (
+        &[1, 3, 6, 1, 4, 1, 3808, 1, 1, 3, 3, 5, 1, 1, 2],
+        Column::Name,
+    ),
+    (
+        &[1, 3, 6, 1, 4, 1, 3808, 1, 1, 3, 3, 5, 1, 1, 4],
+        Column::State,
+    ),
 ];
 
 fn parse_oid(s: &str) -> Option<Vec<u32>> {
@@ -171,7 +200,11 @@ fn render(state: &PduState, oid: &[u32], col: Column, number: u32) -> Option<Str
     Some(match col {
         Column::Name => format!("{}\nstring\n{}\n", oid_string(oid), outlet.name),
         Column::Control | Column::State => {
-            format!("{}\ninteger\n{}\n", oid_string(oid), if outlet.on { 1 } else { 2 })
+            format!(
+                "{}\ninteger\n{}\n",
+                oid_string(oid),
+                if outlet.on { 1 } else { 2 }
+            )
         }
     })
 }
@@ -279,8 +312,18 @@ mod tests {
         let path = dir.join("pdu.json");
         let state = PduState {
             outlets: vec![
-                Outlet { number: 1, name: "m0-psu1".into(), machine: "m0".into(), on: true },
-                Outlet { number: 2, name: "m0-psu2".into(), machine: "m0".into(), on: true },
+                Outlet {
+                    number: 1,
+                    name: "m0-psu1".into(),
+                    machine: "m0".into(),
+                    on: true,
+                },
+                Outlet {
+                    number: 2,
+                    name: "m0-psu2".into(),
+                    machine: "m0".into(),
+                    on: true,
+                },
             ],
             machines: BTreeMap::new(),
             reboot_delay_ms: 10,
@@ -307,7 +350,10 @@ mod tests {
             ask(&f, "get", &[".1.3.6.1.4.1.318.1.1.4.4.2.1.4.1"]),
             ".1.3.6.1.4.1.318.1.1.4.4.2.1.4.1\nstring\nm0-psu1\n"
         );
-        assert_eq!(ask(&f, "get", &[".1.3.6.1.4.1.318.1.1.4.4.2.1.3.9"]), "NONE\n");
+        assert_eq!(
+            ask(&f, "get", &[".1.3.6.1.4.1.318.1.1.4.4.2.1.3.9"]),
+            "NONE\n"
+        );
     }
 
     #[test]
@@ -315,27 +361,74 @@ mod tests {
         let dir = tempdir();
         let f = state_file(&dir);
         let first = ask(&f, "getnext", &[".1.3.6.1.4.1.318.1.1.12.3.5.1.1.2"]);
-        assert!(first.starts_with(".1.3.6.1.4.1.318.1.1.12.3.5.1.1.2.1\nstring\n"), "{first}");
+        assert!(
+            first.starts_with(".1.3.6.1.4.1.318.1.1.12.3.5.1.1.2.1\nstring\n"),
+            "{first}"
+        );
         let next = ask(&f, "getnext", &[".1.3.6.1.4.1.318.1.1.12.3.5.1.1.2.2"]);
-        assert!(next.starts_with(".1.3.6.1.4.1.318.1.1.12.3.5.1.1.4.1\ninteger\n"), "{next}");
-        assert_eq!(ask(&f, "getnext", &[".1.3.6.1.4.1.3808.1.1.3.3.5.1.1.4.2"]), "NONE\n");
+        assert!(
+            next.starts_with(".1.3.6.1.4.1.318.1.1.12.3.5.1.1.4.1\ninteger\n"),
+            "{next}"
+        );
+        assert_eq!(
+            ask(&f, "getnext", &[".1.3.6.1.4.1.3808.1.1.3.3.5.1.1.4.2"]),
+            "NONE\n"
+        );
     }
 
     #[test]
     fn set_switches_outlets_and_rejects_bad_writes() {
         let dir = tempdir();
         let f = state_file(&dir);
-        assert_eq!(ask(&f, "set", &[".1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.1", "integer 2"]), "DONE\n");
+        assert_eq!(
+            ask(
+                &f,
+                "set",
+                &[".1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.1", "integer 2"]
+            ),
+            "DONE\n"
+        );
         assert!(!read_state(&f).unwrap().outlets[0].on);
         assert_eq!(
             ask(&f, "get", &[".1.3.6.1.4.1.3808.1.1.3.3.5.1.1.4.1"]),
             ".1.3.6.1.4.1.3808.1.1.3.3.5.1.1.4.1\ninteger\n2\n"
         );
-        assert_eq!(ask(&f, "set", &[".1.3.6.1.4.1.318.1.1.4.4.2.1.3.1", "integer 7"]), "wrong-value\n");
-        assert_eq!(ask(&f, "set", &[".1.3.6.1.4.1.318.1.1.4.4.2.1.3.1", "string on"]), "wrong-type\n");
-        assert_eq!(ask(&f, "set", &[".1.3.6.1.4.1.318.1.1.12.3.5.1.1.4.1", "integer 1"]), "not-writable\n");
-        assert!(!read_state(&f).unwrap().outlets[0].on, "rejected writes change nothing");
-        assert_eq!(ask(&f, "set", &[".1.3.6.1.4.1.318.1.1.4.4.2.1.3.1", "integer 1"]), "DONE\n");
+        assert_eq!(
+            ask(
+                &f,
+                "set",
+                &[".1.3.6.1.4.1.318.1.1.4.4.2.1.3.1", "integer 7"]
+            ),
+            "wrong-value\n"
+        );
+        assert_eq!(
+            ask(
+                &f,
+                "set",
+                &[".1.3.6.1.4.1.318.1.1.4.4.2.1.3.1", "string on"]
+            ),
+            "wrong-type\n"
+        );
+        assert_eq!(
+            ask(
+                &f,
+                "set",
+                &[".1.3.6.1.4.1.318.1.1.12.3.5.1.1.4.1", "integer 1"]
+            ),
+            "not-writable\n"
+        );
+        assert!(
+            !read_state(&f).unwrap().outlets[0].on,
+            "rejected writes change nothing"
+        );
+        assert_eq!(
+            ask(
+                &f,
+                "set",
+                &[".1.3.6.1.4.1.318.1.1.4.4.2.1.3.1", "integer 1"]
+            ),
+            "DONE\n"
+        );
         assert!(read_state(&f).unwrap().outlets[0].on);
     }
 

@@ -22,13 +22,19 @@ pub struct Issued {
 
 impl std::fmt::Debug for Issued {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Issued").field("key_pem", &"<redacted>").finish()
+        f.debug_struct("Issued")
+            .field("key_pem", &"<redacted>")
+            .finish()
     }
 }
 
 impl Issued {
     /// Writes `<stem>.crt` and `<stem>.key` (mode 0600) into `dir`.
-    pub fn write(&self, dir: &Path, stem: &str) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    pub fn write(
+        &self,
+        dir: &Path,
+        stem: &str,
+    ) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
         let crt = dir.join(format!("{stem}.crt"));
         let key = dir.join(format!("{stem}.key"));
         fs::write(&crt, &self.cert_pem).map_err(LabError::io(&crt))?;
@@ -81,7 +87,11 @@ impl Ca {
 
     /// Issues a client certificate with subject `CN=<common_name>` and, if given,
     /// `O=<organization>` (Kubernetes reads the user from CN and a group from O).
-    pub fn issue_client_cert(&self, common_name: &str, organization: Option<&str>) -> Result<Issued> {
+    pub fn issue_client_cert(
+        &self,
+        common_name: &str,
+        organization: Option<&str>,
+    ) -> Result<Issued> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name = dn(common_name, organization);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];

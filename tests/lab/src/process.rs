@@ -139,10 +139,13 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
 /// Runs a short command to completion and fails with its stderr if it exits non-zero.
 pub fn run(cmd: &mut Command) -> Result<String> {
     let described = describe(cmd);
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| LabError::Command {
-        command: described.clone(),
-        stderr: e.to_string(),
-    })?;
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| LabError::Command {
+            command: described.clone(),
+            stderr: e.to_string(),
+        })?;
     if !out.status.success() {
         return Err(LabError::Command {
             command: described,

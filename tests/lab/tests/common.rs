@@ -14,7 +14,10 @@ pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Optio
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -28,7 +31,19 @@ pub fn ipmitool(lab: &Lab, i: usize, args: &[&str]) -> Output {
 /// Runs ipmitool against a BMC port with the given user and password file.
 pub fn ipmitool_with(port: u16, user: &str, password_file: &Path, args: &[&str]) -> Output {
     Command::new("ipmitool")
-        .args(["-I", "lanplus", "-C", "3", "-N", "1", "-R", "2", "-H", "127.0.0.1", "-p"])
+        .args([
+            "-I",
+            "lanplus",
+            "-C",
+            "3",
+            "-N",
+            "1",
+            "-R",
+            "2",
+            "-H",
+            "127.0.0.1",
+            "-p",
+        ])
         .arg(port.to_string())
         .args(["-U", user, "-f"])
         .arg(password_file)
@@ -51,7 +66,10 @@ pub fn snmp(lab: &Lab, conf_dir: &Path, tool: &str, args: &[&str]) -> Output {
 
 /// The credential directory for `cred`.
 pub fn cred_dir(lab: &Lab, cred: SnmpCred) -> std::path::PathBuf {
-    lab.pdu().expect("lab has a PDU").info().client_conf_dir(cred)
+    lab.pdu()
+        .expect("lab has a PDU")
+        .info()
+        .client_conf_dir(cred)
 }
 
 /// stdout as a trimmed string.

@@ -21,7 +21,12 @@ async fn statefulset_controller_creates_the_first_pod_and_it_stays_pending_witho
     .await
     .unwrap()
     .expect("control plane starts");
-    let client = lab.control_plane().unwrap().client().await.expect("admin client");
+    let client = lab
+        .control_plane()
+        .unwrap()
+        .client()
+        .await
+        .expect("admin client");
 
     let sts: StatefulSet = serde_json::from_value(serde_json::json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -47,12 +52,23 @@ async fn statefulset_controller_creates_the_first_pod_and_it_stays_pending_witho
         if let Some(p) = pods.get_opt("web-0").await.expect("get pod") {
             break p;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the statefulset controller never created web-0");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the statefulset controller never created web-0"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let owner = &pod.metadata.owner_references.as_ref().expect("owned")[0];
-    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("StatefulSet", "web"));
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("StatefulSet", "web")
+    );
     assert_eq!(pod.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
-    assert!(pod.spec.and_then(|s| s.node_name).is_none(), "no node exists to schedule on");
-    tokio::task::spawn_blocking(move || drop(lab)).await.unwrap();
+    assert!(
+        pod.spec.and_then(|s| s.node_name).is_none(),
+        "no node exists to schedule on"
+    );
+    tokio::task::spawn_blocking(move || drop(lab))
+        .await
+        .unwrap();
 }

@@ -31,23 +31,44 @@ fn bmc_power_off_kills_every_process_and_power_on_boots_again() {
         let p = m.processes();
         (p.len() >= 4).then_some(p)
     });
-    assert_eq!(stdout(&ipmitool(&lab, 0, &["chassis", "power", "status"])), "Chassis Power is on");
+    assert_eq!(
+        stdout(&ipmitool(&lab, 0, &["chassis", "power", "status"])),
+        "Chassis Power is on"
+    );
 
     let off = ipmitool(&lab, 0, &["chassis", "power", "off"]);
     assert!(off.status.success(), "{off:?}");
-    m.wait_power(false, Duration::from_secs(15)).expect("machine powers off");
+    m.wait_power(false, Duration::from_secs(15))
+        .expect("machine powers off");
     for pid in &before {
-        assert!(!palisade_lab::process::alive(*pid), "process {pid} survived power off");
+        assert!(
+            !palisade_lab::process::alive(*pid),
+            "process {pid} survived power off"
+        );
     }
     eventually("BMC reports off", Duration::from_secs(5), || {
-        (stdout(&ipmitool(&lab, 0, &["chassis", "power", "status"])) == "Chassis Power is off").then_some(())
+        (stdout(&ipmitool(&lab, 0, &["chassis", "power", "status"])) == "Chassis Power is off")
+            .then_some(())
     });
 
-    assert!(ipmitool(&lab, 0, &["chassis", "power", "on"]).status.success());
-    m.wait_power(true, Duration::from_secs(15)).expect("machine boots");
-    eventually("machine processes after boot", Duration::from_secs(10), || (m.processes().len() >= 4).then_some(()));
-    assert_eq!(stdout(&ipmitool(&lab, 0, &["chassis", "power", "status"])), "Chassis Power is on");
-    assert!(m.processes().iter().all(|p| !before.contains(p)), "a booted machine runs new processes");
+    assert!(ipmitool(&lab, 0, &["chassis", "power", "on"])
+        .status
+        .success());
+    m.wait_power(true, Duration::from_secs(15))
+        .expect("machine boots");
+    eventually(
+        "machine processes after boot",
+        Duration::from_secs(10),
+        || (m.processes().len() >= 4).then_some(()),
+    );
+    assert_eq!(
+        stdout(&ipmitool(&lab, 0, &["chassis", "power", "status"])),
+        "Chassis Power is on"
+    );
+    assert!(
+        m.processes().iter().all(|p| !before.contains(p)),
+        "a booted machine runs new processes"
+    );
 }
 
 #[test]
@@ -56,10 +77,18 @@ fn bmc_refuses_a_wrong_password_and_changes_nothing() {
     let m = &lab.machines()[0];
     let wrong = lab.dir().join("wrong-password");
     palisade_lab::write_secret(&wrong, b"not-the-password\n").unwrap();
-    let out = ipmitool_with(m.bmc().port, &m.bmc().user, &wrong, &["chassis", "power", "off"]);
+    let out = ipmitool_with(
+        m.bmc().port,
+        &m.bmc().user,
+        &wrong,
+        &["chassis", "power", "off"],
+    );
     assert!(!out.status.success());
     std::thread::sleep(Duration::from_millis(1500)); // longer than ipmi_sim's power tick
-    assert!(m.is_powered(), "a refused command must not power the machine off");
+    assert!(
+        m.is_powered(),
+        "a refused command must not power the machine off"
+    );
 }
 
 #[test]
@@ -72,18 +101,27 @@ fn pdu_outlet_off_cuts_machine_and_bmc_and_on_boots_both_over_v2c_and_v3() {
     let state = |n: u32| format!(".1.3.6.1.4.1.318.1.1.12.3.5.1.1.4.{n}");
 
     // sysObjectID identifies an APC rack PDU, as fence_apc_snmp expects.
-    let sys = snmp(&lab, &cred_dir(&lab, SnmpCred::V2cRead), "snmpget", &[".1.3.6.1.2.1.1.2.0"]);
+    let sys = snmp(
+        &lab,
+        &cred_dir(&lab, SnmpCred::V2cRead),
+        "snmpget",
+        &[".1.3.6.1.2.1.1.2.0"],
+    );
     assert!(stdout(&sys).contains(".1.3.6.1.4.1.318.1.3.4.5"), "{sys:?}");
 
     // v2c off
     let out = snmp(&lab, &rw, "snmpset", &[&ctl(1), "i", "2"]);
     assert!(out.status.success(), "{out:?}");
     m0.wait_power(false, Duration::from_secs(10)).unwrap();
-    eventually("BMC dies with its outlet", Duration::from_secs(5), || (!m0.bmc_running()).then_some(()));
+    eventually("BMC dies with its outlet", Duration::from_secs(5), || {
+        (!m0.bmc_running()).then_some(())
+    });
     assert!(m1.is_powered(), "the other machine is untouched");
     assert!(stdout(&snmp(&lab, &rw, "snmpget", &[&state(1)])).ends_with("INTEGER: 2"));
     // The BMC is gone with the power: IPMI gets no answer.
-    assert!(!ipmitool(&lab, 0, &["chassis", "power", "status"]).status.success());
+    assert!(!ipmitool(&lab, 0, &["chassis", "power", "status"])
+        .status
+        .success());
 
     // v3 on: the BMC comes back and boots the machine.
     let out = snmp(&lab, &v3, "snmpset", &[&ctl(1), "i", "1"]);
@@ -93,11 +131,18 @@ fn pdu_outlet_off_cuts_machine_and_bmc_and_on_boots_both_over_v2c_and_v3() {
     assert!(stdout(&snmp(&lab, &v3, "snmpget", &[&state(1)])).ends_with("INTEGER: 1"));
 
     // The CyberPower table reads the same outlet.
-    let cp = snmp(&lab, &v3, "snmpget", &[".1.3.6.1.4.1.3808.1.1.3.3.5.1.1.4.1"]);
+    let cp = snmp(
+        &lab,
+        &v3,
+        "snmpget",
+        &[".1.3.6.1.4.1.3808.1.1.3.3.5.1.1.4.1"],
+    );
     assert!(stdout(&cp).ends_with("INTEGER: 1"), "{cp:?}");
 
     // Reboot: off, then on again by itself.
-    assert!(snmp(&lab, &rw, "snmpset", &[&ctl(2), "i", "3"]).status.success());
+    assert!(snmp(&lab, &rw, "snmpset", &[&ctl(2), "i", "3"])
+        .status
+        .success());
     m1.wait_power(false, Duration::from_secs(10)).unwrap();
     m1.wait_power(true, Duration::from_secs(10)).unwrap();
 }
@@ -108,25 +153,53 @@ fn pdu_refuses_wrong_community_and_wrong_v3_key_and_changes_nothing() {
     let m = &lab.machines()[0];
     let bad_v2c = lab.dir().join("bad-v2c");
     std::fs::create_dir_all(&bad_v2c).unwrap();
-    palisade_lab::write_secret(&bad_v2c.join("snmp.conf"), b"defVersion 2c\ndefCommunity guess\n").unwrap();
-    let out = snmp(&lab, &bad_v2c, "snmpset", &[".1.3.6.1.4.1.318.1.1.4.4.2.1.3.1", "i", "2"]);
+    palisade_lab::write_secret(
+        &bad_v2c.join("snmp.conf"),
+        b"defVersion 2c\ndefCommunity guess\n",
+    )
+    .unwrap();
+    let out = snmp(
+        &lab,
+        &bad_v2c,
+        "snmpset",
+        &[".1.3.6.1.4.1.318.1.1.4.4.2.1.3.1", "i", "2"],
+    );
     assert!(!out.status.success(), "wrong community must fail: {out:?}");
 
     // The read-only community cannot switch outlets either.
     let ro = cred_dir(&lab, SnmpCred::V2cRead);
-    let out = snmp(&lab, &ro, "snmpset", &[".1.3.6.1.4.1.318.1.1.4.4.2.1.3.1", "i", "2"]);
-    assert!(!out.status.success(), "read-only community must not write: {out:?}");
+    let out = snmp(
+        &lab,
+        &ro,
+        "snmpset",
+        &[".1.3.6.1.4.1.318.1.1.4.4.2.1.3.1", "i", "2"],
+    );
+    assert!(
+        !out.status.success(),
+        "read-only community must not write: {out:?}"
+    );
 
     let good = std::fs::read_to_string(cred_dir(&lab, SnmpCred::V3).join("snmp.conf")).unwrap();
     let bad_v3 = lab.dir().join("bad-v3");
     std::fs::create_dir_all(&bad_v3).unwrap();
     let wrong: String = good
         .lines()
-        .map(|l| if l.starts_with("defAuthPassphrase") { "defAuthPassphrase wrong-passphrase".to_string() } else { l.to_string() })
+        .map(|l| {
+            if l.starts_with("defAuthPassphrase") {
+                "defAuthPassphrase wrong-passphrase".to_string()
+            } else {
+                l.to_string()
+            }
+        })
         .collect::<Vec<_>>()
         .join("\n");
     palisade_lab::write_secret(&bad_v3.join("snmp.conf"), wrong.as_bytes()).unwrap();
-    let out = snmp(&lab, &bad_v3, "snmpset", &[".1.3.6.1.4.1.318.1.1.4.4.2.1.3.1", "i", "2"]);
+    let out = snmp(
+        &lab,
+        &bad_v3,
+        "snmpset",
+        &[".1.3.6.1.4.1.318.1.1.4.4.2.1.3.1", "i", "2"],
+    );
     assert!(!out.status.success(), "wrong v3 key must fail: {out:?}");
 
     std::thread::sleep(Duration::from_millis(500));
@@ -140,10 +213,22 @@ fn a_machine_on_two_outlets_stays_up_until_both_are_off() {
     let m = &lab.machines()[0];
     assert_eq!(m.outlets(), &[1, 2]);
     let rw = cred_dir(&lab, SnmpCred::V2cWrite);
-    assert!(snmp(&lab, &rw, "snmpset", &[".1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.1", "i", "2"]).status.success());
+    assert!(snmp(
+        &lab,
+        &rw,
+        "snmpset",
+        &[".1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.1", "i", "2"]
+    )
+    .status
+    .success());
     std::thread::sleep(Duration::from_millis(500));
     assert!(m.is_powered(), "one power supply still feeds the machine");
-    let out = snmp(&lab, &rw, "snmpset", &[".1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.2", "i", "2"]);
+    let out = snmp(
+        &lab,
+        &rw,
+        "snmpset",
+        &[".1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.2", "i", "2"],
+    );
     assert!(out.status.success(), "{out:?}");
     m.wait_power(false, Duration::from_secs(10)).unwrap();
 }

@@ -34,7 +34,16 @@ fn api_reachable(lab: &Lab, machine: usize) -> bool {
     let cp = lab.control_plane().unwrap();
     let m = &lab.machines()[machine];
     Command::new("ip")
-        .args(["netns", "exec", m.netns(), "curl", "-sf", "--max-time", "2", "--cacert"])
+        .args([
+            "netns",
+            "exec",
+            m.netns(),
+            "curl",
+            "-sf",
+            "--max-time",
+            "2",
+            "--cacert",
+        ])
         .arg(cp.ca_cert_pem())
         .arg(format!("{}/readyz", cp.in_lab_api_url()))
         .output()
@@ -57,7 +66,10 @@ fn partitions_cut_traffic_both_ways_heal_restores_it_and_processes_keep_running(
     pong_server(m0.netns(), to_m0);
     pong_server(m1.netns(), to_m1);
     assert!(reaches(m0.netns(), to_m1) && reaches(m1.netns(), to_m0));
-    assert!(api_reachable(&lab, 0), "machines reach the API server through the hub");
+    assert!(
+        api_reachable(&lab, 0),
+        "machines reach the API server through the hub"
+    );
     let procs = m0.processes();
     assert!(!procs.is_empty());
 
@@ -66,20 +78,38 @@ fn partitions_cut_traffic_both_ways_heal_restores_it_and_processes_keep_running(
     assert!(!reaches(m0.netns(), to_m1), "m0 -> m1 must be cut");
     assert!(!reaches(m1.netns(), to_m0), "m1 -> m0 must be cut");
     assert!(!api_reachable(&lab, 0));
-    assert!(api_reachable(&lab, 1), "the other machine still reaches the API");
-    assert_eq!(m0.processes(), procs, "a partition never touches the machine's processes");
+    assert!(
+        api_reachable(&lab, 1),
+        "the other machine still reaches the API"
+    );
+    assert_eq!(
+        m0.processes(),
+        procs,
+        "a partition never touches the machine's processes"
+    );
     lab.heal(0).unwrap();
-    eventually("m0 reaches m1 after heal", Duration::from_secs(10), || reaches(m0.netns(), to_m1).then_some(()));
+    eventually("m0 reaches m1 after heal", Duration::from_secs(10), || {
+        reaches(m0.netns(), to_m1).then_some(())
+    });
     assert!(reaches(m1.netns(), to_m0));
-    eventually("m0 reaches the API after heal", Duration::from_secs(10), || api_reachable(&lab, 0).then_some(()));
+    eventually(
+        "m0 reaches the API after heal",
+        Duration::from_secs(10),
+        || api_reachable(&lab, 0).then_some(()),
+    );
 
     // Machine from the control plane only.
     lab.partition(0, Cut::ControlPlane).unwrap();
     assert!(!api_reachable(&lab, 0));
-    assert!(reaches(m0.netns(), to_m1) && reaches(m1.netns(), to_m0), "node-to-node traffic flows");
+    assert!(
+        reaches(m0.netns(), to_m1) && reaches(m1.netns(), to_m0),
+        "node-to-node traffic flows"
+    );
     assert_eq!(m0.processes(), procs);
     lab.heal(0).unwrap();
-    eventually("API after heal", Duration::from_secs(10), || api_reachable(&lab, 0).then_some(()));
+    eventually("API after heal", Duration::from_secs(10), || {
+        api_reachable(&lab, 0).then_some(())
+    });
 }
 
 fn netns_with_prefix(prefix: &str) -> Vec<String> {
@@ -110,12 +140,23 @@ fn two_labs_run_side_by_side_and_teardown_leaves_nothing_behind() {
     let (a_id, a_dir) = (a.id().to_string(), a.dir().to_path_buf());
     let a_bmc_port = a.machines()[0].bmc().port;
     a.stop();
-    assert!(palisade_lab::process::pids_with_env(palisade_lab::process::LAB_ENV, &a_id).is_empty(), "no process of lab a is left");
-    assert!(netns_with_prefix(&format!("pl{a_id}-")).is_empty(), "no namespace of lab a is left");
+    assert!(
+        palisade_lab::process::pids_with_env(palisade_lab::process::LAB_ENV, &a_id).is_empty(),
+        "no process of lab a is left"
+    );
+    assert!(
+        netns_with_prefix(&format!("pl{a_id}-")).is_empty(),
+        "no namespace of lab a is left"
+    );
     assert!(!a_dir.exists(), "lab a's directory is removed");
-    assert!(std::net::UdpSocket::bind(("127.0.0.1", a_bmc_port)).is_ok(), "lab a's BMC port is free again");
+    assert!(
+        std::net::UdpSocket::bind(("127.0.0.1", a_bmc_port)).is_ok(),
+        "lab a's BMC port is free again"
+    );
     assert!(b.machines()[0].is_powered(), "lab b is untouched");
-    assert!(ipmitool(&b, 0, &["chassis", "power", "status"]).status.success());
+    assert!(ipmitool(&b, 0, &["chassis", "power", "status"])
+        .status
+        .success());
 }
 
 #[test]
