@@ -15,7 +15,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 bash hack/install-deps.sh
 say "building (release)"
-cargo build --release --workspace --bins --quiet
+cargo build --release --workspace --bins --features palisade-fence/bench --quiet
 export PALISADE_BIN_DIR="$PWD/target/release"
 mkdir -p target/bench
 

@@ -11,13 +11,15 @@ say() { printf '[install-deps] %s\n' "$*"; }
 
 K8S_VERSION=1.20.2
 CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/palisade"
-K8S_BIN_DIR="$CACHE_DIR/k8s-$K8S_VERSION"
+# The suffix names the local patch set: bump it when the build changes so caches rebuild.
+K8S_BUILD="$K8S_VERSION-p1"
+K8S_BIN_DIR="$CACHE_DIR/k8s-$K8S_BUILD"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 PACKAGES=(etcd-server golang-go rsync openipmi ipmitool snmp snmpd fence-agents
           iproute2 openssl procps psmisc util-linux curl ca-certificates dpkg-dev
-          build-essential pkg-config)
+          build-essential pkg-config golang-github-modern-go-reflect2-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -64,6 +66,12 @@ else
   ( cd "$work" && apt-get source -qq --download-only kubernetes >/dev/null 2>&1 || apt-get source -qq --download-only kubernetes )
   ( cd "$work" && dpkg-source -x --skip-patches ./kubernetes_*.dsc src >/dev/null 2>&1 || dpkg-source -x ./kubernetes_*.dsc src >/dev/null )
   src="$work/src"
+  # The vendored modern-go/reflect2 v1.0.1 crashes (SIGSEGV in UnsafeIterate) under Go >= 1.18
+  # on the first custom-resource write. Debian's reflect2 1.0.2 fixes it.
+  say "replacing vendored modern-go/reflect2 with Debian's 1.0.2 (Go 1.19 fix)"
+  rm -rf "$src/vendor/github.com/modern-go/reflect2"
+  cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 "$src/vendor/github.com/modern-go/reflect2"
+  rm -f "$src/vendor/github.com/modern-go/reflect2/go.mod"
   mkdir -p "$src/.go/src/k8s.io"
   ln -sfn "$src" "$src/.go/src/k8s.io/kubernetes"
   say "compiling (GOPATH mode, logs in $work/build.log)"

@@ -20,6 +20,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The Kubernetes version the lab runs.
 pub const K8S_VERSION: &str = "1.20.2";
+/// The cache key of the local build (version plus patch set), as `hack/install-deps.sh` writes it.
+pub const K8S_BUILD: &str = "1.20.2-p1";
 
 /// Where `hack/install-deps.sh` caches the control-plane binaries.
 pub fn k8s_bin_dir() -> PathBuf {
@@ -31,7 +33,7 @@ pub fn k8s_bin_dir() -> PathBuf {
         .unwrap_or_else(|_| {
             PathBuf::from(std::env::var("HOME").unwrap_or("/root".into())).join(".cache")
         });
-    cache.join("palisade").join(format!("k8s-{K8S_VERSION}"))
+    cache.join("palisade").join(format!("k8s-{K8S_BUILD}"))
 }
 
 /// A running control plane.

@@ -72,3 +72,68 @@ async fn statefulset_controller_creates_the_first_pod_and_it_stays_pending_witho
         .await
         .unwrap();
 }
+
+/// Guards the reflect2 fix in `hack/install-deps.sh`: the 1.20 API server built with Go 1.19
+/// and the vendored reflect2 1.0.1 crashes on the first custom-resource write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resources_can_be_created_and_read_back() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+
+    let lab = tokio::task::spawn_blocking(|| {
+        Lab::start(LabConfig {
+            machines: 0,
+            pdu: false,
+            ..Default::default()
+        })
+    })
+    .await
+    .unwrap()
+    .expect("control plane starts");
+    let client = lab
+        .control_plane()
+        .unwrap()
+        .client()
+        .await
+        .expect("admin client");
+    let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.lab.palisade.dev"},
+        "spec": {
+            "group": "lab.palisade.dev", "scope": "Cluster",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}}}]
+        }
+    }))
+    .unwrap();
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .expect("create CRD");
+    let gvk = GroupVersionKind::gvk("lab.palisade.dev", "v1", "Widget");
+    let widgets: Api<DynamicObject> = Api::all_with(client, &ApiResource::from_gvk(&gvk));
+    let mut obj = DynamicObject::new("w1", &ApiResource::from_gvk(&gvk));
+    obj.data = serde_json::json!({"spec": {"size": 3}});
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        // The CRD takes a moment to be established.
+        match widgets.create(&PostParams::default(), &obj).await {
+            Ok(_) => break,
+            Err(e) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "custom resource create failed: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let back = widgets
+        .get("w1")
+        .await
+        .expect("read back (the API server is still up)");
+    assert_eq!(back.data["spec"]["size"], 3);
+    tokio::task::spawn_blocking(move || drop(lab))
+        .await
+        .unwrap();
+}

@@ -1,0 +1,460 @@
+//! `palisade-fence-bench`: side-by-side medians of palisade-fence and the tools operators use
+//! today (`fence_ipmilan`, `ipmitool`, `fence_apc_snmp`), in one run against the same lab
+//! simulators (`ipmi_sim` BMCs and the `snmpd` PDU).
+//!
+//! Bounded in count and time: a fixed number of iterations per row, every external command
+//! under `timeout`, and the concurrent row limited to the lab's machines (20 by default).
+//!
+//! Usage: `palisade-fence-bench [ITERATIONS] [MACHINES]` (defaults 15 and 20).
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use palisade_fence::device::{Credentials, DeviceOptions};
+use palisade_fence::target::{
+    IpmiTarget, PduTarget, SnmpAuthProtocol, SnmpSecurityLevel, SnmpVersion, Target,
+};
+use palisade_fence::verify::VerifyPolicy;
+use palisade_fence::{Device, PowerDevice, PowerState, Secret};
+use palisade_lab::{Lab, LabConfig, PduInfo};
+
+/// Per external command.
+const COMMAND_TIMEOUT_S: u32 = 60;
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let iterations: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(15);
+    let machines: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(20);
+    if !(3..=50).contains(&iterations) || !(3..=40).contains(&machines) {
+        bail!("iterations must be 3..=50 and machines 3..=40");
+    }
+    eprintln!("starting a lab with {machines} machines and a PDU ...");
+    let lab = Lab::start(LabConfig {
+        machines,
+        control_plane: false,
+        pdu: true,
+        outlets_per_machine: 1,
+        machine_command: "exec sleep infinity".into(),
+        ..Default::default()
+    })
+    .context("starting the lab")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    wait(&lab, 0..machines, true, Duration::from_secs(60))?;
+
+    let mut rows: Vec<Row> = Vec::new();
+    let bin = palisade_lab::bin_path("palisade-fence").context("palisade-fence binary")?;
+
+    // --- IPMI status ------------------------------------------------------------------
+    let dev0 = ipmi(&lab, 0, Some(3))?;
+    let mut ours_lib = Vec::new();
+    let mut ours_cli = Vec::new();
+    let mut fence = Vec::new();
+    let mut ipmitool = Vec::new();
+    for _ in 0..iterations {
+        ours_lib.push(time(|| {
+            let s = rt.block_on(dev0.status())?;
+            ensure(s == PowerState::On, "status on")
+        })?);
+        ours_cli.push(time(|| {
+            stdin_cmd(
+                bin.to_str().unwrap_or_default(),
+                &ipmi_stdin(&lab, 0, "status"),
+                0,
+            )
+        })?);
+        fence.push(time(|| {
+            stdin_cmd("fence_ipmilan", &ipmi_stdin(&lab, 0, "status"), 0)
+        })?);
+        ipmitool.push(time(|| ipmitool_status(&lab, 0))?);
+    }
+    rows.push(Row::new(
+        "IPMI status: palisade (library, session per call)",
+        &ours_lib,
+        "fence_ipmilan --lanplus --cipher=3",
+        &fence,
+    ));
+    rows.push(Row::new(
+        "IPMI status: palisade (library)",
+        &ours_lib,
+        "ipmitool -I lanplus -C 3",
+        &ipmitool,
+    ));
+    rows.push(Row::new(
+        "IPMI status: palisade-fence CLI (process)",
+        &ours_cli,
+        "fence_ipmilan --lanplus --cipher=3",
+        &fence,
+    ));
+
+    // --- IPMI verified off ---------------------------------------------------------------
+    let dev1 = ipmi(&lab, 1, Some(3))?;
+    let off_iters = iterations.min(7);
+    let mut ours_off = Vec::new();
+    let mut gap = Vec::new();
+    let mut fence_off = Vec::new();
+    for _ in 0..off_iters {
+        wait(&lab, 1..2, true, Duration::from_secs(30))?;
+        let watcher = PowerWatcher::start(&lab, 1);
+        let t0 = Instant::now();
+        let ev = rt.block_on(dev1.off())?;
+        let ours = t0.elapsed();
+        ours_off.push(ours);
+        // How long after the simulated machine actually died did we hold the evidence?
+        if let Some(dead_at) = watcher.finish() {
+            let verified_at = t0 + ev.command_to_verified();
+            gap.push(verified_at.saturating_duration_since(dead_at));
+        }
+        rt.block_on(dev1.on())?;
+        wait(&lab, 2..3, true, Duration::from_secs(30))?;
+        fence_off.push(time(|| {
+            stdin_cmd("fence_ipmilan", &ipmi_stdin(&lab, 2, "off"), 0)
+        })?);
+        stdin_cmd("fence_ipmilan", &ipmi_stdin(&lab, 2, "on"), 0)?;
+    }
+    rows.push(Row::new(
+        "IPMI off (verified): palisade",
+        &ours_off,
+        "fence_ipmilan -o off",
+        &fence_off,
+    ));
+    rows.push(Row::single(
+        "IPMI off: evidence after machine death (lab observed)",
+        &gap,
+    ));
+
+    // --- PDU --------------------------------------------------------------------------
+    let plug = lab.machines()[3].outlets()[0];
+    let pdu3 = pdu(&lab, &[plug])?;
+    let mut pdu_status = Vec::new();
+    let mut pdu_cli = Vec::new();
+    let mut apc_status = Vec::new();
+    for _ in 0..iterations {
+        pdu_status.push(time(|| {
+            let s = rt.block_on(pdu3.status())?;
+            ensure(s == PowerState::On, "pdu status on")
+        })?);
+        pdu_cli.push(time(|| {
+            stdin_cmd(
+                bin.to_str().unwrap_or_default(),
+                &pdu_stdin(&lab, plug, "status")?,
+                0,
+            )
+        })?);
+        apc_status.push(time(|| {
+            stdin_cmd("fence_apc_snmp", &pdu_stdin(&lab, plug, "status")?, 0)
+        })?);
+    }
+    rows.push(Row::new(
+        "PDU status: palisade (library, v2c)",
+        &pdu_status,
+        "fence_apc_snmp -o status",
+        &apc_status,
+    ));
+    rows.push(Row::new(
+        "PDU status: palisade-fence CLI (process)",
+        &pdu_cli,
+        "fence_apc_snmp -o status",
+        &apc_status,
+    ));
+    let mut pdu_off = Vec::new();
+    let mut apc_off = Vec::new();
+    for _ in 0..off_iters {
+        wait(&lab, 3..4, true, Duration::from_secs(30))?;
+        pdu_off.push(time(|| {
+            rt.block_on(pdu3.off()).map(|_| ()).map_err(Into::into)
+        })?);
+        rt.block_on(pdu3.on())?;
+        wait(&lab, 3..4, true, Duration::from_secs(30))?;
+        apc_off.push(time(|| {
+            stdin_cmd("fence_apc_snmp", &pdu_stdin(&lab, plug, "off")?, 0)
+        })?);
+        stdin_cmd("fence_apc_snmp", &pdu_stdin(&lab, plug, "on")?, 0)?;
+    }
+    rows.push(Row::new(
+        "PDU off (verified): palisade",
+        &pdu_off,
+        "fence_apc_snmp -o off",
+        &apc_off,
+    ));
+
+    // --- concurrent fencing -----------------------------------------------------------------
+    wait(&lab, 0..machines, true, Duration::from_secs(60))?;
+    let devices: Vec<Arc<Device>> = (0..machines)
+        .map(|i| ipmi(&lab, i, Some(3)).map(Arc::new))
+        .collect::<anyhow::Result<_>>()?;
+    let rss_before = rss_kib();
+    let t0 = Instant::now();
+    let results = rt.block_on(futures::future::join_all(devices.iter().map(|d| {
+        let d = d.clone();
+        async move { d.off().await }
+    })));
+    let all = t0.elapsed();
+    let rss_after = rss_kib();
+    let failures = results.iter().filter(|r| r.is_err()).count();
+    for r in results.iter().filter_map(|r| r.as_ref().err()) {
+        eprintln!("concurrent off failed: {r}");
+    }
+    let dead = (0..machines)
+        .filter(|i| !lab.machines()[*i].is_powered())
+        .count();
+    let _ = rt.block_on(futures::future::join_all(devices.iter().map(|d| {
+        let d = d.clone();
+        async move { d.on().await }
+    })));
+
+    // --- report -----------------------------------------------------------------------------
+    println!();
+    println!("palisade-fence benchmark: {iterations} iterations ({off_iters} for off), medians, same lab simulators");
+    println!(
+        "{:<58} {:>10} {:<38} {:>10} {:>8}",
+        "operation (ours)", "ours", "peer", "peer", "ratio"
+    );
+    for r in &rows {
+        match &r.peer {
+            Some((name, m)) => println!(
+                "{:<58} {:>10} {:<38} {:>10} {:>7.1}x",
+                r.name,
+                ms(r.ours),
+                name,
+                ms(*m),
+                m.as_secs_f64() / r.ours.as_secs_f64().max(1e-9)
+            ),
+            None => println!("{:<58} {:>10}", r.name, ms(r.ours)),
+        }
+    }
+    println!(
+        "{machines} BMCs fenced concurrently (verified off): {} total, {failures} failures, {dead}/{machines} machines observed off, RSS {} KiB -> {} KiB",
+        ms(all),
+        rss_before,
+        rss_after
+    );
+    if failures > 0 {
+        bail!("{failures} concurrent fences failed");
+    }
+    Ok(())
+}
+
+struct Row {
+    name: String,
+    ours: Duration,
+    peer: Option<(String, Duration)>,
+}
+
+impl Row {
+    fn new(name: &str, ours: &[Duration], peer: &str, theirs: &[Duration]) -> Self {
+        Self {
+            name: name.into(),
+            ours: median(ours),
+            peer: Some((peer.into(), median(theirs))),
+        }
+    }
+    fn single(name: &str, ours: &[Duration]) -> Self {
+        Self {
+            name: name.into(),
+            ours: median(ours),
+            peer: None,
+        }
+    }
+}
+
+fn median(v: &[Duration]) -> Duration {
+    let mut v = v.to_vec();
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn time(f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<Duration> {
+    let t0 = Instant::now();
+    f()?;
+    Ok(t0.elapsed())
+}
+
+fn ensure(ok: bool, what: &str) -> anyhow::Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        bail!("unexpected result: {what}")
+    }
+}
+
+fn wait(
+    lab: &Lab,
+    range: std::ops::Range<usize>,
+    on: bool,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    for i in range {
+        lab.machines()[i].wait_power(on, timeout)?;
+    }
+    Ok(())
+}
+
+fn options() -> DeviceOptions {
+    DeviceOptions {
+        exchange_timeout: Duration::from_millis(500),
+        retries: 3,
+        cipher_probe_timeout: Duration::from_millis(100),
+        verify: VerifyPolicy {
+            timeout: Duration::from_secs(20),
+            interval: Duration::from_millis(20),
+        },
+    }
+}
+
+fn ipmi(lab: &Lab, i: usize, cipher: Option<u8>) -> anyhow::Result<Device> {
+    let b = lab.machines()[i].bmc();
+    Ok(Device::new(
+        Target::Ipmi(IpmiTarget {
+            host: b.host.to_string(),
+            port: b.port,
+            username: b.user.clone(),
+            cipher,
+            allow_weak_cipher_suites: false,
+        }),
+        &Credentials {
+            password: Some(Secret::from_file(&b.password_file)?),
+            ..Default::default()
+        },
+        options(),
+    )?)
+}
+
+fn pdu(lab: &Lab, outlets: &[u32]) -> anyhow::Result<Device> {
+    let info = lab.pdu().context("no PDU")?.info();
+    Ok(Device::new(
+        Target::Pdu(PduTarget {
+            host: info.host.to_string(),
+            port: info.port,
+            outlets: outlets.to_vec(),
+            profile: "apc".into(),
+            version: SnmpVersion::V2c,
+            v3_user: None,
+            v3_auth: SnmpAuthProtocol::Sha1,
+            v3_level: SnmpSecurityLevel::AuthPriv,
+        }),
+        &Credentials {
+            community: Some(Secret::new(PduInfo::secret(&info.community_rw_file)?)),
+            ..Default::default()
+        },
+        options(),
+    )?)
+}
+
+fn ipmi_stdin(lab: &Lab, i: usize, action: &str) -> String {
+    let b = lab.machines()[i].bmc();
+    format!(
+        "action={action}\nip={}\nipport={}\nusername={}\npassword_script=cat {}\nlanplus=1\ncipher=3\n",
+        b.host,
+        b.port,
+        b.user,
+        b.password_file.display()
+    )
+}
+
+fn pdu_stdin(lab: &Lab, plug: u32, action: &str) -> anyhow::Result<String> {
+    let info = lab.pdu().context("no PDU")?.info();
+    Ok(format!(
+        "action={action}\nip={}\nipport={}\nplug={plug}\ncommunity={}\nsnmp_version=2c\n",
+        info.host,
+        info.port,
+        PduInfo::secret(&info.community_rw_file)?
+    ))
+}
+
+/// Runs `program` with options on stdin (secrets never on argv), bounded by `timeout`.
+fn stdin_cmd(program: &str, stdin: &str, expect: i32) -> anyhow::Result<()> {
+    let mut child = Command::new("timeout")
+        .arg(COMMAND_TIMEOUT_S.to_string())
+        .arg(program)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {program}"))?;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(stdin.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if out.status.code() != Some(expect) {
+        bail!(
+            "{program} exited {:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+fn ipmitool_status(lab: &Lab, i: usize) -> anyhow::Result<()> {
+    let b = lab.machines()[i].bmc();
+    let out = Command::new("timeout")
+        .arg(COMMAND_TIMEOUT_S.to_string())
+        .args(["ipmitool", "-I", "lanplus", "-C", "3", "-H"])
+        .arg(b.host.to_string())
+        .arg("-p")
+        .arg(b.port.to_string())
+        .args(["-U", &b.user, "-f"])
+        .arg(&b.password_file)
+        .args(["chassis", "power", "status"])
+        .output()?;
+    ensure(out.status.success(), "ipmitool status")
+}
+
+/// Watches a machine's power from the lab side and records when it died.
+struct PowerWatcher {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Option<Instant>>,
+}
+
+impl PowerWatcher {
+    fn start(lab: &Lab, i: usize) -> Self {
+        let pidfile = lab.machines()[i].dir().join("boot.pid");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let pid = std::fs::read_to_string(&pidfile).ok()?.trim().to_string();
+            let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !stop2.load(Ordering::SeqCst) && Instant::now() < deadline {
+                if !proc_dir.exists() {
+                    return Some(Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            None
+        });
+        Self { stop, handle }
+    }
+
+    fn finish(self) -> Option<Instant> {
+        // Give the watcher a moment to see the death it may be racing with.
+        std::thread::sleep(Duration::from_millis(5));
+        self.stop.store(true, Ordering::SeqCst);
+        self.handle.join().ok().flatten()
+    }
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,277 @@
+//! The IPMI 2.0 RMCP+ backend: [`IpmiDevice`] drives a BMC over async UDP using the sans-IO
+//! `palisade-ipmi` crate.
+//!
+//! - [`transport`]: UDP exchanges with per-exchange timeout and bounded retransmission;
+//! - [`session`]: negotiation, Open Session + RAKP, commands, Close Session (always).
+//!
+//! Cipher negotiation: ask Get Channel Cipher Suites with a short timeout (`ipmi_sim` never
+//! answers), prefer 17, accept 3, and refuse 0/1/2 (and the other suites without integrity or
+//! confidentiality) unless `allow_weak_cipher_suites` is set. When the BMC does not list its
+//! suites, try 17 then 3 (then weak ones only if allowed); a BMC rejects an unsupported suite
+//! at Open Session at once, so the fallback costs one round trip. The result is cached per
+//! device.
+
+pub(crate) mod session;
+pub(crate) mod transport;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use palisade_ipmi::chassis_control::ChassisControl;
+use palisade_ipmi::cipher_suite::PREFERRED;
+use palisade_ipmi::get_chassis_status::{ChassisStatus, GetChassisStatus};
+use palisade_ipmi::set_session_privilege_level::SetSessionPrivilegeLevel;
+use palisade_ipmi::{CipherSuite, Privilege};
+
+use self::session::{list_cipher_suites, OpenError, Session, SessionParams};
+use self::transport::Transport;
+use crate::device::{Credentials, DeviceOptions, PowerDevice};
+use crate::error::FenceError;
+use crate::power::PowerState;
+use crate::target::IpmiTarget;
+use crate::verify::{self, Commanded, StatusProbe, VerifiedOff, VerifiedOn};
+
+/// Weak suites in the order we would try them when explicitly allowed (strongest first).
+const WEAK_ORDER: [u8; 5] = [16, 2, 15, 1, 0];
+
+/// A BMC.
+pub struct IpmiDevice {
+    target: IpmiTarget,
+    name: String,
+    params: SessionParams,
+    options: DeviceOptions,
+    negotiated: Mutex<Option<u8>>,
+}
+
+impl std::fmt::Debug for IpmiDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IpmiDevice")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl IpmiDevice {
+    /// Creates the device; nothing is sent until an operation runs.
+    pub fn new(
+        target: IpmiTarget,
+        credentials: &Credentials,
+        options: DeviceOptions,
+    ) -> Result<Self, FenceError> {
+        let name = format!("ipmi://{}@{}:{}", target.username, target.host, target.port);
+        let password = credentials
+            .password
+            .clone()
+            .ok_or_else(|| FenceError::Config(format!("{name}: no password given")))?;
+        if let Some(id) = target.cipher {
+            let suite = CipherSuite::from_id(id)
+                .ok_or_else(|| FenceError::Config(format!("{name}: unknown cipher suite {id}")))?;
+            if suite.is_weak() && !target.allow_weak_cipher_suites {
+                return Err(FenceError::Config(format!(
+                    "{name}: cipher suite {id} is weak; set allow_weak_cipher_suites to use it"
+                )));
+            }
+        }
+        Ok(Self {
+            params: SessionParams {
+                username: target.username.clone(),
+                password,
+                exchange_timeout: options.exchange_timeout,
+                attempts: options.retries + 1,
+            },
+            negotiated: Mutex::new(target.cipher),
+            target,
+            name,
+            options,
+        })
+    }
+
+    /// The cipher suite negotiated so far (or configured).
+    pub fn negotiated_suite(&self) -> Option<u8> {
+        *self.negotiated.lock().expect("not poisoned")
+    }
+
+    fn acceptable(&self, id: u8) -> bool {
+        CipherSuite::from_id(id)
+            .is_some_and(|s| !s.is_weak() || self.target.allow_weak_cipher_suites)
+    }
+
+    /// Opens a session, negotiating the suite the first time.
+    async fn open(&self, privilege: Privilege) -> Result<Session, FenceError> {
+        let t = Transport::connect(&self.target.host, self.target.port, &self.name).await?;
+        let candidates: Vec<u8> = match self.negotiated_suite() {
+            Some(id) => vec![id],
+            None => {
+                let offered = list_cipher_suites(&t, self.options.cipher_probe_timeout).await?;
+                let mut order: Vec<u8> = PREFERRED.to_vec();
+                if self.target.allow_weak_cipher_suites {
+                    order.extend_from_slice(&WEAK_ORDER);
+                }
+                match offered {
+                    Some(offered) => {
+                        let c: Vec<u8> = order
+                            .into_iter()
+                            .filter(|id| offered.contains(id) && self.acceptable(*id))
+                            .collect();
+                        if c.is_empty() {
+                            return Err(FenceError::NoAcceptableCipherSuite {
+                                device: self.name.clone(),
+                                offered,
+                            });
+                        }
+                        c
+                    }
+                    None => order,
+                }
+            }
+        };
+        let mut rejected = Vec::new();
+        for id in candidates {
+            let suite = CipherSuite::from_id(id).expect("candidates are known suites");
+            match Session::open(&t, suite, &self.params).await {
+                Ok(mut s) => {
+                    *self.negotiated.lock().expect("not poisoned") = Some(s.suite());
+                    if privilege > Privilege::User {
+                        let r = s
+                            .command_ok(
+                                &SetSessionPrivilegeLevel(privilege),
+                                "Set Session Privilege Level",
+                            )
+                            .await;
+                        if let Err(e) = r {
+                            s.close().await;
+                            return Err(e);
+                        }
+                    }
+                    return Ok(s);
+                }
+                Err(OpenError::SuiteRejected) => rejected.push(id),
+                Err(OpenError::Fatal(e)) => return Err(e),
+            }
+        }
+        Err(FenceError::NoAcceptableCipherSuite {
+            device: self.name.clone(),
+            offered: rejected,
+        })
+    }
+
+    /// Reads the chassis status in a fresh session.
+    pub async fn chassis_status(&self) -> Result<ChassisStatus, FenceError> {
+        let mut s = self.open(Privilege::User).await?;
+        let r = s.command_ok(&GetChassisStatus, "Get Chassis Status").await;
+        s.close().await;
+        r
+    }
+
+    /// Sends one Chassis Control command (no verification) in a fresh session.
+    pub async fn chassis_control(&self, action: ChassisControl) -> Result<(), FenceError> {
+        let mut s = self.open(Privilege::Administrator).await?;
+        let r = s.command_ok(&action, "Chassis Control").await;
+        s.close().await;
+        r
+    }
+
+    async fn control_and_verify(
+        &self,
+        action: ChassisControl,
+        want: PowerState,
+    ) -> Result<Evidence, FenceError> {
+        let mut s = self.open(Privilege::Administrator).await?;
+        let commanded = Commanded::now();
+        if let Err(e) = s.command_ok(&action, "Chassis Control").await {
+            s.close().await;
+            return Err(e);
+        }
+        let mut probe = SessionProbe(&mut s);
+        let r = if want == PowerState::Off {
+            verify::verify_off(&self.name, commanded, &mut probe, self.options.verify)
+                .await
+                .map(Evidence::Off)
+        } else {
+            verify::verify_on(&self.name, commanded, &mut probe, self.options.verify)
+                .await
+                .map(Evidence::On)
+        };
+        s.close().await;
+        r
+    }
+}
+
+enum Evidence {
+    Off(VerifiedOff),
+    On(VerifiedOn),
+}
+
+struct SessionProbe<'a>(&'a mut Session);
+
+#[async_trait]
+impl StatusProbe for SessionProbe<'_> {
+    async fn probe(&mut self) -> Result<PowerState, FenceError> {
+        let st = self
+            .0
+            .command_ok(&GetChassisStatus, "Get Chassis Status")
+            .await?;
+        Ok(if st.power_on {
+            PowerState::On
+        } else {
+            PowerState::Off
+        })
+    }
+}
+
+#[async_trait]
+impl PowerDevice for IpmiDevice {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn status(&self) -> Result<PowerState, FenceError> {
+        let st = self.chassis_status().await?;
+        Ok(if st.power_on {
+            PowerState::On
+        } else {
+            PowerState::Off
+        })
+    }
+
+    async fn off(&self) -> Result<VerifiedOff, FenceError> {
+        match self
+            .control_and_verify(ChassisControl::PowerDown, PowerState::Off)
+            .await?
+        {
+            Evidence::Off(e) => Ok(e),
+            Evidence::On(_) => unreachable_evidence(&self.name),
+        }
+    }
+
+    async fn on(&self) -> Result<VerifiedOn, FenceError> {
+        match self
+            .control_and_verify(ChassisControl::PowerUp, PowerState::On)
+            .await?
+        {
+            Evidence::On(e) => Ok(e),
+            Evidence::Off(_) => Err(FenceError::Protocol {
+                device: self.name.clone(),
+                detail: "internal: off evidence for on".into(),
+            }),
+        }
+    }
+
+    async fn monitor(&self) -> Result<(), FenceError> {
+        // Reachable, credentials good and the account may raise itself to Administrator.
+        let s = self.open(Privilege::Administrator).await?;
+        s.close().await;
+        Ok(())
+    }
+}
+
+fn unreachable_evidence(name: &str) -> Result<VerifiedOff, FenceError> {
+    Err(FenceError::Protocol {
+        device: name.to_string(),
+        detail: "internal: on evidence for off".into(),
+    })
+}
+
+/// Default timeout of the Get Channel Cipher Suites probe.
+pub const CIPHER_PROBE_TIMEOUT: Duration = Duration::from_millis(100);

@@ -1,0 +1,270 @@
+//! Fencing targets addressed by URL. Credentials never go in the URL: they come separately in
+//! [`crate::Credentials`].
+//!
+//! - `ipmi://user@host[:port][?cipher=17|3&allow_weak_cipher_suites=true]` (port 623)
+//! - `snmp+pdu://[v3user@]host[:port]/outlet/N[,M...][?profile=apc&version=2c]` (port 161);
+//!   for v3: `version=3&auth=sha&priv=aes` (authPriv SHA + AES-128 is the default).
+
+use std::fmt;
+
+use crate::error::FenceError;
+
+/// A parsed target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A BMC reached over IPMI 2.0 RMCP+.
+    Ipmi(IpmiTarget),
+    /// Outlets of a switched PDU reached over SNMP.
+    Pdu(PduTarget),
+}
+
+/// An IPMI BMC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpmiTarget {
+    /// Host name or address.
+    pub host: String,
+    /// UDP port.
+    pub port: u16,
+    /// BMC user name.
+    pub username: String,
+    /// A fixed cipher suite, or None to negotiate (prefer 17, then 3).
+    pub cipher: Option<u8>,
+    /// Accept suites without integrity or confidentiality (0, 1, 2). Off by default.
+    pub allow_weak_cipher_suites: bool,
+}
+
+/// SNMP protocol version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnmpVersion {
+    /// SNMPv1 (community).
+    V1,
+    /// SNMPv2c (community).
+    V2c,
+    /// SNMPv3 (user-based security).
+    V3,
+}
+
+/// SNMPv3 authentication protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnmpAuthProtocol {
+    /// HMAC-MD5-96.
+    Md5,
+    /// HMAC-SHA-96.
+    Sha1,
+    /// HMAC-SHA-256.
+    Sha256,
+}
+
+/// SNMPv3 security level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnmpSecurityLevel {
+    /// No authentication, no privacy.
+    NoAuthNoPriv,
+    /// Authentication only.
+    AuthNoPriv,
+    /// Authentication and AES privacy.
+    AuthPriv,
+}
+
+/// A PDU target: one or more outlets feeding one machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PduTarget {
+    /// Host name or address.
+    pub host: String,
+    /// UDP port.
+    pub port: u16,
+    /// Outlet numbers (1-based). Off means every one of them off.
+    pub outlets: Vec<u32>,
+    /// Vendor profile name (see [`crate::pdu::profile`]).
+    pub profile: String,
+    /// SNMP version.
+    pub version: SnmpVersion,
+    /// SNMPv3 user name.
+    pub v3_user: Option<String>,
+    /// SNMPv3 authentication protocol.
+    pub v3_auth: SnmpAuthProtocol,
+    /// SNMPv3 security level.
+    pub v3_level: SnmpSecurityLevel,
+}
+
+fn bad(url: &str, why: impl fmt::Display) -> FenceError {
+    FenceError::Config(format!("target {url}: {why}"))
+}
+
+impl Target {
+    /// Parses a target URL.
+    pub fn parse(s: &str) -> Result<Self, FenceError> {
+        let url = url::Url::parse(s).map_err(|e| bad(s, e))?;
+        if url.password().is_some() {
+            return Err(bad(s, "credentials must not be in the URL"));
+        }
+        let host = url
+            .host_str()
+            .ok_or_else(|| bad(s, "missing host"))?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let query: Vec<(String, String)> = url.query_pairs().into_owned().collect();
+        let get = |k: &str| query.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        match url.scheme() {
+            "ipmi" => {
+                if url.username().is_empty() {
+                    return Err(bad(s, "missing user (ipmi://user@host)"));
+                }
+                let cipher = match get("cipher") {
+                    None | Some("auto") => None,
+                    Some(c) => Some(c.parse::<u8>().map_err(|e| bad(s, e))?),
+                };
+                let allow_weak_cipher_suites = matches!(
+                    get("allow_weak_cipher_suites"),
+                    Some("true") | Some("1") | Some("yes")
+                );
+                Ok(Self::Ipmi(IpmiTarget {
+                    host,
+                    port: url.port().unwrap_or(623),
+                    username: url.username().to_string(),
+                    cipher,
+                    allow_weak_cipher_suites,
+                }))
+            }
+            "snmp+pdu" => {
+                let segs: Vec<&str> = url
+                    .path_segments()
+                    .map(|p| p.filter(|x| !x.is_empty()).collect())
+                    .unwrap_or_default();
+                let mut outlets = Vec::new();
+                let mut it = segs.iter();
+                while let Some(seg) = it.next() {
+                    if *seg != "outlet" && *seg != "outlets" {
+                        return Err(bad(s, format!("unexpected path segment {seg:?}")));
+                    }
+                    let list = it.next().ok_or_else(|| bad(s, "missing outlet number"))?;
+                    for n in list.split(',') {
+                        let n: u32 = n.parse().map_err(|_| bad(s, "bad outlet number"))?;
+                        if n == 0 {
+                            return Err(bad(s, "outlets are 1-based"));
+                        }
+                        if !outlets.contains(&n) {
+                            outlets.push(n);
+                        }
+                    }
+                }
+                if outlets.is_empty() {
+                    return Err(bad(s, "no outlet (snmp+pdu://host/outlet/N)"));
+                }
+                let version = match get("version").unwrap_or("2c") {
+                    "1" => SnmpVersion::V1,
+                    "2c" | "2" => SnmpVersion::V2c,
+                    "3" => SnmpVersion::V3,
+                    v => return Err(bad(s, format!("unknown SNMP version {v}"))),
+                };
+                let v3_auth = match get("auth").unwrap_or("sha") {
+                    "md5" | "MD5" => SnmpAuthProtocol::Md5,
+                    "sha" | "SHA" | "sha1" => SnmpAuthProtocol::Sha1,
+                    "sha256" | "SHA256" => SnmpAuthProtocol::Sha256,
+                    v => return Err(bad(s, format!("unknown auth protocol {v}"))),
+                };
+                let v3_level = match get("sec_level").unwrap_or("authPriv") {
+                    "noAuthNoPriv" => SnmpSecurityLevel::NoAuthNoPriv,
+                    "authNoPriv" => SnmpSecurityLevel::AuthNoPriv,
+                    "authPriv" => SnmpSecurityLevel::AuthPriv,
+                    v => return Err(bad(s, format!("unknown security level {v}"))),
+                };
+                if let Some(p) = get("priv") {
+                    if !p.eq_ignore_ascii_case("aes") {
+                        return Err(bad(s, "only AES privacy is supported"));
+                    }
+                }
+                let profile = get("profile").unwrap_or("apc").to_string();
+                crate::pdu::profile::Profile::by_name(&profile)?;
+                Ok(Self::Pdu(PduTarget {
+                    host,
+                    port: url.port().unwrap_or(161),
+                    outlets,
+                    profile,
+                    version,
+                    v3_user: (!url.username().is_empty()).then(|| url.username().to_string()),
+                    v3_auth,
+                    v3_level,
+                }))
+            }
+            other => Err(bad(s, format!("unknown scheme {other}"))),
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ipmi(t) => write!(f, "ipmi://{}@{}:{}", t.username, t.host, t.port),
+            Self::Pdu(t) => {
+                let outlets: Vec<String> = t.outlets.iter().map(u32::to_string).collect();
+                write!(
+                    f,
+                    "snmp+pdu://{}:{}/outlet/{}?profile={}",
+                    t.host,
+                    t.port,
+                    outlets.join(","),
+                    t.profile
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ipmi_urls() {
+        let t = Target::parse("ipmi://admin@127.0.0.1:6230?cipher=3").unwrap();
+        assert_eq!(
+            t,
+            Target::Ipmi(IpmiTarget {
+                host: "127.0.0.1".into(),
+                port: 6230,
+                username: "admin".into(),
+                cipher: Some(3),
+                allow_weak_cipher_suites: false,
+            })
+        );
+        assert_eq!(t.to_string(), "ipmi://admin@127.0.0.1:6230");
+        let Target::Ipmi(d) = Target::parse("ipmi://a@bmc?allow_weak_cipher_suites=true").unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(d.port, 623);
+        assert!(d.allow_weak_cipher_suites && d.cipher.is_none());
+        assert!(Target::parse("ipmi://bmc:623").is_err(), "user required");
+        assert!(
+            Target::parse("ipmi://a:pw@bmc").is_err(),
+            "no password in URLs"
+        );
+    }
+
+    #[test]
+    fn parses_pdu_urls() {
+        let Target::Pdu(p) =
+            Target::parse("snmp+pdu://127.0.0.1:1161/outlet/1,2?profile=cyberpower&version=3")
+                .unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(p.outlets, vec![1, 2]);
+        assert_eq!(p.version, SnmpVersion::V3);
+        assert_eq!(p.profile, "cyberpower");
+        assert_eq!(p.v3_level, SnmpSecurityLevel::AuthPriv);
+        let Target::Pdu(p) = Target::parse("snmp+pdu://pdu/outlet/3/outlet/4").unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (p.port, p.outlets, p.version),
+            (161, vec![3, 4], SnmpVersion::V2c)
+        );
+        assert!(Target::parse("snmp+pdu://pdu/").is_err());
+        assert!(Target::parse("snmp+pdu://pdu/outlet/0").is_err());
+        assert!(Target::parse("snmp+pdu://pdu/outlet/1?profile=nope").is_err());
+        assert!(Target::parse("redfish://x").is_err());
+    }
+}

@@ -1,0 +1,265 @@
+//! Verification: the only place that can construct [`VerifiedOff`] (and [`VerifiedOn`]).
+//!
+//! A power fence counts only when the device *reports* the power off after the command.
+//! [`verify_off`] polls a [`StatusProbe`] until it reports [`PowerState::Off`], bounded by a
+//! timeout, and only then hands out the evidence. The evidence types have private fields and
+//! no public constructor, so no other code can claim "fenced" without going through here.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+
+use crate::error::FenceError;
+use crate::power::PowerState;
+
+/// Something that can read the current power state, e.g. an open IPMI session.
+#[async_trait]
+pub trait StatusProbe: Send {
+    /// Reads the power state once.
+    async fn probe(&mut self) -> Result<PowerState, FenceError>;
+}
+
+/// When the power command was sent. Taken just before sending it.
+#[derive(Debug, Clone, Copy)]
+pub struct Commanded {
+    wall: SystemTime,
+    mono: Instant,
+}
+
+impl Commanded {
+    /// Records "the command is being sent now".
+    pub fn now() -> Self {
+        Self {
+            wall: SystemTime::now(),
+            mono: Instant::now(),
+        }
+    }
+}
+
+/// Evidence that a device reported the power of its machine off after an off command.
+///
+/// Guarantees: constructed only by [`verify_off`], after a status read that returned
+/// [`PowerState::Off`] and was issued after the command was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedOff {
+    device: String,
+    commanded_at: SystemTime,
+    verified_at: SystemTime,
+    command_to_verified: Duration,
+    polls: u32,
+}
+
+/// Evidence that a device reported the power on after an on command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedOn {
+    device: String,
+    verified_at: SystemTime,
+    command_to_verified: Duration,
+    polls: u32,
+}
+
+impl VerifiedOff {
+    /// The device that reported off.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+    /// Wall-clock time the command was sent.
+    pub fn commanded_at(&self) -> SystemTime {
+        self.commanded_at
+    }
+    /// Wall-clock time the device reported off.
+    pub fn verified_at(&self) -> SystemTime {
+        self.verified_at
+    }
+    /// Monotonic time from command to the status read that reported off.
+    pub fn command_to_verified(&self) -> Duration {
+        self.command_to_verified
+    }
+    /// Status reads it took.
+    pub fn polls(&self) -> u32 {
+        self.polls
+    }
+}
+
+impl VerifiedOn {
+    /// The device that reported on.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+    /// Wall-clock time the device reported on.
+    pub fn verified_at(&self) -> SystemTime {
+        self.verified_at
+    }
+    /// Monotonic time from command to the status read that reported on.
+    pub fn command_to_verified(&self) -> Duration {
+        self.command_to_verified
+    }
+    /// Status reads it took.
+    pub fn polls(&self) -> u32 {
+        self.polls
+    }
+}
+
+/// How to poll.
+#[derive(Debug, Clone, Copy)]
+pub struct VerifyPolicy {
+    /// Give up after this long since the command.
+    pub timeout: Duration,
+    /// Pause between status reads.
+    pub interval: Duration,
+}
+
+impl Default for VerifyPolicy {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(20),
+            interval: Duration::from_millis(20),
+        }
+    }
+}
+
+/// Polls until `expected` is reported; returns (polls, elapsed since command).
+async fn poll_until(
+    device: &str,
+    expected: PowerState,
+    commanded: Commanded,
+    probe: &mut dyn StatusProbe,
+    policy: VerifyPolicy,
+) -> Result<(u32, Duration), FenceError> {
+    let deadline = tokio::time::Instant::from_std(commanded.mono) + policy.timeout;
+    let mut polls = 0u32;
+    let mut last = None;
+    loop {
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        polls += 1;
+        match tokio::time::timeout(remaining, probe.probe()).await {
+            Ok(Ok(state)) => {
+                if state == expected {
+                    return Ok((polls, commanded.mono.elapsed()));
+                }
+                last = Some(state);
+            }
+            // Transient failures (a lost datagram) are polled through; terminal ones end it.
+            Ok(Err(e)) if !e.is_retryable() => return Err(e),
+            Ok(Err(e)) => tracing::debug!(device, error = %e, "status poll failed"),
+            Err(_) => {}
+        }
+        let next = tokio::time::Instant::now() + policy.interval;
+        if next >= deadline {
+            return Err(FenceError::NotVerified {
+                device: device.to_string(),
+                expected,
+                last,
+                after: commanded.mono.elapsed(),
+            });
+        }
+        tokio::time::sleep_until(next).await;
+    }
+}
+
+/// Polls `probe` until it reports off and returns the evidence.
+///
+/// Guarantees: `Ok` only if a status read started after `commanded` returned
+/// [`PowerState::Off`] within `policy.timeout` of `commanded`. Assumptions: `commanded` was
+/// taken before the off command was sent; `probe` reads the device, not a cache.
+pub async fn verify_off(
+    device: &str,
+    commanded: Commanded,
+    probe: &mut dyn StatusProbe,
+    policy: VerifyPolicy,
+) -> Result<VerifiedOff, FenceError> {
+    let (polls, elapsed) = poll_until(device, PowerState::Off, commanded, probe, policy).await?;
+    Ok(VerifiedOff {
+        device: device.to_string(),
+        commanded_at: commanded.wall,
+        verified_at: SystemTime::now(),
+        command_to_verified: elapsed,
+        polls,
+    })
+}
+
+/// Polls `probe` until it reports on.
+pub async fn verify_on(
+    device: &str,
+    commanded: Commanded,
+    probe: &mut dyn StatusProbe,
+    policy: VerifyPolicy,
+) -> Result<VerifiedOn, FenceError> {
+    let (polls, elapsed) = poll_until(device, PowerState::On, commanded, probe, policy).await?;
+    Ok(VerifiedOn {
+        device: device.to_string(),
+        verified_at: SystemTime::now(),
+        command_to_verified: elapsed,
+        polls,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    struct Script(VecDeque<Result<PowerState, FenceError>>);
+
+    #[async_trait]
+    impl StatusProbe for Script {
+        async fn probe(&mut self) -> Result<PowerState, FenceError> {
+            self.0.pop_front().unwrap_or(Ok(PowerState::On))
+        }
+    }
+
+    fn timeout_err() -> FenceError {
+        FenceError::Timeout {
+            device: "d".into(),
+            operation: "status".into(),
+            after: Duration::from_millis(1),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn off_is_verified_only_after_the_device_reports_off() {
+        let mut probe = Script(VecDeque::from([
+            Ok(PowerState::On),
+            Err(timeout_err()),
+            Ok(PowerState::Unknown),
+            Ok(PowerState::Off),
+        ]));
+        let ev = verify_off("d", Commanded::now(), &mut probe, VerifyPolicy::default())
+            .await
+            .unwrap();
+        assert_eq!(ev.polls(), 4);
+        assert_eq!(ev.device(), "d");
+        assert!(ev.verified_at() >= ev.commanded_at());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_machine_that_stays_on_is_not_verified() {
+        let mut probe = Script(VecDeque::new());
+        let policy = VerifyPolicy {
+            timeout: Duration::from_secs(1),
+            interval: Duration::from_millis(100),
+        };
+        let err = verify_off("d", Commanded::now(), &mut probe, policy)
+            .await
+            .unwrap_err();
+        match err {
+            FenceError::NotVerified { last, expected, .. } => {
+                assert_eq!(last, Some(PowerState::On));
+                assert_eq!(expected, PowerState::Off);
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn terminal_errors_stop_polling() {
+        let mut probe = Script(VecDeque::from([Err(FenceError::AuthRefused {
+            device: "d".into(),
+            detail: "no".into(),
+        })]));
+        let err = verify_off("d", Commanded::now(), &mut probe, VerifyPolicy::default())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), "auth_refused");
+    }
+}

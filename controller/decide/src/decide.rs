@@ -1,0 +1,395 @@
+//! Decide: a pure function from a [`Snapshot`] to one typed [`Verdict`] per node that needs one.
+//!
+//! The gates run in a fixed order, and the first that objects gives the verdict:
+//!
+//! 1. policy: none selects the node → `Hold(NoPolicy)`; several → `Hold(ConflictingPolicies)`;
+//!    malformed → `Hold(InvalidPolicy)`;
+//! 2. health: a Healthy node gets no verdict at all unless a `NodeFence` asks for it;
+//! 3. `paused`, then exclusions (opt-out annotation, maintenance);
+//! 4. health again: a manual request for a non-Unhealthy node holds, a Suspect node waits;
+//! 5. escalation limit, then cooldown (flapping nodes);
+//! 6. the quorum guard: too many covered nodes silent, or every zone fully silent;
+//! 7. `fenceWhen`;
+//! 8. forgiveness (pods' unreachable `tolerationSeconds`, shortened by an exhausted PDB);
+//! 9. a plan: FenceTarget levels, or the trusted self-fence level;
+//! 10. limits, admitting candidates highest pod priority first (then longest Unhealthy, then
+//!     name): cluster-wide `maxConcurrent`, then per-domain;
+//! 11. `dryRun` turns an admitted fence into `Hold(DryRun)`.
+//!
+//! Manual requests may skip only the guards their `overrides` name (quorum guard, forgiveness,
+//! node health, escalation limit).
+
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use palisade_model::nodefence::{Overrides, PlannedDevice, RequestedBy};
+use palisade_model::policy::{Detection, FenceWhen};
+
+use crate::clock::Mono;
+use crate::detector::{classify, unhealthy_at, Health, Thresholds};
+use crate::selector;
+use crate::snapshot::{FenceState, NodeSnapshot, PolicySnapshot, Snapshot, Tolerance};
+use crate::verdict::{FencePlan, HoldReason, PlanLevel, Verdict, WaitReason};
+
+/// One node's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The node.
+    pub node: String,
+    /// The verdict.
+    pub verdict: Verdict,
+}
+
+/// A node that passed every per-node gate and now competes for the concurrency limits.
+struct Candidate<'a> {
+    node: &'a NodeSnapshot,
+    policy: &'a PolicySnapshot,
+    plan: FencePlan,
+    since: Mono,
+}
+
+/// Decide for every node that is silent or has a pending `NodeFence`. Nodes that are Healthy
+/// and unrequested, or whose fence is already under way, get no decision. The result is sorted
+/// by node name and depends only on the snapshot (not on the order of its lists).
+///
+/// Guarantees: no `Fence` verdict when the node's policy is paused or in dry run, when the
+/// quorum guard trips (unless a manual request overrides it), for an excluded node, or beyond
+/// `maxConcurrent` / `perDomain.maxConcurrent` counting the fences already in flight.
+pub fn decide(s: &Snapshot) -> Vec<Decision> {
+    let mut nodes: Vec<&NodeSnapshot> = s.nodes.iter().collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut policies: Vec<&PolicySnapshot> = s.policies.iter().collect();
+    policies.sort_by(|a, b| a.name.cmp(&b.name));
+
+    let mut decisions = Vec::new();
+    let mut candidates = Vec::new();
+    for node in &nodes {
+        match gate(s, &nodes, &policies, node) {
+            Gate::Skip => {}
+            Gate::Verdict(verdict) => decisions.push(Decision {
+                node: node.name.clone(),
+                verdict,
+            }),
+            Gate::Candidate(c) => candidates.push(c),
+        }
+    }
+    decisions.extend(admit(&nodes, candidates));
+    decisions.sort_by(|a, b| a.node.cmp(&b.node));
+    decisions
+}
+
+enum Gate<'a> {
+    Skip,
+    Verdict(Verdict),
+    Candidate(Box<Candidate<'a>>),
+}
+
+fn hold(reason: HoldReason) -> Gate<'static> {
+    Gate::Verdict(Verdict::Hold(reason))
+}
+
+fn gate<'a>(
+    s: &Snapshot,
+    nodes: &[&'a NodeSnapshot],
+    policies: &[&'a PolicySnapshot],
+    node: &'a NodeSnapshot,
+) -> Gate<'a> {
+    let now = s.now.mono;
+    let (requested, manual): (bool, Option<Overrides>) = match node.fence {
+        FenceState::InFlight | FenceState::Settled => return Gate::Skip,
+        FenceState::None => (false, None),
+        FenceState::Pending { manual } => (true, manual),
+    };
+    let overrides = manual.unwrap_or_default();
+
+    // 1. Policy.
+    let matching: Vec<&&PolicySnapshot> = policies
+        .iter()
+        .filter(|p| selector::matches(&p.spec.node_selector, &node.labels))
+        .collect();
+    let policy = match matching.as_slice() {
+        [only] => **only,
+        other => {
+            // Without a (single) policy, report only silent or requested nodes, judged by the
+            // default thresholds.
+            let t = Thresholds::from(&Detection::default());
+            if !requested && classify(node.last_heartbeat_change, now, t) == Health::Healthy {
+                return Gate::Skip;
+            }
+            return if other.is_empty() {
+                hold(HoldReason::NoPolicy)
+            } else {
+                hold(HoldReason::ConflictingPolicies {
+                    policies: other.iter().map(|p| p.name.clone()).collect(),
+                })
+            };
+        }
+    };
+    let spec = &policy.spec;
+    let t = Thresholds::from(&spec.detection);
+
+    // 2. Health: healthy, unrequested nodes need no decision.
+    let health = classify(node.last_heartbeat_change, now, t);
+    if health == Health::Healthy && !requested {
+        return Gate::Skip;
+    }
+    if spec.validate().is_err() {
+        return hold(HoldReason::InvalidPolicy {
+            policy: policy.name.clone(),
+        });
+    }
+
+    // 3. Paused, exclusions.
+    if spec.paused {
+        return hold(HoldReason::Paused {
+            policy: policy.name.clone(),
+        });
+    }
+    if let Some(ex) = node.exclusion {
+        return hold(HoldReason::Excluded(ex));
+    }
+
+    // 4. Health proper.
+    let unhealthy_since = unhealthy_at(node.last_heartbeat_change, t);
+    let since = match health {
+        Health::Unhealthy => unhealthy_since,
+        _ if overrides.node_health => now.min(unhealthy_since),
+        Health::Healthy => return hold(HoldReason::NodeNotUnhealthy),
+        Health::Suspect => {
+            return Gate::Verdict(Verdict::Wait {
+                until: unhealthy_since,
+                reason: WaitReason::Suspect,
+            })
+        }
+    };
+
+    // 5. Flapping: escalation limit, then cooldown.
+    let wall = s.now.wall;
+    let secs = |v: i64| Duration::from_secs(u64::try_from(v).unwrap_or(0));
+    let window = secs(spec.escalation.window_seconds);
+    let in_window = node
+        .past_fences
+        .iter()
+        .filter(|end| wall.duration_since(**end).as_secs_f64() < window.as_secs_f64())
+        .count();
+    let max_fences = usize::try_from(spec.escalation.max_fences_per_window).unwrap_or(0);
+    if in_window >= max_fences && !overrides.escalation {
+        return hold(HoldReason::EscalationLimit {
+            fences: in_window,
+            window,
+        });
+    }
+    if let Some(last) = node.past_fences.iter().max() {
+        let cooldown = secs(spec.escalation.cooldown_seconds);
+        if let Ok(until) = last.checked_add(cooldown) {
+            if wall < until {
+                return hold(HoldReason::Cooldown { until });
+            }
+        }
+    }
+
+    // 6. Quorum guard.
+    if !overrides.quorum_guard {
+        let covered: Vec<&&NodeSnapshot> = nodes
+            .iter()
+            .filter(|n| selector::matches(&spec.node_selector, &n.labels))
+            .collect();
+        let silent = covered
+            .iter()
+            .filter(|n| classify(n.last_heartbeat_change, now, t) != Health::Healthy)
+            .count();
+        let allowed = spec.max_unhealthy().allowed_silent(covered.len());
+        if silent > allowed {
+            return hold(HoldReason::QuorumLost {
+                silent,
+                total: covered.len(),
+                allowed,
+            });
+        }
+        // Every zone (over all nodes, not only covered ones) fully silent: act on nothing.
+        let key = &spec.limits.per_domain.topology_key;
+        let mut zones: BTreeMap<&str, bool> = BTreeMap::new();
+        for n in nodes {
+            let zone = n.labels.get(key).map_or("", String::as_str);
+            let up = classify(n.last_heartbeat_change, now, t) == Health::Healthy;
+            *zones.entry(zone).or_insert(false) |= up;
+        }
+        if !zones.is_empty() && zones.values().all(|up| !up) {
+            return hold(HoldReason::AllZonesDown { zones: zones.len() });
+        }
+    }
+
+    // 7. fenceWhen.
+    if spec.fence_when == FenceWhen::StatefulOnly && !node.pods.iter().any(|p| p.uses_rwo_volume) {
+        return hold(HoldReason::NotStateful);
+    }
+
+    // 8. Forgiveness.
+    let (forgiveness, pdb_urgent) = forgiveness(s, policy, node);
+    let deadline = since + forgiveness;
+    if !overrides.forgiveness && now < deadline {
+        return Gate::Verdict(Verdict::Wait {
+            until: deadline,
+            reason: WaitReason::Forgiveness {
+                forgiveness,
+                pdb_urgent,
+            },
+        });
+    }
+
+    // 9. Plan.
+    let hardware = node.fence_target.as_ref().filter(|t| !t.levels.is_empty());
+    let levels = match hardware {
+        Some(target) => {
+            if let Err(problems) = target.validate() {
+                return hold(HoldReason::InvalidFenceTarget {
+                    problems: problems.len(),
+                });
+            }
+            target
+                .levels
+                .iter()
+                .enumerate()
+                .map(|(i, l)| PlanLevel::Hardware {
+                    name: if l.name.is_empty() {
+                        format!("level-{i}")
+                    } else {
+                        l.name.clone()
+                    },
+                    devices: l
+                        .devices
+                        .iter()
+                        .map(|d| PlannedDevice {
+                            url: d.url.clone(),
+                            kind: d.kind,
+                            timeout_seconds: d.timeout_seconds,
+                        })
+                        .collect(),
+                })
+                .collect()
+        }
+        None => match node.self_fence_after {
+            Some(after) if spec.trust_self_fence.enabled => vec![PlanLevel::SelfFence {
+                trusted_after: node.last_heartbeat_change
+                    + after
+                    + secs(spec.trust_self_fence.margin_seconds),
+            }],
+            _ => return hold(HoldReason::NoFenceTarget),
+        },
+    };
+    Gate::Candidate(Box::new(Candidate {
+        node,
+        policy,
+        since,
+        plan: FencePlan {
+            node: node.name.clone(),
+            policy: policy.name.clone(),
+            requested_by: if manual.is_some() {
+                RequestedBy::Manual
+            } else {
+                RequestedBy::Controller
+            },
+            levels,
+            priority: node.pods.iter().map(|p| p.priority).max().unwrap_or(0),
+            forgiveness,
+            pdb_urgent,
+        },
+    }))
+}
+
+/// The node's forgiveness and whether an exhausted PDB shortened it.
+fn forgiveness(s: &Snapshot, policy: &PolicySnapshot, node: &NodeSnapshot) -> (Duration, bool) {
+    let rule = &policy.spec.forgiveness;
+    let secs = |v: i64| Duration::from_secs(u64::try_from(v).unwrap_or(0));
+    let max = secs(rule.max_seconds);
+    let mut f = if !rule.respect_tolerations || node.pods.is_empty() {
+        secs(rule.default_seconds)
+    } else {
+        node.pods
+            .iter()
+            .filter_map(|p| match p.unreachable {
+                Tolerance::None => Some(Duration::ZERO),
+                Tolerance::For(d) => Some(d),
+                Tolerance::Forever => None,
+            })
+            .min()
+            .unwrap_or(max)
+    };
+    f = f.min(max);
+    let pdb = &policy.spec.pdb;
+    if pdb.urgent_when_exhausted {
+        let exhausted = node.pods.iter().any(|pod| {
+            s.pdbs.iter().any(|b| {
+                b.namespace == pod.namespace
+                    && b.disruptions_allowed <= 0
+                    && b.selector
+                        .as_ref()
+                        .is_some_and(|sel| selector::matches(sel, &pod.labels))
+            })
+        });
+        let urgent = secs(pdb.urgent_forgiveness_seconds);
+        if exhausted && urgent < f {
+            return (urgent, true);
+        }
+    }
+    (f, false)
+}
+
+/// Admit candidates against the concurrency limits, highest priority first.
+fn admit(nodes: &[&NodeSnapshot], mut candidates: Vec<Box<Candidate<'_>>>) -> Vec<Decision> {
+    candidates.sort_by(|a, b| {
+        (Reverse(a.plan.priority), a.since, &a.node.name).cmp(&(
+            Reverse(b.plan.priority),
+            b.since,
+            &b.node.name,
+        ))
+    });
+    let in_flight: Vec<&&NodeSnapshot> = nodes
+        .iter()
+        .filter(|n| n.fence == FenceState::InFlight)
+        .collect();
+    // Admitted this round: node names with their labels, so each policy's topology key applies.
+    let mut admitted: Vec<&NodeSnapshot> = Vec::new();
+    let mut out = Vec::new();
+    for c in candidates {
+        let spec = &c.policy.spec;
+        let max = usize::try_from(spec.limits.max_concurrent).unwrap_or(0);
+        let busy = in_flight.len() + admitted.len();
+        let verdict = if busy >= max {
+            Verdict::Hold(HoldReason::ConcurrencyLimit {
+                in_flight: busy,
+                max,
+            })
+        } else {
+            let key = &spec.limits.per_domain.topology_key;
+            let domain = c.node.labels.get(key).cloned().unwrap_or_default();
+            let in_domain =
+                |n: &NodeSnapshot| n.labels.get(key).map_or("", String::as_str) == domain;
+            let busy_domain = in_flight.iter().filter(|n| in_domain(n)).count()
+                + admitted.iter().filter(|n| in_domain(n)).count();
+            let max_domain = usize::try_from(spec.limits.per_domain.max_concurrent).unwrap_or(0);
+            if busy_domain >= max_domain {
+                Verdict::Hold(HoldReason::DomainLimit {
+                    domain,
+                    in_flight: busy_domain,
+                    max: max_domain,
+                })
+            } else {
+                admitted.push(c.node);
+                if spec.dry_run {
+                    Verdict::Hold(HoldReason::DryRun {
+                        would: Box::new(c.plan),
+                    })
+                } else {
+                    Verdict::Fence(c.plan)
+                }
+            }
+        };
+        out.push(Decision {
+            node: c.node.name.clone(),
+            verdict,
+        });
+    }
+    out
+}

@@ -1,0 +1,273 @@
+//! Detect: per-node health from the controller's *own* observations.
+//!
+//! For every node the detector remembers the last heartbeat markers it saw (the Lease
+//! `renewTime` and the Ready condition's `lastHeartbeatTime`, treated as opaque values) and the
+//! monotonic instant at which it last saw either of them *change*. The node's own clock is never
+//! compared with ours: only "did it change, and when did we notice". A dead node produces no
+//! events, so the I/O layer re-evaluates [`classify`] on requeues, scheduling the next one at
+//! [`next_change`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use palisade_model::policy::Detection;
+
+use crate::clock::Mono;
+
+/// Heartbeat markers read from the API, compared only for equality.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// The node Lease's `spec.renewTime`, verbatim.
+    pub lease_renew_time: Option<String>,
+    /// The node's Ready condition `lastHeartbeatTime`, verbatim.
+    pub ready_heartbeat: Option<String>,
+}
+
+/// Health of a node as the controller sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Health {
+    /// A heartbeat change was observed within `suspectAfterSeconds`.
+    Healthy,
+    /// Silent for at least `suspectAfterSeconds`.
+    Suspect,
+    /// Silent for at least `unhealthyAfterSeconds`.
+    Unhealthy,
+}
+
+impl Health {
+    /// Stable label (metrics).
+    pub fn label(self) -> &'static str {
+        match self {
+            Health::Healthy => "healthy",
+            Health::Suspect => "suspect",
+            Health::Unhealthy => "unhealthy",
+        }
+    }
+}
+
+/// Detection thresholds as durations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thresholds {
+    /// Silent this long: Suspect.
+    pub suspect_after: Duration,
+    /// Silent this long: Unhealthy.
+    pub unhealthy_after: Duration,
+}
+
+impl From<&Detection> for Thresholds {
+    fn from(d: &Detection) -> Self {
+        let secs = |s: i64| Duration::from_secs(u64::try_from(s).unwrap_or(0));
+        Self {
+            suspect_after: secs(d.suspect_after_seconds),
+            unhealthy_after: secs(d.unhealthy_after_seconds),
+        }
+    }
+}
+
+/// Classify a node last observed changing at `last_change`, at `now`.
+///
+/// Boundaries are inclusive: silent exactly `suspect_after` is Suspect.
+pub fn classify(last_change: Mono, now: Mono, t: Thresholds) -> Health {
+    let silent = now.since(last_change);
+    if silent >= t.unhealthy_after {
+        Health::Unhealthy
+    } else if silent >= t.suspect_after {
+        Health::Suspect
+    } else {
+        Health::Healthy
+    }
+}
+
+/// The instant at which the node becomes Unhealthy if it stays silent.
+pub fn unhealthy_at(last_change: Mono, t: Thresholds) -> Mono {
+    last_change + t.unhealthy_after
+}
+
+/// When the classification will next change if the node stays silent (`None` once Unhealthy):
+/// the requeue time that keeps the clock running for a dead node.
+pub fn next_change(last_change: Mono, now: Mono, t: Thresholds) -> Option<Mono> {
+    match classify(last_change, now, t) {
+        Health::Healthy => Some(last_change + t.suspect_after),
+        Health::Suspect => Some(last_change + t.unhealthy_after),
+        Health::Unhealthy => None,
+    }
+}
+
+/// What an observation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Observed {
+    /// First sighting of the node: its clock starts now (full grace after a controller restart).
+    New,
+    /// A marker changed: the node is alive as of now.
+    Changed,
+    /// Same markers as before: no news.
+    Unchanged,
+}
+
+#[derive(Debug, Clone)]
+struct NodeClock {
+    last: Heartbeat,
+    last_change: Mono,
+}
+
+/// The per-node observation memory.
+#[derive(Debug, Clone, Default)]
+pub struct Detector {
+    nodes: BTreeMap<String, NodeClock>,
+}
+
+impl Detector {
+    /// An empty detector.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Record the markers seen for `node` at monotonic `at`.
+    ///
+    /// Guarantees: `last_change` never moves backwards, even if observations arrive with an
+    /// older `at`; an unchanged marker never refreshes the node.
+    pub fn observe(&mut self, node: &str, heartbeat: Heartbeat, at: Mono) -> Observed {
+        match self.nodes.get_mut(node) {
+            None => {
+                self.nodes.insert(
+                    node.to_string(),
+                    NodeClock {
+                        last: heartbeat,
+                        last_change: at,
+                    },
+                );
+                Observed::New
+            }
+            Some(clock) if clock.last != heartbeat => {
+                clock.last = heartbeat;
+                clock.last_change = clock.last_change.max(at);
+                Observed::Changed
+            }
+            Some(_) => Observed::Unchanged,
+        }
+    }
+
+    /// Forget a node (its Node object was deleted).
+    pub fn forget(&mut self, node: &str) {
+        self.nodes.remove(node);
+    }
+
+    /// When a heartbeat change was last observed for `node`.
+    pub fn last_change(&self, node: &str) -> Option<Mono> {
+        self.nodes.get(node).map(|c| c.last_change)
+    }
+
+    /// The node's health at `now`, `None` if never observed.
+    pub fn health(&self, node: &str, now: Mono, t: Thresholds) -> Option<Health> {
+        self.last_change(node).map(|c| classify(c, now, t))
+    }
+
+    /// Nodes known to the detector.
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        self.nodes.keys().map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const T: Thresholds = Thresholds {
+        suspect_after: Duration::from_secs(2),
+        unhealthy_after: Duration::from_secs(4),
+    };
+
+    fn hb(renew: &str) -> Heartbeat {
+        Heartbeat {
+            lease_renew_time: Some(renew.into()),
+            ready_heartbeat: None,
+        }
+    }
+
+    #[test]
+    fn classification_table() {
+        let last = Mono::from_secs(10);
+        let cases = [
+            (10, Health::Healthy, Some(12)),
+            (11, Health::Healthy, Some(12)),
+            (12, Health::Suspect, Some(14)),
+            (13, Health::Suspect, Some(14)),
+            (14, Health::Unhealthy, None),
+            (1000, Health::Unhealthy, None),
+            // "now" before the last change (clock readings out of order): healthy.
+            (5, Health::Healthy, Some(12)),
+        ];
+        for (now, want, next) in cases {
+            let now = Mono::from_secs(now);
+            assert_eq!(classify(last, now, T), want, "{now:?}");
+            assert_eq!(
+                next_change(last, now, T),
+                next.map(Mono::from_secs),
+                "{now:?}"
+            );
+        }
+        assert_eq!(unhealthy_at(last, T), Mono::from_secs(14));
+    }
+
+    #[test]
+    fn only_a_changed_marker_refreshes_a_node() {
+        let mut d = Detector::new();
+        assert_eq!(d.observe("m0", hb("a"), Mono::from_secs(0)), Observed::New);
+        assert_eq!(
+            d.observe("m0", hb("a"), Mono::from_secs(3)),
+            Observed::Unchanged
+        );
+        assert_eq!(d.health("m0", Mono::from_secs(3), T), Some(Health::Suspect));
+        assert_eq!(
+            d.observe("m0", hb("b"), Mono::from_secs(5)),
+            Observed::Changed
+        );
+        assert_eq!(d.health("m0", Mono::from_secs(5), T), Some(Health::Healthy));
+        assert_eq!(
+            d.health("m0", Mono::from_secs(9), T),
+            Some(Health::Unhealthy)
+        );
+        // A Ready heartbeat change alone also counts.
+        let both = Heartbeat {
+            lease_renew_time: Some("b".into()),
+            ready_heartbeat: Some("x".into()),
+        };
+        assert_eq!(d.observe("m0", both, Mono::from_secs(9)), Observed::Changed);
+        assert_eq!(d.health("m0", Mono::from_secs(9), T), Some(Health::Healthy));
+        assert_eq!(d.health("m1", Mono::from_secs(9), T), None);
+        d.forget("m0");
+        assert_eq!(d.last_change("m0"), None);
+    }
+
+    #[test]
+    fn a_renew_time_far_in_the_past_or_future_is_only_a_change() {
+        // The node's clock is wrong by hours; we never look at the value, only whether it changed.
+        let mut d = Detector::new();
+        d.observe("m0", hb("1999-01-01T00:00:00Z"), Mono::from_secs(0));
+        d.observe("m0", hb("2999-01-01T00:00:00Z"), Mono::from_secs(1));
+        assert_eq!(d.last_change("m0"), Some(Mono::from_secs(1)));
+        assert_eq!(d.health("m0", Mono::from_secs(2), T), Some(Health::Healthy));
+    }
+
+    proptest! {
+        #[test]
+        fn last_change_is_monotonic_and_health_worsens_with_silence(
+            obs in proptest::collection::vec((0u8..3, 0u64..100), 1..40),
+            probe in 0u64..200,
+        ) {
+            let mut d = Detector::new();
+            let mut prev = None;
+            for (marker, at) in obs {
+                d.observe("n", hb(&marker.to_string()), Mono::from_secs(at));
+                let now = d.last_change("n");
+                prop_assert!(prev <= now);
+                prev = now;
+            }
+            let last = d.last_change("n").unwrap();
+            let a = classify(last, Mono::from_secs(probe), T);
+            let b = classify(last, Mono::from_secs(probe + 1), T);
+            prop_assert!(a <= b, "health improved with more silence: {a:?} -> {b:?}");
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! Palisade's fencing decisions, as pure functions with no I/O (no tokio, no kube client).
+//!
+//! The controller's loop is detect → decide → fence → release → recover. This crate holds the
+//! parts of it that can be decided from facts alone:
+//!
+//! - [`detector`]: per-node Healthy / Suspect / Unhealthy from the controller's own monotonic
+//!   observations of heartbeat *changes* ([`clock::Mono`]), never from node clocks;
+//! - [`mod@decide`]: from a cluster [`snapshot::Snapshot`] to one typed [`verdict::Verdict`] per
+//!   node (`Fence(plan)`, `Wait(until)`, `Hold(reason)`), with every safety gate (policy,
+//!   exclusions, quorum, all-zones-down, forgiveness and PDB urgency, limits, priority, the
+//!   self-fence trust rule, cooldown, dry run);
+//! - [`convert`]: pure conversions from cached Kubernetes objects (Node, Lease, Pod, PVC, PDB)
+//!   to the snapshot types;
+//! - [`phase`]: the `NodeFence` state machine, `next_step(spec, status, observations) -> Step`,
+//!   which never repeats an unsafe step and cannot release without a verified fence.
+//!
+//! The I/O controller builds the inputs from its caches, performs the returned step, records
+//! the result with the `palisade-model` status methods, and asks again.
+
+pub mod clock;
+pub mod convert;
+pub mod decide;
+pub mod detector;
+pub mod phase;
+pub mod selector;
+pub mod snapshot;
+pub mod verdict;
+
+pub use clock::{Clocks, Mono};
+pub use decide::{decide, Decision};
+pub use phase::{next_step, Observations, Step};
+pub use verdict::{FencePlan, HoldReason, Verdict, WaitReason};

@@ -1,0 +1,310 @@
+//! The input of [`crate::decide::decide`]: a plain, owned picture of the cluster that the I/O
+//! controller assembles from its caches. Nothing here talks to anything.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::jiff::Timestamp;
+use palisade_model::nodefence::Overrides;
+use palisade_model::policy::FencingPolicySpec;
+use palisade_model::target::FenceTargetSpec;
+
+use crate::clock::Clocks;
+
+/// Everything a decision round looks at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// Both clocks, read once for the round.
+    pub now: Clocks,
+    /// Every `FencingPolicy` (name, spec).
+    pub policies: Vec<PolicySnapshot>,
+    /// Every Node.
+    pub nodes: Vec<NodeSnapshot>,
+    /// PodDisruptionBudgets (policy/v1 or v1beta1, normalized by the I/O layer).
+    pub pdbs: Vec<PdbSnapshot>,
+}
+
+/// A `FencingPolicy`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicySnapshot {
+    /// `metadata.name`.
+    pub name: String,
+    /// The spec.
+    pub spec: FencingPolicySpec,
+}
+
+/// A Node, with what the controller knows about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSnapshot {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.labels` (topology domain, policy selection).
+    pub labels: BTreeMap<String, String>,
+    /// When the detector last observed a heartbeat change ([`crate::detector::Detector::last_change`]).
+    pub last_heartbeat_change: crate::clock::Mono,
+    /// Exclusions read from the node's annotations.
+    pub exclusion: Option<Exclusion>,
+    /// The self-fence timeout the node agent advertises
+    /// (annotation `palisade.dev/self-fence-after-seconds`), if any.
+    pub self_fence_after: Option<Duration>,
+    /// The node's `FenceTarget` spec, if one exists.
+    pub fence_target: Option<FenceTargetSpec>,
+    /// Non-terminal pods bound to the node.
+    pub pods: Vec<PodSnapshot>,
+    /// The node's `NodeFence` state.
+    pub fence: FenceState,
+    /// End times of this node's finished `NodeFence`s (Done or Failed), any order.
+    pub past_fences: Vec<Timestamp>,
+}
+
+/// Why a node is excluded from fencing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Exclusion {
+    /// Annotation `palisade.dev/exclude: "true"`.
+    OptOut,
+    /// Annotation `palisade.dev/maintenance` present.
+    Maintenance,
+}
+
+impl Exclusion {
+    /// Read the exclusion from node annotations (opt-out wins over maintenance).
+    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Option<Self> {
+        if annotations
+            .get(palisade_model::ANNOTATION_EXCLUDE)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        {
+            Some(Self::OptOut)
+        } else if annotations.contains_key(palisade_model::ANNOTATION_MAINTENANCE) {
+            Some(Self::Maintenance)
+        } else {
+            None
+        }
+    }
+}
+
+/// Parse the self-fence advertisement annotation (whole seconds, positive).
+pub fn self_fence_after(annotations: &BTreeMap<String, String>) -> Option<Duration> {
+    annotations
+        .get(palisade_model::ANNOTATION_SELF_FENCE_AFTER)
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs)
+}
+
+/// A node's `NodeFence` situation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FenceState {
+    /// No unfinished `NodeFence`.
+    #[default]
+    None,
+    /// A `NodeFence` in Pending, waiting for this decision.
+    Pending {
+        /// Created by a person (with their overrides) or by the controller.
+        manual: Option<Overrides>,
+    },
+    /// A `NodeFence` in Fencing, Fenced or Releasing: counts against the concurrency limits.
+    InFlight,
+    /// A `NodeFence` in Released or Recovering: the node is fenced; nothing to decide.
+    Settled,
+}
+
+/// A pod bound to the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSnapshot {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Labels (PDB selection).
+    pub labels: BTreeMap<String, String>,
+    /// `spec.priority` (0 when unset).
+    pub priority: i32,
+    /// The pod's tolerations of the `node.kubernetes.io/unreachable:NoExecute` taint.
+    pub unreachable: Tolerance,
+    /// Whether the pod uses a PVC whose volume is ReadWriteOnce (or ReadWriteOncePod).
+    pub uses_rwo_volume: bool,
+}
+
+/// How long a pod tolerates `node.kubernetes.io/unreachable:NoExecute`, computed as the taint
+/// manager does ([`Tolerance::from_tolerations`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tolerance {
+    /// No matching toleration: evicted at once.
+    None,
+    /// Tolerated for this long.
+    For(Duration),
+    /// Tolerated forever (a matching toleration without `tolerationSeconds`, as DaemonSets have).
+    Forever,
+}
+
+/// One toleration, reduced to the fields that matter here.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TolerationSnapshot {
+    /// `key` (empty with operator Exists matches every taint).
+    pub key: String,
+    /// `operator`: `Exists` or `Equal` (the default).
+    pub operator: String,
+    /// `effect` (empty matches every effect).
+    pub effect: String,
+    /// `tolerationSeconds`.
+    pub toleration_seconds: Option<i64>,
+}
+
+impl Tolerance {
+    /// The taint manager's rule (`getMinTolerationTime`) over the tolerations matching
+    /// `node.kubernetes.io/unreachable:NoExecute`: none match → evict now; any non-positive
+    /// seconds → now; otherwise the minimum seconds; only unbounded ones → forever.
+    pub fn from_tolerations(tolerations: &[TolerationSnapshot]) -> Self {
+        let matching: Vec<&TolerationSnapshot> = tolerations
+            .iter()
+            .filter(|t| {
+                let key_ok = (t.key.is_empty() && t.operator == "Exists")
+                    || t.key == palisade_model::UNREACHABLE_TAINT_KEY;
+                let effect_ok = t.effect.is_empty() || t.effect == "NoExecute";
+                key_ok && effect_ok
+            })
+            .collect();
+        if matching.is_empty() {
+            return Tolerance::None;
+        }
+        let mut min: Option<i64> = None;
+        for t in &matching {
+            if let Some(s) = t.toleration_seconds {
+                if s <= 0 {
+                    return Tolerance::For(Duration::ZERO);
+                }
+                min = Some(min.map_or(s, |m| m.min(s)));
+            }
+        }
+        match min {
+            Some(s) => Tolerance::For(Duration::from_secs(s.unsigned_abs())),
+            None => Tolerance::Forever,
+        }
+    }
+}
+
+/// A PodDisruptionBudget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PdbSnapshot {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Pod selector. `None` selects no pod: the I/O layer maps a policy/v1beta1 empty selector
+    /// to `None` and a policy/v1 empty selector to `Some(empty)` (which selects every pod in the
+    /// namespace), matching each API version's semantics.
+    pub selector: Option<LabelSelector>,
+    /// `status.disruptionsAllowed`.
+    pub disruptions_allowed: i32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tol(key: &str, op: &str, effect: &str, secs: Option<i64>) -> TolerationSnapshot {
+        TolerationSnapshot {
+            key: key.into(),
+            operator: op.into(),
+            effect: effect.into(),
+            toleration_seconds: secs,
+        }
+    }
+
+    const U: &str = "node.kubernetes.io/unreachable";
+
+    #[test]
+    fn tolerance_follows_the_taint_manager() {
+        let s = |n| Tolerance::For(Duration::from_secs(n));
+        let cases: Vec<(Vec<TolerationSnapshot>, Tolerance)> = vec![
+            (vec![], Tolerance::None),
+            (
+                vec![tol(
+                    "node.kubernetes.io/not-ready",
+                    "Exists",
+                    "NoExecute",
+                    Some(300),
+                )],
+                Tolerance::None,
+            ),
+            (vec![tol(U, "Exists", "NoExecute", Some(300))], s(300)),
+            (
+                vec![tol(U, "Exists", "NoSchedule", Some(300))],
+                Tolerance::None,
+            ),
+            (vec![tol(U, "Exists", "", Some(30))], s(30)),
+            (
+                vec![tol(U, "Exists", "NoExecute", None)],
+                Tolerance::Forever,
+            ),
+            (vec![tol("", "Exists", "", None)], Tolerance::Forever),
+            (
+                vec![
+                    tol(U, "Exists", "NoExecute", None),
+                    tol(U, "Exists", "NoExecute", Some(60)),
+                ],
+                s(60),
+            ),
+            (
+                vec![
+                    tol(U, "Exists", "NoExecute", Some(60)),
+                    tol(U, "Exists", "NoExecute", Some(20)),
+                ],
+                s(20),
+            ),
+            (
+                vec![
+                    tol(U, "Exists", "NoExecute", Some(60)),
+                    tol(U, "Exists", "NoExecute", Some(-5)),
+                ],
+                s(0),
+            ),
+        ];
+        for (i, (tols, want)) in cases.iter().enumerate() {
+            assert_eq!(Tolerance::from_tolerations(tols), *want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn annotations_give_exclusions_and_self_fence() {
+        let a = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(Exclusion::from_annotations(&a(&[])), None);
+        assert_eq!(
+            Exclusion::from_annotations(&a(&[("palisade.dev/exclude", "true")])),
+            Some(Exclusion::OptOut)
+        );
+        assert_eq!(
+            Exclusion::from_annotations(&a(&[("palisade.dev/exclude", "false")])),
+            None
+        );
+        assert_eq!(
+            Exclusion::from_annotations(&a(&[
+                ("palisade.dev/maintenance", ""),
+                ("palisade.dev/exclude", "TRUE")
+            ])),
+            Some(Exclusion::OptOut)
+        );
+        assert_eq!(
+            Exclusion::from_annotations(&a(&[("palisade.dev/maintenance", "kernel")])),
+            Some(Exclusion::Maintenance)
+        );
+        assert_eq!(
+            self_fence_after(&a(&[("palisade.dev/self-fence-after-seconds", "15")])),
+            Some(Duration::from_secs(15))
+        );
+        assert_eq!(
+            self_fence_after(&a(&[("palisade.dev/self-fence-after-seconds", "0")])),
+            None
+        );
+        assert_eq!(
+            self_fence_after(&a(&[("palisade.dev/self-fence-after-seconds", "soon")])),
+            None
+        );
+    }
+}

@@ -1,0 +1,807 @@
+//! Exhaustive table tests and properties for `decide`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use palisade_decide::snapshot::{Exclusion, FenceState, PdbSnapshot, Snapshot, Tolerance};
+use palisade_decide::verdict::PlanLevel;
+use palisade_decide::{decide, HoldReason, Mono, Verdict, WaitReason};
+use palisade_model::nodefence::{Overrides, RequestedBy};
+use palisade_model::policy::FenceWhen;
+use palisade_model::target::DeviceKind;
+use proptest::prelude::*;
+
+fn verdict_of(s: &Snapshot, node: &str) -> Option<Verdict> {
+    decide(s)
+        .into_iter()
+        .find(|d| d.node == node)
+        .map(|d| d.verdict)
+}
+
+fn label_of(s: &Snapshot, node: &str) -> String {
+    verdict_of(s, node).map_or("none".into(), |v| v.label())
+}
+
+fn pdb(ns: &str, app: &str, allowed: i32, selector: bool) -> PdbSnapshot {
+    PdbSnapshot {
+        namespace: ns.into(),
+        name: format!("{app}-pdb"),
+        selector: selector.then(|| LabelSelector {
+            match_labels: Some([("app".to_string(), app.to_string())].into()),
+            match_expressions: None,
+        }),
+        disruptions_allowed: allowed,
+    }
+}
+
+fn manual(f: impl FnOnce(&mut Overrides)) -> FenceState {
+    let mut o = Overrides::default();
+    f(&mut o);
+    FenceState::Pending { manual: Some(o) }
+}
+
+type Case = (&'static str, fn(&mut Snapshot), &'static str);
+
+/// Each case mutates the five-node world (m0 dead, forgiveness just run out) and states the
+/// verdict label for m0.
+const CASES: &[Case] = &[
+    ("base world fences the dead node", |_| {}, "fence"),
+    ("no policy", |s| s.policies.clear(), "hold_no_policy"),
+    (
+        "selector matches nothing",
+        |s| {
+            s.policies[0].spec.node_selector.match_labels =
+                Some([("role".into(), "db".into())].into())
+        },
+        "hold_no_policy",
+    ),
+    (
+        "two policies",
+        |s| s.policies.push(policy("q", policy_spec())),
+        "hold_conflicting_policies",
+    ),
+    (
+        "invalid policy",
+        |s| s.policies[0].spec.detection.unhealthy_after_seconds = 1,
+        "hold_invalid_policy",
+    ),
+    (
+        "paused",
+        |s| s.policies[0].spec.paused = true,
+        "hold_paused",
+    ),
+    (
+        "dry run",
+        |s| s.policies[0].spec.dry_run = true,
+        "hold_dry_run",
+    ),
+    (
+        "opt-out annotation",
+        |s| node_mut(s, "m0").exclusion = Some(Exclusion::OptOut),
+        "hold_excluded_opt_out",
+    ),
+    (
+        "maintenance",
+        |s| node_mut(s, "m0").exclusion = Some(Exclusion::Maintenance),
+        "hold_excluded_maintenance",
+    ),
+    (
+        "healthy node gets no decision",
+        |s| node_mut(s, "m0").last_heartbeat_change = Mono::from_secs(NOW),
+        "none",
+    ),
+    (
+        "healthy node: paused policy says nothing either",
+        |s| {
+            node_mut(s, "m0").last_heartbeat_change = Mono::from_secs(NOW);
+            s.policies[0].spec.paused = true;
+        },
+        "none",
+    ),
+    (
+        "suspect waits",
+        |s| node_mut(s, "m0").last_heartbeat_change = Mono::from_secs(NOW - 3),
+        "wait_suspect",
+    ),
+    (
+        "forgiveness not yet run out",
+        |s| node_mut(s, "m0").last_heartbeat_change = Mono::from_secs(NOW - 20),
+        "wait_forgiveness",
+    ),
+    (
+        "exhausted PDB makes it urgent",
+        |s| {
+            node_mut(s, "m0").last_heartbeat_change = Mono::from_secs(NOW - 20);
+            s.pdbs.push(pdb("db", "m0-db", 0, true));
+        },
+        "fence",
+    ),
+    (
+        "PDB with room is not urgent",
+        |s| {
+            node_mut(s, "m0").last_heartbeat_change = Mono::from_secs(NOW - 20);
+            s.pdbs.push(pdb("db", "m0-db", 1, true));
+        },
+        "wait_forgiveness",
+    ),
+    (
+        "PDB in another namespace does not cover",
+        |s| {
+            node_mut(s, "m0").last_heartbeat_change = Mono::from_secs(NOW - 20);
+            s.pdbs.push(pdb("other", "m0-db", 0, true));
+        },
+        "wait_forgiveness",
+    ),
+    (
+        "v1beta1 empty selector covers nothing",
+        |s| {
+            node_mut(s, "m0").last_heartbeat_change = Mono::from_secs(NOW - 20);
+            s.pdbs.push(pdb("db", "m0-db", 0, false));
+        },
+        "wait_forgiveness",
+    ),
+    (
+        "PDB urgency disabled by policy",
+        |s| {
+            node_mut(s, "m0").last_heartbeat_change = Mono::from_secs(NOW - 20);
+            s.pdbs.push(pdb("db", "m0-db", 0, true));
+            s.policies[0].spec.pdb.urgent_when_exhausted = false;
+        },
+        "wait_forgiveness",
+    ),
+    (
+        "pods tolerating forever fall back to maxSeconds",
+        |s| {
+            node_mut(s, "m0").pods[0].unreachable = Tolerance::Forever;
+        },
+        "wait_forgiveness",
+    ),
+    (
+        "pod without toleration: no forgiveness",
+        |s| {
+            let n = node_mut(s, "m0");
+            n.last_heartbeat_change = Mono::from_secs(NOW - 5);
+            n.pods[0].unreachable = Tolerance::None;
+        },
+        "fence",
+    ),
+    (
+        "maxSeconds caps tolerations",
+        |s| {
+            let n = node_mut(s, "m0");
+            n.last_heartbeat_change = Mono::from_secs(NOW - 5);
+            n.pods[0].unreachable = Tolerance::For(Duration::from_secs(3000));
+            s.policies[0].spec.forgiveness.max_seconds = 0;
+        },
+        "fence",
+    ),
+    (
+        "ignoring tolerations uses defaultSeconds",
+        |s| {
+            node_mut(s, "m0").last_heartbeat_change = Mono::from_secs(NOW - 5);
+            s.policies[0].spec.forgiveness.respect_tolerations = false;
+            s.policies[0].spec.forgiveness.default_seconds = 10;
+        },
+        "wait_forgiveness",
+    ),
+    (
+        "3 of 5 silent loses quorum",
+        |s| {
+            node_mut(s, "m2").last_heartbeat_change = Mono::from_secs(0);
+            node_mut(s, "m4").last_heartbeat_change = Mono::from_secs(NOW - 3);
+        },
+        "hold_quorum_lost",
+    ),
+    (
+        "2 of 5 silent keeps quorum (40%)",
+        |s| node_mut(s, "m2").last_heartbeat_change = Mono::from_secs(NOW - 3),
+        "fence",
+    ),
+    (
+        "every zone fully down",
+        |s| {
+            s.policies[0].spec.limits.max_unhealthy = IntOrString::String("100%".into());
+            for n in &mut s.nodes {
+                n.last_heartbeat_change = Mono::from_secs(DEAD);
+            }
+        },
+        "hold_all_zones_down",
+    ),
+    (
+        "one zone fully down, others up",
+        |s| {
+            s.policies[0].spec.limits.max_unhealthy = IntOrString::Int(2);
+            node_mut(s, "m1").last_heartbeat_change = Mono::from_secs(DEAD);
+        },
+        "fence",
+    ),
+    (
+        "quorum override on a manual request",
+        |s| {
+            node_mut(s, "m2").last_heartbeat_change = Mono::from_secs(0);
+            node_mut(s, "m4").last_heartbeat_change = Mono::from_secs(0);
+            node_mut(s, "m0").fence = manual(|o| o.quorum_guard = true);
+        },
+        "fence",
+    ),
+    (
+        "manual request without override still guarded",
+        |s| {
+            node_mut(s, "m2").last_heartbeat_change = Mono::from_secs(0);
+            node_mut(s, "m4").last_heartbeat_change = Mono::from_secs(0);
+            node_mut(s, "m0").fence = manual(|_| {});
+        },
+        "hold_quorum_lost",
+    ),
+    (
+        "not stateful",
+        |s| node_mut(s, "m0").pods[0].uses_rwo_volume = false,
+        "hold_not_stateful",
+    ),
+    (
+        "no pods at all",
+        |s| node_mut(s, "m0").pods.clear(),
+        "hold_not_stateful",
+    ),
+    (
+        "fenceWhen Always fences stateless nodes",
+        |s| {
+            node_mut(s, "m0").pods[0].uses_rwo_volume = false;
+            s.policies[0].spec.fence_when = FenceWhen::Always;
+        },
+        "fence",
+    ),
+    (
+        "no fence target",
+        |s| node_mut(s, "m0").fence_target = None,
+        "hold_no_fence_target",
+    ),
+    (
+        "self-fence advertised but trust disabled",
+        |s| {
+            let n = node_mut(s, "m0");
+            n.fence_target = None;
+            n.self_fence_after = Some(Duration::from_secs(15));
+        },
+        "hold_no_fence_target",
+    ),
+    (
+        "self-fence trusted by policy",
+        |s| {
+            let n = node_mut(s, "m0");
+            n.fence_target = None;
+            n.self_fence_after = Some(Duration::from_secs(15));
+            s.policies[0].spec.trust_self_fence.enabled = true;
+        },
+        "fence",
+    ),
+    (
+        "trust enabled but nothing advertised",
+        |s| {
+            node_mut(s, "m0").fence_target = None;
+            s.policies[0].spec.trust_self_fence.enabled = true;
+        },
+        "hold_no_fence_target",
+    ),
+    (
+        "invalid fence target",
+        |s| {
+            node_mut(s, "m0").fence_target =
+                Some(target(vec![vec![("ftp://x".into(), DeviceKind::Power)]]));
+        },
+        "hold_invalid_fence_target",
+    ),
+    (
+        "another fence in flight",
+        |s| node_mut(s, "m3").fence = FenceState::InFlight,
+        "hold_concurrency_limit",
+    ),
+    (
+        "settled fences do not count against the limit",
+        |s| node_mut(s, "m3").fence = FenceState::Settled,
+        "fence",
+    ),
+    (
+        "room overall but the zone is busy",
+        |s| {
+            s.policies[0].spec.limits.max_concurrent = 3;
+            node_mut(s, "m1").fence = FenceState::InFlight;
+        },
+        "hold_domain_limit",
+    ),
+    (
+        "room overall and in the zone",
+        |s| {
+            s.policies[0].spec.limits.max_concurrent = 3;
+            node_mut(s, "m2").fence = FenceState::InFlight;
+        },
+        "fence",
+    ),
+    (
+        "own fence in flight: no new decision",
+        |s| node_mut(s, "m0").fence = FenceState::InFlight,
+        "none",
+    ),
+    (
+        "recent fence: cooldown",
+        |s| node_mut(s, "m0").past_fences = vec![wall(-300)],
+        "hold_cooldown",
+    ),
+    (
+        "cooldown over",
+        |s| node_mut(s, "m0").past_fences = vec![wall(-601)],
+        "fence",
+    ),
+    (
+        "escalation limit",
+        |s| {
+            node_mut(s, "m0").past_fences = vec![wall(-4000), wall(-3000), wall(-2000)];
+        },
+        "hold_escalation_limit",
+    ),
+    (
+        "old fences fall out of the window",
+        |s| {
+            node_mut(s, "m0").past_fences = vec![wall(-90_000), wall(-3000), wall(-2000)];
+        },
+        "fence",
+    ),
+    (
+        "manual escalation override",
+        |s| {
+            let n = node_mut(s, "m0");
+            n.past_fences = vec![wall(-4000), wall(-3000), wall(-2000)];
+            n.fence = manual(|o| o.escalation = true);
+        },
+        "fence",
+    ),
+    (
+        "manual request for a healthy node",
+        |s| {
+            let n = node_mut(s, "m0");
+            n.last_heartbeat_change = Mono::from_secs(NOW);
+            n.fence = manual(|_| {});
+        },
+        "hold_node_not_unhealthy",
+    ),
+    (
+        "manual request for a suspect node waits",
+        |s| {
+            let n = node_mut(s, "m0");
+            n.last_heartbeat_change = Mono::from_secs(NOW - 3);
+            n.fence = manual(|_| {});
+        },
+        "wait_suspect",
+    ),
+    (
+        "manual nodeHealth override still waits for forgiveness",
+        |s| {
+            let n = node_mut(s, "m0");
+            n.last_heartbeat_change = Mono::from_secs(NOW);
+            n.fence = manual(|o| o.node_health = true);
+        },
+        "wait_forgiveness",
+    ),
+    (
+        "manual nodeHealth + forgiveness overrides",
+        |s| {
+            let n = node_mut(s, "m0");
+            n.last_heartbeat_change = Mono::from_secs(NOW);
+            n.fence = manual(|o| {
+                o.node_health = true;
+                o.forgiveness = true;
+            });
+        },
+        "fence",
+    ),
+    (
+        "manual request: paused still holds",
+        |s| {
+            node_mut(s, "m0").fence = manual(|o| {
+                o.quorum_guard = true;
+                o.forgiveness = true;
+                o.node_health = true;
+                o.escalation = true;
+            });
+            s.policies[0].spec.paused = true;
+        },
+        "hold_paused",
+    ),
+    (
+        "manual request: exclusion still holds",
+        |s| {
+            let n = node_mut(s, "m0");
+            n.fence = manual(|o| o.quorum_guard = true);
+            n.exclusion = Some(Exclusion::OptOut);
+        },
+        "hold_excluded_opt_out",
+    ),
+    (
+        "controller-created pending fence is decided normally",
+        |s| {
+            node_mut(s, "m0").fence = FenceState::Pending { manual: None };
+        },
+        "fence",
+    ),
+];
+
+#[test]
+fn decision_table() {
+    let mut failures = Vec::new();
+    for (name, mutate, want) in CASES {
+        let mut s = world();
+        mutate(&mut s);
+        let got = label_of(&s, "m0");
+        if got != *want {
+            failures.push(format!(
+                "{name}: want {want}, got {got} ({:?})",
+                verdict_of(&s, "m0")
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_hold_label_is_listed_and_distinct() {
+    let mut labels = HoldReason::LABELS.to_vec();
+    labels.sort();
+    labels.dedup();
+    assert_eq!(labels.len(), HoldReason::LABELS.len());
+    for (_, mutate, want) in CASES {
+        if let Some(h) = want.strip_prefix("hold_") {
+            assert!(HoldReason::LABELS.contains(&h), "{h} missing from LABELS");
+        }
+        let _ = mutate;
+    }
+}
+
+#[test]
+fn verdict_details_carry_the_numbers() {
+    // Quorum: 3 of 5 silent, 2 allowed.
+    let mut s = world();
+    node_mut(&mut s, "m2").last_heartbeat_change = Mono::from_secs(0);
+    node_mut(&mut s, "m4").last_heartbeat_change = Mono::from_secs(0);
+    let v = verdict_of(&s, "m0").unwrap();
+    assert_eq!(
+        v,
+        Verdict::Hold(HoldReason::QuorumLost {
+            silent: 3,
+            total: 5,
+            allowed: 2
+        })
+    );
+    assert!(v.message().contains("3 of 5"), "{}", v.message());
+
+    // Suspect waits until Unhealthy (last change + 4 s).
+    let mut s = world();
+    node_mut(&mut s, "m0").last_heartbeat_change = Mono::from_secs(NOW - 3);
+    assert_eq!(
+        verdict_of(&s, "m0"),
+        Some(Verdict::Wait {
+            until: Mono::from_secs(NOW + 1),
+            reason: WaitReason::Suspect
+        })
+    );
+
+    // Forgiveness waits until Unhealthy + 30 s.
+    let mut s = world();
+    node_mut(&mut s, "m0").last_heartbeat_change = Mono::from_secs(NOW - 20);
+    assert_eq!(
+        verdict_of(&s, "m0"),
+        Some(Verdict::Wait {
+            until: Mono::from_secs(NOW - 20 + 4 + 30),
+            reason: WaitReason::Forgiveness {
+                forgiveness: Duration::from_secs(30),
+                pdb_urgent: false
+            }
+        })
+    );
+
+    // Exhausted PDB: fence now, flagged urgent, forgiveness 0.
+    s.pdbs.push(pdb("db", "m0-db", 0, true));
+    let Some(Verdict::Fence(plan)) = verdict_of(&s, "m0") else {
+        panic!("expected fence")
+    };
+    assert!(plan.pdb_urgent);
+    assert_eq!(plan.forgiveness, Duration::ZERO);
+    assert_eq!(plan.requested_by, RequestedBy::Controller);
+    assert_eq!(plan.policy, "p");
+    assert_eq!(plan.levels.len(), 1);
+    assert!(
+        matches!(&plan.levels[0], PlanLevel::Hardware { devices, .. } if devices[0].url == "ipmi://bmc-m0")
+    );
+
+    // Cooldown reports its end.
+    let mut s = world();
+    node_mut(&mut s, "m0").past_fences = vec![wall(-300)];
+    assert_eq!(
+        verdict_of(&s, "m0"),
+        Some(Verdict::Hold(HoldReason::Cooldown { until: wall(300) }))
+    );
+}
+
+#[test]
+fn self_fence_plan_trusts_after_timeout_plus_margin() {
+    let mut s = world();
+    s.policies[0].spec.trust_self_fence.enabled = true;
+    s.policies[0].spec.trust_self_fence.margin_seconds = 5;
+    let n = node_mut(&mut s, "m0");
+    n.fence_target = None;
+    n.self_fence_after = Some(Duration::from_secs(15));
+    let Some(Verdict::Fence(plan)) = verdict_of(&s, "m0") else {
+        panic!("expected fence")
+    };
+    assert_eq!(
+        plan.levels,
+        vec![PlanLevel::SelfFence {
+            trusted_after: Mono::from_secs(DEAD + 15 + 5)
+        }]
+    );
+    // Persisted in wall-clock terms relative to the round's clocks.
+    let persisted = plan.to_status(&s.now);
+    let t = persisted.levels[0].trusted_after.as_ref().unwrap().0;
+    assert_eq!(t, wall(DEAD as i64 + 20 - NOW as i64));
+    // A hardware level takes precedence over trust.
+    node_mut(&mut s, "m0").fence_target = Some(target(vec![vec![(
+        "bridge://m0".into(),
+        DeviceKind::Power,
+    )]]));
+    let Some(Verdict::Fence(plan)) = verdict_of(&s, "m0") else {
+        panic!("expected fence")
+    };
+    assert!(matches!(plan.levels[0], PlanLevel::Hardware { .. }));
+}
+
+#[test]
+fn highest_priority_pods_are_fenced_first_when_limited() {
+    let mut s = world();
+    s.policies[0].spec.limits.max_unhealthy = IntOrString::Int(3);
+    // m0 (priority 100, zone a), m2 (priority 1000, zone b), m4 (priority 100, zone c, dead longer).
+    node_mut(&mut s, "m2").last_heartbeat_change = Mono::from_secs(DEAD);
+    node_mut(&mut s, "m2").pods[0].priority = 1000;
+    node_mut(&mut s, "m4").last_heartbeat_change = Mono::from_secs(DEAD - 10);
+    assert_eq!(label_of(&s, "m2"), "fence");
+    assert_eq!(label_of(&s, "m0"), "hold_concurrency_limit");
+    assert_eq!(label_of(&s, "m4"), "hold_concurrency_limit");
+    // With two slots, the tie on priority goes to the node Unhealthy longest (m4).
+    s.policies[0].spec.limits.max_concurrent = 2;
+    assert_eq!(label_of(&s, "m2"), "fence");
+    assert_eq!(label_of(&s, "m4"), "fence");
+    assert_eq!(
+        verdict_of(&s, "m0"),
+        Some(Verdict::Hold(HoldReason::ConcurrencyLimit {
+            in_flight: 2,
+            max: 2
+        }))
+    );
+}
+
+#[test]
+fn per_domain_limit_admits_one_per_zone_in_a_round() {
+    let mut s = world();
+    s.policies[0].spec.limits.max_unhealthy = IntOrString::Int(3);
+    s.policies[0].spec.limits.max_concurrent = 5;
+    node_mut(&mut s, "m1").last_heartbeat_change = Mono::from_secs(DEAD);
+    node_mut(&mut s, "m1").pods[0].priority = 500;
+    node_mut(&mut s, "m2").last_heartbeat_change = Mono::from_secs(DEAD);
+    assert_eq!(label_of(&s, "m1"), "fence");
+    assert_eq!(
+        verdict_of(&s, "m0"),
+        Some(Verdict::Hold(HoldReason::DomainLimit {
+            domain: "a".into(),
+            in_flight: 1,
+            max: 1
+        }))
+    );
+    assert_eq!(label_of(&s, "m2"), "fence");
+}
+
+#[test]
+fn silent_nodes_without_policy_are_reported_healthy_ones_are_not() {
+    let mut s = world();
+    s.policies.clear();
+    let d = decide(&s);
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].node, "m0");
+    assert_eq!(d[0].verdict, Verdict::Hold(HoldReason::NoPolicy));
+}
+
+#[test]
+fn a_partitioned_controller_sees_everything_silent_and_acts_on_nothing() {
+    let mut s = world();
+    s.policies[0].spec.limits.max_unhealthy = IntOrString::String("100%".into());
+    for n in &mut s.nodes {
+        n.last_heartbeat_change = Mono::from_secs(0);
+    }
+    let d = decide(&s);
+    assert_eq!(d.len(), 5);
+    assert!(
+        d.iter().all(|d| d.verdict.label() == "hold_all_zones_down"),
+        "{d:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Properties over random snapshots.
+
+fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
+    let arb_node = (
+        0usize..3,     // zone
+        0u64..=NOW,    // last heartbeat change
+        0u8..6,        // exclusion / fence state selector
+        any::<bool>(), // rwo
+        -10i32..1000,  // priority
+        0u64..60,      // toleration seconds
+        0u8..4,        // manual overrides bitmask selector
+    );
+    (
+        proptest::collection::vec(arb_node, 1..9),
+        any::<bool>(),
+        any::<bool>(),
+        1i32..4,
+        1i32..3,
+        0i32..6,
+        any::<bool>(),
+    )
+        .prop_map(
+            |(nodes, paused, dry_run, max_conc, per_domain, max_unhealthy, trust)| {
+                let mut s = world();
+                s.nodes.clear();
+                for (i, (zone, last, sel, rwo, prio, tol, ov)) in nodes.into_iter().enumerate() {
+                    let mut n = node(&format!("n{i}"), ["a", "b", "c"][zone]);
+                    n.last_heartbeat_change = Mono::from_secs(last);
+                    n.pods[0].uses_rwo_volume = rwo;
+                    n.pods[0].priority = prio;
+                    n.pods[0].unreachable = Tolerance::For(Duration::from_secs(tol));
+                    match sel {
+                        1 => n.exclusion = Some(Exclusion::OptOut),
+                        2 => n.fence = FenceState::InFlight,
+                        3 => {
+                            n.fence = manual(|o| {
+                                o.quorum_guard = ov & 1 == 1;
+                                o.forgiveness = ov & 2 == 2;
+                            })
+                        }
+                        4 => n.fence_target = None,
+                        _ => {}
+                    }
+                    n.self_fence_after = Some(Duration::from_secs(5));
+                    s.nodes.push(n);
+                }
+                let p = &mut s.policies[0].spec;
+                p.paused = paused;
+                p.dry_run = dry_run;
+                p.limits.max_concurrent = max_conc;
+                p.limits.per_domain.max_concurrent = per_domain;
+                p.limits.max_unhealthy = IntOrString::Int(max_unhealthy);
+                p.trust_self_fence.enabled = trust;
+                s
+            },
+        )
+}
+
+fn silent(s: &Snapshot, n: &palisade_decide::snapshot::NodeSnapshot) -> bool {
+    s.now.mono.since(n.last_heartbeat_change) >= Duration::from_secs(2)
+}
+
+fn fenced(s: &Snapshot) -> Vec<String> {
+    decide(s)
+        .into_iter()
+        .filter(|d| d.verdict.is_fence())
+        .map(|d| d.node)
+        .collect()
+}
+
+fn quorum_override(s: &Snapshot, node: &str) -> bool {
+    s.nodes.iter().any(|n| {
+        n.name == node
+            && matches!(n.fence, FenceState::Pending { manual: Some(o) } if o.quorum_guard)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn verdict_is_deterministic_and_order_independent(s in arb_snapshot()) {
+        let a = decide(&s);
+        prop_assert_eq!(&a, &decide(&s));
+        let mut r = s.clone();
+        r.nodes.reverse();
+        prop_assert_eq!(a, decide(&r));
+    }
+
+    #[test]
+    fn never_fence_when_paused_or_dry_run(mut s in arb_snapshot(), dry in any::<bool>()) {
+        if dry { s.policies[0].spec.dry_run = true } else { s.policies[0].spec.paused = true }
+        prop_assert!(fenced(&s).is_empty());
+    }
+
+    #[test]
+    fn never_fence_when_quorum_lost_without_override(s in arb_snapshot()) {
+        let silent_count = s.nodes.iter().filter(|n| silent(&s, n)).count();
+        let allowed = usize::try_from(match &s.policies[0].spec.limits.max_unhealthy {
+            IntOrString::Int(i) => *i,
+            IntOrString::String(_) => unreachable!(),
+        }).unwrap();
+        let zones_all_down = ["a", "b", "c"].iter().all(|z| {
+            s.nodes.iter().filter(|n| n.labels[ZONE] == *z).all(|n| silent(&s, n))
+        });
+        if silent_count > allowed || zones_all_down {
+            for n in fenced(&s) {
+                prop_assert!(quorum_override(&s, &n), "{n} fenced with quorum lost");
+            }
+        }
+    }
+
+    #[test]
+    fn never_exceed_concurrency_limits(s in arb_snapshot()) {
+        let spec = &s.policies[0].spec;
+        let in_flight: Vec<_> = s.nodes.iter().filter(|n| n.fence == FenceState::InFlight).collect();
+        let f = fenced(&s);
+        prop_assert!(in_flight.len() + f.len() <= spec.limits.max_concurrent as usize || f.is_empty());
+        for z in ["a", "b", "c"] {
+            let busy = in_flight.iter().filter(|n| n.labels[ZONE] == z).count();
+            let new = s.nodes.iter().filter(|n| n.labels[ZONE] == z && f.contains(&n.name)).count();
+            prop_assert!(new == 0 || busy + new <= spec.limits.per_domain.max_concurrent as usize);
+        }
+    }
+
+    #[test]
+    fn every_wait_is_for_a_future_instant(s in arb_snapshot()) {
+        for d in decide(&s) {
+            if let Verdict::Wait { until, .. } = d.verdict {
+                prop_assert!(until > s.now.mono, "{} waits for the past: {until:?}", d.node);
+            }
+        }
+    }
+
+    #[test]
+    fn never_fence_excluded_healthy_or_unplanned_nodes(s in arb_snapshot()) {
+        for name in fenced(&s) {
+            let n = s.nodes.iter().find(|n| n.name == name).unwrap();
+            prop_assert!(n.exclusion.is_none());
+            prop_assert!(s.now.mono.since(n.last_heartbeat_change) >= Duration::from_secs(4), "{name} not Unhealthy");
+            prop_assert!(n.pods.iter().any(|p| p.uses_rwo_volume));
+            prop_assert!(n.fence_target.is_some() || s.policies[0].spec.trust_self_fence.enabled);
+            let open = matches!(n.fence, FenceState::None | FenceState::Pending { .. });
+            prop_assert!(open, "{} already fencing", name);
+        }
+    }
+}
+
+#[test]
+fn the_random_snapshots_exercise_fences_and_holds() {
+    // Guard against vacuous properties: the generator must produce fences, quorum holds and
+    // limit holds often enough.
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let strategy = arb_snapshot();
+    let mut labels = std::collections::BTreeMap::<String, usize>::new();
+    for _ in 0..2000 {
+        let s = strategy.new_tree(&mut runner).unwrap().current();
+        for d in decide(&s) {
+            *labels.entry(d.verdict.label()).or_default() += 1;
+        }
+    }
+    for want in [
+        "fence",
+        "hold_quorum_lost",
+        "hold_all_zones_down",
+        "hold_concurrency_limit",
+        "hold_domain_limit",
+        "hold_dry_run",
+        "hold_paused",
+    ] {
+        assert!(
+            labels.get(want).copied().unwrap_or(0) > 0,
+            "{want} never produced: {labels:?}"
+        );
+    }
+}

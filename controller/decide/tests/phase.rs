@@ -1,0 +1,767 @@
+//! The NodeFence state machine: scripted walks through every phase, and a property test that
+//! drives it with random device outcomes, observations and leader changes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::wall;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use palisade_decide::phase::{next_step, ObjectRef, Observations, Step, WaitFor};
+use palisade_decide::verdict::{FencePlan, PlanLevel};
+use palisade_decide::{Clocks, HoldReason, Mono, Verdict, WaitReason};
+use palisade_model::nodefence::{
+    Evidence, EvidenceKind, FailureReason, NodeFenceSpec, NodeFenceStatus, Phase, PlannedDevice,
+    ReleasedObject, RequestedBy,
+};
+use palisade_model::policy::{Recovery, UntaintWhen};
+use palisade_model::target::DeviceKind;
+use proptest::prelude::*;
+
+fn spec(by: RequestedBy) -> NodeFenceSpec {
+    NodeFenceSpec {
+        node_name: "m0".into(),
+        reason: String::new(),
+        requested_by: by,
+        overrides: Default::default(),
+    }
+}
+
+fn dev(url: &str, kind: DeviceKind) -> PlannedDevice {
+    PlannedDevice {
+        url: url.into(),
+        kind,
+        timeout_seconds: 10,
+    }
+}
+
+/// Level 0: IPMI (power). Level 1: PDU + storage firewall.
+fn plan() -> FencePlan {
+    FencePlan {
+        node: "m0".into(),
+        policy: "p".into(),
+        requested_by: RequestedBy::Controller,
+        levels: vec![
+            PlanLevel::Hardware {
+                name: "ipmi".into(),
+                devices: vec![dev("ipmi://bmc", DeviceKind::Power)],
+            },
+            PlanLevel::Hardware {
+                name: "pdu+storage".into(),
+                devices: vec![
+                    dev("snmp+pdu://pdu/1", DeviceKind::Power),
+                    dev("storagefw+https://fw/m0", DeviceKind::Storage),
+                ],
+            },
+        ],
+        priority: 0,
+        forgiveness: Duration::ZERO,
+        pdb_urgent: false,
+    }
+}
+
+fn obj(ns: &str, name: &str) -> ObjectRef {
+    ObjectRef {
+        namespace: ns.into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+    }
+}
+
+/// The outside world the steps act on, as the I/O controller would see it.
+#[derive(Debug, Clone)]
+struct World {
+    now: i64,
+    token: i64,
+    pods: Vec<ObjectRef>,
+    attachments: Vec<ObjectRef>,
+    attach_records: Vec<ObjectRef>,
+    node_healthy: bool,
+    agent_clean: bool,
+    taint: bool,
+    recovery: Recovery,
+    verdict: Option<Verdict>,
+}
+
+impl World {
+    fn new() -> Self {
+        Self {
+            now: 0,
+            token: 1,
+            pods: vec![obj("db", "db-0"), obj("web", "web-1")],
+            attachments: vec![obj("", "csi-va-1")],
+            attach_records: vec![obj("", "pv-1")],
+            node_healthy: false,
+            agent_clean: false,
+            taint: false,
+            recovery: Recovery {
+                power_on: true,
+                untaint_when: UntaintWhen::NodeReady,
+            },
+            verdict: Some(Verdict::Fence(plan())),
+        }
+    }
+
+    fn clocks(&self) -> Clocks {
+        Clocks {
+            mono: Mono::from_secs(1000 + self.now as u64),
+            wall: wall(self.now),
+        }
+    }
+
+    fn obs(&self) -> Observations<'_> {
+        Observations {
+            now: self.clocks(),
+            token: self.token,
+            verdict: self.verdict.as_ref(),
+            recovery: Some(&self.recovery),
+            pods_on_node: self.pods.clone(),
+            attachments: self.attachments.clone(),
+            attach_records: self.attach_records.clone(),
+            node_healthy: self.node_healthy,
+            agent_clean: self.agent_clean,
+            taint_present: self.taint,
+        }
+    }
+}
+
+fn released(o: &ObjectRef, at: Timestamp) -> ReleasedObject {
+    ReleasedObject {
+        namespace: o.namespace.clone(),
+        name: o.name.clone(),
+        uid: o.uid.clone(),
+        at: MicroTime(at),
+    }
+}
+
+/// Perform `step` as the I/O controller would, with `level_ok(level)` deciding device outcomes.
+/// Panics if a step asks for something the status methods refuse (an illegal transition).
+fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn(i32) -> bool) {
+    let at = wall(w.now);
+    match step {
+        Step::Nothing | Step::Hold(_) | Step::Wait { .. } | Step::Refuse { .. } => {}
+        Step::RecordToken(t) => st.fencing_token = Some(*t),
+        Step::Cancel => st.transition(Phase::Done, at, "node recovered").unwrap(),
+        Step::StartFencing { plan, token } => {
+            st.plan = Some(plan.clone());
+            st.fencing_token = Some(*token);
+            st.transition(Phase::Fencing, at, "fencing").unwrap();
+        }
+        Step::RunLevel { level, devices } => {
+            if level_ok(*level) {
+                let evidence = devices
+                    .iter()
+                    .map(|d| Evidence {
+                        level: *level,
+                        device: d.url.clone(),
+                        kind: match d.kind {
+                            DeviceKind::Power => EvidenceKind::PowerOff,
+                            DeviceKind::Storage => EvidenceKind::StorageBlocked,
+                        },
+                        observed: "off".into(),
+                        at: MicroTime(at),
+                    })
+                    .collect();
+                st.record_level_verified(*level, evidence, at, "verified")
+                    .unwrap();
+            } else {
+                st.record_level_failed(*level, at, "device error").unwrap();
+            }
+        }
+        Step::TrustSelfFence { level } => {
+            let e = Evidence {
+                level: *level,
+                device: String::new(),
+                kind: EvidenceKind::SelfFenceTimeout,
+                observed: "self-fence timeout + margin elapsed".into(),
+                at: MicroTime(at),
+            };
+            st.record_level_verified(*level, vec![e], at, "trusted")
+                .unwrap();
+        }
+        Step::Enter(p) => st.transition(*p, at, p.as_str()).unwrap(),
+        Step::Fail(r) => st.fail(*r, at, r.as_str()).unwrap(),
+        Step::ApplyTaint(_) => {
+            w.taint = true;
+            st.release.tainted_at = Some(MicroTime(at));
+        }
+        Step::ReleasePod(_, p) => {
+            w.pods.retain(|x| x != p);
+            st.release.pods.push(released(p, at));
+        }
+        Step::DeleteAttachment(_, a) => {
+            w.attachments.retain(|x| x != a);
+            st.release.attachments.push(released(a, at));
+        }
+        Step::ClearAttachRecord(_, r) => {
+            w.attach_records.retain(|x| x != r);
+            st.release.attach_records.push(released(r, at));
+        }
+        Step::PowerOn(_) => st.recovery.powered_on_at = Some(MicroTime(at)),
+        Step::Unfence(_) => st.recovery.unfenced_at = Some(MicroTime(at)),
+        Step::RemoveTaint => {
+            w.taint = false;
+            st.recovery.untainted_at = Some(MicroTime(at));
+        }
+    }
+}
+
+fn created() -> NodeFenceStatus {
+    let mut st = NodeFenceStatus::default();
+    st.transition(Phase::Pending, wall(0), "created").unwrap();
+    st
+}
+
+#[test]
+fn happy_path_walks_every_phase_in_order() {
+    let sp = spec(RequestedBy::Controller);
+    let mut st = created();
+    let mut w = World::new();
+    let level_ok = |l: i32| l == 1; // IPMI fails (bad credentials), PDU + storage level works.
+    let mut labels = Vec::new();
+    for _ in 0..40 {
+        let step = next_step(&sp, &st, &w.obs());
+        labels.push(match &step {
+            Step::Enter(p) => format!("enter:{p}"),
+            Step::RunLevel { level, .. } => format!("run_level:{level}"),
+            Step::ReleasePod(_, p) => format!("release_pod:{}", p.name),
+            Step::Wait { why, .. } => format!("wait:{why:?}"),
+            other => other.label().to_string(),
+        });
+        if step == Step::Nothing {
+            break;
+        }
+        if matches!(
+            step,
+            Step::Wait {
+                why: WaitFor::Rejoin,
+                ..
+            }
+        ) {
+            // The powered-on node's agent comes back clean.
+            w.node_healthy = true;
+            w.agent_clean = true;
+        }
+        apply(&step, &mut st, &mut w, &level_ok);
+        w.now += 1;
+    }
+    assert_eq!(
+        labels,
+        vec![
+            "start_fencing",
+            "run_level:0",
+            "run_level:1",
+            "enter:Fenced",
+            "enter:Releasing",
+            "apply_taint",
+            "release_pod:db-0",
+            "release_pod:web-1",
+            "delete_attachment",
+            "clear_attach_record",
+            "enter:Released",
+            "enter:Recovering",
+            "power_on",
+            "wait:Rejoin",
+            "unfence",
+            "remove_taint",
+            "enter:Done",
+            "nothing",
+        ]
+    );
+    let phases: Vec<Phase> = st.transitions.iter().map(|t| t.phase).collect();
+    assert_eq!(
+        phases,
+        vec![
+            Phase::Pending,
+            Phase::Fencing,
+            Phase::Fenced,
+            Phase::Releasing,
+            Phase::Released,
+            Phase::Recovering,
+            Phase::Done
+        ]
+    );
+    assert_eq!(st.verified_fence().unwrap().level(), 1);
+    assert_eq!(st.release.pods.len(), 2);
+    assert!(st.recovery.unfenced_at.is_some() && st.recovery.untainted_at.is_some());
+}
+
+#[test]
+fn recovery_reverses_every_level_that_was_tried() {
+    let sp = spec(RequestedBy::Controller);
+    let mut st = created();
+    let mut w = World::new();
+    for _ in 0..30 {
+        let step = next_step(&sp, &st, &w.obs());
+        match &step {
+            // Level 0 (IPMI) failed but may have cut power; both power devices are switched on.
+            Step::PowerOn(d) => assert_eq!(
+                d,
+                &vec![
+                    dev("ipmi://bmc", DeviceKind::Power),
+                    dev("snmp+pdu://pdu/1", DeviceKind::Power)
+                ]
+            ),
+            Step::Unfence(d) => assert_eq!(
+                d,
+                &vec![dev("storagefw+https://fw/m0", DeviceKind::Storage)]
+            ),
+            Step::Wait {
+                why: WaitFor::Rejoin,
+                ..
+            } => {
+                w.node_healthy = true;
+                w.agent_clean = true;
+            }
+            Step::Nothing => return,
+            _ => {}
+        }
+        apply(&step, &mut st, &mut w, &|l| l == 1);
+        w.now += 1;
+    }
+    panic!("did not finish: {st:?}");
+}
+
+#[test]
+fn all_levels_failing_fails_with_nothing_released() {
+    let sp = spec(RequestedBy::Controller);
+    let mut st = created();
+    let mut w = World::new();
+    let mut steps = Vec::new();
+    for _ in 0..10 {
+        let step = next_step(&sp, &st, &w.obs());
+        steps.push(step.label());
+        if step == Step::Nothing {
+            break;
+        }
+        apply(&step, &mut st, &mut w, &|_| false);
+    }
+    assert_eq!(
+        steps,
+        vec!["start_fencing", "run_level", "run_level", "fail", "nothing"]
+    );
+    assert_eq!(st.phase, Phase::Failed);
+    assert_eq!(
+        st.failure.as_ref().unwrap().reason,
+        FailureReason::AllLevelsFailed
+    );
+    assert_eq!(st.failure.as_ref().unwrap().phase, Phase::Fencing);
+    assert!(!st.released_anything());
+    assert_eq!(w.pods.len(), 2, "pods must stay bound");
+}
+
+#[test]
+fn pending_follows_the_decision() {
+    let st = created();
+    let mut w = World::new();
+    w.verdict = Some(Verdict::Hold(HoldReason::NoPolicy));
+    assert_eq!(
+        next_step(&spec(RequestedBy::Manual), &st, &w.obs()),
+        Step::Hold(HoldReason::NoPolicy)
+    );
+    w.verdict = Some(Verdict::Wait {
+        until: Mono::from_secs(1000 + 30),
+        reason: WaitReason::Suspect,
+    });
+    assert_eq!(
+        next_step(&spec(RequestedBy::Manual), &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::Verdict("wait_suspect".into()),
+            until: Some(wall(30))
+        }
+    );
+    w.verdict = None;
+    assert_eq!(
+        next_step(&spec(RequestedBy::Manual), &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::Decision,
+            until: None
+        }
+    );
+    // The node came back before anything was done: a controller request is withdrawn, a
+    // manual one is not (a person suspects the node).
+    w.node_healthy = true;
+    assert_eq!(
+        next_step(&spec(RequestedBy::Controller), &st, &w.obs()),
+        Step::Cancel
+    );
+    assert_ne!(
+        next_step(&spec(RequestedBy::Manual), &st, &w.obs()),
+        Step::Cancel
+    );
+}
+
+fn fencing_status(token: i64) -> NodeFenceStatus {
+    let mut st = created();
+    st.plan = Some(plan().to_status(&World::new().clocks()));
+    st.fencing_token = Some(token);
+    st.transition(Phase::Fencing, wall(0), "fencing").unwrap();
+    st
+}
+
+#[test]
+fn a_deposed_leader_acts_on_nothing_and_a_new_one_records_its_token_first() {
+    let sp = spec(RequestedBy::Controller);
+    let st = fencing_status(5);
+    let mut w = World::new();
+    w.token = 4;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Refuse {
+            ours: 4,
+            recorded: 5
+        }
+    );
+    w.token = 6;
+    assert_eq!(next_step(&sp, &st, &w.obs()), Step::RecordToken(6));
+    w.token = 5;
+    assert!(matches!(
+        next_step(&sp, &st, &w.obs()),
+        Step::RunLevel { level: 0, .. }
+    ));
+}
+
+#[test]
+fn budgets_exceeded_fail_the_fence() {
+    let sp = spec(RequestedBy::Controller);
+    let st = fencing_status(1);
+    let mut w = World::new();
+    // Budget: 3 devices x 10 s + 60 s slack = 90 s.
+    w.now = 90;
+    assert!(matches!(
+        next_step(&sp, &st, &w.obs()),
+        Step::RunLevel { .. }
+    ));
+    w.now = 91;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Fail(FailureReason::BudgetExceeded)
+    );
+}
+
+#[test]
+fn release_is_unreachable_without_a_verified_fence() {
+    // A status claiming Releasing, with a verified level but no evidence (hand-edited).
+    let sp = spec(RequestedBy::Controller);
+    let mut st = fencing_status(1);
+    st.record_level_verified(
+        0,
+        vec![Evidence {
+            level: 0,
+            device: "ipmi://bmc".into(),
+            kind: EvidenceKind::PowerOff,
+            observed: "off".into(),
+            at: MicroTime(wall(1)),
+        }],
+        wall(1),
+        "ok",
+    )
+    .unwrap();
+    st.transition(Phase::Fenced, wall(1), "fenced").unwrap();
+    st.transition(Phase::Releasing, wall(1), "releasing")
+        .unwrap();
+    st.evidence.clear();
+    let w = World::new();
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Fail(FailureReason::NoVerifiedFence)
+    );
+}
+
+#[test]
+fn attachments_wait_for_every_pod_to_be_released() {
+    let sp = spec(RequestedBy::Controller);
+    let mut st = fencing_status(1);
+    let mut w = World::new();
+    apply(&next_step(&sp, &st, &w.obs()), &mut st, &mut w, &|_| true); // level 0 verified
+    apply(&next_step(&sp, &st, &w.obs()), &mut st, &mut w, &|_| true); // Fenced
+    apply(&next_step(&sp, &st, &w.obs()), &mut st, &mut w, &|_| true); // Releasing
+    apply(&next_step(&sp, &st, &w.obs()), &mut st, &mut w, &|_| true); // taint
+                                                                       // A pod reappears (a stale cache); pods always go before attachments.
+    let s = next_step(&sp, &st, &w.obs());
+    assert!(
+        matches!(s, Step::ReleasePod(_, ref p) if p.name == "db-0"),
+        "{s:?}"
+    );
+    w.pods = vec![obj("db", "late")];
+    assert!(
+        matches!(next_step(&sp, &st, &w.obs()), Step::ReleasePod(_, ref p) if p.name == "late")
+    );
+    w.pods.clear();
+    assert!(matches!(
+        next_step(&sp, &st, &w.obs()),
+        Step::DeleteAttachment(..)
+    ));
+}
+
+#[test]
+fn self_fence_level_waits_for_its_trust_time() {
+    let sp = spec(RequestedBy::Controller);
+    let mut w = World::new();
+    let mut p = plan();
+    p.levels = vec![PlanLevel::SelfFence {
+        trusted_after: Mono::from_secs(1000 + 20),
+    }];
+    w.verdict = Some(Verdict::Fence(p));
+    let mut st = created();
+    let step = next_step(&sp, &st, &w.obs());
+    apply(&step, &mut st, &mut w, &|_| true);
+    w.now = 19;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::SelfFence,
+            until: Some(wall(20))
+        }
+    );
+    w.now = 20;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::TrustSelfFence { level: 0 }
+    );
+    // The Fencing budget stretches to the trust time + slack.
+    w.now = 79;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::TrustSelfFence { level: 0 }
+    );
+    w.now = 81;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Fail(FailureReason::BudgetExceeded)
+    );
+}
+
+#[test]
+fn recovery_rules() {
+    let sp = spec(RequestedBy::Controller);
+    // Drive to Released with power-on disabled.
+    let mut st = created();
+    let mut w = World::new();
+    w.recovery.power_on = false;
+    loop {
+        let step = next_step(&sp, &st, &w.obs());
+        if st.phase == Phase::Released {
+            assert_eq!(
+                step,
+                Step::Wait {
+                    why: WaitFor::NodeLeftOff,
+                    until: None
+                }
+            );
+            break;
+        }
+        apply(&step, &mut st, &mut w, &|_| true);
+    }
+    // An operator powers it on; it rejoins.
+    w.node_healthy = true;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Enter(Phase::Recovering)
+    );
+    apply(&Step::Enter(Phase::Recovering), &mut st, &mut w, &|_| true);
+    // Rejoined, but the agent still reports stale pods: wait.
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::Rejoin,
+            until: None
+        }
+    );
+    w.agent_clean = true;
+    // Level 0 (IPMI only) was verified: no storage to unfence; untaint is manual.
+    w.recovery.untaint_when = UntaintWhen::Manual;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::ManualUntaint,
+            until: None
+        }
+    );
+    w.taint = false;
+    assert_eq!(next_step(&sp, &st, &w.obs()), Step::Enter(Phase::Done));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Property: random runs never break the invariants.
+
+#[derive(Debug, Clone)]
+enum Event {
+    /// Ask for the next step and perform it.
+    Step,
+    /// Time passes.
+    Tick(i64),
+    /// Leadership changes (token goes up or a stale leader wakes up).
+    Leader(i64),
+    /// The node's heartbeat / agent state changes.
+    Node(bool, bool),
+}
+
+fn arb_event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        6 => Just(Event::Step),
+        1 => (1i64..40).prop_map(Event::Tick),
+        1 => (0i64..4).prop_map(Event::Leader),
+        1 => (any::<bool>(), any::<bool>()).prop_map(|(h, c)| Event::Node(h, c)),
+    ]
+}
+
+/// What a random run went through (for the vacuity check).
+#[derive(Debug, Default)]
+struct Seen {
+    refused: bool,
+    released: bool,
+    phase: Option<Phase>,
+    failure: Option<FailureReason>,
+}
+
+#[derive(Debug, Clone)]
+struct Run {
+    events: Vec<Event>,
+    ok0: bool,
+    ok1: bool,
+    manual: bool,
+    power_on: bool,
+}
+
+fn arb_run() -> impl Strategy<Value = Run> {
+    (
+        proptest::collection::vec(arb_event(), 1..80),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(events, ok0, ok1, manual, power_on)| Run {
+            events,
+            ok0,
+            ok1,
+            manual,
+            power_on,
+        })
+}
+
+/// Drive the state machine through `run`, checking every invariant after every step.
+fn check_run(run: &Run) -> Result<Seen, TestCaseError> {
+    let (ok0, ok1) = (run.ok0, run.ok1);
+    let sp = spec(if run.manual {
+        RequestedBy::Manual
+    } else {
+        RequestedBy::Controller
+    });
+    let mut st = created();
+    let mut w = World::new();
+    let mut seen = Seen::default();
+    w.recovery.power_on = run.power_on;
+    let level_ok = move |l: i32| if l == 0 { ok0 } else { ok1 };
+    for e in run.events.iter().cloned() {
+        match e {
+            Event::Tick(s) => w.now += s,
+            Event::Leader(t) => w.token = t,
+            Event::Node(h, c) => {
+                w.node_healthy = h;
+                w.agent_clean = c;
+            }
+            Event::Step => {
+                let before = st.clone();
+                let step = next_step(&sp, &st, &w.obs());
+                // Terminal phases do nothing.
+                if before.phase.is_terminal() {
+                    prop_assert_eq!(&step, &Step::Nothing);
+                }
+                // A stale leader is refused, and only a stale leader is.
+                let stale = before.fencing_token.is_some_and(|r| w.token < r)
+                    && !before.phase.is_terminal();
+                prop_assert_eq!(stale, matches!(step, Step::Refuse { .. }));
+                seen.refused |= stale;
+                // Actions only under the recorded token.
+                if step.is_action() {
+                    prop_assert_eq!(before.fencing_token, Some(w.token));
+                }
+                // Release actions only from Releasing with a verified fence.
+                if matches!(
+                    step,
+                    Step::ApplyTaint(_)
+                        | Step::ReleasePod(..)
+                        | Step::DeleteAttachment(..)
+                        | Step::ClearAttachRecord(..)
+                ) {
+                    prop_assert_eq!(before.phase, Phase::Releasing);
+                    prop_assert!(before.verified_fence().is_some());
+                }
+                // `apply` unwraps every status mutation: an illegal transition panics here.
+                apply(&step, &mut st, &mut w, &level_ok);
+                // Anything released implies a verified fence.
+                if st.released_anything() {
+                    prop_assert!(st.verified_fence().is_some());
+                    seen.released = true;
+                }
+                if st
+                    .failure
+                    .as_ref()
+                    .is_some_and(|f| f.reason == FailureReason::AllLevelsFailed)
+                {
+                    prop_assert!(!st.released_anything());
+                    prop_assert!(!ok0 && !ok1);
+                }
+                // Conditions are always exactly the derived ones.
+                prop_assert_eq!(&st.conditions, &st.derived_conditions());
+            }
+        }
+    }
+    // With both levels failing, nothing is ever released.
+    if !ok0 && !ok1 {
+        prop_assert!(!st.released_anything());
+        prop_assert_eq!(w.pods.len(), 2);
+    }
+    seen.phase = Some(st.phase);
+    seen.failure = st.failure.as_ref().map(|f| f.reason);
+    Ok(seen)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    #[test]
+    fn random_runs_keep_every_invariant(run in arb_run()) {
+        check_run(&run)?;
+    }
+}
+
+#[test]
+fn the_random_runs_reach_every_outcome() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let strategy = arb_run();
+    let mut phases = std::collections::BTreeMap::<String, usize>::new();
+    let (mut refused, mut released) = (0, 0);
+    for _ in 0..3000 {
+        let run = strategy.new_tree(&mut runner).unwrap().current();
+        let seen = check_run(&run).unwrap();
+        refused += usize::from(seen.refused);
+        released += usize::from(seen.released);
+        let key = format!("{:?}/{:?}", seen.phase.unwrap(), seen.failure);
+        *phases.entry(key).or_default() += 1;
+    }
+    assert!(
+        refused > 0 && released > 0,
+        "refused {refused}, released {released}"
+    );
+    for want in [
+        "Done/None",
+        "Failed/Some(AllLevelsFailed)",
+        "Failed/Some(BudgetExceeded)",
+        "Released/None",
+        "Recovering/None",
+        "Releasing/None",
+        "Fencing/None",
+        "Pending/None",
+    ] {
+        assert!(
+            phases.contains_key(want),
+            "{want} never reached: {phases:?}"
+        );
+    }
+}

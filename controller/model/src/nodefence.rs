@@ -1,0 +1,980 @@
+//! `NodeFence`: one fencing operation, and its persisted state machine.
+//!
+//! The status is the single source of truth a (new) leader resumes from: an explicit [`Phase`]
+//! plus everything already done (plan, device attempts, evidence, what was released, a
+//! timestamp per transition). Conditions are *derived* from the phase by
+//! [`NodeFenceStatus::transition`]; nothing writes them independently.
+//!
+//! "Fenced" means verified, not commanded: the only way to obtain a [`VerifiedFence`] is
+//! [`NodeFenceStatus::verified_fence`], which requires a level recorded as verified *with
+//! evidence*, and release steps (in `palisade-decide`) cannot be built without one.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube_derive::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::target::DeviceKind;
+
+/// Spec of a `NodeFence` (cluster-scoped): a request to fence one node.
+// kube's `printcolumn(...)` repeats `type_ = ...`, which clippy mistakes for a duplicate.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[kube(
+    group = "palisade.dev",
+    version = "v1alpha1",
+    kind = "NodeFence",
+    plural = "nodefences",
+    shortname = "nf",
+    status = "NodeFenceStatus",
+    derive = "PartialEq",
+    crates(kube_core = "::kube_core"),
+    printcolumn(name = "Node", type_ = "string", json_path = ".spec.nodeName"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "By",
+        type_ = "string",
+        json_path = ".spec.requestedBy",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeFenceSpec {
+    /// The node to fence.
+    #[schemars(length(min = 1))]
+    pub node_name: String,
+    /// Why the fence was requested (free text, shown in Events).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// Who asked: the controller, or a person (the default when omitted).
+    #[serde(default)]
+    pub requested_by: RequestedBy,
+    /// Guards a *manual* request may skip. Ignored on controller requests.
+    #[serde(default)]
+    pub overrides: Overrides,
+}
+
+/// Who requested a fence.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RequestedBy {
+    /// The controller's own decision.
+    Controller,
+    /// A person (`kubectl create`).
+    #[default]
+    Manual,
+}
+
+/// Guards a manual `NodeFence` may skip. Everything else (no policy, exclusions, `paused`,
+/// `dryRun`, concurrency limits, cooldown) still applies to manual requests.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Overrides {
+    /// Fence even if the quorum guard (too many silent nodes, all zones down) would hold.
+    #[serde(default)]
+    pub quorum_guard: bool,
+    /// Fence without waiting for pod forgiveness.
+    #[serde(default)]
+    pub forgiveness: bool,
+    /// Fence even if the controller does not see the node as Unhealthy (for example a node that
+    /// heartbeats but is known to be broken).
+    #[serde(default)]
+    pub node_health: bool,
+    /// Fence even after the escalation limit for a flapping node was reached.
+    #[serde(default)]
+    pub escalation: bool,
+}
+
+/// The persisted phase of a fencing operation. Each variant documents what has **already been
+/// done** when the status says so.
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    JsonSchema,
+)]
+pub enum Phase {
+    /// Nothing has been done to the node. The request waits for the decision guards.
+    #[default]
+    Pending,
+    /// A plan and a fencing token are recorded, and device commands may have been sent (levels
+    /// tried so far are in `levels` and `attempts`). The node is NOT known to be fenced;
+    /// nothing has been released.
+    Fencing,
+    /// One level was verified (the device reported power off / the storage reported the node
+    /// blocked, evidence recorded). Nothing has been released yet.
+    Fenced,
+    /// The fence is verified and release has started: the out-of-service taint and some pods,
+    /// attachments and attach records may already be released (listed in `release`).
+    Releasing,
+    /// Every pod, VolumeAttachment and attach record of the node is released. The node is still
+    /// fenced and tainted.
+    Released,
+    /// Release is complete and the node is being brought back: it may be powered on, it may
+    /// have rejoined, its storage fence may be lifted (see `recovery`).
+    Recovering,
+    /// Terminal. Either the node recovered (storage unfenced, taint removed as the policy says),
+    /// or the request was withdrawn while Pending, before anything was done.
+    Done,
+    /// Terminal, alert-worthy. `failure` says why and in which phase. A failure in `Pending` or
+    /// `Fencing` means nothing was released.
+    Failed,
+}
+
+/// Slack added to the sum of device timeouts for the Fencing phase budget. It covers a leader
+/// failover in the middle of a level (the new leader must still be inside the budget).
+pub const FENCING_SLACK: Duration = Duration::from_secs(60);
+
+impl Phase {
+    /// Every phase, in lifecycle order.
+    pub const ALL: [Phase; 8] = [
+        Phase::Pending,
+        Phase::Fencing,
+        Phase::Fenced,
+        Phase::Releasing,
+        Phase::Released,
+        Phase::Recovering,
+        Phase::Done,
+        Phase::Failed,
+    ];
+
+    /// Done or Failed: no further step.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Phase::Done | Phase::Failed)
+    }
+
+    /// The phase's time budget, or `None` when it may last indefinitely (Pending waits for the
+    /// guards, Released may leave a node off for good, terminal phases are over). The Fencing
+    /// budget is the sum of the planned devices' timeouts plus [`FENCING_SLACK`]; a self-fence
+    /// level's wait is accounted for in [`NodeFenceStatus::deadline`].
+    pub fn budget(self, plan: Option<&FencePlan>) -> Option<Duration> {
+        match self {
+            Phase::Pending | Phase::Released | Phase::Done | Phase::Failed => None,
+            Phase::Fencing => {
+                let devices: u64 = plan
+                    .map(|p| {
+                        p.levels
+                            .iter()
+                            .flat_map(|l| &l.devices)
+                            .map(|d| d.timeout_seconds.max(0) as u64)
+                            .sum()
+                    })
+                    .unwrap_or(0);
+                Some(Duration::from_secs(devices) + FENCING_SLACK)
+            }
+            // Budgets after verification are generous: they exist to surface a stuck operation,
+            // and must not fail a verified fence because a leader failover took a while.
+            Phase::Fenced => Some(Duration::from_secs(120)),
+            Phase::Releasing => Some(Duration::from_secs(300)),
+            Phase::Recovering => Some(Duration::from_secs(900)),
+        }
+    }
+
+    /// Whether the state machine may go from `self` to `to`.
+    pub fn can_transition_to(self, to: Phase) -> bool {
+        use Phase::*;
+        matches!(
+            (self, to),
+            (Pending, Fencing | Done | Failed)
+                | (Fencing, Fenced | Failed)
+                | (Fenced, Releasing | Failed)
+                | (Releasing, Released | Failed)
+                | (Released, Recovering | Failed)
+                | (Recovering, Done | Failed)
+        )
+    }
+
+    /// Name as persisted (and as used in metric labels).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Fencing => "Fencing",
+            Phase::Fenced => "Fenced",
+            Phase::Releasing => "Releasing",
+            Phase::Released => "Released",
+            Phase::Recovering => "Recovering",
+            Phase::Done => "Done",
+            Phase::Failed => "Failed",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Status of a `NodeFence`. Mutate it only through the methods here, so the invariants hold
+/// (transitions follow [`Phase::can_transition_to`], conditions follow the phase, a verified
+/// level always has evidence).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeFenceStatus {
+    /// Current phase.
+    #[serde(default)]
+    pub phase: Phase,
+    /// The highest leadership fencing token that has acted on this fence. Device actions carry
+    /// it; a leader holding a lower token must act on nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<i64>,
+    /// The plan recorded when fencing started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<FencePlan>,
+    /// The last decision verdict while Pending (why it waits or holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<VerdictRecord>,
+    /// Conclusion of each level tried, in order.
+    #[serde(default)]
+    pub levels: Vec<LevelOutcome>,
+    /// Every device action, in order.
+    #[serde(default)]
+    pub attempts: Vec<DeviceAttempt>,
+    /// What proved the fence (device status readings, or the self-fence timeout).
+    #[serde(default)]
+    pub evidence: Vec<Evidence>,
+    /// What was released.
+    #[serde(default)]
+    pub release: ReleaseProgress,
+    /// Recovery progress.
+    #[serde(default)]
+    pub recovery: RecoveryProgress,
+    /// Why the fence failed, when `phase` is Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
+    /// One entry per phase transition (the timeline).
+    #[serde(default)]
+    pub transitions: Vec<Transition>,
+    /// Derived from `phase` on every transition; never written independently.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// The fencing plan persisted at Pending → Fencing.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FencePlan {
+    /// Levels, in the order they are tried.
+    pub levels: Vec<PlannedLevel>,
+}
+
+/// One planned level.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedLevel {
+    /// Name, from the FenceTarget level (or `self-fence`).
+    pub name: String,
+    /// Hardware devices, or the trusted self-fence.
+    pub kind: LevelKind,
+    /// Devices (empty for a self-fence level).
+    #[serde(default)]
+    pub devices: Vec<PlannedDevice>,
+    /// For a self-fence level: from this time on, the node counts as fenced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_after: Option<MicroTime>,
+}
+
+/// Kind of a planned level.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum LevelKind {
+    /// Devices from the node's FenceTarget, commanded and verified.
+    Hardware,
+    /// The policy-enabled trust rule: the node's agent self-fences after a timeout it advertises.
+    SelfFence,
+}
+
+/// A device in a planned level (no credentials: those stay in the Secret or the bridge).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedDevice {
+    /// Device URL.
+    pub url: String,
+    /// Power or storage.
+    pub kind: DeviceKind,
+    /// Budget for command then verify.
+    pub timeout_seconds: i64,
+}
+
+/// The last decision verdict, as shown to operators.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerdictRecord {
+    /// Stable label (as in metrics), for example `hold_quorum_lost`.
+    pub label: String,
+    /// Human message (as in Events).
+    pub message: String,
+    /// When it was decided.
+    pub at: MicroTime,
+}
+
+/// How a level ended.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LevelOutcome {
+    /// Index into the plan's levels.
+    #[schemars(range(min = 0))]
+    pub level: i32,
+    /// Verified or failed.
+    pub result: LevelResult,
+    /// When it concluded.
+    pub at: MicroTime,
+    /// Details for humans.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// Result of a level.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum LevelResult {
+    /// Every device of the level was commanded and verified.
+    Verified,
+    /// Some device failed or could not be verified in time.
+    Failed,
+}
+
+/// One device action.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceAttempt {
+    /// Plan level index.
+    #[schemars(range(min = 0))]
+    pub level: i32,
+    /// Device URL.
+    pub device: String,
+    /// What was asked.
+    pub action: DeviceAction,
+    /// What happened.
+    pub outcome: AttemptOutcome,
+    /// Fencing token carried by the action.
+    pub token: i64,
+    /// When it finished.
+    pub at: MicroTime,
+    /// Details (error text, device reply).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// Device actions.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DeviceAction {
+    /// Power off.
+    PowerOff,
+    /// Read power status.
+    PowerStatus,
+    /// Power on.
+    PowerOn,
+    /// Block the node at the storage.
+    Block,
+    /// Read the storage block status.
+    BlockStatus,
+    /// Lift the storage block.
+    Unblock,
+}
+
+/// Outcome of one device action.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum AttemptOutcome {
+    /// It did what was asked (for status reads: the state read is in the message).
+    Succeeded,
+    /// The device reported an error.
+    Failed,
+    /// No answer within the budget.
+    TimedOut,
+    /// The device or bridge refused the fencing token as stale.
+    StaleToken,
+}
+
+/// One piece of evidence that the node is fenced.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Evidence {
+    /// Plan level index.
+    #[schemars(range(min = 0))]
+    pub level: i32,
+    /// Device URL (empty for self-fence).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub device: String,
+    /// What it proves.
+    pub kind: EvidenceKind,
+    /// What was observed, verbatim (for example `chassis power: off`).
+    pub observed: String,
+    /// When it was observed.
+    pub at: MicroTime,
+}
+
+/// What a piece of evidence proves.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum EvidenceKind {
+    /// The device reported the power off.
+    PowerOff,
+    /// The storage reported the node blocked.
+    StorageBlocked,
+    /// The advertised self-fence timeout plus margin elapsed with the node silent.
+    SelfFenceTimeout,
+}
+
+/// What release has done so far.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseProgress {
+    /// When the `node.kubernetes.io/out-of-service` taint was applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tainted_at: Option<MicroTime>,
+    /// Pods marked Failed and deleted (grace 0, UID precondition).
+    #[serde(default)]
+    pub pods: Vec<ReleasedObject>,
+    /// VolumeAttachments deleted (UID precondition).
+    #[serde(default)]
+    pub attachments: Vec<ReleasedObject>,
+    /// PV attach records cleared (PV names in `name`).
+    #[serde(default)]
+    pub attach_records: Vec<ReleasedObject>,
+}
+
+/// A released object.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleasedObject {
+    /// Namespace (empty for cluster-scoped objects).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID used as the delete precondition.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    /// When it was released.
+    pub at: MicroTime,
+}
+
+/// Recovery progress.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryProgress {
+    /// When power-on was commanded (if the policy powers nodes back on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub powered_on_at: Option<MicroTime>,
+    /// When the storage fence was lifted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unfenced_at: Option<MicroTime>,
+    /// When the out-of-service taint was removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub untainted_at: Option<MicroTime>,
+}
+
+/// Why a fence failed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    /// Machine-readable reason.
+    pub reason: FailureReason,
+    /// The phase it failed in.
+    pub phase: Phase,
+    /// Details for humans.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// Machine-readable failure reasons.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum FailureReason {
+    /// Every planned level failed; nothing was released.
+    AllLevelsFailed,
+    /// The phase's time budget ran out.
+    BudgetExceeded,
+    /// A phase after Fencing was found without a verified fence (corrupted or hand-edited status).
+    NoVerifiedFence,
+    /// Fencing was entered without a plan, or with an empty one.
+    NoPlan,
+}
+
+impl FailureReason {
+    /// Stable label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AllLevelsFailed => "AllLevelsFailed",
+            Self::BudgetExceeded => "BudgetExceeded",
+            Self::NoVerifiedFence => "NoVerifiedFence",
+            Self::NoPlan => "NoPlan",
+        }
+    }
+}
+
+/// One phase transition.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Transition {
+    /// Phase entered.
+    pub phase: Phase,
+    /// When.
+    pub at: MicroTime,
+    /// Why (shown in Events).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// Proof that a level was verified with evidence. Only [`NodeFenceStatus::verified_fence`]
+/// constructs it; the release steps require it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedFence {
+    level: i32,
+    at: Timestamp,
+}
+
+impl VerifiedFence {
+    /// The verified plan level.
+    pub fn level(&self) -> i32 {
+        self.level
+    }
+    /// When the level was verified.
+    pub fn at(&self) -> Timestamp {
+        self.at
+    }
+}
+
+/// A forbidden mutation of a `NodeFenceStatus`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StatusError {
+    /// The transition is not an edge of the state machine.
+    #[error("illegal NodeFence transition {from} -> {to}")]
+    IllegalTransition {
+        /// Current phase.
+        from: Phase,
+        /// Requested phase.
+        to: Phase,
+    },
+    /// A level recorded as verified without evidence.
+    #[error("level {level} cannot be recorded verified without evidence")]
+    NoEvidence {
+        /// Level index.
+        level: i32,
+    },
+    /// A level outside the plan, or one already concluded.
+    #[error("level {level} is not the next unconcluded level of the plan")]
+    WrongLevel {
+        /// Level index.
+        level: i32,
+    },
+}
+
+/// Condition types derived from the phase.
+pub const CONDITION_TYPES: [&str; 4] = ["Fenced", "Released", "Complete", "Failed"];
+
+fn condition_holds(kind: &str, phase: Phase) -> bool {
+    use Phase::*;
+    match kind {
+        "Fenced" => matches!(phase, Fenced | Releasing | Released | Recovering),
+        "Released" => matches!(phase, Released | Recovering | Done),
+        "Complete" => matches!(phase, Done),
+        "Failed" => matches!(phase, Failed),
+        _ => false,
+    }
+}
+
+impl NodeFenceStatus {
+    /// When the current phase was entered (`None` before the first transition).
+    pub fn entered_at(&self) -> Option<Timestamp> {
+        self.transitions
+            .iter()
+            .rev()
+            .find(|t| t.phase == self.phase)
+            .map(|t| t.at.0)
+    }
+
+    /// When the current phase's budget runs out, if it has one. For Fencing with a self-fence
+    /// level, the deadline is at least that level's `trustedAfter` plus [`FENCING_SLACK`].
+    pub fn deadline(&self) -> Option<Timestamp> {
+        let entered = self.entered_at()?;
+        let budget = self.phase.budget(self.plan.as_ref())?;
+        let mut deadline = entered.checked_add(budget).ok()?;
+        if self.phase == Phase::Fencing {
+            let trusted = self
+                .plan
+                .iter()
+                .flat_map(|p| &p.levels)
+                .filter_map(|l| l.trusted_after.as_ref())
+                .filter_map(|t| t.0.checked_add(FENCING_SLACK).ok())
+                .max();
+            if let Some(t) = trusted {
+                deadline = deadline.max(t);
+            }
+        }
+        Some(deadline)
+    }
+
+    /// Move to `to`, recording the transition and re-deriving the conditions.
+    pub fn transition(
+        &mut self,
+        to: Phase,
+        at: Timestamp,
+        message: impl Into<String>,
+    ) -> Result<(), StatusError> {
+        // The very first transition records entering Pending (creation); allow it once.
+        let first_pending = self.transitions.is_empty() && to == Phase::Pending;
+        if !first_pending && !self.phase.can_transition_to(to) {
+            return Err(StatusError::IllegalTransition {
+                from: self.phase,
+                to,
+            });
+        }
+        self.phase = to;
+        self.transitions.push(Transition {
+            phase: to,
+            at: MicroTime(at),
+            message: message.into(),
+        });
+        self.conditions = self.derived_conditions();
+        Ok(())
+    }
+
+    /// Enter Failed with a reason.
+    pub fn fail(
+        &mut self,
+        reason: FailureReason,
+        at: Timestamp,
+        message: impl Into<String>,
+    ) -> Result<(), StatusError> {
+        let message = message.into();
+        let phase = self.phase;
+        self.transition(Phase::Failed, at, message.clone())?;
+        self.failure = Some(Failure {
+            reason,
+            phase,
+            message,
+        });
+        Ok(())
+    }
+
+    /// The conditions implied by the phase and the transition history.
+    pub fn derived_conditions(&self) -> Vec<Condition> {
+        CONDITION_TYPES
+            .iter()
+            .map(|kind| {
+                let holds = condition_holds(kind, self.phase);
+                // The last transition at which this condition's truth changed.
+                let mut last_change = None;
+                let mut prev: Option<bool> = None;
+                for t in &self.transitions {
+                    let now = condition_holds(kind, t.phase);
+                    if prev != Some(now) {
+                        last_change = Some(t.at.0);
+                    }
+                    prev = Some(now);
+                }
+                let message = match (self.phase, &self.failure) {
+                    (Phase::Failed, Some(f)) => f.message.clone(),
+                    _ => self
+                        .transitions
+                        .last()
+                        .map(|t| t.message.clone())
+                        .unwrap_or_default(),
+                };
+                Condition {
+                    type_: (*kind).to_string(),
+                    status: if holds { "True" } else { "False" }.to_string(),
+                    reason: self.phase.as_str().to_string(),
+                    message,
+                    // Condition times are serialized with whole seconds; truncate so a round
+                    // trip through the API server is lossless.
+                    last_transition_time: Time(
+                        last_change
+                            .and_then(|t| Timestamp::from_second(t.as_second()).ok())
+                            .unwrap_or(Timestamp::UNIX_EPOCH),
+                    ),
+                    observed_generation: None,
+                }
+            })
+            .collect()
+    }
+
+    /// The index of the next planned level that has not concluded, if any.
+    pub fn next_level(&self) -> Option<i32> {
+        let plan = self.plan.as_ref()?;
+        let concluded = self.levels.len();
+        (concluded < plan.levels.len())
+            .then(|| i32::try_from(concluded).ok())
+            .flatten()
+    }
+
+    /// Record that `level` was verified, with its evidence (which must not be empty).
+    pub fn record_level_verified(
+        &mut self,
+        level: i32,
+        evidence: Vec<Evidence>,
+        at: Timestamp,
+        message: impl Into<String>,
+    ) -> Result<(), StatusError> {
+        if self.next_level() != Some(level) {
+            return Err(StatusError::WrongLevel { level });
+        }
+        if evidence.is_empty() || evidence.iter().any(|e| e.level != level) {
+            return Err(StatusError::NoEvidence { level });
+        }
+        self.evidence.extend(evidence);
+        self.levels.push(LevelOutcome {
+            level,
+            result: LevelResult::Verified,
+            at: MicroTime(at),
+            message: message.into(),
+        });
+        Ok(())
+    }
+
+    /// Record that `level` failed.
+    pub fn record_level_failed(
+        &mut self,
+        level: i32,
+        at: Timestamp,
+        message: impl Into<String>,
+    ) -> Result<(), StatusError> {
+        if self.next_level() != Some(level) {
+            return Err(StatusError::WrongLevel { level });
+        }
+        self.levels.push(LevelOutcome {
+            level,
+            result: LevelResult::Failed,
+            at: MicroTime(at),
+            message: message.into(),
+        });
+        Ok(())
+    }
+
+    /// The proof that the node is fenced: a level recorded verified, with evidence for it.
+    pub fn verified_fence(&self) -> Option<VerifiedFence> {
+        self.levels
+            .iter()
+            .find(|o| o.result == LevelResult::Verified)
+            .filter(|o| self.evidence.iter().any(|e| e.level == o.level))
+            .map(|o| VerifiedFence {
+                level: o.level,
+                at: o.at.0,
+            })
+    }
+
+    /// Whether anything at all has been released.
+    pub fn released_anything(&self) -> bool {
+        let r = &self.release;
+        r.tainted_at.is_some()
+            || !r.pods.is_empty()
+            || !r.attachments.is_empty()
+            || !r.attach_records.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    fn plan(levels: usize) -> FencePlan {
+        FencePlan {
+            levels: (0..levels)
+                .map(|i| PlannedLevel {
+                    name: format!("l{i}"),
+                    kind: LevelKind::Hardware,
+                    devices: vec![PlannedDevice {
+                        url: format!("ipmi://bmc{i}"),
+                        kind: DeviceKind::Power,
+                        timeout_seconds: 20,
+                    }],
+                    trusted_after: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn evidence(level: i32) -> Vec<Evidence> {
+        vec![Evidence {
+            level,
+            device: "ipmi://bmc".into(),
+            kind: EvidenceKind::PowerOff,
+            observed: "chassis power: off".into(),
+            at: MicroTime(ts(5)),
+        }]
+    }
+
+    #[test]
+    fn transition_table_matches_the_documented_lifecycle() {
+        use Phase::*;
+        let allowed = [
+            (Pending, Fencing),
+            (Pending, Done),
+            (Pending, Failed),
+            (Fencing, Fenced),
+            (Fencing, Failed),
+            (Fenced, Releasing),
+            (Fenced, Failed),
+            (Releasing, Released),
+            (Releasing, Failed),
+            (Released, Recovering),
+            (Released, Failed),
+            (Recovering, Done),
+            (Recovering, Failed),
+        ];
+        for from in Phase::ALL {
+            for to in Phase::ALL {
+                assert_eq!(
+                    from.can_transition_to(to),
+                    allowed.contains(&(from, to)),
+                    "{from} -> {to}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn terminal_phases_have_no_exits_and_no_budget() {
+        for p in [Phase::Done, Phase::Failed] {
+            assert!(p.is_terminal());
+            assert!(Phase::ALL.iter().all(|to| !p.can_transition_to(*to)));
+            assert_eq!(p.budget(None), None);
+        }
+    }
+
+    #[test]
+    fn fencing_budget_sums_device_timeouts_plus_slack() {
+        assert_eq!(
+            Phase::Fencing.budget(Some(&plan(3))),
+            Some(Duration::from_secs(60) + FENCING_SLACK)
+        );
+        assert_eq!(Phase::Fencing.budget(None), Some(FENCING_SLACK));
+    }
+
+    #[test]
+    fn self_fence_level_extends_the_fencing_deadline() {
+        let mut st = NodeFenceStatus::default();
+        st.transition(Phase::Pending, ts(0), "created").unwrap();
+        st.plan = Some(FencePlan {
+            levels: vec![PlannedLevel {
+                name: "self-fence".into(),
+                kind: LevelKind::SelfFence,
+                devices: vec![],
+                trusted_after: Some(MicroTime(ts(100))),
+            }],
+        });
+        st.transition(Phase::Fencing, ts(10), "go").unwrap();
+        assert_eq!(st.deadline(), Some(ts(160)));
+    }
+
+    #[test]
+    fn illegal_transitions_are_refused_and_leave_status_untouched() {
+        let mut st = NodeFenceStatus::default();
+        st.transition(Phase::Pending, ts(0), "created").unwrap();
+        let before = st.clone();
+        assert_eq!(
+            st.transition(Phase::Releasing, ts(1), "skip"),
+            Err(StatusError::IllegalTransition {
+                from: Phase::Pending,
+                to: Phase::Releasing
+            })
+        );
+        assert_eq!(st, before);
+    }
+
+    #[test]
+    fn conditions_follow_the_phase_with_transition_times() {
+        let mut st = NodeFenceStatus::default();
+        st.transition(Phase::Pending, ts(0), "created").unwrap();
+        st.plan = Some(plan(1));
+        st.transition(Phase::Fencing, ts(1), "fencing").unwrap();
+        st.record_level_verified(0, evidence(0), ts(2), "off")
+            .unwrap();
+        st.transition(Phase::Fenced, ts(3), "verified").unwrap();
+        st.transition(Phase::Releasing, ts(4), "release").unwrap();
+        let get = |st: &NodeFenceStatus, t: &str| {
+            st.conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .cloned()
+                .unwrap()
+        };
+        let fenced = get(&st, "Fenced");
+        assert_eq!(fenced.status, "True");
+        assert_eq!(fenced.last_transition_time, Time(ts(3)));
+        assert_eq!(get(&st, "Released").status, "False");
+        st.transition(Phase::Released, ts(5), "released").unwrap();
+        assert_eq!(get(&st, "Released").last_transition_time, Time(ts(5)));
+        assert_eq!(get(&st, "Fenced").last_transition_time, Time(ts(3)));
+        assert_eq!(st.conditions, st.derived_conditions());
+    }
+
+    #[test]
+    fn verified_fence_needs_evidence_and_the_right_level() {
+        let mut st = NodeFenceStatus {
+            plan: Some(plan(2)),
+            ..Default::default()
+        };
+        assert_eq!(
+            st.record_level_verified(0, vec![], ts(1), "x"),
+            Err(StatusError::NoEvidence { level: 0 })
+        );
+        assert_eq!(
+            st.record_level_verified(1, evidence(1), ts(1), "x"),
+            Err(StatusError::WrongLevel { level: 1 })
+        );
+        st.record_level_failed(0, ts(1), "bad credentials").unwrap();
+        assert_eq!(st.verified_fence(), None);
+        st.record_level_verified(1, evidence(1), ts(2), "pdu off")
+            .unwrap();
+        let proof = st.verified_fence().unwrap();
+        assert_eq!((proof.level(), proof.at()), (1, ts(2)));
+        assert_eq!(st.next_level(), None);
+        // A hand-edited status claiming verification without evidence is not a proof.
+        st.evidence.clear();
+        assert_eq!(st.verified_fence(), None);
+    }
+
+    #[test]
+    fn failure_records_the_phase_it_failed_in() {
+        let mut st = NodeFenceStatus::default();
+        st.transition(Phase::Pending, ts(0), "created").unwrap();
+        st.plan = Some(plan(1));
+        st.transition(Phase::Fencing, ts(1), "go").unwrap();
+        st.fail(FailureReason::AllLevelsFailed, ts(9), "all levels failed")
+            .unwrap();
+        assert_eq!(st.phase, Phase::Failed);
+        let f = st.failure.clone().unwrap();
+        assert_eq!(
+            (f.reason, f.phase),
+            (FailureReason::AllLevelsFailed, Phase::Fencing)
+        );
+        let failed = st.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+        assert_eq!(
+            (failed.status.as_str(), failed.message.as_str()),
+            ("True", "all levels failed")
+        );
+    }
+
+    #[test]
+    fn status_round_trips_through_json_with_microsecond_times() {
+        let mut st = NodeFenceStatus::default();
+        st.transition(
+            Phase::Pending,
+            Timestamp::from_microsecond(1_800_000_000_123_456).unwrap(),
+            "created",
+        )
+        .unwrap();
+        let json = serde_json::to_string(&st).unwrap();
+        assert!(json.contains(".123456Z"), "{json}");
+        let back: NodeFenceStatus = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, st);
+    }
+}

@@ -1,0 +1,363 @@
+//! `FenceTarget`: one node's fencing levels, named after the node.
+//!
+//! Levels are tried in order; every device in a level must succeed (and be verified) for the
+//! level to count. Devices are addressed by URL; the scheme picks the agent:
+//! `ipmi://`, `snmp+pdu://`, `storagefw+https://`, or `bridge://<target-id>` when the
+//! firmware-bridge holds the inventory and the credentials.
+
+use std::collections::BTreeMap;
+
+use kube_derive::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Spec of a `FenceTarget` (cluster-scoped; `metadata.name` is the node's name).
+// kube's `printcolumn(...)` repeats `type_ = ...`, which clippy mistakes for a duplicate.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[kube(
+    group = "palisade.dev",
+    version = "v1alpha1",
+    kind = "FenceTarget",
+    plural = "fencetargets",
+    shortname = "ftgt",
+    derive = "PartialEq",
+    crates(kube_core = "::kube_core"),
+    printcolumn(name = "Levels", type_ = "string", json_path = ".spec.levels[*].name"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FenceTargetSpec {
+    /// Fencing levels, tried in order until one is verified.
+    #[schemars(length(min = 1))]
+    pub levels: Vec<FenceLevel>,
+}
+
+/// One fencing level: all its devices must succeed, verified.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FenceLevel {
+    /// A name for Events and status (for example `ipmi` or `pdu+storage`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    /// The devices of this level.
+    #[schemars(length(min = 1))]
+    pub devices: Vec<FenceDevice>,
+}
+
+/// One fencing device.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FenceDevice {
+    /// Address, for example `ipmi://10.0.0.5:623`, `snmp+pdu://pdu1:161/outlets/3,4`,
+    /// `storagefw+https://storage:8443/nodes/m0`, or `bridge://rack1-m0`.
+    #[schemars(regex(pattern = r"^(ipmi|snmp\+pdu|storagefw\+https|bridge)://[^\s]+$"))]
+    pub url: String,
+    /// What fencing through this device proves.
+    pub kind: DeviceKind,
+    /// Secret holding this device's credentials. Not allowed for `bridge://` (the bridge holds them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret_ref: Option<SecretRef>,
+    /// Budget for one command-then-verify round on this device. Default 20 s.
+    #[serde(default = "default_device_timeout")]
+    #[schemars(range(min = 1, max = 600))]
+    pub timeout_seconds: i64,
+}
+
+fn default_device_timeout() -> i64 {
+    20
+}
+
+/// What a device fences.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub enum DeviceKind {
+    /// Power: verified when the device reports the power off.
+    Power,
+    /// Storage: verified when the storage reports the node blocked.
+    Storage,
+}
+
+/// A reference to a Secret and the keys within it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRef {
+    /// Secret name.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Secret namespace.
+    #[schemars(length(min = 1))]
+    pub namespace: String,
+    /// Role to key within the Secret, for example `username: user`, `password: pass`,
+    /// `community: rw`, `caBundle: ca.crt`. Empty means the agent's conventional key names.
+    #[serde(default)]
+    pub keys: BTreeMap<String, String>,
+}
+
+/// The agent a device URL selects, from its scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceScheme {
+    /// `ipmi://`: an IPMI 2.0 BMC (power).
+    Ipmi,
+    /// `snmp+pdu://`: a switched PDU over SNMP (power).
+    SnmpPdu,
+    /// `storagefw+https://`: the storage firewall's HTTPS API (storage).
+    StorageFirewall,
+    /// `bridge://`: the firmware-bridge, which holds the inventory and credentials.
+    Bridge,
+}
+
+impl DeviceScheme {
+    /// Parse the scheme of a device URL; `None` when it is not one Palisade knows or the URL has
+    /// nothing after `://`.
+    pub fn of(url: &str) -> Option<Self> {
+        let (scheme, rest) = url.split_once("://")?;
+        if rest.is_empty() || rest.chars().any(char::is_whitespace) {
+            return None;
+        }
+        match scheme {
+            "ipmi" => Some(Self::Ipmi),
+            "snmp+pdu" => Some(Self::SnmpPdu),
+            "storagefw+https" => Some(Self::StorageFirewall),
+            "bridge" => Some(Self::Bridge),
+            _ => None,
+        }
+    }
+
+    /// The device kind this scheme implies, if it implies one (`bridge://` serves both).
+    pub fn implied_kind(self) -> Option<DeviceKind> {
+        match self {
+            Self::Ipmi | Self::SnmpPdu => Some(DeviceKind::Power),
+            Self::StorageFirewall => Some(DeviceKind::Storage),
+            Self::Bridge => None,
+        }
+    }
+}
+
+/// A malformed `FenceTarget`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    /// No levels at all.
+    #[error("a FenceTarget needs at least one level")]
+    NoLevels,
+    /// A level with no devices.
+    #[error("levels[{level}] has no devices")]
+    EmptyLevel {
+        /// Level index.
+        level: usize,
+    },
+    /// A URL whose scheme Palisade does not know.
+    #[error("levels[{level}].devices[{device}].url {url:?}: scheme must be ipmi, snmp+pdu, storagefw+https or bridge")]
+    UnknownScheme {
+        /// Level index.
+        level: usize,
+        /// Device index.
+        device: usize,
+        /// The URL.
+        url: String,
+    },
+    /// The kind contradicts the scheme (an IPMI device cannot fence storage).
+    #[error("levels[{level}].devices[{device}]: kind {kind:?} contradicts the URL scheme")]
+    KindMismatch {
+        /// Level index.
+        level: usize,
+        /// Device index.
+        device: usize,
+        /// The declared kind.
+        kind: DeviceKind,
+    },
+    /// A direct device without credentials, or a bridge device with them.
+    #[error("levels[{level}].devices[{device}]: {problem}")]
+    Credentials {
+        /// Level index.
+        level: usize,
+        /// Device index.
+        device: usize,
+        /// What is wrong.
+        problem: &'static str,
+    },
+    /// A timeout outside 1..=600 s.
+    #[error("levels[{level}].devices[{device}].timeoutSeconds {value} must be in 1..=600")]
+    Timeout {
+        /// Level index.
+        level: usize,
+        /// Device index.
+        device: usize,
+        /// The value.
+        value: i64,
+    },
+}
+
+impl FenceTargetSpec {
+    /// Reject targets the schema cannot catch. Returns every problem found.
+    pub fn validate(&self) -> Result<(), Vec<TargetError>> {
+        let mut errors = Vec::new();
+        if self.levels.is_empty() {
+            errors.push(TargetError::NoLevels);
+        }
+        for (level, l) in self.levels.iter().enumerate() {
+            if l.devices.is_empty() {
+                errors.push(TargetError::EmptyLevel { level });
+            }
+            for (device, d) in l.devices.iter().enumerate() {
+                let Some(scheme) = DeviceScheme::of(&d.url) else {
+                    errors.push(TargetError::UnknownScheme {
+                        level,
+                        device,
+                        url: d.url.clone(),
+                    });
+                    continue;
+                };
+                if scheme.implied_kind().is_some_and(|k| k != d.kind) {
+                    errors.push(TargetError::KindMismatch {
+                        level,
+                        device,
+                        kind: d.kind,
+                    });
+                }
+                match (scheme, &d.credentials_secret_ref) {
+                    (DeviceScheme::Bridge, Some(_)) => errors.push(TargetError::Credentials {
+                        level,
+                        device,
+                        problem: "bridge:// devices take no credentials (the bridge holds them)",
+                    }),
+                    (DeviceScheme::Bridge, None) | (_, Some(_)) => {}
+                    (_, None) => errors.push(TargetError::Credentials {
+                        level,
+                        device,
+                        problem: "direct devices need credentialsSecretRef",
+                    }),
+                }
+                if !(1..=600).contains(&d.timeout_seconds) {
+                    errors.push(TargetError::Timeout {
+                        level,
+                        device,
+                        value: d.timeout_seconds,
+                    });
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret() -> Option<SecretRef> {
+        Some(SecretRef {
+            name: "bmc-m0".into(),
+            namespace: "palisade-system".into(),
+            keys: BTreeMap::new(),
+        })
+    }
+
+    fn device(url: &str, kind: DeviceKind, creds: Option<SecretRef>) -> FenceDevice {
+        FenceDevice {
+            url: url.into(),
+            kind,
+            credentials_secret_ref: creds,
+            timeout_seconds: 20,
+        }
+    }
+
+    #[test]
+    fn scheme_table() {
+        let cases = [
+            ("ipmi://127.0.0.1:6230", Some(DeviceScheme::Ipmi)),
+            (
+                "snmp+pdu://127.0.0.1:1161/outlets/1",
+                Some(DeviceScheme::SnmpPdu),
+            ),
+            (
+                "storagefw+https://127.0.0.1:8443/nodes/m0",
+                Some(DeviceScheme::StorageFirewall),
+            ),
+            ("bridge://m0", Some(DeviceScheme::Bridge)),
+            ("bridge://", None),
+            ("redfish+https://bmc", None),
+            ("ipmi:/x", None),
+            ("ipmi://a b", None),
+            ("", None),
+        ];
+        for (url, want) in cases {
+            assert_eq!(DeviceScheme::of(url), want, "{url}");
+        }
+    }
+
+    #[test]
+    fn well_formed_target_validates_and_defaults_timeout() {
+        let spec: FenceTargetSpec = serde_json::from_value(serde_json::json!({
+            "levels": [
+                {"name": "ipmi", "devices": [{"url": "ipmi://127.0.0.1:6230", "kind": "Power",
+                  "credentialsSecretRef": {"name": "bmc", "namespace": "ns", "keys": {"password": "pw"}}}]},
+                {"name": "bridge", "devices": [{"url": "bridge://m0", "kind": "Storage"}]}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(spec.levels[0].devices[0].timeout_seconds, 20);
+        assert_eq!(spec.validate(), Ok(()));
+    }
+
+    #[test]
+    fn malformed_targets_are_rejected_with_positions() {
+        let spec = FenceTargetSpec {
+            levels: vec![
+                FenceLevel {
+                    name: "a".into(),
+                    devices: vec![
+                        device("ipmi://bmc", DeviceKind::Storage, secret()),
+                        device("bridge://x", DeviceKind::Power, secret()),
+                        device("snmp+pdu://pdu/1", DeviceKind::Power, None),
+                        device("ftp://x", DeviceKind::Power, secret()),
+                    ],
+                },
+                FenceLevel {
+                    name: "b".into(),
+                    devices: vec![],
+                },
+            ],
+        };
+        let errors = spec.validate().unwrap_err();
+        assert_eq!(
+            errors,
+            vec![
+                TargetError::KindMismatch {
+                    level: 0,
+                    device: 0,
+                    kind: DeviceKind::Storage
+                },
+                TargetError::Credentials {
+                    level: 0,
+                    device: 1,
+                    problem: "bridge:// devices take no credentials (the bridge holds them)"
+                },
+                TargetError::Credentials {
+                    level: 0,
+                    device: 2,
+                    problem: "direct devices need credentialsSecretRef"
+                },
+                TargetError::UnknownScheme {
+                    level: 0,
+                    device: 3,
+                    url: "ftp://x".into()
+                },
+                TargetError::EmptyLevel { level: 1 },
+            ]
+        );
+        assert_eq!(
+            FenceTargetSpec { levels: vec![] }.validate(),
+            Err(vec![TargetError::NoLevels])
+        );
+    }
+}
