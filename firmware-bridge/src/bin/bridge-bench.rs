@@ -1,0 +1,259 @@
+//! `bridge-bench`: what the bridge adds on top of the executor, measured on loopback.
+//!
+//! 1. p50/p99 latency of N power-status calls made directly on the executor, then through the
+//!    bridge (mTLS, keep-alive connection, policy, rate limit, metrics) with the same executor;
+//!    the difference is the bridge's added latency.
+//! 2. Throughput of status requests with C concurrent clients (each its own connection and
+//!    certificate), bounded by a request count and a wall-clock limit.
+//!
+//! Everything runs in-process on 127.0.0.1 with the recording executor, so the figures are
+//! the bridge's own overhead, not a device's.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use palisade_bridge::client::{BridgeClient, ClientSettings};
+use palisade_bridge::config::{FileConfig, Inventory};
+use palisade_bridge::executor::{Executor, RecordingExecutor};
+use palisade_bridge::Bridge;
+use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+
+/// Flags.
+#[derive(Debug, Parser)]
+#[command(
+    name = "bridge-bench",
+    about = "Measure the firmware-bridge's added latency and throughput (loopback only)"
+)]
+struct Args {
+    /// Status requests for the latency comparison.
+    #[arg(long, default_value_t = 1000)]
+    requests: usize,
+    /// Concurrent clients for the throughput run.
+    #[arg(long, default_value_t = 50)]
+    clients: usize,
+    /// Status requests per client in the throughput run.
+    #[arg(long, default_value_t = 100)]
+    per_client: usize,
+    /// Wall-clock limit for the throughput run, seconds.
+    #[arg(long, default_value_t = 60)]
+    max_seconds: u64,
+    /// Use the real executor (`palisade-fence`) on the inventory of this bridge config
+    /// instead of the recording executor (its TLS, policy and state settings are replaced by
+    /// the bench's own). Only loopback devices, please.
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+struct Pki {
+    ca: rcgen::Certificate,
+    key: KeyPair,
+}
+
+impl Pki {
+    fn new() -> anyhow::Result<Self> {
+        let mut p = CertificateParams::new(Vec::<String>::new())?;
+        p.distinguished_name.push(DnType::CommonName, "bench-ca");
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate()?;
+        let ca = p.self_signed(&key)?;
+        Ok(Self { ca, key })
+    }
+    fn issue(&self, sans: Vec<String>, cn: &str, server: bool) -> anyhow::Result<(String, String)> {
+        let mut p = CertificateParams::new(sans)?;
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.extended_key_usages = vec![if server {
+            ExtendedKeyUsagePurpose::ServerAuth
+        } else {
+            ExtendedKeyUsagePurpose::ClientAuth
+        }];
+        let key = KeyPair::generate()?;
+        let cert = p.signed_by(&key, &self.ca, &self.key)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = palisade_bridge::server::runtime().context("tokio runtime")?;
+    rt.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let dir = tempfile_dir()?;
+    let pki = Pki::new()?;
+    let server = pki.issue(vec!["127.0.0.1".into()], "firmware-bridge", true)?;
+    let write_private = |name: &str, data: &str| -> anyhow::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join(name);
+        std::fs::write(&p, data)?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))?;
+        Ok(())
+    };
+    write_private("server.key", &server.1)?;
+    std::fs::write(dir.join("server.crt"), &server.0)?;
+    std::fs::write(dir.join("ca.crt"), pki.ca.pem())?;
+    let mut cfg = String::from(
+        "listen = \"127.0.0.1:0\"\nstate_dir = \"state\"\n[tls]\ncert = \"server.crt\"\nkey = \"server.key\"\nclient_ca = \"ca.crt\"\n\
+         [rate_limit]\nburst = 1000000\nper_second = 1000000.0\n[[policy]]\nclient = \"cn:bench\"\ntargets = [\"*\"]\n",
+    );
+    let targets = 10;
+    for i in 0..targets {
+        cfg.push_str(&format!(
+            "[[targets]]\nid = \"m{i}\"\n[[targets.levels]]\ndevices = [{{ url = \"ipmi://admin@127.0.0.1:{}\" }}]\n",
+            9000 + i
+        ));
+    }
+    let cfg_path = dir.join("bridge.toml");
+    std::fs::write(&cfg_path, cfg)?;
+    let mut cfg = FileConfig::load(&cfg_path)?;
+    if let Some(path) = &args.config {
+        cfg.targets = FileConfig::load(path)?.targets;
+    }
+    let inv = Inventory::load(&cfg)?;
+    let exec: Arc<dyn Executor> = match &args.config {
+        None => Arc::new(RecordingExecutor::new()),
+        Some(_) => Arc::new(
+            palisade_bridge::fence_executor::FenceExecutor::new(&inv)
+                .map_err(|e| anyhow::anyhow!(palisade_bridge::error_chain(&e)))?,
+        ),
+    };
+    let executor_name = if args.config.is_some() {
+        "palisade-fence executor"
+    } else {
+        "recording executor"
+    };
+    let ids: Vec<String> = inv.targets.keys().cloned().collect();
+    let first = ids.first().context("the inventory has no target")?.clone();
+    let target = inv.targets[&first].clone();
+    let bridge = Bridge::new(&cfg, inv, exec.clone(), None)
+        .map_err(|e| anyhow::anyhow!(palisade_bridge::error_chain(&e)))?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server_task = tokio::spawn(palisade_bridge::server::serve(bridge, listener, async {
+        let _ = stop_rx.await;
+    }));
+    let url: url::Url = format!("https://127.0.0.1:{}/", addr.port()).parse()?;
+    let client_for = |cn: &str| -> anyhow::Result<BridgeClient> {
+        let (c, k) = pki.issue(vec![], cn, false)?;
+        let s = ClientSettings::new(
+            url.clone(),
+            pki.ca.pem().into_bytes(),
+            c.into_bytes(),
+            k.into_bytes(),
+        );
+        Ok(BridgeClient::new(&s)?)
+    };
+
+    // 1. Direct executor calls.
+    let mut direct = Vec::with_capacity(args.requests);
+    for _ in 0..args.requests {
+        let t = Instant::now();
+        exec.power_status(&target).await?;
+        direct.push(t.elapsed());
+    }
+    // 2. Through the bridge (one client, keep-alive; first request warms the connection).
+    let c = client_for("bench")?;
+    c.power_status(&first).await?;
+    let mut bridged = Vec::with_capacity(args.requests);
+    for _ in 0..args.requests {
+        let t = Instant::now();
+        c.power_status(&first).await?;
+        bridged.push(t.elapsed());
+    }
+    direct.sort();
+    bridged.sort();
+    println!(
+        "latency over {} power-status requests of target {first} (loopback, {executor_name}):",
+        args.requests
+    );
+    println!(
+        "  direct executor : p50 {}  p99 {}",
+        us(pct(&direct, 0.5)),
+        us(pct(&direct, 0.99))
+    );
+    println!(
+        "  through bridge  : p50 {}  p99 {}",
+        us(pct(&bridged, 0.5)),
+        us(pct(&bridged, 0.99))
+    );
+    println!(
+        "  added by bridge : p50 {}  p99 {}",
+        us(pct(&bridged, 0.5).saturating_sub(pct(&direct, 0.5))),
+        us(pct(&bridged, 0.99).saturating_sub(pct(&direct, 0.99)))
+    );
+
+    // 3. Throughput with N concurrent clients, spread over the targets.
+    let deadline = Instant::now() + Duration::from_secs(args.max_seconds);
+    let mut clients = Vec::new();
+    for _ in 0..args.clients {
+        clients.push(client_for("bench")?);
+    }
+    let start = Instant::now();
+    let mut set = tokio::task::JoinSet::new();
+    for (i, c) in clients.into_iter().enumerate() {
+        let per = args.per_client;
+        let ids = ids.clone();
+        set.spawn(async move {
+            let (mut ok, mut err) = (0usize, 0usize);
+            let mut first_err: Option<String> = None;
+            let target = ids[i % ids.len()].clone();
+            for _ in 0..per {
+                if Instant::now() > deadline {
+                    break;
+                }
+                match c.power_status(&target).await {
+                    Ok(_) => ok += 1,
+                    Err(e) => {
+                        err += 1;
+                        first_err.get_or_insert_with(|| e.to_string());
+                    }
+                }
+            }
+            (ok, err, first_err)
+        });
+    }
+    let (mut ok, mut err, mut first_err) = (0, 0, None);
+    while let Some(r) = set.join_next().await {
+        let (o, e, fe) = r?;
+        ok += o;
+        err += e;
+        first_err = first_err.or(fe);
+    }
+    if let Some(e) = first_err {
+        println!("first error: {e}");
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "throughput: {} clients x {} status requests over {} targets: {ok} ok, {err} errors in {secs:.2} s = {:.0} req/s",
+        args.clients,
+        args.per_client,
+        ids.len(),
+        ok as f64 / secs
+    );
+    let _ = stop_tx.send(());
+    server_task.await??;
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
+
+fn tempfile_dir() -> anyhow::Result<std::path::PathBuf> {
+    let d = std::env::temp_dir().join(format!("bridge-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}

@@ -1,0 +1,448 @@
+//! The `bridge://` client: how the cluster side (controller, agents) talks to the bridge.
+//!
+//! It presents a client certificate, trusts **only** the configured CA (pinning: no system
+//! roots), and bounds every request with connect and request timeouts.
+
+use std::time::Duration;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ClientConfig, RootCertStore};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use url::Url;
+
+use crate::executor::{Health, PowerAction, PowerState, StorageAction, StorageState};
+
+/// Errors of the bridge client.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The TLS material given to the client is unusable.
+    #[error("bridge client TLS setup: {0}")]
+    Setup(String),
+    /// A `bridge://` URL is malformed.
+    #[error("invalid bridge URL {url:?}: {reason}")]
+    Url {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The request did not complete (connect, TLS, timeout).
+    #[error("request to bridge {url} failed: {chain}")]
+    Transport {
+        /// The request URL.
+        url: String,
+        /// The full error chain, including TLS alerts.
+        chain: String,
+        /// The underlying error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The bridge answered with an error status.
+    #[error("bridge refused {url}: HTTP {status} {code}: {message}")]
+    Api {
+        /// The request URL.
+        url: String,
+        /// HTTP status.
+        status: u16,
+        /// Error code from the body (e.g. `stale_fencing_token`).
+        code: String,
+        /// Message from the body.
+        message: String,
+        /// The full JSON body (may hold evidence).
+        body: Value,
+    },
+}
+
+impl ClientError {
+    /// The HTTP status, for [`ClientError::Api`].
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// Whether retrying with the *same* idempotency key may help (transport errors, 429,
+    /// 5xx other than a device failure). Stale tokens, policy denials and bad requests never.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ClientError::Transport { .. } => true,
+            ClientError::Api { status, .. } => *status == 429 || *status == 503 || *status == 504,
+            _ => false,
+        }
+    }
+}
+
+/// Parses `bridge://<target-id>` into the target id.
+pub fn parse_bridge_url(s: &str) -> Result<String, ClientError> {
+    let err = |reason: &str| ClientError::Url {
+        url: s.into(),
+        reason: reason.into(),
+    };
+    let u = Url::parse(s).map_err(|e| err(&e.to_string()))?;
+    if u.scheme() != "bridge" {
+        return Err(err("scheme must be bridge://"));
+    }
+    let id = u.host_str().ok_or_else(|| err("missing target id"))?;
+    if u.path().len() > 1 || u.query().is_some() || !u.username().is_empty() {
+        return Err(err("only bridge://<target-id> is allowed"));
+    }
+    Ok(id.to_string())
+}
+
+/// The answer to an action or status request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpResponse {
+    /// Target id.
+    pub target: String,
+    /// Action name (`power.off`, `storage.status`, ...).
+    pub action: String,
+    /// `ok` (errors come back as [`ClientError::Api`]).
+    pub result: String,
+    /// Observed state (`on`/`off`, `blocked`/`unblocked`, `ok`/`degraded`).
+    #[serde(default)]
+    pub state: Value,
+    /// Whether the state was read back after acting.
+    #[serde(default)]
+    pub verified: bool,
+    /// Verification evidence from the agents.
+    #[serde(default)]
+    pub evidence: Value,
+    /// The fencing token the action carried.
+    #[serde(default)]
+    pub token: Option<u64>,
+    /// The idempotency key the action carried.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    /// True when the bridge answered from its idempotency cache (the device was not touched).
+    #[serde(skip)]
+    pub replayed: bool,
+}
+
+impl OpResponse {
+    /// The power state, if this is a power response.
+    pub fn power_state(&self) -> Option<PowerState> {
+        serde_json::from_value(self.state.clone()).ok()
+    }
+    /// The storage state, if this is a storage response.
+    pub fn storage_state(&self) -> Option<StorageState> {
+        serde_json::from_value(self.state.clone()).ok()
+    }
+    /// The health, if this is a monitor response.
+    pub fn health(&self) -> Option<Health> {
+        serde_json::from_value(self.state.clone()).ok()
+    }
+}
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientSettings {
+    /// Bridge base URL, e.g. `https://127.0.0.1:8443/`.
+    pub base_url: Url,
+    /// PEM of the CA that signed the bridge's server certificate (the only trusted root).
+    pub ca_pem: Vec<u8>,
+    /// PEM of this client's certificate chain.
+    pub cert_pem: Vec<u8>,
+    /// PEM of this client's private key.
+    pub key_pem: Vec<u8>,
+    /// TCP+TLS connect timeout. Default 5 s.
+    pub connect_timeout: Duration,
+    /// Whole-request timeout (covers a verified power-off). Default 150 s.
+    pub request_timeout: Duration,
+}
+
+impl ClientSettings {
+    /// Settings with default timeouts.
+    pub fn new(base_url: Url, ca_pem: Vec<u8>, cert_pem: Vec<u8>, key_pem: Vec<u8>) -> Self {
+        Self {
+            base_url,
+            ca_pem,
+            cert_pem,
+            key_pem,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(150),
+        }
+    }
+}
+
+/// A client of one bridge.
+#[derive(Debug, Clone)]
+pub struct BridgeClient {
+    http: reqwest::Client,
+    base: Url,
+}
+
+fn tls_config(s: &ClientSettings) -> Result<ClientConfig, ClientError> {
+    let setup = |what: &str, e: &dyn std::fmt::Display| ClientError::Setup(format!("{what}: {e}"));
+    let mut roots = RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut s.ca_pem.as_slice()) {
+        let c = c.map_err(|e| setup("CA PEM", &e))?;
+        roots.add(c).map_err(|e| setup("CA certificate", &e))?;
+    }
+    if roots.is_empty() {
+        return Err(ClientError::Setup("CA PEM holds no certificate".into()));
+    }
+    let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut s.cert_pem.as_slice())
+        .collect::<Result<_, _>>()
+        .map_err(|e| setup("client certificate PEM", &e))?;
+    if certs.is_empty() {
+        return Err(ClientError::Setup(
+            "client certificate PEM holds no certificate".into(),
+        ));
+    }
+    let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut s.key_pem.as_slice())
+        .map_err(|e| setup("client key PEM", &e))?
+        .ok_or_else(|| ClientError::Setup("client key PEM holds no key".into()))?;
+    let mut cfg = ClientConfig::builder_with_provider(crate::tls::provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| setup("protocol versions", &e))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| setup("client certificate", &e))?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// Renders an error and all its sources, so TLS alerts are visible.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+impl BridgeClient {
+    /// Builds a client.
+    pub fn new(s: &ClientSettings) -> Result<Self, ClientError> {
+        let http = reqwest::Client::builder()
+            .use_preconfigured_tls(tls_config(s)?)
+            .connect_timeout(s.connect_timeout)
+            .timeout(s.request_timeout)
+            .http1_only()
+            .no_proxy()
+            .build()
+            .map_err(|e| ClientError::Setup(chain(&e)))?;
+        Ok(Self {
+            http,
+            base: s.base_url.clone(),
+        })
+    }
+
+    fn url(&self, path: &str) -> Result<Url, ClientError> {
+        self.base.join(path).map_err(|e| ClientError::Url {
+            url: path.into(),
+            reason: e.to_string(),
+        })
+    }
+
+    async fn send(
+        &self,
+        req: reqwest::RequestBuilder,
+        url: &Url,
+    ) -> Result<(Value, bool), ClientError> {
+        let resp = req.send().await.map_err(|e| ClientError::Transport {
+            url: url.to_string(),
+            chain: chain(&e),
+            source: e,
+        })?;
+        let status = resp.status().as_u16();
+        let replayed = resp.headers().get(crate::api::REPLAYED).is_some();
+        let text = resp.text().await.map_err(|e| ClientError::Transport {
+            url: url.to_string(),
+            chain: chain(&e),
+            source: e,
+        })?;
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if !(200..300).contains(&status) {
+            let field = |k: &str| {
+                body.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            return Err(ClientError::Api {
+                url: url.to_string(),
+                status,
+                code: field("error"),
+                message: field("message"),
+                body,
+            });
+        }
+        Ok((body, replayed))
+    }
+
+    async fn op(&self, req: reqwest::RequestBuilder, url: &Url) -> Result<OpResponse, ClientError> {
+        let (body, replayed) = self.send(req, url).await?;
+        let mut r: OpResponse =
+            serde_json::from_value(body.clone()).map_err(|e| ClientError::Api {
+                url: url.to_string(),
+                status: 200,
+                code: "bad_response".into(),
+                message: e.to_string(),
+                body,
+            })?;
+        r.replayed = replayed;
+        Ok(r)
+    }
+
+    async fn mutate(
+        &self,
+        path: &str,
+        token: u64,
+        key: &str,
+        reason: Option<&str>,
+    ) -> Result<OpResponse, ClientError> {
+        let url = self.url(path)?;
+        let mut req = self
+            .http
+            .post(url.clone())
+            .header("Idempotency-Key", key)
+            .header("Fencing-Token", token.to_string());
+        if let Some(r) = reason {
+            req = req.json(&serde_json::json!({ "reason": r }));
+        }
+        self.op(req, &url).await
+    }
+
+    /// Power action on `target`, carrying the fencing token and idempotency key.
+    pub async fn power(
+        &self,
+        target: &str,
+        action: PowerAction,
+        token: u64,
+        key: &str,
+        reason: Option<&str>,
+    ) -> Result<OpResponse, ClientError> {
+        let a = match action {
+            PowerAction::Off => "off",
+            PowerAction::On => "on",
+            PowerAction::Reboot => "reboot",
+        };
+        self.mutate(
+            &format!("v1/targets/{target}/power/{a}"),
+            token,
+            key,
+            reason,
+        )
+        .await
+    }
+
+    /// Storage action on `target`, carrying the fencing token and idempotency key.
+    pub async fn storage(
+        &self,
+        target: &str,
+        action: StorageAction,
+        token: u64,
+        key: &str,
+        reason: Option<&str>,
+    ) -> Result<OpResponse, ClientError> {
+        let a = match action {
+            StorageAction::Block => "block",
+            StorageAction::Unblock => "unblock",
+        };
+        self.mutate(
+            &format!("v1/targets/{target}/storage/{a}"),
+            token,
+            key,
+            reason,
+        )
+        .await
+    }
+
+    async fn get_op(&self, path: &str) -> Result<OpResponse, ClientError> {
+        let url = self.url(path)?;
+        self.op(self.http.get(url.clone()), &url).await
+    }
+
+    /// Power status of `target`.
+    pub async fn power_status(&self, target: &str) -> Result<OpResponse, ClientError> {
+        self.get_op(&format!("v1/targets/{target}/power")).await
+    }
+
+    /// Storage status of `target`.
+    pub async fn storage_status(&self, target: &str) -> Result<OpResponse, ClientError> {
+        self.get_op(&format!("v1/targets/{target}/storage")).await
+    }
+
+    /// Device reachability of `target`.
+    pub async fn monitor(&self, target: &str) -> Result<OpResponse, ClientError> {
+        self.get_op(&format!("v1/targets/{target}/monitor")).await
+    }
+
+    /// Audit records (most recent `limit`), optionally for one target.
+    pub async fn audit(
+        &self,
+        target: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<crate::audit::AuditRecord>, ClientError> {
+        let mut url = self.url("v1/audit")?;
+        url.query_pairs_mut()
+            .append_pair("limit", &limit.to_string());
+        if let Some(t) = target {
+            url.query_pairs_mut().append_pair("target", t);
+        }
+        let (body, _) = self.send(self.http.get(url.clone()), &url).await?;
+        serde_json::from_value(body.get("records").cloned().unwrap_or(Value::Null)).map_err(|e| {
+            ClientError::Api {
+                url: url.to_string(),
+                status: 200,
+                code: "bad_response".into(),
+                message: e.to_string(),
+                body,
+            }
+        })
+    }
+
+    /// `GET /healthz`.
+    pub async fn healthz(&self) -> Result<(), ClientError> {
+        let url = self.url("healthz")?;
+        self.send(self.http.get(url.clone()), &url)
+            .await
+            .map(|_| ())
+    }
+
+    /// A raw request (for tests and tools): returns status and body text.
+    pub async fn raw(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> Result<(u16, String), ClientError> {
+        let url = self.url(path)?;
+        let mut req = self.http.request(method, url.clone()).body(body);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await.map_err(|e| ClientError::Transport {
+            url: url.to_string(),
+            chain: chain(&e),
+            source: e,
+        })?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await.map_err(|e| ClientError::Transport {
+            url: url.to_string(),
+            chain: chain(&e),
+            source: e,
+        })?;
+        Ok((status, text))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bridge_urls() {
+        assert_eq!(parse_bridge_url("bridge://m0").unwrap(), "m0");
+        assert!(parse_bridge_url("https://m0").is_err());
+        assert!(parse_bridge_url("bridge://m0/extra").is_err());
+        assert!(parse_bridge_url("bridge://u:p@m0").is_err());
+    }
+}

@@ -1,0 +1,357 @@
+//! The real [`Executor`]: power operations through `palisade-fence` devices and fencing levels.
+//!
+//! Each target's power levels become `palisade_fence::levels::Level`s of
+//! `palisade_fence::Device`s (IPMI or switched PDU). `off` and `reboot` run the levels with
+//! Pacemaker semantics and succeed only with `VerifiedOff` evidence from every device of one
+//! level; `on` succeeds when every device of one level verified on. The evidence returned is
+//! the full attempt record (level, device, step, result, timings), never a credential.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use palisade_fence::levels::{self, AttemptResult, FenceOutcome, FenceReport, LevelPolicy, Step};
+use palisade_fence::{Credentials, Device, DeviceOptions, PowerDevice};
+use serde_json::{json, Value};
+
+use crate::config::{self, Inventory, Target};
+use crate::executor::{
+    ExecError, Executor, Health, Outcome, PowerAction, PowerState, StorageAction, StorageState,
+};
+
+/// Errors building the executor from the inventory.
+#[derive(Debug, thiserror::Error)]
+pub enum FenceExecutorError {
+    /// A device URL or its credentials were refused by the agents.
+    #[error("target {target}, device {url}: {source}")]
+    Device {
+        /// Target id.
+        target: String,
+        /// Device URL.
+        url: String,
+        /// The agent's error.
+        #[source]
+        source: palisade_fence::FenceError,
+    },
+    /// A storage device was placed in a power level.
+    #[error("target {target}: device {url} is a storage device; list it under `storage`, not in a power level")]
+    StorageInPowerLevel {
+        /// Target id.
+        target: String,
+        /// Device URL.
+        url: String,
+    },
+}
+
+struct PowerTarget {
+    names: Vec<String>,
+    levels: Vec<levels::Level>,
+}
+
+/// Drives power devices through `palisade-fence`.
+pub struct FenceExecutor {
+    targets: BTreeMap<String, PowerTarget>,
+    policy: LevelPolicy,
+}
+
+impl std::fmt::Debug for FenceExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FenceExecutor")
+            .field("targets", &self.targets.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+fn secret(d: &config::Device, names: &[&str]) -> Option<palisade_fence::Secret> {
+    names
+        .iter()
+        .find_map(|n| d.secrets.get(*n))
+        .map(|s| palisade_fence::Secret::new(s.expose()))
+}
+
+fn build_device(
+    target: &str,
+    d: &config::Device,
+    options: DeviceOptions,
+) -> Result<Device, FenceExecutorError> {
+    let err = |source| FenceExecutorError::Device {
+        target: target.into(),
+        url: d.url.to_string(),
+        source,
+    };
+    let mut url = d.url.clone();
+    if let Some(user) = &d.username {
+        if url.username().is_empty() {
+            // Url::set_username only fails for cannot-be-a-base URLs, which we never have.
+            let _ = url.set_username(user);
+        }
+    }
+    let parsed = palisade_fence::Target::parse(url.as_str()).map_err(err)?;
+    let creds = Credentials {
+        password: secret(d, &["password"]),
+        community: secret(d, &["community"]),
+        v3_auth_password: secret(d, &["v3_auth_password", "auth_password"]),
+        v3_priv_password: secret(d, &["v3_priv_password", "priv_password"]),
+    };
+    Device::new(parsed, &creds, options).map_err(err)
+}
+
+impl FenceExecutor {
+    /// Builds devices for every power level of every target (nothing is sent yet).
+    pub fn new(inventory: &Inventory) -> Result<Self, FenceExecutorError> {
+        Self::with_options(inventory, DeviceOptions::default(), LevelPolicy::default())
+    }
+
+    /// Like [`FenceExecutor::new`] with explicit device options and level bounds.
+    pub fn with_options(
+        inventory: &Inventory,
+        options: DeviceOptions,
+        policy: LevelPolicy,
+    ) -> Result<Self, FenceExecutorError> {
+        let mut targets = BTreeMap::new();
+        for (id, t) in &inventory.targets {
+            let mut names = Vec::new();
+            let mut lv = Vec::new();
+            for l in &t.levels {
+                let mut devices: Vec<Arc<dyn PowerDevice>> = Vec::new();
+                for d in &l.devices {
+                    if d.url.scheme() == "storagefw+https" {
+                        return Err(FenceExecutorError::StorageInPowerLevel {
+                            target: id.clone(),
+                            url: d.url.to_string(),
+                        });
+                    }
+                    devices.push(Arc::new(build_device(id, d, options)?));
+                }
+                names.push(l.name.clone());
+                lv.push(levels::Level { devices });
+            }
+            targets.insert(id.clone(), PowerTarget { names, levels: lv });
+        }
+        Ok(Self { targets, policy })
+    }
+
+    fn power_target(&self, t: &Target) -> Result<&PowerTarget, ExecError> {
+        self.targets
+            .get(&t.id)
+            .filter(|p| !p.levels.is_empty())
+            .ok_or_else(|| ExecError::NoDevice {
+                target: t.id.clone(),
+                kind: "power",
+            })
+    }
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+/// Renders a fencing report as JSON evidence.
+fn report_evidence(pt: &PowerTarget, action: PowerAction, r: &FenceReport) -> Value {
+    let level_name = |i: usize| pt.names.get(i).cloned().unwrap_or_default();
+    let attempts: Vec<Value> = r
+        .attempts
+        .iter()
+        .map(|a| {
+            let mut v = json!({
+                "level": a.level,
+                "level_name": level_name(a.level),
+                "device": a.device,
+                "step": match a.step { Step::Off => "off", Step::On => "on" },
+                "started_at": rfc3339(a.started_at),
+                "duration_ms": ms(a.duration),
+            });
+            match &a.result {
+                AttemptResult::Off(ev) => {
+                    v["result"] = json!("off_verified");
+                    v["commanded_at"] = json!(rfc3339(ev.commanded_at()));
+                    v["verified_at"] = json!(rfc3339(ev.verified_at()));
+                    v["command_to_verified_ms"] = json!(ms(ev.command_to_verified()));
+                    v["polls"] = json!(ev.polls());
+                }
+                AttemptResult::On => v["result"] = json!("on_verified"),
+                AttemptResult::Failed(e) => {
+                    v["result"] = json!("failed");
+                    v["error"] = json!(e.to_string());
+                    v["retryable"] = json!(e.is_retryable());
+                }
+                AttemptResult::Skipped(why) => {
+                    v["result"] = json!("skipped");
+                    v["reason"] = json!(why);
+                }
+            }
+            v
+        })
+        .collect();
+    let (outcome, level) = match &r.outcome {
+        FenceOutcome::Fenced { level, .. } => ("fenced", Some(*level)),
+        FenceOutcome::Failed => ("failed", None),
+    };
+    json!({
+        "executor": "palisade-fence",
+        "action": format!("{:?}", action).to_lowercase(),
+        "outcome": outcome,
+        "level": level,
+        "level_name": level.map(level_name),
+        "attempts": attempts,
+        "duration_ms": ms(r.duration),
+    })
+}
+
+/// The level (index) whose every `On` attempt verified, if any.
+fn level_on(r: &FenceReport) -> Option<usize> {
+    let mut by_level: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    for a in r.attempts.iter().filter(|a| a.step == Step::On) {
+        let e = by_level.entry(a.level).or_default();
+        e.0 += 1;
+        e.1 += usize::from(matches!(a.result, AttemptResult::On));
+    }
+    by_level
+        .into_iter()
+        .find(|(_, (n, ok))| n == ok && *n > 0)
+        .map(|(l, _)| l)
+}
+
+fn to_fence_action(a: PowerAction) -> palisade_fence::PowerAction {
+    match a {
+        PowerAction::Off => palisade_fence::PowerAction::Off,
+        PowerAction::On => palisade_fence::PowerAction::On,
+        PowerAction::Reboot => palisade_fence::PowerAction::Reboot,
+    }
+}
+
+fn no_storage(t: &Target) -> ExecError {
+    ExecError::Failed {
+        target: t.id.clone(),
+        message: "storage firewall devices are not driven by this executor yet".into(),
+        evidence: Value::Null,
+    }
+}
+
+#[async_trait::async_trait]
+impl Executor for FenceExecutor {
+    async fn power(
+        &self,
+        t: &Target,
+        action: PowerAction,
+    ) -> Result<Outcome<PowerState>, ExecError> {
+        let pt = self.power_target(t)?;
+        let report = levels::run(&pt.levels, to_fence_action(action), self.policy).await;
+        let evidence = report_evidence(pt, action, &report);
+        let fail = |message: &str| ExecError::Failed {
+            target: t.id.clone(),
+            message: message.into(),
+            evidence: evidence.clone(),
+        };
+        match action {
+            PowerAction::Off if report.is_fenced() => Ok(Outcome {
+                state: PowerState::Off,
+                verified: true,
+                evidence,
+            }),
+            PowerAction::Off => Err(fail(
+                "every fencing level failed; the target is NOT verified off",
+            )),
+            PowerAction::Reboot if report.is_fenced() && level_on(&report).is_some() => {
+                Ok(Outcome {
+                    state: PowerState::On,
+                    verified: true,
+                    evidence,
+                })
+            }
+            PowerAction::Reboot if report.is_fenced() => {
+                Err(fail("powered off (verified) but power on did not verify"))
+            }
+            PowerAction::Reboot => Err(fail("every fencing level failed to power off")),
+            PowerAction::On if level_on(&report).is_some() => Ok(Outcome {
+                state: PowerState::On,
+                verified: true,
+                evidence,
+            }),
+            PowerAction::On => Err(fail("no fencing level verified power on")),
+        }
+    }
+
+    async fn power_status(&self, t: &Target) -> Result<Outcome<PowerState>, ExecError> {
+        let pt = self.power_target(t)?;
+        let mut readings = Vec::new();
+        // The first level whose devices all answer gives the state.
+        for (i, level) in pt.levels.iter().enumerate() {
+            let mut states = Vec::new();
+            for d in &level.devices {
+                match d.status().await {
+                    Ok(s) => {
+                        readings.push(
+                            json!({ "level": i, "device": d.name(), "state": s.to_string() }),
+                        );
+                        states.push(s);
+                    }
+                    Err(e) => readings
+                        .push(json!({ "level": i, "device": d.name(), "error": e.to_string() })),
+                }
+            }
+            if states.len() == level.devices.len() {
+                use palisade_fence::PowerState as F;
+                let state = if states.iter().all(|s| *s == F::Off) {
+                    PowerState::Off
+                } else if states.iter().all(|s| *s == F::On) {
+                    PowerState::On
+                } else {
+                    PowerState::Unknown
+                };
+                let evidence = json!({ "executor": "palisade-fence", "level": i, "level_name": pt.names[i], "readings": readings });
+                return Ok(Outcome {
+                    state,
+                    verified: false,
+                    evidence,
+                });
+            }
+        }
+        Err(ExecError::Failed {
+            target: t.id.clone(),
+            message: "no fencing level answered a status request".into(),
+            evidence: json!({ "executor": "palisade-fence", "readings": readings }),
+        })
+    }
+
+    async fn storage(
+        &self,
+        t: &Target,
+        _action: StorageAction,
+    ) -> Result<Outcome<StorageState>, ExecError> {
+        Err(no_storage(t))
+    }
+
+    async fn storage_status(&self, t: &Target) -> Result<Outcome<StorageState>, ExecError> {
+        Err(no_storage(t))
+    }
+
+    async fn monitor(&self, t: &Target) -> Result<Outcome<Health>, ExecError> {
+        let pt = self.power_target(t)?;
+        let mut checks = Vec::new();
+        let mut ok = true;
+        for (i, level) in pt.levels.iter().enumerate() {
+            for d in &level.devices {
+                match d.monitor().await {
+                    Ok(()) => {
+                        checks.push(json!({ "level": i, "device": d.name(), "result": "ok" }))
+                    }
+                    Err(e) => {
+                        ok = false;
+                        checks.push(json!({ "level": i, "device": d.name(), "result": "failed", "error": e.to_string() }));
+                    }
+                }
+            }
+        }
+        let state = if ok { Health::Ok } else { Health::Degraded };
+        Ok(Outcome {
+            state,
+            verified: false,
+            evidence: json!({ "executor": "palisade-fence", "checks": checks }),
+        })
+    }
+}

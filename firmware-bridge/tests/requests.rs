@@ -1,0 +1,282 @@
+//! Malformed and out-of-contract requests get clean JSON 4xx errors and never act.
+
+mod common;
+
+use common::Harness;
+use reqwest::Method;
+use serde_json::Value;
+
+/// (name, method, path, headers, body, expected status, expected error code)
+type Case<'a> = (
+    &'a str,
+    Method,
+    &'a str,
+    Vec<(&'a str, &'a str)>,
+    Vec<u8>,
+    u16,
+    &'a str,
+);
+
+const HDRS: &[(&str, &str)] = &[("Idempotency-Key", "k1"), ("Fencing-Token", "1")];
+
+fn json_error(status: u16, text: &str) -> (u16, String) {
+    let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    (status, v["error"].as_str().unwrap_or_default().to_string())
+}
+
+#[tokio::test]
+async fn bad_requests_get_json_4xx_and_never_act() {
+    let h = Harness::start("").await;
+    let c = h.client("palisade-controller");
+    let post = "v1/targets/m0/power/off";
+    let cases: Vec<Case> = vec![
+        (
+            "garbage JSON",
+            Method::POST,
+            post,
+            HDRS.to_vec(),
+            b"{not json".to_vec(),
+            400,
+            "bad_json",
+        ),
+        (
+            "unknown field",
+            Method::POST,
+            post,
+            HDRS.to_vec(),
+            br#"{"raw_ipmi":"00 01"}"#.to_vec(),
+            400,
+            "bad_json",
+        ),
+        (
+            "oversized body",
+            Method::POST,
+            post,
+            HDRS.to_vec(),
+            vec![b' '; 64 * 1024],
+            413,
+            "body_too_large",
+        ),
+        (
+            "unknown version",
+            Method::POST,
+            "v2/targets/m0/power/off",
+            HDRS.to_vec(),
+            vec![],
+            404,
+            "not_found",
+        ),
+        (
+            "unknown version read",
+            Method::GET,
+            "v0/targets/m0/power",
+            vec![],
+            vec![],
+            404,
+            "not_found",
+        ),
+        (
+            "no passthrough",
+            Method::POST,
+            "v1/targets/m0/ipmi/raw",
+            HDRS.to_vec(),
+            vec![],
+            404,
+            "not_found",
+        ),
+        (
+            "unknown action",
+            Method::POST,
+            "v1/targets/m0/power/explode",
+            HDRS.to_vec(),
+            vec![],
+            404,
+            "unknown_action",
+        ),
+        (
+            "unknown target",
+            Method::POST,
+            "v1/targets/m9/power/off",
+            HDRS.to_vec(),
+            vec![],
+            404,
+            "unknown_target",
+        ),
+        (
+            "no idempotency key",
+            Method::POST,
+            post,
+            vec![("Fencing-Token", "1")],
+            vec![],
+            400,
+            "missing_idempotency_key",
+        ),
+        (
+            "no fencing token",
+            Method::POST,
+            post,
+            vec![("Idempotency-Key", "k")],
+            vec![],
+            400,
+            "missing_fencing_token",
+        ),
+        (
+            "negative token",
+            Method::POST,
+            post,
+            vec![("Idempotency-Key", "k"), ("Fencing-Token", "-1")],
+            vec![],
+            400,
+            "missing_fencing_token",
+        ),
+        (
+            "bad audit query",
+            Method::GET,
+            "v1/audit?limit=many",
+            vec![],
+            vec![],
+            400,
+            "bad_query",
+        ),
+    ];
+    for (name, method, path, headers, body, want_status, want_code) in cases {
+        let (status, text) = c.raw(method, path, &headers, body).await.unwrap();
+        assert_eq!(
+            json_error(status, &text),
+            (want_status, want_code.to_string()),
+            "{name}: {text}"
+        );
+    }
+    assert_eq!(h.exec.action_count(), 0);
+    // A well-formed body with a reason is accepted.
+    let (status, text) = c
+        .raw(Method::POST, post, HDRS, br#"{"reason":"test"}"#.to_vec())
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(h.exec.action_count(), 1);
+}
+
+#[tokio::test]
+async fn responses_carry_verification_evidence() {
+    let h = Harness::start("").await;
+    let c = h.client("palisade-controller");
+    let r = c
+        .power(
+            "m0",
+            palisade_bridge::executor::PowerAction::Off,
+            1,
+            "e1",
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(r.verified);
+    assert_eq!(r.evidence["devices"][0], "ipmi://127.0.0.1:9623");
+    assert_eq!(r.token, Some(1));
+    let s = c
+        .storage(
+            "m0",
+            palisade_bridge::executor::StorageAction::Block,
+            1,
+            "e2",
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        s.storage_state(),
+        Some(palisade_bridge::executor::StorageState::Blocked)
+    );
+    assert_eq!(
+        c.storage_status("m0").await.unwrap().storage_state(),
+        Some(palisade_bridge::executor::StorageState::Blocked)
+    );
+    assert_eq!(
+        c.monitor("m0").await.unwrap().health(),
+        Some(palisade_bridge::executor::Health::Ok)
+    );
+    // m1 has no storage device: refused before acting.
+    let e = c
+        .storage(
+            "m1",
+            palisade_bridge::executor::StorageAction::Block,
+            1,
+            "e3",
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.status(), Some(422), "{e}");
+}
+
+#[tokio::test]
+async fn healthz_metrics_and_audit_scope() {
+    let h = Harness::start("[[policy]]\nclient = \"cn:no-audit\"\ntargets = [\"m0\"]\n").await;
+    let admin = h.client("palisade-controller");
+    admin.healthz().await.unwrap();
+    admin
+        .power(
+            "m1",
+            palisade_bridge::executor::PowerAction::Off,
+            1,
+            "x1",
+            None,
+        )
+        .await
+        .unwrap();
+    let m0 = h.client("m0-only");
+    m0.power(
+        "m0",
+        palisade_bridge::executor::PowerAction::Off,
+        1,
+        "x2",
+        None,
+    )
+    .await
+    .unwrap();
+
+    let (status, text) = admin
+        .raw(Method::GET, "metrics", &[], vec![])
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        text.contains("# TYPE bridge_requests_total counter"),
+        "{text}"
+    );
+    assert!(
+        text.contains("bridge_actions_total{action=\"power.off\",result=\"ok\"} 2"),
+        "{text}"
+    );
+
+    // The m0-only client sees only m0 records, and may not ask for m1's.
+    let recs = m0.audit(None, 100).await.unwrap();
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].target, "m0");
+    assert_eq!(
+        m0.audit(Some("m1"), 10).await.unwrap_err().status(),
+        Some(403)
+    );
+    assert_eq!(admin.audit(None, 100).await.unwrap().len(), 2);
+    // A client without read_audit may not read it at all.
+    assert_eq!(
+        h.client("no-audit")
+            .audit(None, 10)
+            .await
+            .unwrap_err()
+            .status(),
+        Some(403)
+    );
+    let rec = &recs[0];
+    assert_eq!(
+        (
+            rec.client.as_str(),
+            rec.action.as_str(),
+            rec.token,
+            rec.idempotency_key.as_deref()
+        ),
+        ("m0-only", "power.off", Some(1), Some("x2"))
+    );
+    assert!(rec.evidence.is_object());
+}
