@@ -1,0 +1,155 @@
+//! The two backoffs of the agent, both pure.
+//!
+//! - [`RestartBackoff`]: the container restart backoff of seed 000: the first restart is
+//!   immediate, then 10 s, 20 s, 40 s … capped at the maximum restart period (default 300 s,
+//!   configurable between 1 s and 300 s; a maximum below 10 s is also the initial delay), and
+//!   reset once a container ran cleanly for 10 minutes.
+//! - [`RetryBackoff`]: exponential backoff for API calls (Lease renewal).
+
+use std::time::Duration;
+
+/// The kubelet's initial restart delay.
+pub const INITIAL_RESTART_DELAY: Duration = Duration::from_secs(10);
+/// The kubelet's default (and largest allowed) maximum restart delay.
+pub const DEFAULT_MAX_RESTART_DELAY: Duration = Duration::from_secs(300);
+/// How long a container must run for its backoff to reset.
+pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(600);
+
+/// Restart backoff of one container. Times are monotonic durations since any fixed origin.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RestartBackoff {
+    max: Duration,
+    /// Delay the next restart will wait; `None` before the first exit (restart at once).
+    next: Option<Duration>,
+}
+
+impl RestartBackoff {
+    /// A fresh backoff with the given maximum (clamped to 1 s..=300 s).
+    pub fn new(max: Duration) -> Self {
+        Self {
+            max: max.clamp(Duration::from_secs(1), DEFAULT_MAX_RESTART_DELAY),
+            next: None,
+        }
+    }
+
+    /// The configured maximum.
+    pub fn max(&self) -> Duration {
+        self.max
+    }
+
+    /// The initial delay: 10 s, or the maximum if that is smaller.
+    pub fn initial(&self) -> Duration {
+        INITIAL_RESTART_DELAY.min(self.max)
+    }
+
+    /// Records that the container exited after running `ran_for`, and returns how long to
+    /// wait before restarting it.
+    pub fn on_exit(&mut self, ran_for: Duration) -> Duration {
+        if ran_for >= BACKOFF_RESET_AFTER {
+            self.next = None;
+        }
+        let delay = self.next.unwrap_or(Duration::ZERO);
+        self.next = Some(match self.next {
+            None => self.initial(),
+            Some(d) => (d * 2).min(self.max),
+        });
+        delay
+    }
+
+    /// Whether a restart delay is currently in force (the container is in CrashLoopBackOff
+    /// while it waits).
+    pub fn in_backoff(&self) -> bool {
+        self.next.is_some()
+    }
+}
+
+/// Exponential retry backoff: `base`, doubling up to `max`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryBackoff {
+    base: Duration,
+    max: Duration,
+    current: Option<Duration>,
+}
+
+impl RetryBackoff {
+    /// A backoff starting at `base`, capped at `max`.
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Self {
+            base,
+            max: max.max(base),
+            current: None,
+        }
+    }
+
+    /// The delay before the next retry after one more failure.
+    pub fn next_delay(&mut self) -> Duration {
+        let d = match self.current {
+            None => self.base,
+            Some(c) => (c * 2).min(self.max),
+        };
+        self.current = Some(d);
+        d
+    }
+
+    /// Resets after a success.
+    pub fn reset(&mut self) {
+        self.current = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
+    fn restart_sequence_doubles_from_ten_to_the_cap() {
+        let mut b = RestartBackoff::new(DEFAULT_MAX_RESTART_DELAY);
+        let got: Vec<u64> = (0..9).map(|_| b.on_exit(secs(1)).as_secs()).collect();
+        assert_eq!(got, vec![0, 10, 20, 40, 80, 160, 300, 300, 300]);
+    }
+
+    #[test]
+    fn lowered_maximum_caps_the_sequence() {
+        let mut b = RestartBackoff::new(secs(30));
+        let got: Vec<u64> = (0..5).map(|_| b.on_exit(secs(1)).as_secs()).collect();
+        assert_eq!(got, vec![0, 10, 20, 30, 30]);
+    }
+
+    #[test]
+    fn maximum_below_ten_seconds_is_also_the_initial_delay() {
+        let mut b = RestartBackoff::new(secs(4));
+        let got: Vec<u64> = (0..4).map(|_| b.on_exit(secs(1)).as_secs()).collect();
+        assert_eq!(got, vec![0, 4, 4, 4]);
+    }
+
+    #[test]
+    fn maximum_is_clamped_to_the_allowed_range() {
+        assert_eq!(RestartBackoff::new(secs(0)).max(), secs(1));
+        assert_eq!(RestartBackoff::new(secs(900)).max(), secs(300));
+    }
+
+    #[test]
+    fn ten_minutes_of_clean_running_resets_the_backoff() {
+        let mut b = RestartBackoff::new(DEFAULT_MAX_RESTART_DELAY);
+        for _ in 0..4 {
+            b.on_exit(secs(1));
+        }
+        assert!(b.in_backoff());
+        assert_eq!(b.on_exit(secs(599)).as_secs(), 80);
+        assert_eq!(b.on_exit(secs(600)).as_secs(), 0);
+        assert_eq!(b.on_exit(secs(1)).as_secs(), 10);
+    }
+
+    #[test]
+    fn retry_backoff_doubles_and_resets() {
+        let mut b = RetryBackoff::new(Duration::from_millis(200), secs(2));
+        let got: Vec<u128> = (0..6).map(|_| b.next_delay().as_millis()).collect();
+        assert_eq!(got, vec![200, 400, 800, 1600, 2000, 2000]);
+        b.reset();
+        assert_eq!(b.next_delay().as_millis(), 200);
+    }
+}

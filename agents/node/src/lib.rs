@@ -1,0 +1,31 @@
+//! `palisade-node`: Palisade's node agent, a small kubelet that runs pods as real processes
+//! and self-fences when it loses the API.
+//!
+//! The layering follows the kubelet:
+//! - pure core: [`grace`] (seed 003's termination arithmetic), [`backoff`] (restart and retry
+//!   backoff), [`status`] (phase and conditions), [`probe`]'s threshold logic;
+//! - [`source`] watches the pods bound to this node and hands each to a [`pod_worker`]
+//!   (`Syncing | Terminating | Terminated`);
+//! - workers drive the [`runtime`] trait ([`runtime::process`]: a process per container,
+//!   launched by the [`shim`], tracked in a [`cgroup`]);
+//! - [`reporter`] patches pod status and records Events;
+//! - [`node`] registers the Node and renews its Lease; [`fence`] kills stateful pods when
+//!   the Lease cannot be renewed; [`state`] keeps what the agent was doing on disk;
+//! - [`volumes`] prepares pod volumes; [`server`] serves `/metrics` and `/healthz`.
+
+pub mod backoff;
+pub mod cgroup;
+pub mod grace;
+pub mod ktime;
+pub mod metrics;
+pub mod node;
+pub mod pod_worker;
+pub mod probe;
+pub mod reporter;
+pub mod runtime;
+pub mod server;
+pub mod shim;
+pub mod source;
+pub mod state;
+pub mod status;
+pub mod volumes;

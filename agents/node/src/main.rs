@@ -1,0 +1,230 @@
+//! The `palisade-node` binary: flags, wiring, and the container shim modes.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use palisade_node::cgroup::Hierarchies;
+use palisade_node::metrics::Metrics;
+use palisade_node::node::{self, NodeConfig};
+use palisade_node::pod_worker::{Ctx, FenceState};
+use palisade_node::reporter::Reporter;
+use palisade_node::runtime::process::ProcessRuntime;
+use palisade_node::{shim, source, state::StateStore};
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = if let Some(v) = s.strip_suffix("ms") {
+        (v, 0.001)
+    } else if let Some(v) = s.strip_suffix('s') {
+        (v, 1.0)
+    } else if let Some(v) = s.strip_suffix('m') {
+        (v, 60.0)
+    } else {
+        (s, 1.0)
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("bad duration {s:?} (use e.g. 500ms, 10s, 5m)"))?;
+    if !n.is_finite() || n < 0.0 {
+        return Err(format!("bad duration {s:?}"));
+    }
+    Ok(Duration::from_secs_f64(n * mult))
+}
+
+/// Palisade's node agent: registers the Node, renews its Lease, runs the pods bound to it as
+/// processes, and self-fences when it cannot renew its Lease.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// This node's name.
+    #[arg(long, env = "PALISADE_NODE_NAME")]
+    node_name: String,
+    /// Kubeconfig with this node's client certificate.
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// The machine's address (InternalIP, podIP and hostIP).
+    #[arg(long)]
+    address: IpAddr,
+    /// Directory for durable state.
+    #[arg(long, default_value = "/var/lib/palisade-node")]
+    state_dir: PathBuf,
+    /// Lease duration.
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    lease_duration: Duration,
+    /// Lease renew interval (also the node status interval).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    renew_interval: Duration,
+    /// Kill the containers of PVC-using pods when the Lease was not renewed for this long
+    /// (must be shorter than --lease-duration).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    self_fence_after: Duration,
+    /// Self-fence every pod, not only those using a PVC.
+    #[arg(long)]
+    self_fence_all_pods: bool,
+    /// Local image store: `<dir>/<image with / and : as _>/rootfs` (+ optional config.json).
+    #[arg(long, default_value = "/var/lib/palisade-node/images")]
+    image_store: PathBuf,
+    /// Images that run host binaries without a chroot (comma separated).
+    #[arg(long, default_value = "host,busybox", value_delimiter = ',')]
+    host_images: Vec<String>,
+    /// Maximum container restart backoff (1s..300s).
+    #[arg(long, default_value = "300s", value_parser = parse_duration)]
+    max_restart_backoff: Duration,
+    /// Pod capacity advertised on the Node.
+    #[arg(long, default_value_t = 110)]
+    max_pods: u32,
+    /// Address of /metrics and /healthz.
+    #[arg(long, default_value = "127.0.0.1:10255")]
+    metrics_addr: SocketAddr,
+}
+
+impl Args {
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.renew_interval.is_zero() || self.renew_interval >= self.lease_duration {
+            bail!("--renew-interval must be positive and shorter than --lease-duration");
+        }
+        if self.self_fence_after >= self.lease_duration {
+            bail!("--self-fence-after must be shorter than --lease-duration, or the controller could release pods that still run");
+        }
+        if self.self_fence_after <= self.renew_interval {
+            bail!("--self-fence-after must be longer than --renew-interval");
+        }
+        if self.max_restart_backoff < Duration::from_secs(1)
+            || self.max_restart_backoff > Duration::from_secs(300)
+        {
+            bail!("--max-restart-backoff must be between 1s and 300s");
+        }
+        if !self.kubeconfig.exists() {
+            bail!("--kubeconfig {} does not exist", self.kubeconfig.display());
+        }
+        Ok(())
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let argv: Vec<String> = std::env::args().collect();
+    match argv.get(1).map(String::as_str) {
+        Some(shim::SHIM_ARG) => {
+            let dir = argv.get(2).context("shim: missing directory")?;
+            std::process::exit(shim::run_container(std::path::Path::new(dir)));
+        }
+        Some(shim::SHIM_EXEC_ARG) => {
+            let dir = argv.get(2).context("shim-exec: missing directory")?;
+            std::process::exit(shim::run_exec(std::path::Path::new(dir), &argv[3..]));
+        }
+        _ => {}
+    }
+    let args = Args::parse();
+    args.validate()?;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .init();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("tokio runtime")?
+        .block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let kc = kube::config::Kubeconfig::read_from(&args.kubeconfig)
+        .with_context(|| format!("read kubeconfig {}", args.kubeconfig.display()))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .context("kubeconfig")?;
+    let client = kube::Client::try_from(config).context("kube client")?;
+    std::fs::create_dir_all(&args.state_dir)
+        .with_context(|| format!("create {}", args.state_dir.display()))?;
+    let shim_path = std::env::current_exe().context("locate own binary")?;
+    let mut cgroups = Hierarchies::detect(std::path::Path::new("/sys/fs/cgroup"));
+    if cgroups.is_empty() {
+        match Hierarchies::mount_private_v2(&args.state_dir.join("cgroup2")) {
+            Ok(h) => cgroups = h,
+            Err(e) => {
+                tracing::warn!(error = %e, "no cgroup hierarchy: containers are tracked by session only")
+            }
+        }
+    }
+    let cgroups = cgroups.nested(&args.node_name);
+    tracing::info!(hierarchies = ?cgroups.parents, "cgroup hierarchies");
+    let runtime =
+        ProcessRuntime::new(&args.state_dir, shim_path, cgroups.clone()).context("runtime")?;
+    {
+        use palisade_node::runtime::Runtime;
+        let known: Vec<String> = runtime.list().into_iter().map(|c| c.id).collect();
+        cgroups.remove_stale(&known);
+    }
+    let store = StateStore::open(&args.state_dir).context("state store")?;
+    let metrics = Arc::new(Metrics::default());
+    let (fence_tx, fence_rx) = tokio::sync::watch::channel(FenceState {
+        active: false,
+        all_pods: args.self_fence_all_pods,
+    });
+    let ctx = Arc::new(Ctx {
+        reporter: Reporter::new(client.clone(), args.node_name.clone()),
+        runtime: Arc::new(runtime),
+        store,
+        node_name: args.node_name.clone(),
+        address: args.address,
+        image_store: args.image_store.clone(),
+        host_images: args.host_images.clone(),
+        max_restart_backoff: args.max_restart_backoff,
+        fence: fence_rx,
+        metrics: metrics.clone(),
+        volumes_in_use: Default::default(),
+    });
+    let ncfg = NodeConfig {
+        name: args.node_name.clone(),
+        address: args.address,
+        lease_duration: args.lease_duration,
+        renew_interval: args.renew_interval,
+        self_fence_after: args.self_fence_after,
+        fence_all_pods: args.self_fence_all_pods,
+        max_pods: args.max_pods,
+    };
+    let (renew_tx, renew_rx) = tokio::sync::watch::channel(tokio::time::Instant::now());
+    let (mgr_tx, mgr_rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(node::fence_monitor(
+        ncfg.clone(),
+        renew_rx,
+        fence_tx,
+        metrics.clone(),
+    ));
+    tokio::spawn(node::lease_loop(
+        client.clone(),
+        ncfg.clone(),
+        renew_tx,
+        metrics.clone(),
+    ));
+    tokio::spawn(node::status_loop(
+        client.clone(),
+        ncfg.clone(),
+        ctx.clone(),
+        mgr_tx,
+    ));
+    let metrics_addr = args.metrics_addr;
+    tokio::spawn(async move {
+        if let Err(e) = palisade_node::server::serve(metrics_addr, metrics).await {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    });
+    tracing::info!(node = %args.node_name, address = %args.address, "palisade-node started");
+    tokio::select! {
+        _ = source::run(ctx, mgr_rx) => bail!("pod source ended"),
+        _ = tokio::signal::ctrl_c() => {
+            // Containers keep running: a restarted agent adopts them.
+            tracing::info!("interrupted: exiting, containers keep running");
+            Ok(())
+        }
+    }
+}

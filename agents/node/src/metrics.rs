@@ -1,0 +1,149 @@
+//! Agent metrics, rendered in the Prometheus text format on `/metrics`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The agent's counters and gauges.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Live pod workers.
+    pub workers: AtomicU64,
+    /// Containers started.
+    pub container_starts: AtomicU64,
+    /// Sum of container start latencies, microseconds.
+    pub start_latency_us_sum: AtomicU64,
+    /// Pods self-fenced.
+    pub self_fences: AtomicU64,
+    /// Successful Lease renewals.
+    pub lease_renewals: AtomicU64,
+    /// Failed Lease renewals.
+    pub lease_failures: AtomicU64,
+    /// SIGKILLs sent at a grace deadline.
+    pub deadline_kills: AtomicU64,
+    /// Largest observed lateness of a deadline KILL, microseconds.
+    pub kill_lateness_us_max: AtomicU64,
+    /// Seconds since the last Lease renewal, as last computed.
+    pub lease_age_ms: AtomicU64,
+    recent: Mutex<Vec<u64>>,
+}
+
+impl Metrics {
+    /// Records a container start latency.
+    pub fn observe_start(&self, d: Duration) {
+        self.container_starts.fetch_add(1, Ordering::Relaxed);
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.start_latency_us_sum.fetch_add(us, Ordering::Relaxed);
+        if let Ok(mut v) = self.recent.lock() {
+            v.push(us);
+            if v.len() > 1000 {
+                v.remove(0);
+            }
+        }
+    }
+
+    /// Records how late a deadline KILL was.
+    pub fn observe_kill_lateness(&self, d: Duration) {
+        self.deadline_kills.fetch_add(1, Ordering::Relaxed);
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.kill_lateness_us_max.fetch_max(us, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let g = |v: &AtomicU64| v.load(Ordering::Relaxed);
+        let p50 = self
+            .recent
+            .lock()
+            .map(|v| {
+                let mut v = v.clone();
+                v.sort_unstable();
+                v.get(v.len() / 2).copied().unwrap_or(0)
+            })
+            .unwrap_or(0);
+        let mut s = String::new();
+        let mut line = |name: &str, kind: &str, help: &str, value: String| {
+            s.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
+            ));
+        };
+        line(
+            "palisade_node_pod_workers",
+            "gauge",
+            "Live pod workers.",
+            g(&self.workers).to_string(),
+        );
+        line(
+            "palisade_node_container_starts_total",
+            "counter",
+            "Containers started.",
+            g(&self.container_starts).to_string(),
+        );
+        line(
+            "palisade_node_container_start_seconds_sum",
+            "counter",
+            "Sum of container start latencies.",
+            format!("{:.6}", g(&self.start_latency_us_sum) as f64 / 1e6),
+        );
+        line(
+            "palisade_node_container_start_p50_seconds",
+            "gauge",
+            "Median start latency of the last 1000 starts.",
+            format!("{:.6}", p50 as f64 / 1e6),
+        );
+        line(
+            "palisade_node_self_fences_total",
+            "counter",
+            "Pods self-fenced.",
+            g(&self.self_fences).to_string(),
+        );
+        line(
+            "palisade_node_lease_renewals_total",
+            "counter",
+            "Lease renewals.",
+            g(&self.lease_renewals).to_string(),
+        );
+        line(
+            "palisade_node_lease_failures_total",
+            "counter",
+            "Failed Lease renewals.",
+            g(&self.lease_failures).to_string(),
+        );
+        line(
+            "palisade_node_deadline_kills_total",
+            "counter",
+            "SIGKILLs at a grace deadline.",
+            g(&self.deadline_kills).to_string(),
+        );
+        line(
+            "palisade_node_kill_lateness_max_seconds",
+            "gauge",
+            "Largest lateness of a deadline SIGKILL.",
+            format!("{:.6}", g(&self.kill_lateness_us_max) as f64 / 1e6),
+        );
+        line(
+            "palisade_node_lease_age_seconds",
+            "gauge",
+            "Time since the last successful Lease renewal.",
+            format!("{:.3}", g(&self.lease_age_ms) as f64 / 1e3),
+        );
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_lists_every_metric_with_type() {
+        let m = Metrics::default();
+        m.observe_start(Duration::from_millis(30));
+        m.observe_kill_lateness(Duration::from_millis(5));
+        let out = m.render();
+        assert!(out.contains("palisade_node_container_starts_total 1\n"));
+        assert!(out.contains("# TYPE palisade_node_deadline_kills_total counter"));
+        assert!(out.contains("palisade_node_kill_lateness_max_seconds 0.005000"));
+        assert!(out.contains("palisade_node_container_start_p50_seconds 0.030000"));
+    }
+}

@@ -1,0 +1,551 @@
+//! Registration and heartbeats: the Node object (capacity, addresses, Ready condition,
+//! volumesInUse, the self-fencing annotation), the Lease in `kube-node-lease`, and the
+//! self-fence monitor that turns a stale Lease into [`FenceState::active`].
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{
+    Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus, NodeSystemInfo,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use crate::backoff::RetryBackoff;
+use crate::metrics::Metrics;
+use crate::pod_worker::{Ctx, FenceState};
+use crate::source::ManagerCmd;
+
+/// The annotation advertising self-fencing and its timeout.
+pub const SELF_FENCE_ANNOTATION: &str = "palisade.dev/self-fence-after-seconds";
+
+/// Errors talking to the API about the Node and its Lease.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// An API call failed.
+    #[error("{what} for node {node}: {source}")]
+    Api {
+        /// What was being done.
+        what: &'static str,
+        /// The node.
+        node: String,
+        /// The underlying error.
+        #[source]
+        source: kube::Error,
+    },
+    /// An API call timed out.
+    #[error("{what} for node {node}: timed out")]
+    Timeout {
+        /// What was being done.
+        what: &'static str,
+        /// The node.
+        node: String,
+    },
+}
+
+impl NodeError {
+    fn is_not_found(&self) -> bool {
+        matches!(self, NodeError::Api { source: kube::Error::Api(s), .. } if s.code == 404)
+    }
+}
+
+/// Registration settings.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Node name.
+    pub name: String,
+    /// Machine address (InternalIP).
+    pub address: IpAddr,
+    /// Lease duration.
+    pub lease_duration: Duration,
+    /// Lease renew interval (also the node status interval).
+    pub renew_interval: Duration,
+    /// Self-fence timeout.
+    pub self_fence_after: Duration,
+    /// Fence all pods, not only PVC users.
+    pub fence_all_pods: bool,
+    /// Pod capacity.
+    pub max_pods: u32,
+}
+
+async fn bounded<T>(
+    what: &'static str,
+    node: &str,
+    timeout: Duration,
+    fut: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, NodeError> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(source)) => Err(NodeError::Api {
+            what,
+            node: node.to_string(),
+            source,
+        }),
+        Err(_) => Err(NodeError::Timeout {
+            what,
+            node: node.to_string(),
+        }),
+    }
+}
+
+fn memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+/// The Node object this agent registers.
+pub fn node_object(cfg: &NodeConfig) -> Node {
+    let mut labels = BTreeMap::new();
+    labels.insert("kubernetes.io/hostname".to_string(), cfg.name.clone());
+    labels.insert("kubernetes.io/os".to_string(), "linux".to_string());
+    labels.insert(
+        "kubernetes.io/arch".to_string(),
+        std::env::consts::ARCH.replace("x86_64", "amd64"),
+    );
+    let mut annotations = BTreeMap::new();
+    annotations.insert(
+        "volumes.kubernetes.io/controller-managed-attach-detach".to_string(),
+        "true".to_string(),
+    );
+    annotations.insert(
+        SELF_FENCE_ANNOTATION.to_string(),
+        cfg.self_fence_after.as_secs_f64().to_string(),
+    );
+    Node {
+        metadata: ObjectMeta {
+            name: Some(cfg.name.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// The Node status: capacity, addresses, conditions (Ready with a fresh heartbeat) and
+/// volumesInUse.
+pub fn node_status(
+    cfg: &NodeConfig,
+    volumes_in_use: Vec<String>,
+    ready_since: &Time,
+) -> NodeStatus {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let mut cap = BTreeMap::new();
+    cap.insert("cpu".to_string(), Quantity(cpus.to_string()));
+    cap.insert(
+        "memory".to_string(),
+        Quantity(format!("{}Ki", memory_bytes() / 1024)),
+    );
+    cap.insert("pods".to_string(), Quantity(cfg.max_pods.to_string()));
+    let now = crate::ktime::now();
+    let cond = |t: &str, status: &str, reason: &str, msg: &str| NodeCondition {
+        type_: t.to_string(),
+        status: status.to_string(),
+        reason: Some(reason.to_string()),
+        message: Some(msg.to_string()),
+        last_heartbeat_time: Some(now.clone()),
+        last_transition_time: Some(ready_since.clone()),
+    };
+    NodeStatus {
+        capacity: Some(cap.clone()),
+        allocatable: Some(cap),
+        addresses: Some(vec![
+            NodeAddress {
+                type_: "InternalIP".into(),
+                address: cfg.address.to_string(),
+            },
+            NodeAddress {
+                type_: "Hostname".into(),
+                address: cfg.name.clone(),
+            },
+        ]),
+        conditions: Some(vec![
+            cond(
+                "MemoryPressure",
+                "False",
+                "KubeletHasSufficientMemory",
+                "palisade-node has sufficient memory available",
+            ),
+            cond(
+                "DiskPressure",
+                "False",
+                "KubeletHasNoDiskPressure",
+                "palisade-node has no disk pressure",
+            ),
+            cond(
+                "PIDPressure",
+                "False",
+                "KubeletHasSufficientPID",
+                "palisade-node has sufficient PID available",
+            ),
+            cond(
+                "Ready",
+                "True",
+                "KubeletReady",
+                "palisade-node is posting ready status",
+            ),
+        ]),
+        daemon_endpoints: Some(NodeDaemonEndpoints::default()),
+        node_info: Some(NodeSystemInfo {
+            architecture: std::env::consts::ARCH.replace("x86_64", "amd64"),
+            operating_system: "linux".into(),
+            kubelet_version: format!("v1.20.2-palisade-{}", env!("CARGO_PKG_VERSION")),
+            kube_proxy_version: String::new(),
+            container_runtime_version: "palisade-process://0.1".into(),
+            kernel_version: nix::sys::utsname::uname()
+                .map(|u| u.release().to_string_lossy().to_string())
+                .unwrap_or_default(),
+            os_image: "palisade".into(),
+            machine_id: cfg.name.clone(),
+            system_uuid: cfg.name.clone(),
+            boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+            ..Default::default()
+        }),
+        volumes_in_use: if volumes_in_use.is_empty() {
+            None
+        } else {
+            Some(volumes_in_use)
+        },
+        ..Default::default()
+    }
+}
+
+/// Creates or updates the Node object.
+pub async fn register(client: &Client, cfg: &NodeConfig) -> Result<(), NodeError> {
+    let api: Api<Node> = Api::all(client.clone());
+    let t = cfg.renew_interval.max(Duration::from_secs(5));
+    let want = node_object(cfg);
+    match bounded(
+        "create node",
+        &cfg.name,
+        t,
+        api.create(&PostParams::default(), &want),
+    )
+    .await
+    {
+        Ok(_) => {
+            tracing::info!(node = %cfg.name, "registered node");
+            Ok(())
+        }
+        Err(NodeError::Api {
+            source: kube::Error::Api(s),
+            ..
+        }) if s.code == 409 => {
+            let patch = serde_json::json!({"metadata": {"labels": want.metadata.labels, "annotations": want.metadata.annotations}});
+            bounded(
+                "update node",
+                &cfg.name,
+                t,
+                api.patch(&cfg.name, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await
+            .map(|_| ())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+async fn patch_status(
+    client: &Client,
+    cfg: &NodeConfig,
+    status: &NodeStatus,
+) -> Result<(), NodeError> {
+    let api: Api<Node> = Api::all(client.clone());
+    let patch = serde_json::json!({ "status": status });
+    bounded(
+        "patch node status",
+        &cfg.name,
+        cfg.renew_interval.max(Duration::from_secs(2)),
+        api.patch_status(&cfg.name, &PatchParams::default(), &Patch::Merge(&patch)),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Keeps the Node registered and its status fresh. If the Node object disappears, every pod
+/// is killed first and the Node is registered again afterwards (seed 002's hazard: a
+/// deleted Node means its pods were released).
+pub async fn status_loop(
+    client: Client,
+    cfg: NodeConfig,
+    ctx: Arc<Ctx>,
+    manager: mpsc::Sender<ManagerCmd>,
+) {
+    let mut backoff = RetryBackoff::new(Duration::from_millis(500), Duration::from_secs(10));
+    loop {
+        match register(&client, &cfg).await {
+            Ok(()) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot register node; retrying");
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+        }
+    }
+    let ready_since = crate::ktime::now();
+    loop {
+        let in_use: Vec<String> = ctx
+            .volumes_in_use
+            .lock()
+            .map(|m| {
+                let mut v: Vec<String> = m.values().flatten().cloned().collect();
+                v.sort();
+                v.dedup();
+                v
+            })
+            .unwrap_or_default();
+        match patch_status(&client, &cfg, &node_status(&cfg, in_use, &ready_since)).await {
+            Ok(()) => backoff.reset(),
+            Err(e) if e.is_not_found() => {
+                tracing::warn!(
+                    "Node object was deleted: killing every pod before registering again"
+                );
+                let (tx, rx) = oneshot::channel();
+                if manager.send(ManagerCmd::KillAll(tx)).await.is_ok() {
+                    let _ = rx.await;
+                }
+                while let Err(e) = register(&client, &cfg).await {
+                    tracing::warn!(error = %e, "cannot re-register node; retrying");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                let _ = manager.send(ManagerCmd::Resume).await;
+                continue;
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot update node status"),
+        }
+        tokio::time::sleep(cfg.renew_interval).await;
+    }
+}
+
+/// Renews the Lease forever; publishes the instant of the last success on `renewed`.
+pub async fn lease_loop(
+    client: Client,
+    cfg: NodeConfig,
+    renewed: watch::Sender<Instant>,
+    metrics: Arc<Metrics>,
+) {
+    let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let nodes: Api<Node> = Api::all(client);
+    let mut backoff = RetryBackoff::new(
+        Duration::from_millis(200),
+        cfg.renew_interval.max(Duration::from_millis(400)),
+    );
+    let timeout = cfg.renew_interval.max(Duration::from_millis(500));
+    loop {
+        let res = renew_once(&api, &nodes, &cfg, timeout).await;
+        match res {
+            Ok(()) => {
+                renewed.send_replace(Instant::now());
+                metrics
+                    .lease_renewals
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                backoff.reset();
+                tokio::time::sleep(cfg.renew_interval).await;
+            }
+            Err(e) => {
+                metrics
+                    .lease_failures
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let d = backoff.next_delay();
+                tracing::debug!(error = %e, retry_in_ms = d.as_millis() as u64, "lease renewal failed");
+                tokio::time::sleep(d).await;
+            }
+        }
+    }
+}
+
+async fn renew_once(
+    api: &Api<Lease>,
+    nodes: &Api<Node>,
+    cfg: &NodeConfig,
+    timeout: Duration,
+) -> Result<(), NodeError> {
+    let now = crate::ktime::micro_now();
+    let dur = i32::try_from(cfg.lease_duration.as_secs().max(1)).unwrap_or(40);
+    match bounded("get lease", &cfg.name, timeout, api.get_opt(&cfg.name)).await? {
+        Some(mut l) => {
+            let spec = l.spec.get_or_insert_with(LeaseSpec::default);
+            spec.holder_identity = Some(cfg.name.clone());
+            spec.lease_duration_seconds = Some(dur);
+            spec.renew_time = Some(now);
+            bounded(
+                "renew lease",
+                &cfg.name,
+                timeout,
+                api.replace(&cfg.name, &PostParams::default(), &l),
+            )
+            .await?;
+        }
+        None => {
+            // Owned by the *current* Node object, so a deleted Node takes its Lease along
+            // and a re-registered one gets a fresh Lease.
+            let node_uid = bounded("get node", &cfg.name, timeout, nodes.get_opt(&cfg.name))
+                .await?
+                .and_then(|n| n.metadata.uid);
+            let l = Lease {
+                metadata: ObjectMeta {
+                    name: Some(cfg.name.clone()),
+                    namespace: Some("kube-node-lease".into()),
+                    owner_references: node_uid.as_deref().map(|uid| {
+                        vec![OwnerReference {
+                            api_version: "v1".into(),
+                            kind: "Node".into(),
+                            name: cfg.name.clone(),
+                            uid: uid.to_string(),
+                            ..Default::default()
+                        }]
+                    }),
+                    ..Default::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(cfg.name.clone()),
+                    lease_duration_seconds: Some(dur),
+                    renew_time: Some(now),
+                    ..Default::default()
+                }),
+            };
+            bounded(
+                "create lease",
+                &cfg.name,
+                timeout,
+                api.create(&PostParams::default(), &l),
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Turns Lease staleness into the fence state: active once the last renewal is older than
+/// `self_fence_after`, inactive again after a renewal.
+///
+/// Guarantees: fencing starts no later than `self_fence_after` + 50 ms after the last
+/// successful renewal, which is before the Lease (duration > self_fence_after) expires for
+/// any observer.
+pub async fn fence_monitor(
+    cfg: NodeConfig,
+    renewed: watch::Receiver<Instant>,
+    fence: watch::Sender<FenceState>,
+    metrics: Arc<Metrics>,
+) {
+    loop {
+        let age = renewed.borrow().elapsed();
+        metrics.lease_age_ms.store(
+            u64::try_from(age.as_millis()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let want = FenceState {
+            active: age > cfg.self_fence_after,
+            all_pods: cfg.fence_all_pods,
+        };
+        if *fence.borrow() != want {
+            if want.active {
+                tracing::warn!(
+                    age_ms = age.as_millis() as u64,
+                    "Lease not renewed within --self-fence-after: self-fencing"
+                );
+            } else {
+                tracing::info!("Lease renewed again: self-fence lifted (pods resume once the API confirms them)");
+            }
+            fence.send_replace(want);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> NodeConfig {
+        NodeConfig {
+            name: "m0".into(),
+            address: "10.213.0.11".parse().unwrap(),
+            lease_duration: Duration::from_secs(40),
+            renew_interval: Duration::from_secs(10),
+            self_fence_after: Duration::from_secs(20),
+            fence_all_pods: false,
+            max_pods: 110,
+        }
+    }
+
+    #[test]
+    fn node_advertises_self_fencing_and_attach_detach() {
+        let n = node_object(&cfg());
+        let a = n.metadata.annotations.unwrap();
+        assert_eq!(a.get(SELF_FENCE_ANNOTATION).map(String::as_str), Some("20"));
+        assert_eq!(
+            a.get("volumes.kubernetes.io/controller-managed-attach-detach")
+                .map(String::as_str),
+            Some("true")
+        );
+    }
+
+    #[test]
+    fn status_has_capacity_addresses_and_ready() {
+        let s = node_status(
+            &cfg(),
+            vec!["kubernetes.io/csi/d^h".into()],
+            &crate::ktime::now(),
+        );
+        let cap = s.capacity.unwrap();
+        assert_eq!(cap.get("pods").unwrap().0, "110");
+        assert!(cap.contains_key("cpu") && cap.contains_key("memory"));
+        let addrs = s.addresses.unwrap();
+        assert_eq!(addrs[0].type_, "InternalIP");
+        assert_eq!(addrs[0].address, "10.213.0.11");
+        let ready = s
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.status, "True");
+        assert_eq!(
+            s.volumes_in_use.unwrap(),
+            vec!["kubernetes.io/csi/d^h".to_string()]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fence_activates_after_timeout_and_lifts_on_renewal() {
+        let m = Arc::new(Metrics::default());
+        let (rtx, rrx) = watch::channel(Instant::now());
+        let (ftx, mut frx) = watch::channel(FenceState::default());
+        let c = NodeConfig {
+            self_fence_after: Duration::from_secs(3),
+            ..cfg()
+        };
+        tokio::spawn(fence_monitor(c, rrx, ftx, m));
+        let t0 = Instant::now();
+        frx.changed().await.unwrap();
+        assert!(frx.borrow().active);
+        let waited = t0.elapsed();
+        assert!(
+            waited > Duration::from_secs(3) && waited <= Duration::from_millis(3_100),
+            "{waited:?}"
+        );
+        rtx.send_replace(Instant::now());
+        frx.changed().await.unwrap();
+        assert!(!frx.borrow().active);
+    }
+}

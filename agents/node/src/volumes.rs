@@ -1,0 +1,384 @@
+//! Pod volumes: emptyDir, hostPath, configMap and secret (projected as files), and PVCs
+//! backed by a CSI PersistentVolume.
+//!
+//! Processes share the machine's mount namespace, so a volume is handed to a container as a
+//! directory whose path is in the environment variable [`env_name`] (`PALISADE_VOLUME_<NAME>`).
+//! A CSI volume is only usable once the VolumeAttachment of this node says `attached: true`
+//! (the attach-detach controller's record, seed 002); its handle and attributes are written to
+//! `volume.json` in its directory and exported as `PALISADE_VOLUME_<NAME>_HANDLE`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::Api;
+use sha2::{Digest, Sha256};
+
+use crate::pod_worker::Ctx;
+
+/// Errors preparing a volume; the worker reports them and retries.
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    /// An API read failed.
+    #[error("volume {volume}: {what}: {source}")]
+    Api {
+        /// The volume.
+        volume: String,
+        /// What was read.
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A directory or file could not be written.
+    #[error("volume {volume}: {path}: {source}")]
+    Io {
+        /// The volume.
+        volume: String,
+        /// The path.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The volume is not usable yet or is misconfigured.
+    #[error("volume {volume}: {message}")]
+    NotReady {
+        /// The volume.
+        volume: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// The prepared volumes of a pod.
+#[derive(Debug, Clone, Default)]
+pub struct Prepared {
+    /// Volume name → host directory (or file for a hostPath file).
+    pub dirs: BTreeMap<String, PathBuf>,
+    /// Extra environment for every container.
+    pub env: Vec<(String, String)>,
+    /// `kubernetes.io/csi/<driver>^<volumeHandle>` of each CSI volume, for
+    /// `node.status.volumesInUse`.
+    pub unique_names: Vec<String>,
+}
+
+/// The environment variable that carries a volume's directory.
+pub fn env_name(volume: &str) -> String {
+    let up: String = volume
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("PALISADE_VOLUME_{up}")
+}
+
+/// Whether the pod uses a PersistentVolumeClaim (self-fencing applies to it).
+pub fn uses_pvc(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .is_some_and(|v| v.iter().any(|v| v.persistent_volume_claim.is_some()))
+}
+
+/// The name the attach-detach controller gives the VolumeAttachment of a CSI volume on a node.
+pub fn attachment_name(volume_handle: &str, driver: &str, node: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(format!("{volume_handle}{driver}{node}").as_bytes());
+    format!("csi-{}", hex::encode(h.finalize()))
+}
+
+fn io(volume: &str, path: &Path) -> impl FnOnce(std::io::Error) -> VolumeError {
+    let volume = volume.to_string();
+    let path = path.to_path_buf();
+    move |source| VolumeError::Io {
+        volume,
+        path,
+        source,
+    }
+}
+
+fn api(volume: &str, what: String) -> impl FnOnce(kube::Error) -> VolumeError {
+    let volume = volume.to_string();
+    move |source| VolumeError::Api {
+        volume,
+        what,
+        source,
+    }
+}
+
+fn write_items(
+    volume: &str,
+    dir: &Path,
+    data: BTreeMap<String, Vec<u8>>,
+    items: Option<&Vec<k8s_openapi::api::core::v1::KeyToPath>>,
+) -> Result<(), VolumeError> {
+    std::fs::create_dir_all(dir).map_err(io(volume, dir))?;
+    let files: Vec<(String, Vec<u8>)> = match items {
+        Some(items) => items
+            .iter()
+            .filter_map(|i| data.get(&i.key).map(|v| (i.path.clone(), v.clone())))
+            .collect(),
+        None => data.into_iter().collect(),
+    };
+    for (path, v) in files {
+        if path.contains("..") {
+            return Err(VolumeError::NotReady {
+                volume: volume.into(),
+                message: format!("path {path:?} escapes the volume"),
+            });
+        }
+        let p = dir.join(&path);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).map_err(io(volume, parent))?;
+        }
+        std::fs::write(&p, v).map_err(io(volume, &p))?;
+    }
+    Ok(())
+}
+
+/// Prepares every volume of the pod.
+pub async fn prepare(ctx: &Ctx, pod: &Pod) -> Result<Prepared, VolumeError> {
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let base = ctx.store.pod_dir(&uid).join("volumes");
+    let client = ctx.reporter.client().clone();
+    let mut out = Prepared::default();
+    for v in pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.clone())
+        .unwrap_or_default()
+    {
+        let name = v.name.clone();
+        let dir = base.join(&name);
+        if v.empty_dir.is_some() {
+            std::fs::create_dir_all(&dir).map_err(io(&name, &dir))?;
+            out.dirs.insert(name, dir);
+        } else if let Some(h) = &v.host_path {
+            let p = PathBuf::from(&h.path);
+            match h.type_.as_deref().unwrap_or("") {
+                "DirectoryOrCreate" => std::fs::create_dir_all(&p).map_err(io(&name, &p))?,
+                "Directory" | "File" | "Socket" if !p.exists() => {
+                    return Err(VolumeError::NotReady {
+                        volume: name,
+                        message: format!("hostPath {} does not exist", p.display()),
+                    })
+                }
+                _ => {}
+            }
+            out.dirs.insert(name, p);
+        } else if let Some(cm) = &v.config_map {
+            let api_: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+            let cm_name = cm.name.clone();
+            match api_
+                .get_opt(&cm_name)
+                .await
+                .map_err(api(&name, format!("configmap {cm_name}")))?
+            {
+                Some(obj) => {
+                    let mut data: BTreeMap<String, Vec<u8>> = obj
+                        .data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k, v.into_bytes()))
+                        .collect();
+                    data.extend(
+                        obj.binary_data
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(k, v)| (k, v.0)),
+                    );
+                    write_items(&name, &dir, data, cm.items.as_ref())?;
+                }
+                None if cm.optional == Some(true) => {
+                    std::fs::create_dir_all(&dir).map_err(io(&name, &dir))?
+                }
+                None => {
+                    return Err(VolumeError::NotReady {
+                        volume: name,
+                        message: format!("configmap {cm_name:?} not found"),
+                    })
+                }
+            }
+            out.dirs.insert(name, dir);
+        } else if let Some(sec) = &v.secret {
+            let api_: Api<Secret> = Api::namespaced(client.clone(), &ns);
+            let s_name = sec.secret_name.clone().unwrap_or_default();
+            match api_
+                .get_opt(&s_name)
+                .await
+                .map_err(api(&name, format!("secret {s_name}")))?
+            {
+                Some(obj) => {
+                    let mut data: BTreeMap<String, Vec<u8>> = obj
+                        .data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k, v.0))
+                        .collect();
+                    data.extend(
+                        obj.string_data
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(k, v)| (k, v.into_bytes())),
+                    );
+                    write_items(&name, &dir, data, sec.items.as_ref())?;
+                }
+                None if sec.optional == Some(true) => {
+                    std::fs::create_dir_all(&dir).map_err(io(&name, &dir))?
+                }
+                None => {
+                    return Err(VolumeError::NotReady {
+                        volume: name,
+                        message: format!("secret {s_name:?} not found"),
+                    })
+                }
+            }
+            out.dirs.insert(name, dir);
+        } else if let Some(claim) = &v.persistent_volume_claim {
+            let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+            let c = claim.claim_name.clone();
+            let pvc = pvcs.get(&c).await.map_err(api(&name, format!("pvc {c}")))?;
+            let Some(pv_name) = pvc
+                .spec
+                .and_then(|s| s.volume_name)
+                .filter(|s| !s.is_empty())
+            else {
+                return Err(VolumeError::NotReady {
+                    volume: name,
+                    message: format!("pvc {c:?} is not bound yet"),
+                });
+            };
+            let pvs: Api<PersistentVolume> = Api::all(client.clone());
+            let pv = pvs
+                .get(&pv_name)
+                .await
+                .map_err(api(&name, format!("pv {pv_name}")))?;
+            let Some(csi) = pv.spec.and_then(|s| s.csi) else {
+                // Not CSI: treat it like a node-local directory.
+                std::fs::create_dir_all(&dir).map_err(io(&name, &dir))?;
+                out.dirs.insert(name, dir);
+                continue;
+            };
+            let va_name = attachment_name(&csi.volume_handle, &csi.driver, &ctx.node_name);
+            let vas: Api<VolumeAttachment> = Api::all(client.clone());
+            let attached = vas
+                .get_opt(&va_name)
+                .await
+                .map_err(api(&name, format!("volumeattachment {va_name}")))?
+                .and_then(|va| va.status)
+                .is_some_and(|s| s.attached);
+            // Report the volume in use before it is attached, as the kubelet does, so the
+            // controller never detaches under us.
+            let unique = format!("kubernetes.io/csi/{}^{}", csi.driver, csi.volume_handle);
+            if let Ok(mut m) = ctx.volumes_in_use.lock() {
+                m.insert(uid.clone(), vec![unique.clone()]);
+            }
+            if !attached {
+                return Err(VolumeError::NotReady {
+                    volume: name,
+                    message: format!(
+                        "waiting for VolumeAttachment {va_name} to be attached to this node"
+                    ),
+                });
+            }
+            std::fs::create_dir_all(&dir).map_err(io(&name, &dir))?;
+            let info = serde_json::json!({
+                "driver": csi.driver,
+                "volumeHandle": csi.volume_handle,
+                "volumeAttributes": csi.volume_attributes.clone().unwrap_or_default(),
+                "persistentVolume": pv_name,
+                "claim": c,
+            });
+            let f = dir.join("volume.json");
+            std::fs::write(&f, info.to_string()).map_err(io(&name, &f))?;
+            out.env.push((
+                format!("{}_HANDLE", env_name(&name)),
+                csi.volume_handle.clone(),
+            ));
+            for (k, val) in csi.volume_attributes.unwrap_or_default() {
+                out.env.push((
+                    format!(
+                        "{}_ATTR_{}",
+                        env_name(&name),
+                        env_name(&k).trim_start_matches("PALISADE_VOLUME_")
+                    ),
+                    val,
+                ));
+            }
+            out.unique_names.push(unique);
+            out.dirs.insert(name, dir);
+        }
+    }
+    if let Ok(mut m) = ctx.volumes_in_use.lock() {
+        if out.unique_names.is_empty() {
+            m.remove(&uid);
+        } else {
+            m.insert(uid, out.unique_names.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Removes a pod's volume directories (never hostPath targets, which live elsewhere).
+pub fn cleanup(pod_dir: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(pod_dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(dir = %pod_dir.display(), error = %e, "cannot remove pod directory");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attachment_name_matches_the_attach_detach_controller() {
+        // sha256("vol-1" + "csi.example.com" + "m0")
+        let n = attachment_name("vol-1", "csi.example.com", "m0");
+        assert!(n.starts_with("csi-") && n.len() == 4 + 64);
+        let mut h = Sha256::new();
+        h.update(b"vol-1csi.example.comm0");
+        assert_eq!(n, format!("csi-{}", hex::encode(h.finalize())));
+    }
+
+    #[test]
+    fn env_names_are_shell_safe() {
+        assert_eq!(env_name("data-0"), "PALISADE_VOLUME_DATA_0");
+    }
+
+    #[test]
+    fn projected_items_are_written_and_escapes_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let mut data = BTreeMap::new();
+        data.insert("a".to_string(), b"1".to_vec());
+        data.insert("b".to_string(), b"2".to_vec());
+        write_items("v", d.path(), data.clone(), None).unwrap();
+        assert_eq!(std::fs::read(d.path().join("b")).unwrap(), b"2");
+        let items = vec![k8s_openapi::api::core::v1::KeyToPath {
+            key: "a".into(),
+            path: "sub/x".into(),
+            mode: None,
+        }];
+        write_items("v", d.path(), data.clone(), Some(&items)).unwrap();
+        assert_eq!(std::fs::read(d.path().join("sub/x")).unwrap(), b"1");
+        let bad = vec![k8s_openapi::api::core::v1::KeyToPath {
+            key: "a".into(),
+            path: "../x".into(),
+            mode: None,
+        }];
+        assert!(write_items("v", d.path(), data, Some(&bad)).is_err());
+    }
+}
