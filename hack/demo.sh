@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# The main job: brings up the lab (a real Kubernetes 1.20.2 control plane, bare-metal
-# machines with IPMI BMCs, a switched PDU), shows it, cuts a machine's power through its BMC
-# and through its PDU outlet, prints the timeline and tears everything down.
+# The main job, on the embedded lab (a real Kubernetes 1.20.2 control plane, bare-metal
+# machines running palisade-node with IPMI BMCs, a switched PDU, a storage server):
+#   1. a StatefulSet's writer runs on machine m0 and appends to a volume;
+#   2. m0 is cut off the network;
+#   3. palisade-controller detects it, fences it (IPMI power off and storage block, both
+#      verified), releases the pod, and the replacement writes from another machine;
+#   4. the at-most-one checker gives its verdict; a timeline is printed; all is torn down.
+# `hack/demo.sh lab` runs the lab tour instead: power cycles through the BMC and the PDU.
 # Needs root: the lab creates network and PID namespaces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,5 +22,9 @@ say "installing dependencies"
 bash hack/install-deps.sh
 say "building"
 cargo build --workspace --bins --quiet
-say "running the demo"
-exec ./target/debug/palisade-lab demo
+if [ "${1:-}" = lab ]; then
+  say "running the lab tour"
+  exec ./target/debug/palisade-lab demo
+fi
+say "running the fencing demo"
+exec ./target/debug/palisade-demo

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use palisade_lab::{Lab, LabConfig};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn statefulset_controller_creates_the_first_pod_and_it_stays_pending_without_nodes() {
+/// A lab with a control plane and nothing else, and its admin client.
+async fn control_plane_only() -> (Lab, kube::Client) {
     let lab = tokio::task::spawn_blocking(|| {
         Lab::start(LabConfig {
             machines: 0,
@@ -27,6 +27,12 @@ async fn statefulset_controller_creates_the_first_pod_and_it_stays_pending_witho
         .client()
         .await
         .expect("admin client");
+    (lab, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statefulset_controller_creates_the_first_pod_and_it_stays_pending_without_nodes() {
+    let (lab, client) = control_plane_only().await;
 
     let sts: StatefulSet = serde_json::from_value(serde_json::json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -80,22 +86,7 @@ async fn custom_resources_can_be_created_and_read_back() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 
-    let lab = tokio::task::spawn_blocking(|| {
-        Lab::start(LabConfig {
-            machines: 0,
-            pdu: false,
-            ..Default::default()
-        })
-    })
-    .await
-    .unwrap()
-    .expect("control plane starts");
-    let client = lab
-        .control_plane()
-        .unwrap()
-        .client()
-        .await
-        .expect("admin client");
+    let (lab, client) = control_plane_only().await;
     let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": "widgets.lab.palisade.dev"},

@@ -3,12 +3,12 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
-use palisade_lab::{Lab, LabConfig};
+use palisade_lab::Lab;
 
 /// Agent settings the tests rely on.
 pub const SELF_FENCE_AFTER_S: f64 = 4.0;
@@ -18,100 +18,37 @@ pub const MAX_BACKOFF_S: u64 = 20;
 /// Starts a lab with `machines` machines, each running `palisade-node` under a supervisor
 /// loop that restarts it unless `<machine dir>/agent-stopped` exists.
 pub fn start_lab(machines: usize) -> Lab {
-    let agent = palisade_lab::bin_path("palisade-node")
-        .expect("build the agent first: cargo build -p palisade-node --bins");
-    let command = format!(
-        r#"D="$PALISADE_MACHINE_DIR"
-mkdir -p "$D/node-state"
-while true; do
-  if [ ! -e "$D/agent-stopped" ]; then
-    RUST_LOG=info,kube=warn '{agent}' --node-name "$PALISADE_MACHINE_NAME" --kubeconfig "$PALISADE_NODE_KUBECONFIG" \
-      --address "$PALISADE_MACHINE_ADDRESS" --state-dir "$D/node-state" --image-store "$D/images" \
-      --lease-duration 10s --renew-interval 1s --self-fence-after {fence}s --max-restart-backoff {backoff}s \
-      --metrics-addr 127.0.0.1:10255 >> "$D/agent.log" 2>&1
-  fi
-  sleep 0.2
-done"#,
-        agent = agent.display(),
-        fence = SELF_FENCE_AFTER_S,
-        backoff = MAX_BACKOFF_S,
-    );
-    Lab::start(LabConfig {
-        machines,
-        control_plane: true,
-        pdu: false,
-        machine_command: command,
+    let agents = palisade_scenario::AgentOptions {
+        self_fence_seconds: SELF_FENCE_AFTER_S,
+        max_restart_backoff_seconds: Some(MAX_BACKOFF_S),
         ..Default::default()
-    })
-    .expect("lab starts")
+    };
+    palisade_scenario::lab_with_agents(machines, false, &agents).expect("lab starts")
 }
 
 /// A tokio runtime for the test's API calls.
 pub fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
+    palisade_scenario::runtime().expect("runtime")
 }
 
 /// The admin client.
 pub fn client(lab: &Lab, rt: &tokio::runtime::Runtime) -> Client {
-    let cp = lab.control_plane().expect("control plane");
-    rt.block_on(palisade_lab::client_from_kubeconfig(cp.admin_kubeconfig()))
-        .unwrap()
+    palisade_scenario::admin_client(lab, rt).expect("admin client")
 }
 
 /// Polls `f` until it returns `Some`, or panics after `timeout`.
-pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+pub fn eventually<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    palisade_scenario::eventually(what, timeout, f).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Creates a namespace and waits for its default ServiceAccount.
 pub fn namespace(c: &Client, rt: &tokio::runtime::Runtime, name: &str) {
-    let api: Api<Namespace> = Api::all(c.clone());
-    let ns: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
-    let _ = rt.block_on(api.create(&PostParams::default(), &ns));
-    let sa: Api<ServiceAccount> = Api::namespaced(c.clone(), name);
-    eventually(
-        "default service account with its token",
-        Duration::from_secs(60),
-        || {
-            let a = rt.block_on(sa.get_opt("default")).ok().flatten()?;
-            a.secrets.is_some_and(|s| !s.is_empty()).then_some(())
-        },
-    );
+    palisade_scenario::namespace(c, rt, name).expect("namespace");
 }
 
 /// Waits until every machine's Node is Ready.
 pub fn wait_nodes_ready(lab: &Lab, c: &Client, rt: &tokio::runtime::Runtime) {
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(c.clone());
-    for m in lab.machines() {
-        eventually(
-            &format!("node {} Ready", m.name()),
-            Duration::from_secs(90),
-            || {
-                let n = rt.block_on(nodes.get_opt(m.name())).ok().flatten()?;
-                let ready = n
-                    .status?
-                    .conditions?
-                    .into_iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True");
-                ready.then_some(())
-            },
-        );
-    }
+    palisade_scenario::wait_nodes_ready(lab, c, rt).expect("nodes Ready");
 }
 
 /// Creates a pod from JSON.

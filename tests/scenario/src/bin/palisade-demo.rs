@@ -1,0 +1,308 @@
+//! `palisade-demo`: the whole story on the lab, with a printed timeline.
+//!
+//! A StatefulSet's writer runs on machine m0 and appends to a volume on the lab storage
+//! server. m0 is cut off the network. Palisade detects the silence, fences m0 (IPMI power off
+//! and a storage block, both verified), releases the pod, and the StatefulSet's replacement
+//! writes from another machine. The at-most-one checker then reads the volume and the
+//! writers' acknowledgements and gives its verdict.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use palisade_lab::{Cut, Lab};
+use palisade_labstore::admin_client::AdminClient;
+use palisade_model::nodefence::Phase;
+use palisade_scenario::*;
+use serde_json::json;
+
+struct Timeline(Instant);
+
+impl Timeline {
+    fn say(&self, what: impl AsRef<str>) {
+        println!(
+            "[{:>8.3}s] {}",
+            self.0.elapsed().as_secs_f64(),
+            what.as_ref()
+        );
+    }
+}
+
+fn main() -> Result<()> {
+    let t = Timeline(Instant::now());
+    t.say("starting the lab: Kubernetes 1.20.2 control plane, 3 machines running palisade-node, BMCs, a PDU");
+    let lab = lab_with_agents(3, true, &AgentOptions::default()).context("starting the lab")?;
+    let c = Cluster::connect(&lab)?;
+    c.wait_nodes_ready(&lab)?;
+    t.say(format!(
+        "lab {} up; nodes m0, m1, m2 Ready (lab dir {})",
+        lab.id(),
+        lab.dir().display()
+    ));
+    let result = story(&lab, &c, &t);
+    if let Err(e) = &result {
+        println!("\nthe demo failed: {e:#}\nlogs: {}", lab.dir().display());
+        println!("(set PALISADE_KEEP_LAB=1 to keep the lab directory)");
+    }
+    drop(c);
+    drop(lab);
+    t.say("lab torn down");
+    result
+}
+
+fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
+    // Storage: the writer's volume on the lab array, writable by every machine.
+    let storage = Storage::start(lab, &["db"])?;
+    let admin = AdminClient::new(
+        &format!("https://{}", storage.admin),
+        storage.ca_pem.as_bytes(),
+        palisade_storagefw::Secret::new(storage.token.clone()),
+    )?;
+    for m in lab.machines() {
+        c.rt.block_on(admin.grant("db", m.name(), &[std::net::IpAddr::V4(m.address())]))?;
+    }
+    t.say(format!(
+        "storage server up: data path {STORAGE_DATA} in the lab, admin API https://{} (TLS, token)",
+        storage.admin
+    ));
+
+    c.namespace(SYSTEM_NS)?;
+    c.namespace("app")?;
+    let (_controller, _metrics) = start_controller(lab, "palisade-0")?;
+    c.secret(
+        "storage",
+        &[
+            ("caBundle", storage.ca_pem.as_str()),
+            ("token", storage.token.as_str()),
+        ],
+    )?;
+    c.policy(
+        "lab",
+        json!({
+            "detection": {"suspectAfterSeconds": 2, "unhealthyAfterSeconds": 4},
+            "forgiveness": {"respectTolerations": false, "defaultSeconds": 0},
+            "fenceWhen": "Always",
+        }),
+    )?;
+    for (i, m) in lab.machines().iter().enumerate() {
+        let bmc = format!("bmc-{}", m.name());
+        c.secret(&bmc, &[("password", &m.bmc().password()?)])?;
+        let pdu = format!("pdu-{}", m.name());
+        let community =
+            palisade_lab::PduInfo::secret(&lab.pdu().context("no PDU")?.info().community_rw_file)?;
+        c.secret(&pdu, &[("community", &community)])?;
+        let storage_dev = device(&storage.fence_url(), "Storage", "storage");
+        let mut levels = vec![(
+            "bmc+storage",
+            vec![
+                device(&ipmi_url(lab, i), "Power", &bmc),
+                storage_dev.clone(),
+            ],
+        )];
+        if let Some(url) = pdu_url(lab, i) {
+            levels.push((
+                "pdu+storage",
+                vec![device(&url, "Power", &pdu), storage_dev],
+            ));
+        }
+        c.fence_target(m.name(), levels)?;
+    }
+    t.say("palisade-controller running; FencingPolicy 'lab' (unhealthy after 4 s); FenceTargets: [IPMI + storage firewall], then [PDU + storage firewall]");
+
+    // The writer StatefulSet, placed on m0.
+    let acks = lab.dir().join("acks");
+    std::fs::create_dir_all(&acks)?;
+    let writer = palisade_lab::bin_path("palisade-writer")?;
+    cordon(c, "m1", true)?;
+    cordon(c, "m2", true)?;
+    let sts: StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "db", "namespace": "app"},
+        "spec": {
+            "replicas": 1, "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {
+                    "automountServiceAccountToken": false,
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{
+                        "name": "writer", "image": "host", "command": [writer.display().to_string()],
+                        "env": [
+                            {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                            {"name": "STORAGE_SERVER", "value": STORAGE_DATA},
+                            {"name": "STORAGE_VOLUME", "value": "db"},
+                            {"name": "ACK_LOG", "value": format!("{}/acks-$(POD_UID).log", acks.display())},
+                            {"name": "WRITE_INTERVAL_MS", "value": "50"},
+                            {"name": "WRITE_SECONDS", "value": "600"}
+                        ]
+                    }]
+                }
+            }
+        }
+    }))?;
+    c.rt.block_on(
+        Api::<StatefulSet>::namespaced(c.client.clone(), "app")
+            .create(&PostParams::default(), &sts),
+    )?;
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), "app");
+    let old = eventually("db-0 Running on m0", Duration::from_secs(120), || {
+        let p = c.rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
+        (p.spec.as_ref()?.node_name.as_deref() == Some("m0") && phase(&p) == "Running").then_some(p)
+    })?;
+    let old_uid = old.uid().context("pod uid")?;
+    let old_acks = acks.join(format!("acks-{old_uid}.log"));
+    eventually(
+        "the writer on m0 acknowledged",
+        Duration::from_secs(60),
+        || (read_or_empty(&old_acks).lines().count() >= 20).then_some(()),
+    )?;
+    cordon(c, "m1", false)?;
+    cordon(c, "m2", false)?;
+    t.say(format!("StatefulSet app/db: db-0 (uid {}) Running on m0, writing to volume 'db' ({} writes acknowledged)", short(&old_uid), read_or_empty(&old_acks).lines().count()));
+
+    // The partition.
+    println!();
+    t.say("cutting m0 off the network (its link goes down; its processes keep running)");
+    lab.partition(0, Cut::All)?;
+    let cut = Instant::now();
+    let since = |i: Instant| format!("+{:.2}s", i.duration_since(cut).as_secs_f64());
+
+    let mut seen = 0;
+    let released = eventually("m0 fenced and released", Duration::from_secs(180), || {
+        let nf = c.fences_for("m0").into_iter().next()?;
+        let st = nf.status.clone()?;
+        for tr in st.transitions.iter().skip(seen) {
+            seen += 1;
+            let line = match tr.phase {
+                Phase::Pending => format!(
+                    "detected and decided: NodeFence {} created ({})",
+                    nf.name_any(),
+                    nf.spec.reason
+                ),
+                Phase::Fencing => format!(
+                    "fencing m0 with token {}",
+                    st.fencing_token.unwrap_or_default()
+                ),
+                Phase::Fenced => {
+                    let ev: Vec<String> = st
+                        .evidence
+                        .iter()
+                        .map(|e| {
+                            format!(
+                                "{:?} by {}",
+                                e.kind,
+                                e.device.split('?').next().unwrap_or("")
+                            )
+                        })
+                        .collect();
+                    format!("fenced, verified: {}", ev.join("; "))
+                }
+                Phase::Releasing => {
+                    "releasing: out-of-service taint, pods force-deleted by UID".into()
+                }
+                Phase::Released => format!(
+                    "released: {} pod(s), {} attachment(s)",
+                    st.release.pods.len(),
+                    st.release.attachments.len()
+                ),
+                other => format!("{other:?}"),
+            };
+            t.say(format!("{} {line}", since(Instant::now())));
+        }
+        (st.phase == Phase::Released).then_some(nf)
+    })?;
+    let m0 = &lab.machines()[0];
+    let blocked = c.rt.block_on(admin.node("m0"))?;
+    t.say(format!(
+        "{} m0 is powered {} with {} processes left; the storage server says m0: {}",
+        since(Instant::now()),
+        if m0.is_powered() { "ON" } else { "off" },
+        m0.processes().len(),
+        blocked
+    ));
+
+    let new = eventually(
+        "db-0 replaced and Running elsewhere",
+        Duration::from_secs(180),
+        || {
+            let p = c.rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
+            let node = p.spec.as_ref()?.node_name.clone()?;
+            (p.uid().as_deref() != Some(old_uid.as_str()) && node != "m0" && phase(&p) == "Running")
+                .then_some(p)
+        },
+    )?;
+    let new_uid = new.uid().context("pod uid")?;
+    let node = new
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    t.say(format!(
+        "{} replacement db-0 (uid {}) Running on {node}",
+        since(Instant::now()),
+        short(&new_uid)
+    ));
+    let new_acks = acks.join(format!("acks-{new_uid}.log"));
+    eventually(
+        "the replacement acknowledged writes",
+        Duration::from_secs(60),
+        || (read_or_empty(&new_acks).lines().count() >= 20).then_some(()),
+    )?;
+    t.say(format!(
+        "{} replacement is writing ({} writes acknowledged)",
+        since(Instant::now()),
+        read_or_empty(&new_acks).lines().count()
+    ));
+
+    // The verdict.
+    println!();
+    let checker = palisade_lab::bin_path("palisade-checker")?;
+    let out = std::process::Command::new(checker)
+        .arg("--volume-file")
+        .arg(storage.volume_file("db"))
+        .arg("--ack-log")
+        .arg(&old_acks)
+        .arg("--ack-log")
+        .arg(&new_acks)
+        .output()?;
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    let st = released.status.unwrap_or_default();
+    println!(
+        "\nNodeFence {} transitions:",
+        released.metadata.name.unwrap_or_default()
+    );
+    for tr in &st.transitions {
+        println!("  {:<10} {}", format!("{:?}", tr.phase), tr.at.0);
+    }
+    if !out.status.success() {
+        bail!("the at-most-one checker found a violation");
+    }
+    t.say("at-most-one holds: no write from the old pod after the replacement's first write");
+    Ok(())
+}
+
+fn phase(p: &Pod) -> String {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default()
+}
+
+fn short(uid: &str) -> &str {
+    &uid[..8.min(uid.len())]
+}
+
+fn cordon(c: &Cluster, node: &str, on: bool) -> Result<()> {
+    let nodes: Api<Node> = Api::all(c.client.clone());
+    c.rt.block_on(nodes.patch(
+        node,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"unschedulable": on}})),
+    ))?;
+    Ok(())
+}

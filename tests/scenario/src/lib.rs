@@ -1,0 +1,444 @@
+//! End-to-end scenarios on the lab, shared by the demo and the scenario tests: machines that
+//! run `palisade-node`, the controller as a child process, the lab storage server in the hub,
+//! and the Palisade objects (policy, fence targets, credential Secrets).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret, ServiceAccount};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+use palisade_lab::{Lab, LabConfig};
+use palisade_model::{FenceTarget, FencingPolicy, NodeFence};
+use serde_json::json;
+
+/// Namespace of the controller's Lease and of the credential Secrets.
+pub const SYSTEM_NS: &str = "palisade-system";
+/// Where the lab storage server's data path listens, inside the lab (the hub).
+pub const STORAGE_DATA: &str = "10.213.0.1:7000";
+
+/// How the machines' node agents run.
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// Lease duration, seconds (renewed every second).
+    pub lease_seconds: u32,
+    /// Self-fence after this many seconds without a renewed Lease.
+    pub self_fence_seconds: f64,
+    /// A lowered maximum restart backoff, seconds.
+    pub max_restart_backoff_seconds: Option<u64>,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            lease_seconds: 10,
+            self_fence_seconds: 4.0,
+            max_restart_backoff_seconds: None,
+        }
+    }
+}
+
+/// The boot command of a machine that runs `palisade-node` under a supervisor loop (as a
+/// service manager would) that restarts it unless `<machine dir>/agent-stopped` exists.
+pub fn node_agent_command(o: &AgentOptions) -> Result<String> {
+    let agent = palisade_lab::bin_path("palisade-node")?;
+    let backoff = o
+        .max_restart_backoff_seconds
+        .map(|s| format!(" --max-restart-backoff {s}s"))
+        .unwrap_or_default();
+    Ok(format!(
+        r#"D="$PALISADE_MACHINE_DIR"
+mkdir -p "$D/node-state"
+while true; do
+  if [ ! -e "$D/agent-stopped" ]; then
+    RUST_LOG=info,kube=warn '{agent}' --node-name "$PALISADE_MACHINE_NAME" --kubeconfig "$PALISADE_NODE_KUBECONFIG" \
+      --address "$PALISADE_MACHINE_ADDRESS" --state-dir "$D/node-state" --image-store "$D/images" \
+      --lease-duration {lease}s --renew-interval 1s --self-fence-after {fence}s{backoff} \
+      --metrics-addr 127.0.0.1:10255 >> "$D/agent.log" 2>&1
+  fi
+  sleep 0.2
+done"#,
+        agent = agent.display(),
+        lease = o.lease_seconds,
+        fence = o.self_fence_seconds,
+    ))
+}
+
+/// Starts a lab whose machines run `palisade-node`.
+pub fn lab_with_agents(machines: usize, pdu: bool, agents: &AgentOptions) -> Result<Lab> {
+    Ok(Lab::start(LabConfig {
+        machines,
+        control_plane: true,
+        pdu,
+        machine_command: node_agent_command(agents)?,
+        ..Default::default()
+    })?)
+}
+
+/// A multi-threaded runtime for a scenario's API calls.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+/// The lab's admin client.
+pub fn admin_client(lab: &Lab, rt: &tokio::runtime::Runtime) -> Result<Client> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cp = lab
+        .control_plane()
+        .context("the lab has no control plane")?;
+    Ok(rt.block_on(palisade_lab::client_from_kubeconfig(cp.admin_kubeconfig()))?)
+}
+
+/// Waits until every machine's Node is Ready.
+pub fn wait_nodes_ready(lab: &Lab, c: &Client, rt: &tokio::runtime::Runtime) -> Result<()> {
+    let nodes: Api<Node> = Api::all(c.clone());
+    for m in lab.machines() {
+        eventually(
+            &format!("node {} Ready", m.name()),
+            Duration::from_secs(120),
+            || {
+                let n = rt.block_on(nodes.get_opt(m.name())).ok().flatten()?;
+                n.status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+                    .then_some(())
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Creates a namespace and waits for its default ServiceAccount token.
+pub fn namespace(c: &Client, rt: &tokio::runtime::Runtime, name: &str) -> Result<()> {
+    let api: Api<Namespace> = Api::all(c.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    let _ = rt.block_on(api.create(&PostParams::default(), &ns));
+    let sa: Api<ServiceAccount> = Api::namespaced(c.clone(), name);
+    eventually(
+        "default ServiceAccount with its token",
+        Duration::from_secs(60),
+        || {
+            let a = rt.block_on(sa.get_opt("default")).ok().flatten()?;
+            a.secrets.is_some_and(|s| !s.is_empty()).then_some(())
+        },
+    )
+}
+
+/// Polls `f` until it returns `Some`, failing with `what` after `timeout`.
+pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {timeout:?} waiting for: {what}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A scenario's view of the cluster: a runtime for API calls and the admin client.
+pub struct Cluster {
+    /// The runtime the API calls run on.
+    pub rt: tokio::runtime::Runtime,
+    /// The admin client.
+    pub client: Client,
+}
+
+impl Cluster {
+    /// Connects to the lab's API server as admin.
+    pub fn connect(lab: &Lab) -> Result<Cluster> {
+        let rt = runtime()?;
+        let client = admin_client(lab, &rt)?;
+        Ok(Cluster { rt, client })
+    }
+
+    /// Waits until every machine's Node is Ready.
+    pub fn wait_nodes_ready(&self, lab: &Lab) -> Result<()> {
+        wait_nodes_ready(lab, &self.client, &self.rt)
+    }
+
+    /// Creates a namespace and waits for its default ServiceAccount token.
+    pub fn namespace(&self, name: &str) -> Result<()> {
+        namespace(&self.client, &self.rt, name)
+    }
+
+    /// Creates a Secret in the system namespace.
+    pub fn secret(&self, name: &str, data: &[(&str, &str)]) -> Result<()> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), SYSTEM_NS);
+        let string_data: serde_json::Map<String, serde_json::Value> = data
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        let s: Secret = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": SYSTEM_NS},
+            "stringData": string_data,
+        }))?;
+        self.rt.block_on(api.create(&PostParams::default(), &s))?;
+        Ok(())
+    }
+
+    /// Creates a FencingPolicy from its spec, retrying while the CRDs are being installed.
+    pub fn policy(&self, name: &str, spec: serde_json::Value) -> Result<()> {
+        let api: Api<FencingPolicy> = Api::all(self.client.clone());
+        let p: FencingPolicy = serde_json::from_value(json!({
+            "apiVersion": "palisade.dev/v1alpha1", "kind": "FencingPolicy",
+            "metadata": {"name": name}, "spec": spec,
+        }))?;
+        eventually(
+            "FencingPolicy created (CRDs installed)",
+            Duration::from_secs(60),
+            || {
+                self.rt
+                    .block_on(api.create(&PostParams::default(), &p))
+                    .ok()
+            },
+        )?;
+        Ok(())
+    }
+
+    /// Creates the FenceTarget of `node` with these levels: (name, devices).
+    pub fn fence_target(
+        &self,
+        node: &str,
+        levels: Vec<(&str, Vec<serde_json::Value>)>,
+    ) -> Result<()> {
+        let api: Api<FenceTarget> = Api::all(self.client.clone());
+        let levels: Vec<serde_json::Value> = levels
+            .into_iter()
+            .map(|(name, devices)| json!({"name": name, "devices": devices}))
+            .collect();
+        let t: FenceTarget = serde_json::from_value(json!({
+            "apiVersion": "palisade.dev/v1alpha1", "kind": "FenceTarget",
+            "metadata": {"name": node}, "spec": {"levels": levels},
+        }))?;
+        self.rt.block_on(api.create(&PostParams::default(), &t))?;
+        Ok(())
+    }
+
+    /// The NodeFences of `node`.
+    pub fn fences_for(&self, node: &str) -> Vec<NodeFence> {
+        let api: Api<NodeFence> = Api::all(self.client.clone());
+        self.rt
+            .block_on(api.list(&ListParams::default()))
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .filter(|f| f.spec.node_name == node)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// One fencing device of a FenceTarget: its URL, kind and credential Secret.
+pub fn device(url: &str, kind: &str, secret: &str) -> serde_json::Value {
+    json!({
+        "url": url, "kind": kind, "timeoutSeconds": 20,
+        "credentialsSecretRef": {"name": secret, "namespace": SYSTEM_NS},
+    })
+}
+
+/// The IPMI device URL of machine `i`.
+pub fn ipmi_url(lab: &Lab, i: usize) -> String {
+    let b = lab.machines()[i].bmc();
+    format!("ipmi://{}@{}:{}?cipher=3", b.user, b.host, b.port)
+}
+
+/// The PDU device URL of machine `i` (SNMP v2c, APC profile).
+pub fn pdu_url(lab: &Lab, i: usize) -> Option<String> {
+    let info = lab.pdu()?.info();
+    let outlets: Vec<String> = lab.machines()[i]
+        .outlets()
+        .iter()
+        .map(u32::to_string)
+        .collect();
+    Some(format!(
+        "snmp+pdu://{}:{}/outlet/{}?profile=apc&version=2c",
+        info.host,
+        info.port,
+        outlets.join(",")
+    ))
+}
+
+/// A workspace binary run as a child process, killed on drop, its output in a log file.
+pub struct Proc {
+    child: Child,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+impl Proc {
+    /// Starts workspace binary `bin` with `args`, logging to `<lab dir>/<log_name>.log`.
+    pub fn spawn(
+        lab: &Lab,
+        bin: &str,
+        log_name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Proc> {
+        let path = palisade_lab::bin_path(bin)?;
+        let log = lab.dir().join(format!("{log_name}.log"));
+        let out = std::fs::File::create(&log)?;
+        let child = Command::new(&path)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out.try_clone()?))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .with_context(|| format!("starting {}", path.display()))?;
+        Ok(Proc { child, log })
+    }
+
+    /// True while the process runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A free loopback TCP port.
+pub fn free_port() -> u16 {
+    palisade_lab::ports::free_port()
+}
+
+/// Starts `palisade-controller` with the admin kubeconfig and lab-speed leader election.
+pub fn start_controller(lab: &Lab, identity: &str) -> Result<(Proc, String)> {
+    let cp = lab
+        .control_plane()
+        .context("the lab has no control plane")?;
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let kubeconfig = cp.admin_kubeconfig().display().to_string();
+    let p = Proc::spawn(
+        lab,
+        "palisade-controller",
+        &format!("controller-{identity}"),
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "--namespace",
+            SYSTEM_NS,
+            "--lease-name",
+            "palisade-controller",
+            "--identity",
+            identity,
+            "--metrics-addr",
+            &metrics,
+            "--lease-duration",
+            "4s",
+            "--renew-interval",
+            "1s",
+            "--resync",
+            "250ms",
+        ],
+        &[("RUST_LOG", "info,kube=warn")],
+    )?;
+    Ok((p, metrics))
+}
+
+/// The lab storage server: its data path in the hub, its HTTPS admin API on loopback with a
+/// certificate from the lab CA and a bearer token.
+pub struct Storage {
+    /// The server process.
+    pub proc: Proc,
+    /// The admin API's address.
+    pub admin: String,
+    /// The server's state directory (volumes live under `volumes/`).
+    pub state_dir: PathBuf,
+    /// The lab CA (PEM) that signs the admin API's certificate.
+    pub ca_pem: String,
+    /// The admin bearer token.
+    pub token: String,
+    /// The token's file.
+    pub token_file: PathBuf,
+    /// The CA's file.
+    pub ca_file: PathBuf,
+}
+
+impl Storage {
+    /// Starts the storage server with the given volumes.
+    pub fn start(lab: &Lab, volumes: &[&str]) -> Result<Storage> {
+        let dir = lab.dir().join("storage");
+        std::fs::create_dir_all(&dir)?;
+        let issued = lab.ca().issue_server_cert(&["127.0.0.1", "localhost"])?;
+        let (crt, key) = issued.write(&dir, "admin")?;
+        let token = format!("storage-{:016x}", std::process::id() as u64 * 7919 + 17);
+        let token_file = dir.join("token");
+        palisade_lab::write_secret(&token_file, token.as_bytes())?;
+        let ca_file = dir.join("ca.crt");
+        std::fs::write(&ca_file, lab.ca().cert_pem())?;
+        let admin = format!("127.0.0.1:{}", free_port());
+        let state_dir = dir.join("state");
+        let mut args: Vec<String> = vec![
+            "--data-listen".into(),
+            STORAGE_DATA.into(),
+            "--data-netns".into(),
+            lab.hub_netns().into(),
+            "--admin-listen".into(),
+            admin.clone(),
+            "--state-dir".into(),
+            state_dir.display().to_string(),
+            "--tls-cert".into(),
+            crt.display().to_string(),
+            "--tls-key".into(),
+            key.display().to_string(),
+            "--token-file".into(),
+            token_file.display().to_string(),
+        ];
+        for v in volumes {
+            args.push("--volume".into());
+            args.push(v.to_string());
+        }
+        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let proc = Proc::spawn(
+            lab,
+            "palisade-storage-server",
+            "storage-server",
+            &arg_refs,
+            &[],
+        )?;
+        eventually(
+            "storage admin API listening",
+            Duration::from_secs(30),
+            || std::net::TcpStream::connect(&admin).ok().map(|_| ()),
+        )?;
+        Ok(Storage {
+            proc,
+            admin,
+            state_dir,
+            ca_pem: lab.ca().cert_pem(),
+            token,
+            token_file,
+            ca_file,
+        })
+    }
+
+    /// The storage firewall device URL.
+    pub fn fence_url(&self) -> String {
+        format!("storagefw+https://{}/?profile=lab", self.admin)
+    }
+
+    /// A volume's log file.
+    pub fn volume_file(&self, volume: &str) -> PathBuf {
+        self.state_dir.join("volumes").join(format!("{volume}.vol"))
+    }
+}
+
+/// Reads a file, empty if it does not exist.
+pub fn read_or_empty(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
