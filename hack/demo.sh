@@ -6,7 +6,9 @@
 #   3. palisade-controller detects it, fences it (IPMI power off and storage block, both
 #      verified), releases the pod, and the replacement writes from another machine;
 #   4. the at-most-one checker gives its verdict; a timeline is printed; all is torn down.
-# `hack/demo.sh lab` runs the lab tour instead: power cycles through the BMC and the PDU.
+#   5. the lab tour: palisade-fence fences one machine through its BMC and another through
+#      its PDU outlet (verified off, then on), cross-checked with ipmitool and snmpget.
+# `hack/demo.sh lab` runs only the tour.
 # Needs root: the lab creates network and PID namespaces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,4 +29,7 @@ if [ "${1:-}" = lab ]; then
   exec ./target/debug/palisade-lab demo
 fi
 say "running the fencing demo"
-exec ./target/debug/palisade-demo
+./target/debug/palisade-demo
+echo
+say "running the lab tour"
+exec ./target/debug/palisade-lab demo

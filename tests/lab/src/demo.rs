@@ -1,5 +1,7 @@
-//! The lab demo: bring the lab up, show it, cut a machine's power through its BMC and
-//! through its PDU outlet, and tear it all down, printing a timeline.
+//! The lab tour: bring the lab up, show it, fence a machine through its BMC and another
+//! through its PDU outlet with Palisade's `palisade-fence` agent (verified off, then on
+//! again), cross-checked with the operators' own tools (`ipmitool`, `snmpget`), and tear it
+//! all down, printing a timeline.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -91,6 +93,38 @@ fn snmp(lab: &Lab, tool: &str, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// Runs `palisade-fence <action>` with its options as `name=value` lines on stdin, as
+/// Pacemaker does (secrets never on the command line). Returns the exit code and output.
+fn fence(options: &[(&str, String)], action: &str) -> Result<(i32, String)> {
+    use std::io::Write;
+    let bin = palisade_lab::bin_path("palisade-fence")?;
+    let mut child = Command::new(bin)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running palisade-fence")?;
+    let mut input = format!("action={action}\n");
+    for (k, v) in options {
+        input.push_str(&format!("{k}={v}\n"));
+    }
+    child
+        .stdin
+        .take()
+        .context("palisade-fence stdin")?
+        .write_all(input.as_bytes())?;
+    let out = child.wait_with_output()?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((
+        out.status.code().unwrap_or(-1),
+        text.trim().replace('\n', "; "),
+    ))
+}
+
 /// Runs the demo.
 pub fn run() -> Result<()> {
     let t = Timeline(Instant::now());
@@ -112,45 +146,87 @@ pub fn run() -> Result<()> {
         ipmitool(&lab, 1, &["chassis", "power", "status"])?,
         m.processes().len()
     ));
-    t.say(&format!("{}: ipmitool chassis power off", m.name()));
-    ipmitool(&lab, 1, &["chassis", "power", "off"])?;
-    m.wait_power(false, Duration::from_secs(15))?;
+    let bmc = m.bmc();
+    let ipmi = [
+        ("agent", "ipmilan".to_string()),
+        ("ip", bmc.host.to_string()),
+        ("ipport", bmc.port.to_string()),
+        ("username", bmc.user.clone()),
+        ("password", bmc.password()?),
+        ("lanplus", "1".to_string()),
+    ];
     t.say(&format!(
-        "{}: powered off, {} processes left; BMC says \"{}\"",
+        "{}: palisade-fence off through the BMC (IPMI 2.0, RMCP+)",
+        m.name()
+    ));
+    let (code, out) = fence(&ipmi, "off")?;
+    if code != 0 {
+        bail!("palisade-fence off failed ({code}): {out}");
+    }
+    m.wait_power(false, Duration::from_secs(15))?;
+    t.say(&format!("{}: {out}", m.name()));
+    t.say(&format!(
+        "{}: {} processes left; ipmitool says \"{}\"",
         m.name(),
         m.processes().len(),
         ipmitool(&lab, 1, &["chassis", "power", "status"])?
     ));
-    ipmitool(&lab, 1, &["chassis", "power", "on"])?;
+    let (code, out) = fence(&ipmi, "on")?;
+    if code != 0 {
+        bail!("palisade-fence on failed ({code}): {out}");
+    }
     m.wait_power(true, Duration::from_secs(15))?;
     t.say(&format!(
-        "{}: ipmitool chassis power on: booted, {} processes",
+        "{}: palisade-fence on: {out}; booted, {} processes",
         m.name(),
         m.processes().len()
     ));
 
     let m = &lab.machines()[2];
     let outlet = m.outlets()[0];
-    let ctl = format!(".1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.{outlet}");
     let state = format!(".1.3.6.1.4.1.318.1.1.12.3.5.1.1.4.{outlet}");
     t.say(&format!(
         "{}: PDU outlet {outlet} reads {} (SNMPv3 authPriv)",
         m.name(),
         snmp(&lab, "snmpget", &[&state])?
     ));
-    snmp(&lab, "snmpset", &[&ctl, "i", "2"])?;
-    m.wait_power(false, Duration::from_secs(15))?;
+    let info = lab.pdu().context("the lab has no PDU")?.info();
+    let pdu = [
+        ("agent", "apc_snmp".to_string()),
+        ("ip", info.host.to_string()),
+        ("ipport", info.port.to_string()),
+        ("plug", outlet.to_string()),
+        ("snmp_version", "2c".to_string()),
+        (
+            "community",
+            palisade_lab::PduInfo::secret(&info.community_rw_file)?,
+        ),
+    ];
     t.say(&format!(
-        "{}: outlet {outlet} off: machine down ({} processes), BMC process running: {}",
+        "{}: palisade-fence off through PDU outlet {outlet} (SNMP v2c, APC profile)",
+        m.name()
+    ));
+    let (code, out) = fence(&pdu, "off")?;
+    if code != 0 {
+        bail!("palisade-fence off (PDU) failed ({code}): {out}");
+    }
+    m.wait_power(false, Duration::from_secs(15))?;
+    t.say(&format!("{}: {out}", m.name()));
+    t.say(&format!(
+        "{}: machine down ({} processes), its BMC lost power too (running: {}); outlet reads {}",
         m.name(),
         m.processes().len(),
-        m.bmc_running()
+        m.bmc_running(),
+        snmp(&lab, "snmpget", &[&state])?
     ));
-    snmp(&lab, "snmpset", &[&ctl, "i", "1"])?;
+    let (code, out) = fence(&pdu, "on")?;
+    if code != 0 {
+        bail!("palisade-fence on (PDU) failed ({code}): {out}");
+    }
     m.wait_power(true, Duration::from_secs(15))?;
     lab.wait_bmc(m)?;
     t.say(&format!(
-        "{}: outlet {outlet} on: BMC back, machine booted ({} processes)",
+        "{}: palisade-fence on: {out}; BMC back, machine booted ({} processes)",
         m.name(),
         m.processes().len()
     ));
