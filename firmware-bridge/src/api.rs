@@ -1,7 +1,7 @@
 //! The versioned HTTP API (`/v1`), `/healthz` and `/metrics`.
 //!
 //! Every request arrives with the verified [`ClientIdentity`] of its TLS connection in its
-//! extensions (inserted by [`crate::server`]). Mutating requests go through [`mutate`]:
+//! extensions (inserted by [`crate::server`]). Mutating requests go through `mutate`:
 //! authorize → validate headers and body → take the target's mutex → idempotency lookup →
 //! durably raise the token floor → act and verify → durably record the response → audit.
 
@@ -32,7 +32,7 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// Header carrying the fencing token (u64) of a mutating request.
 pub const FENCING_TOKEN: &str = "fencing-token";
 /// Response header set when a response is replayed from the idempotency cache.
-pub const REPLAYED: &str = "idempotent-replayed";
+pub use palisade_fence::bridge::REPLAYED;
 
 /// The authenticated client of a request.
 pub type Client = Extension<Arc<ClientIdentity>>;

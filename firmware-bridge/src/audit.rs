@@ -10,9 +10,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
 /// Errors of the audit log.
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
@@ -27,32 +24,7 @@ pub enum AuditError {
     },
 }
 
-/// One audit record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AuditRecord {
-    /// RFC 3339 UTC time the request finished.
-    pub time: String,
-    /// Client identity (certificate CN or first SAN).
-    pub client: String,
-    /// Action, e.g. `power.off`, `storage.block`, `power.status`.
-    pub action: String,
-    /// Target id.
-    pub target: String,
-    /// Fencing token, for mutating requests.
-    pub token: Option<u64>,
-    /// Idempotency key, for mutating requests.
-    pub idempotency_key: Option<String>,
-    /// `ok`, `replayed`, `denied`, `stale_token`, `rate_limited`, `error`, ...
-    pub result: String,
-    /// HTTP status returned.
-    pub status: u16,
-    /// Human-readable detail.
-    pub message: Option<String>,
-    /// Verification evidence from the executor.
-    pub evidence: Value,
-    /// Wall time spent handling the request, milliseconds.
-    pub duration_ms: u64,
-}
+pub use palisade_fence::bridge::AuditRecord;
 
 /// The audit log file.
 #[derive(Debug)]

@@ -114,6 +114,15 @@ pub struct DeviceConfig {
     /// Named credentials (`password`, `community`, `auth_password`, `priv_password`, `token`).
     #[serde(default)]
     pub secrets: BTreeMap<String, SecretRef>,
+    /// `storagefw+https`: PEM file of the only CA trusted for the storage admin API (required).
+    #[serde(default)]
+    pub ca_bundle: Option<PathBuf>,
+    /// `storagefw+https`: the node name the storage knows this target by (required).
+    #[serde(default)]
+    pub node: Option<String>,
+    /// `storagefw+https`: the node's addresses to block at the storage.
+    #[serde(default)]
+    pub addresses: Vec<std::net::IpAddr>,
 }
 
 /// One fencing level, as written: every device must succeed.
@@ -131,7 +140,7 @@ pub struct LevelConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetConfig {
-    /// The target id used in the API (`bridge://<id>`).
+    /// The target id used in the API (`bridge://host:port/<id>`).
     pub id: String,
     /// Power fencing levels, tried in order.
     #[serde(default)]
@@ -281,6 +290,9 @@ impl FileConfig {
                         fix(f);
                     }
                 }
+                if let Some(f) = d.ca_bundle.as_mut() {
+                    fix(f);
+                }
             }
         }
     }
@@ -315,6 +327,12 @@ fn check_device(target: &str, d: &DeviceConfig, schemes: &[&str]) -> Result<(), 
             "target {target:?}: device URL must not embed credentials; use `secrets`"
         ));
     }
+    if url.scheme() == "storagefw+https" && (d.ca_bundle.is_none() || d.node.is_none()) {
+        return Err(format!(
+            "target {target:?}: storage device {:?} needs `ca_bundle` and `node`",
+            d.url
+        ));
+    }
     for (name, r) in &d.secrets {
         if r.file.is_none() && r.env.is_none() {
             return Err(format!(
@@ -334,6 +352,12 @@ pub struct Device {
     pub username: Option<String>,
     /// Loaded credentials by name.
     pub secrets: BTreeMap<String, Secret>,
+    /// Storage devices: the CA bundle file (PEM).
+    pub ca_bundle: Option<PathBuf>,
+    /// Storage devices: the node name at the storage.
+    pub node: Option<String>,
+    /// Storage devices: the node's addresses.
+    pub addresses: Vec<std::net::IpAddr>,
 }
 
 /// A fencing level with loaded devices.
@@ -391,6 +415,9 @@ impl Inventory {
                     })?,
                     username: d.username.clone(),
                     secrets,
+                    ca_bundle: d.ca_bundle.clone(),
+                    node: d.node.clone(),
+                    addresses: d.addresses.clone(),
                 })
             };
             let mut levels = Vec::new();
@@ -467,6 +494,10 @@ client_ca = "ca.crt"
             (
                 "[[targets]]\nid = \"m0\"\n[[targets.levels]]\ndevices=[{url=\"ipmi://u:p@h\"}]",
                 "embed credentials",
+            ),
+            (
+                "[[targets]]\nid = \"m0\"\nstorage=[{url=\"storagefw+https://s:1/\"}]",
+                "needs `ca_bundle` and `node`",
             ),
             (
                 "[[policy]]\nclient = \"c\"\ntargets = [\"nope\"]",

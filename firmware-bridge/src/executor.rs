@@ -15,59 +15,9 @@ use serde_json::{json, Value};
 
 use crate::config::Target;
 
-/// A power action.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PowerAction {
-    /// Power off (and verify off).
-    Off,
-    /// Power on (and verify on).
-    On,
-    /// Power cycle (off, verify, on).
-    Reboot,
-}
-
-/// A storage-firewall action.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StorageAction {
-    /// Firewall the target off its storage (and verify blocked).
-    Block,
-    /// Lift the firewall (and verify unblocked).
-    Unblock,
-}
-
-/// Observed power state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PowerState {
-    /// Powered on.
-    On,
-    /// Powered off.
-    Off,
-    /// The devices answered but disagree or report neither on nor off.
-    Unknown,
-}
-
-/// Observed storage state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StorageState {
-    /// The target is firewalled off its storage.
-    Blocked,
-    /// The target may reach its storage.
-    Unblocked,
-}
-
-/// Device reachability, for `monitor`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Health {
-    /// Every device of the target answered.
-    Ok,
-    /// At least one device did not answer (evidence says which).
-    Degraded,
-}
+pub use palisade_fence::bridge::wire::{
+    Health, PowerAction, PowerState, StorageAction, StorageState,
+};
 
 /// The typed result of an executor call plus its evidence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

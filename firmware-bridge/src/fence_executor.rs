@@ -5,6 +5,10 @@
 //! Pacemaker semantics and succeed only with `VerifiedOff` evidence from every device of one
 //! level; `on` succeeds when every device of one level verified on. The evidence returned is
 //! the full attempt record (level, device, step, result, timings), never a credential.
+//!
+//! Each target's `storage` devices (`storagefw+https://`) become `palisade_storagefw`
+//! agents (CA bundle pinned, bearer token from the `token` secret, node name and addresses
+//! from the inventory). `block`/`unblock` must verify on every storage device of the target.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -12,6 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use palisade_fence::levels::{self, AttemptResult, FenceOutcome, FenceReport, LevelPolicy, Step};
 use palisade_fence::{Credentials, Device, DeviceOptions, PowerDevice};
+use palisade_storagefw::{NodeRef, StorageFirewall, StorageFwConfig};
 use serde_json::{json, Value};
 
 use crate::config::{self, Inventory, Target};
@@ -33,6 +38,16 @@ pub enum FenceExecutorError {
         #[source]
         source: palisade_fence::FenceError,
     },
+    /// A storage firewall device could not be built (bad URL, profile, CA bundle or node).
+    #[error("target {target}, storage device {url}: {reason}")]
+    Storage {
+        /// Target id.
+        target: String,
+        /// Device URL.
+        url: String,
+        /// Why (never contains a credential).
+        reason: String,
+    },
     /// A storage device was placed in a power level.
     #[error("target {target}: device {url} is a storage device; list it under `storage`, not in a power level")]
     StorageInPowerLevel {
@@ -46,6 +61,41 @@ pub enum FenceExecutorError {
 struct PowerTarget {
     names: Vec<String>,
     levels: Vec<levels::Level>,
+    storage: Vec<StorageDevice>,
+}
+
+struct StorageDevice {
+    url: String,
+    agent: StorageFirewall,
+    node: NodeRef,
+}
+
+fn build_storage(target: &str, d: &config::Device) -> Result<StorageDevice, FenceExecutorError> {
+    let err = |reason: String| FenceExecutorError::Storage {
+        target: target.into(),
+        url: d.url.to_string(),
+        reason,
+    };
+    let parsed =
+        palisade_storagefw::Target::parse(d.url.as_str()).map_err(|e| err(e.to_string()))?;
+    let ca = d
+        .ca_bundle
+        .as_ref()
+        .ok_or_else(|| err("no ca_bundle".into()))?;
+    let ca_pem = std::fs::read(ca).map_err(|e| err(format!("CA bundle {}: {e}", ca.display())))?;
+    let mut cfg = StorageFwConfig::new(parsed, ca_pem).map_err(|e| err(e.to_string()))?;
+    cfg.token = d
+        .secrets
+        .get("token")
+        .map(|s| palisade_storagefw::Secret::new(s.expose()));
+    let node_name = d.node.as_deref().ok_or_else(|| err("no node".into()))?;
+    let node = NodeRef::new(node_name, d.addresses.clone()).map_err(|e| err(e.to_string()))?;
+    let agent = StorageFirewall::new(cfg).map_err(|e| err(e.to_string()))?;
+    Ok(StorageDevice {
+        url: d.url.to_string(),
+        agent,
+        node,
+    })
 }
 
 /// Drives power devices through `palisade-fence`.
@@ -126,9 +176,32 @@ impl FenceExecutor {
                 names.push(l.name.clone());
                 lv.push(levels::Level { devices });
             }
-            targets.insert(id.clone(), PowerTarget { names, levels: lv });
+            let storage = t
+                .storage
+                .iter()
+                .map(|d| build_storage(id, d))
+                .collect::<Result<Vec<_>, _>>()?;
+            targets.insert(
+                id.clone(),
+                PowerTarget {
+                    names,
+                    levels: lv,
+                    storage,
+                },
+            );
         }
         Ok(Self { targets, policy })
+    }
+
+    fn storage_devices(&self, t: &Target) -> Result<&[StorageDevice], ExecError> {
+        self.targets
+            .get(&t.id)
+            .map(|p| p.storage.as_slice())
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| ExecError::NoDevice {
+                target: t.id.clone(),
+                kind: "storage",
+            })
     }
 
     fn power_target(&self, t: &Target) -> Result<&PowerTarget, ExecError> {
@@ -224,12 +297,25 @@ fn to_fence_action(a: PowerAction) -> palisade_fence::PowerAction {
     }
 }
 
-fn no_storage(t: &Target) -> ExecError {
-    ExecError::Failed {
-        target: t.id.clone(),
-        message: "storage firewall devices are not driven by this executor yet".into(),
-        evidence: Value::Null,
+/// Reads every storage device's status: `(all blocked, readings)`; `None` if one failed.
+async fn storage_readings(devs: &[StorageDevice]) -> (Option<bool>, Vec<Value>) {
+    let mut all_blocked = Some(true);
+    let mut readings = Vec::new();
+    for d in devs {
+        match d.agent.status(&d.node).await {
+            Ok(s) => {
+                if let Some(b) = all_blocked.as_mut() {
+                    *b &= s.blocked;
+                }
+                readings.push(json!({ "device": d.url, "node": s.node, "blocked": s.blocked, "status": s.raw }));
+            }
+            Err(e) => {
+                all_blocked = None;
+                readings.push(json!({ "device": d.url, "node": d.node.name(), "error": e.to_string(), "retryable": e.is_retryable() }));
+            }
+        }
     }
+    (all_blocked, readings)
 }
 
 #[async_trait::async_trait]
@@ -321,17 +407,83 @@ impl Executor for FenceExecutor {
     async fn storage(
         &self,
         t: &Target,
-        _action: StorageAction,
+        action: StorageAction,
     ) -> Result<Outcome<StorageState>, ExecError> {
-        Err(no_storage(t))
+        let devs = self.storage_devices(t)?;
+        let mut results = Vec::new();
+        let mut failed = false;
+        // Every device is commanded even if one fails: a partial block is still worth having,
+        // and the evidence shows exactly which devices verified.
+        for d in devs {
+            let r = match action {
+                StorageAction::Block => d.agent.block(&d.node).await.map(|ev| {
+                    json!({ "device": d.url, "node": ev.node(), "result": "blocked_verified",
+                            "addresses": ev.addresses(), "verified_at": rfc3339(ev.verified_at()),
+                            "status": ev.status() })
+                }),
+                StorageAction::Unblock => d.agent.unblock(&d.node).await.map(|ev| {
+                    json!({ "device": d.url, "node": ev.node(), "result": "unblocked_verified",
+                            "verified_at": rfc3339(ev.verified_at()) })
+                }),
+            };
+            results.push(r.unwrap_or_else(|e| {
+                failed = true;
+                json!({ "device": d.url, "node": d.node.name(), "result": "failed",
+                        "error": e.to_string(), "retryable": e.is_retryable() })
+            }));
+        }
+        let (state, verb) = match action {
+            StorageAction::Block => (StorageState::Blocked, "block"),
+            StorageAction::Unblock => (StorageState::Unblocked, "unblock"),
+        };
+        let evidence =
+            json!({ "executor": "palisade-storagefw", "action": verb, "devices": results });
+        if failed {
+            return Err(ExecError::Failed {
+                target: t.id.clone(),
+                message: format!("storage {verb} did not verify on every storage device"),
+                evidence,
+            });
+        }
+        Ok(Outcome {
+            state,
+            verified: true,
+            evidence,
+        })
     }
 
     async fn storage_status(&self, t: &Target) -> Result<Outcome<StorageState>, ExecError> {
-        Err(no_storage(t))
+        let devs = self.storage_devices(t)?;
+        let (all_blocked, readings) = storage_readings(devs).await;
+        let evidence = json!({ "executor": "palisade-storagefw", "readings": readings });
+        match all_blocked {
+            // Blocked only when every storage device says so; anything less is not fenced.
+            Some(b) => Ok(Outcome {
+                state: if b {
+                    StorageState::Blocked
+                } else {
+                    StorageState::Unblocked
+                },
+                verified: false,
+                evidence,
+            }),
+            None => Err(ExecError::Failed {
+                target: t.id.clone(),
+                message: "a storage device did not answer a status request".into(),
+                evidence,
+            }),
+        }
     }
 
     async fn monitor(&self, t: &Target) -> Result<Outcome<Health>, ExecError> {
-        let pt = self.power_target(t)?;
+        let pt = self
+            .targets
+            .get(&t.id)
+            .filter(|p| !p.levels.is_empty() || !p.storage.is_empty())
+            .ok_or_else(|| ExecError::NoDevice {
+                target: t.id.clone(),
+                kind: "power or storage",
+            })?;
         let mut checks = Vec::new();
         let mut ok = true;
         for (i, level) in pt.levels.iter().enumerate() {
@@ -344,6 +496,17 @@ impl Executor for FenceExecutor {
                         ok = false;
                         checks.push(json!({ "level": i, "device": d.name(), "result": "failed", "error": e.to_string() }));
                     }
+                }
+            }
+        }
+        for d in &pt.storage {
+            match d.agent.status(&d.node).await {
+                Ok(_) => checks.push(json!({ "storage": d.url, "result": "ok" })),
+                Err(e) => {
+                    ok = false;
+                    checks.push(
+                        json!({ "storage": d.url, "result": "failed", "error": e.to_string() }),
+                    );
                 }
             }
         }

@@ -1,4 +1,4 @@
-//! `palisade-bridge`: the firmware-bridge daemon and its `bridge://` client.
+//! `palisade-bridge`: the firmware-bridge daemon.
 //!
 //! The bridge runs on the management network and is the only holder of BMC, PDU and storage
 //! firewall credentials. The cluster reaches it over mutual TLS with a narrow, versioned API
@@ -12,12 +12,13 @@
 //! - [`executor`]: the trait through which the bridge touches devices, plus a recording fake;
 //! - [`fence_executor`]: the real executor, on `palisade-fence` devices and fencing levels;
 //! - [`config`], [`secret`], [`tls`]: the config file, credentials and TLS material;
-//! - [`client`]: the `bridge://` client used by the controller and agents.
+//!
+//! The `bridge://` client used by the controller and agents is `palisade_fence::bridge`
+//! (it lives there because this crate depends on `palisade-fence`).
 
 pub mod api;
 pub mod audit;
 pub mod bridge;
-pub mod client;
 pub mod config;
 pub mod executor;
 pub mod fence_executor;
@@ -33,5 +34,5 @@ pub use bridge::{Bridge, BridgeError};
 
 /// Renders an error with all its sources (`a: b: c`).
 pub fn error_chain(e: &dyn std::error::Error) -> String {
-    client::chain(e)
+    palisade_fence::bridge::chain(e)
 }

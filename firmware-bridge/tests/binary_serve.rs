@@ -12,8 +12,8 @@ use std::time::Duration;
 use common::{write_config, Ca, BMC_PASSWORD, PDU_COMMUNITY, PDU_ENV};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use palisade_bridge::client::{BridgeClient, ClientSettings};
 use palisade_bridge::executor::PowerAction;
+use palisade_fence::bridge::{BridgeClient, ClientSettings};
 
 struct Running {
     child: Child,

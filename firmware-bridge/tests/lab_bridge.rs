@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{install_provider, write_private, Ca};
-use palisade_bridge::client::{BridgeClient, ClientSettings};
 use palisade_bridge::config::{FileConfig, Inventory};
 use palisade_bridge::executor::{PowerAction, PowerState};
 use palisade_bridge::fence_executor::FenceExecutor;
 use palisade_bridge::Bridge;
+use palisade_fence::bridge::{BridgeClient, ClientSettings};
 use palisade_fence::{Credentials, Device, DeviceOptions, PowerDevice, Secret};
 use palisade_lab::{Lab, LabConfig, PduInfo};
 

@@ -227,7 +227,7 @@ async fn device_failure_is_reported_with_evidence_and_cached() {
         .await
         .unwrap_err();
     assert_eq!(e.status(), Some(502), "{e}");
-    let palisade_bridge::client::ClientError::Api { body, .. } = &e else {
+    let palisade_fence::bridge::ClientError::Api { body, .. } = &e else {
         panic!("{e}")
     };
     assert_eq!(body["evidence"]["reading"], "failed");

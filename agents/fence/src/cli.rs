@@ -268,6 +268,7 @@ impl Invocation {
                 timeout: power_timeout,
                 interval: Duration::from_millis(20),
             },
+            fencing_token: None,
         };
         if action == Action::Metadata {
             return Ok(Self {

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::bridge::{BridgeDevice, BridgeIdentity};
 use crate::error::FenceError;
 use crate::ipmi::IpmiDevice;
 use crate::pdu::PduDevice;
@@ -36,6 +37,11 @@ pub struct DeviceOptions {
     pub cipher_probe_timeout: Duration,
     /// How to verify a power change.
     pub verify: VerifyPolicy,
+    /// The fencing token carried by mutating calls through a firmware-bridge
+    /// (`bridge://`): the controller passes its leader Lease token here, and the bridge
+    /// refuses tokens older than the newest it has seen. Required for off/on/reboot through a
+    /// bridge; ignored by direct devices. Default `None`.
+    pub fencing_token: Option<u64>,
 }
 
 impl Default for DeviceOptions {
@@ -45,6 +51,7 @@ impl Default for DeviceOptions {
             retries: 3,
             cipher_probe_timeout: crate::ipmi::CIPHER_PROBE_TIMEOUT,
             verify: VerifyPolicy::default(),
+            fencing_token: None,
         }
     }
 }
@@ -87,18 +94,42 @@ pub enum Device {
     Ipmi(IpmiDevice),
     /// Outlets of a switched PDU.
     Pdu(PduDevice),
+    /// A target behind a firmware-bridge.
+    Bridge(BridgeDevice),
 }
 
 impl Device {
-    /// Builds the backend for `target`.
+    /// Builds the backend for a direct `target` (`bridge://` needs
+    /// [`Device::with_bridge_identity`]).
     pub fn new(
         target: Target,
         credentials: &Credentials,
         options: DeviceOptions,
     ) -> Result<Self, FenceError> {
+        Self::with_bridge_identity(target, credentials, None, options)
+    }
+
+    /// Builds the backend for `target`; `bridge` is the TLS identity used for `bridge://`
+    /// targets (required for them, ignored otherwise). Mutating calls through a bridge also
+    /// need [`DeviceOptions::fencing_token`].
+    pub fn with_bridge_identity(
+        target: Target,
+        credentials: &Credentials,
+        bridge: Option<&BridgeIdentity>,
+        options: DeviceOptions,
+    ) -> Result<Self, FenceError> {
         Ok(match target {
             Target::Ipmi(t) => Self::Ipmi(IpmiDevice::new(t, credentials, options)?),
             Target::Pdu(t) => Self::Pdu(PduDevice::new(t, credentials, options)?),
+            Target::Bridge(t) => {
+                let identity = bridge.ok_or_else(|| {
+                    FenceError::Config(format!(
+                        "bridge://{}:{}/{} needs a client certificate and CA (BridgeIdentity)",
+                        t.host, t.port, t.target_id
+                    ))
+                })?;
+                Self::Bridge(BridgeDevice::new(t, identity, options)?)
+            }
         })
     }
 
@@ -106,6 +137,7 @@ impl Device {
         match self {
             Self::Ipmi(d) => d,
             Self::Pdu(d) => d,
+            Self::Bridge(d) => d,
         }
     }
 }

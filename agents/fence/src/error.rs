@@ -76,6 +76,16 @@ pub enum FenceError {
         /// How long we polled.
         after: Duration,
     },
+    /// A firmware-bridge refused the request's fencing token: it has already seen a newer
+    /// one, so this controller is no longer the leader. Terminal: retrying cannot help; step
+    /// down.
+    #[error("{device}: stale fencing token refused: {detail}")]
+    StaleFencingToken {
+        /// Device description.
+        device: String,
+        /// What the bridge said (includes the token and the floor).
+        detail: String,
+    },
     /// The configuration is invalid (bad URL, missing credential, unknown profile).
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -103,6 +113,7 @@ impl FenceError {
             Self::DeviceRefused { .. } => "device_refused",
             Self::NoAcceptableCipherSuite { .. } => "no_acceptable_cipher_suite",
             Self::NotVerified { .. } => "not_verified",
+            Self::StaleFencingToken { .. } => "stale_fencing_token",
             Self::Config(_) => "config",
         }
     }

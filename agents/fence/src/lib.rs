@@ -9,11 +9,14 @@
 //!   reported power off after the command, within a bounded time;
 //! - [`device`]: the [`PowerDevice`] trait and the enum-dispatched [`Device`];
 //! - [`ipmi`]: the IPMI 2.0 RMCP+ backend (async UDP over the sans-IO `palisade-ipmi`);
+//! - [`bridge`]: the `bridge://host:port/target-id` backend and the firmware-bridge client
+//!   (mTLS with a pinned CA, fencing token and idempotency key on every mutating call);
 //! - [`pdu`]: the switched-PDU backend over SNMP v1/v2c/v3, with vendor profiles as data;
 //! - [`levels`]: Pacemaker-style fencing levels with a structured record of every attempt;
 //! - [`cli`]: the ClusterLabs fence-agents compatible option parsing behind the
 //!   `palisade-fence` binary.
 
+pub mod bridge;
 pub mod cli;
 pub mod device;
 pub mod error;

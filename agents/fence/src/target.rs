@@ -4,6 +4,7 @@
 //! - `ipmi://user@host[:port][?cipher=17|3&allow_weak_cipher_suites=true]` (port 623)
 //! - `snmp+pdu://[v3user@]host[:port]/outlet/N[,M...][?profile=apc&version=2c]` (port 161);
 //!   for v3: `version=3&auth=sha&priv=aes` (authPriv SHA + AES-128 is the default).
+//! - `bridge://host:port/target-id`: a target of a firmware-bridge (see [`crate::bridge`]).
 
 use std::fmt;
 
@@ -16,6 +17,19 @@ pub enum Target {
     Ipmi(IpmiTarget),
     /// Outlets of a switched PDU reached over SNMP.
     Pdu(PduTarget),
+    /// A target of a firmware-bridge, which holds the device credentials.
+    Bridge(BridgeTarget),
+}
+
+/// `bridge://host:port/target-id`: a target in a firmware-bridge's inventory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BridgeTarget {
+    /// Bridge host name or address.
+    pub host: String,
+    /// Bridge TCP port (required: the bridge has no well-known port).
+    pub port: u16,
+    /// The target's id in the bridge inventory.
+    pub target_id: String,
 }
 
 /// An IPMI BMC.
@@ -188,6 +202,14 @@ impl Target {
                     v3_level,
                 }))
             }
+            "bridge" => {
+                let (_, target_id) = crate::bridge::parse_bridge_url(s).map_err(|e| bad(s, e))?;
+                Ok(Self::Bridge(BridgeTarget {
+                    host,
+                    port: url.port().ok_or_else(|| bad(s, "missing bridge port"))?,
+                    target_id,
+                }))
+            }
             other => Err(bad(s, format!("unknown scheme {other}"))),
         }
     }
@@ -208,6 +230,7 @@ impl fmt::Display for Target {
                     t.profile
                 )
             }
+            Self::Bridge(t) => write!(f, "bridge://{}:{}/{}", t.host, t.port, t.target_id),
         }
     }
 }
@@ -266,5 +289,21 @@ mod tests {
         assert!(Target::parse("snmp+pdu://pdu/outlet/0").is_err());
         assert!(Target::parse("snmp+pdu://pdu/outlet/1?profile=nope").is_err());
         assert!(Target::parse("redfish://x").is_err());
+    }
+
+    #[test]
+    fn parses_bridge_urls() {
+        let t = Target::parse("bridge://127.0.0.1:8443/rack1-m0").unwrap();
+        assert_eq!(
+            t,
+            Target::Bridge(BridgeTarget {
+                host: "127.0.0.1".into(),
+                port: 8443,
+                target_id: "rack1-m0".into(),
+            })
+        );
+        assert_eq!(t.to_string(), "bridge://127.0.0.1:8443/rack1-m0");
+        assert!(Target::parse("bridge://rack1-m0").is_err());
+        assert!(Target::parse("bridge://h:1/").is_err());
     }
 }

@@ -47,6 +47,7 @@ pub struct VerifiedOff {
     verified_at: SystemTime,
     command_to_verified: Duration,
     polls: u32,
+    bridge_evidence: Option<String>,
 }
 
 /// Evidence that a device reported the power on after an on command.
@@ -78,6 +79,10 @@ impl VerifiedOff {
     /// Status reads it took.
     pub fn polls(&self) -> u32 {
         self.polls
+    }
+    /// For an off done through a firmware-bridge: the bridge's own evidence (JSON text).
+    pub fn bridge_evidence(&self) -> Option<&str> {
+        self.bridge_evidence.as_deref()
     }
 }
 
@@ -175,6 +180,61 @@ pub async fn verify_off(
         verified_at: SystemTime::now(),
         command_to_verified: elapsed,
         polls,
+        bridge_evidence: None,
+    })
+}
+
+/// Turns a firmware-bridge's answer to an off request into evidence.
+///
+/// Guarantees: `Ok` only if the bridge said it verified the target (`verified == true`, i.e.
+/// it read the state back from the devices after commanding them) *and* the state it read is
+/// [`PowerState::Off`]. Anything else is [`FenceError::NotVerified`]. Assumptions: `commanded`
+/// was taken before the request was sent; `verified`/`state` come from the bridge's response.
+pub fn off_from_bridge(
+    device: &str,
+    commanded: Commanded,
+    verified: bool,
+    state: Option<PowerState>,
+    evidence: &serde_json::Value,
+) -> Result<VerifiedOff, FenceError> {
+    if !verified || state != Some(PowerState::Off) {
+        return Err(FenceError::NotVerified {
+            device: device.to_string(),
+            expected: PowerState::Off,
+            last: state,
+            after: commanded.mono.elapsed(),
+        });
+    }
+    Ok(VerifiedOff {
+        device: device.to_string(),
+        commanded_at: commanded.wall,
+        verified_at: SystemTime::now(),
+        command_to_verified: commanded.mono.elapsed(),
+        polls: 1,
+        bridge_evidence: Some(evidence.to_string()),
+    })
+}
+
+/// Turns a firmware-bridge's answer to an on request into evidence (verified and on, only).
+pub fn on_from_bridge(
+    device: &str,
+    commanded: Commanded,
+    verified: bool,
+    state: Option<PowerState>,
+) -> Result<VerifiedOn, FenceError> {
+    if !verified || state != Some(PowerState::On) {
+        return Err(FenceError::NotVerified {
+            device: device.to_string(),
+            expected: PowerState::On,
+            last: state,
+            after: commanded.mono.elapsed(),
+        });
+    }
+    Ok(VerifiedOn {
+        device: device.to_string(),
+        verified_at: SystemTime::now(),
+        command_to_verified: commanded.mono.elapsed(),
+        polls: 1,
     })
 }
 
@@ -249,6 +309,25 @@ mod tests {
             }
             other => panic!("unexpected {other}"),
         }
+    }
+
+    #[test]
+    fn bridge_answers_become_evidence_only_when_verified_off() {
+        let ev = serde_json::json!({"outcome": "fenced"});
+        let c = Commanded::now();
+        let off = off_from_bridge("b", c, true, Some(PowerState::Off), &ev).unwrap();
+        assert_eq!(off.bridge_evidence(), Some(ev.to_string().as_str()));
+        for (verified, state) in [
+            (false, Some(PowerState::Off)),
+            (true, Some(PowerState::On)),
+            (true, Some(PowerState::Unknown)),
+            (true, None),
+        ] {
+            let e = off_from_bridge("b", c, verified, state, &ev).unwrap_err();
+            assert_eq!(e.kind(), "not_verified", "{verified} {state:?}");
+        }
+        assert!(on_from_bridge("b", c, true, Some(PowerState::On)).is_ok());
+        assert!(on_from_bridge("b", c, false, Some(PowerState::On)).is_err());
     }
 
     #[tokio::test(start_paused = true)]

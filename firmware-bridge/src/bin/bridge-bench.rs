@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use palisade_bridge::client::{BridgeClient, ClientSettings};
 use palisade_bridge::config::{FileConfig, Inventory};
 use palisade_bridge::executor::{Executor, RecordingExecutor};
 use palisade_bridge::Bridge;
+use palisade_fence::bridge::{BridgeClient, ClientSettings};
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 
 /// Flags.

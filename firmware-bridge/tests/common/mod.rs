@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use palisade_bridge::client::{BridgeClient, ClientSettings};
 use palisade_bridge::config::{FileConfig, Inventory};
 use palisade_bridge::executor::RecordingExecutor;
 use palisade_bridge::Bridge;
+use palisade_fence::bridge::{BridgeClient, ClientSettings};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
@@ -126,6 +126,8 @@ url = "snmp+pdu://127.0.0.1:9161/outlet/1"
 secrets = {{ community = {{ env = "{PDU_ENV}" }} }}
 [[targets.storage]]
 url = "storagefw+https://127.0.0.1:9443/"
+ca_bundle = "clients-ca.crt"
+node = "m0"
 
 [[targets]]
 id = "m1"
@@ -323,5 +325,55 @@ pub async fn raw_request(
         Ok(_) => Ok(String::from_utf8_lossy(&buf).into_owned()),
         Err(e) if !buf.is_empty() => Ok(format!("{}\n(then: {e})", String::from_utf8_lossy(&buf))),
         Err(e) => Err(format!("read: {e}")),
+    }
+}
+
+/// A spawned `firmware-bridge` binary; SIGTERM'd on drop.
+pub struct BridgeProcess {
+    pub child: std::process::Child,
+    pub port: u16,
+}
+
+impl BridgeProcess {
+    /// Spawns the binary on `config` and waits for it to log its listen address.
+    pub fn spawn(config: &Path) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_firmware-bridge"))
+            .arg("--config")
+            .arg(config)
+            .arg("--log-format")
+            .arg("json")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+                    if let Some(l) = v["fields"]["listen"].as_str() {
+                        let _ = tx.send(l.rsplit(':').next().unwrap().parse::<u16>().unwrap());
+                    }
+                }
+            }
+        });
+        let port = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("firmware-bridge reports its listen address");
+        Self { child, port }
+    }
+}
+
+impl Drop for BridgeProcess {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
     }
 }

@@ -169,73 +169,101 @@ impl Cluster {
     pub fn namespace(&self, name: &str) -> Result<()> {
         namespace(&self.client, &self.rt, name)
     }
+}
 
-    /// Creates a Secret in the system namespace.
-    pub fn secret(&self, name: &str, data: &[(&str, &str)]) -> Result<()> {
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), SYSTEM_NS);
-        let string_data: serde_json::Map<String, serde_json::Value> = data
-            .iter()
-            .map(|(k, v)| (k.to_string(), json!(v)))
-            .collect();
-        let s: Secret = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": SYSTEM_NS},
-            "stringData": string_data,
-        }))?;
-        self.rt.block_on(api.create(&PostParams::default(), &s))?;
-        Ok(())
-    }
+/// Creates a Secret in the system namespace.
+pub fn secret(
+    c: &Client,
+    rt: &tokio::runtime::Runtime,
+    name: &str,
+    data: &[(&str, &str)],
+) -> Result<()> {
+    let api: Api<Secret> = Api::namespaced(c.clone(), SYSTEM_NS);
+    let string_data: serde_json::Map<String, serde_json::Value> = data
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    let s: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": SYSTEM_NS},
+        "stringData": string_data,
+    }))?;
+    rt.block_on(api.create(&PostParams::default(), &s))?;
+    Ok(())
+}
 
-    /// Creates a FencingPolicy from its spec, retrying while the CRDs are being installed.
-    pub fn policy(&self, name: &str, spec: serde_json::Value) -> Result<()> {
-        let api: Api<FencingPolicy> = Api::all(self.client.clone());
-        let p: FencingPolicy = serde_json::from_value(json!({
-            "apiVersion": "palisade.dev/v1alpha1", "kind": "FencingPolicy",
-            "metadata": {"name": name}, "spec": spec,
-        }))?;
-        eventually(
-            "FencingPolicy created (CRDs installed)",
-            Duration::from_secs(60),
-            || {
-                self.rt
-                    .block_on(api.create(&PostParams::default(), &p))
-                    .ok()
-            },
-        )?;
-        Ok(())
-    }
+/// Creates a FencingPolicy from its spec, retrying while the controller installs the CRDs.
+pub fn policy(
+    c: &Client,
+    rt: &tokio::runtime::Runtime,
+    name: &str,
+    spec: serde_json::Value,
+) -> Result<()> {
+    let api: Api<FencingPolicy> = Api::all(c.clone());
+    let p: FencingPolicy = serde_json::from_value(json!({
+        "apiVersion": "palisade.dev/v1alpha1", "kind": "FencingPolicy",
+        "metadata": {"name": name}, "spec": spec,
+    }))?;
+    eventually(
+        "FencingPolicy created (CRDs installed)",
+        Duration::from_secs(60),
+        || rt.block_on(api.create(&PostParams::default(), &p)).ok(),
+    )?;
+    Ok(())
+}
 
-    /// Creates the FenceTarget of `node` with these levels: (name, devices).
-    pub fn fence_target(
-        &self,
-        node: &str,
-        levels: Vec<(&str, Vec<serde_json::Value>)>,
-    ) -> Result<()> {
-        let api: Api<FenceTarget> = Api::all(self.client.clone());
-        let levels: Vec<serde_json::Value> = levels
-            .into_iter()
-            .map(|(name, devices)| json!({"name": name, "devices": devices}))
-            .collect();
-        let t: FenceTarget = serde_json::from_value(json!({
-            "apiVersion": "palisade.dev/v1alpha1", "kind": "FenceTarget",
-            "metadata": {"name": node}, "spec": {"levels": levels},
-        }))?;
-        self.rt.block_on(api.create(&PostParams::default(), &t))?;
-        Ok(())
-    }
+/// Creates the FenceTarget of `node` with these levels: (name, devices).
+pub fn fence_target(
+    c: &Client,
+    rt: &tokio::runtime::Runtime,
+    node: &str,
+    levels: Vec<(&str, Vec<serde_json::Value>)>,
+) -> Result<()> {
+    let api: Api<FenceTarget> = Api::all(c.clone());
+    let levels: Vec<serde_json::Value> = levels
+        .into_iter()
+        .map(|(name, devices)| json!({"name": name, "devices": devices}))
+        .collect();
+    let t: FenceTarget = serde_json::from_value(json!({
+        "apiVersion": "palisade.dev/v1alpha1", "kind": "FenceTarget",
+        "metadata": {"name": node}, "spec": {"levels": levels},
+    }))?;
+    // A CRD can be Established a moment before its endpoint serves: retry briefly.
+    eventually("FenceTarget created", Duration::from_secs(30), || {
+        rt.block_on(api.create(&PostParams::default(), &t)).ok()
+    })?;
+    Ok(())
+}
 
-    /// The NodeFences of `node`.
-    pub fn fences_for(&self, node: &str) -> Vec<NodeFence> {
-        let api: Api<NodeFence> = Api::all(self.client.clone());
-        self.rt
-            .block_on(api.list(&ListParams::default()))
-            .map(|l| {
-                l.items
-                    .into_iter()
-                    .filter(|f| f.spec.node_name == node)
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
+/// Every NodeFence for `node`.
+pub fn fences_for(c: &Client, rt: &tokio::runtime::Runtime, node: &str) -> Vec<NodeFence> {
+    let api: Api<NodeFence> = Api::all(c.clone());
+    rt.block_on(api.list(&ListParams::default()))
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter(|f| f.spec.node_name == node)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Sets `spec.unschedulable` on a node.
+pub fn cordon(c: &Client, rt: &tokio::runtime::Runtime, node: &str, on: bool) -> Result<()> {
+    let api: Api<Node> = Api::all(c.clone());
+    rt.block_on(api.patch(
+        node,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"unschedulable": on}})),
+    ))?;
+    Ok(())
+}
+
+/// A pod's phase, empty if it has none yet.
+pub fn pod_phase(p: &k8s_openapi::api::core::v1::Pod) -> String {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default()
 }
 
 /// One fencing device of a FenceTarget: its URL, kind and credential Secret.

@@ -309,6 +309,7 @@ fn options() -> DeviceOptions {
             timeout: Duration::from_secs(20),
             interval: Duration::from_millis(20),
         },
+        fencing_token: None,
     }
 }
 

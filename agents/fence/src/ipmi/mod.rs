@@ -1,8 +1,8 @@
 //! The IPMI 2.0 RMCP+ backend: [`IpmiDevice`] drives a BMC over async UDP using the sans-IO
 //! `palisade-ipmi` crate.
 //!
-//! - [`transport`]: UDP exchanges with per-exchange timeout and bounded retransmission;
-//! - [`session`]: negotiation, Open Session + RAKP, commands, Close Session (always).
+//! - `transport`: UDP exchanges with per-exchange timeout and bounded retransmission;
+//! - `session`: negotiation, Open Session + RAKP, commands, Close Session (always).
 //!
 //! Cipher negotiation: ask Get Channel Cipher Suites with a short timeout (`ipmi_sim` never
 //! answers), prefer 17, accept 3, and refuse 0/1/2 (and the other suites without integrity or

@@ -42,6 +42,7 @@ pub fn options() -> DeviceOptions {
             timeout: Duration::from_secs(15),
             interval: Duration::from_millis(20),
         },
+        fencing_token: None,
     }
 }
 

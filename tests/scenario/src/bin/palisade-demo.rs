@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use palisade_lab::{Cut, Lab};
 use palisade_labstore::admin_client::AdminClient;
@@ -72,14 +72,18 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
     c.namespace(SYSTEM_NS)?;
     c.namespace("app")?;
     let (_controller, _metrics) = start_controller(lab, "palisade-0")?;
-    c.secret(
+    secret(
+        &c.client,
+        &c.rt,
         "storage",
         &[
             ("caBundle", storage.ca_pem.as_str()),
             ("token", storage.token.as_str()),
         ],
     )?;
-    c.policy(
+    policy(
+        &c.client,
+        &c.rt,
         "lab",
         json!({
             "detection": {"suspectAfterSeconds": 2, "unhealthyAfterSeconds": 4},
@@ -89,11 +93,16 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
     )?;
     for (i, m) in lab.machines().iter().enumerate() {
         let bmc = format!("bmc-{}", m.name());
-        c.secret(&bmc, &[("password", &m.bmc().password()?)])?;
+        secret(
+            &c.client,
+            &c.rt,
+            &bmc,
+            &[("password", &m.bmc().password()?)],
+        )?;
         let pdu = format!("pdu-{}", m.name());
         let community =
             palisade_lab::PduInfo::secret(&lab.pdu().context("no PDU")?.info().community_rw_file)?;
-        c.secret(&pdu, &[("community", &community)])?;
+        secret(&c.client, &c.rt, &pdu, &[("community", &community)])?;
         let storage_dev = device(&storage.fence_url(), "Storage", "storage");
         let mut levels = vec![(
             "bmc+storage",
@@ -108,7 +117,7 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
                 vec![device(&url, "Power", &pdu), storage_dev],
             ));
         }
-        c.fence_target(m.name(), levels)?;
+        fence_target(&c.client, &c.rt, m.name(), levels)?;
     }
     t.say("palisade-controller running; FencingPolicy 'lab' (unhealthy after 4 s); FenceTargets: [IPMI + storage firewall], then [PDU + storage firewall]");
 
@@ -116,8 +125,8 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
     let acks = lab.dir().join("acks");
     std::fs::create_dir_all(&acks)?;
     let writer = palisade_lab::bin_path("palisade-writer")?;
-    cordon(c, "m1", true)?;
-    cordon(c, "m2", true)?;
+    cordon(&c.client, &c.rt, "m1", true)?;
+    cordon(&c.client, &c.rt, "m2", true)?;
     let sts: StatefulSet = serde_json::from_value(json!({
         "metadata": {"name": "db", "namespace": "app"},
         "spec": {
@@ -152,7 +161,8 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), "app");
     let old = eventually("db-0 Running on m0", Duration::from_secs(120), || {
         let p = c.rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
-        (p.spec.as_ref()?.node_name.as_deref() == Some("m0") && phase(&p) == "Running").then_some(p)
+        (p.spec.as_ref()?.node_name.as_deref() == Some("m0") && pod_phase(&p) == "Running")
+            .then_some(p)
     })?;
     let old_uid = old.uid().context("pod uid")?;
     let old_acks = acks.join(format!("acks-{old_uid}.log"));
@@ -161,8 +171,8 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
         Duration::from_secs(60),
         || (read_or_empty(&old_acks).lines().count() >= 20).then_some(()),
     )?;
-    cordon(c, "m1", false)?;
-    cordon(c, "m2", false)?;
+    cordon(&c.client, &c.rt, "m1", false)?;
+    cordon(&c.client, &c.rt, "m2", false)?;
     t.say(format!("StatefulSet app/db: db-0 (uid {}) Running on m0, writing to volume 'db' ({} writes acknowledged)", short(&old_uid), read_or_empty(&old_acks).lines().count()));
 
     // The partition.
@@ -174,7 +184,7 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
 
     let mut seen = 0;
     let released = eventually("m0 fenced and released", Duration::from_secs(180), || {
-        let nf = c.fences_for("m0").into_iter().next()?;
+        let nf = fences_for(&c.client, &c.rt, "m0").into_iter().next()?;
         let st = nf.status.clone()?;
         for tr in st.transitions.iter().skip(seen) {
             seen += 1;
@@ -232,7 +242,9 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
         || {
             let p = c.rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
             let node = p.spec.as_ref()?.node_name.clone()?;
-            (p.uid().as_deref() != Some(old_uid.as_str()) && node != "m0" && phase(&p) == "Running")
+            (p.uid().as_deref() != Some(old_uid.as_str())
+                && node != "m0"
+                && pod_phase(&p) == "Running")
                 .then_some(p)
         },
     )?;
@@ -286,23 +298,6 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
     Ok(())
 }
 
-fn phase(p: &Pod) -> String {
-    p.status
-        .as_ref()
-        .and_then(|s| s.phase.clone())
-        .unwrap_or_default()
-}
-
 fn short(uid: &str) -> &str {
     &uid[..8.min(uid.len())]
-}
-
-fn cordon(c: &Cluster, node: &str, on: bool) -> Result<()> {
-    let nodes: Api<Node> = Api::all(c.client.clone());
-    c.rt.block_on(nodes.patch(
-        node,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"unschedulable": on}})),
-    ))?;
-    Ok(())
 }

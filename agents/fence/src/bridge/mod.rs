@@ -1,7 +1,13 @@
-//! The `bridge://` client: how the cluster side (controller, agents) talks to the bridge.
+//! The `bridge://` client: how the cluster side (controller, agents) talks to the
+//! firmware-bridge, and the [`BridgeDevice`] backend behind `bridge://host:port/target-id`.
 //!
-//! It presents a client certificate, trusts **only** the configured CA (pinning: no system
-//! roots), and bounds every request with connect and request timeouts.
+//! The client presents a client certificate, trusts **only** the configured CA (pinning: no
+//! system roots), and bounds every request with connect and request timeouts. It lives here,
+//! not in `palisade-bridge`, because the bridge depends on this crate.
+//!
+//! - [`wire`]: actions and states as they appear in the bridge's JSON;
+//! - [`BridgeClient`]: the typed HTTP client (`/v1` power, storage, monitor, audit);
+//! - [`device`]: [`BridgeDevice`], a [`crate::PowerDevice`] that fences through the bridge.
 
 use std::time::Duration;
 
@@ -11,7 +17,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use url::Url;
 
-use crate::executor::{Health, PowerAction, PowerState, StorageAction, StorageState};
+pub mod device;
+pub mod wire;
+
+pub use device::{BridgeDevice, BridgeIdentity};
+use wire::{Health, PowerAction, PowerState, StorageAction, StorageState};
+
+/// Response header set when the bridge answered from its idempotency cache.
+pub const REPLAYED: &str = "idempotent-replayed";
 
 /// Errors of the bridge client.
 #[derive(Debug, thiserror::Error)]
@@ -74,8 +87,9 @@ impl ClientError {
     }
 }
 
-/// Parses `bridge://<target-id>` into the target id.
-pub fn parse_bridge_url(s: &str) -> Result<String, ClientError> {
+/// Parses `bridge://host:port/target-id` into the bridge's base URL
+/// (`https://host:port/`) and the target id.
+pub fn parse_bridge_url(s: &str) -> Result<(Url, String), ClientError> {
     let err = |reason: &str| ClientError::Url {
         url: s.into(),
         reason: reason.into(),
@@ -84,11 +98,20 @@ pub fn parse_bridge_url(s: &str) -> Result<String, ClientError> {
     if u.scheme() != "bridge" {
         return Err(err("scheme must be bridge://"));
     }
-    let id = u.host_str().ok_or_else(|| err("missing target id"))?;
-    if u.path().len() > 1 || u.query().is_some() || !u.username().is_empty() {
-        return Err(err("only bridge://<target-id> is allowed"));
+    if !u.username().is_empty() || u.password().is_some() || u.query().is_some() {
+        return Err(err("only bridge://host:port/target-id is allowed"));
     }
-    Ok(id.to_string())
+    let host = u.host_str().ok_or_else(|| err("missing bridge host"))?;
+    let port = u.port().ok_or_else(|| err("missing bridge port"))?;
+    let segs: Vec<&str> = u
+        .path_segments()
+        .map(|p| p.filter(|x| !x.is_empty()).collect())
+        .unwrap_or_default();
+    let [id] = segs.as_slice() else {
+        return Err(err("expected exactly one path segment, the target id"));
+    };
+    let base = Url::parse(&format!("https://{host}:{port}/")).map_err(|e| err(&e.to_string()))?;
+    Ok((base, (*id).to_string()))
 }
 
 /// The answer to an action or status request.
@@ -133,6 +156,33 @@ impl OpResponse {
     pub fn health(&self) -> Option<Health> {
         serde_json::from_value(self.state.clone()).ok()
     }
+}
+
+/// One audit record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// RFC 3339 UTC time the request finished.
+    pub time: String,
+    /// Client identity (certificate CN or first SAN).
+    pub client: String,
+    /// Action, e.g. `power.off`, `storage.block`, `power.status`.
+    pub action: String,
+    /// Target id.
+    pub target: String,
+    /// Fencing token, for mutating requests.
+    pub token: Option<u64>,
+    /// Idempotency key, for mutating requests.
+    pub idempotency_key: Option<String>,
+    /// `ok`, `replayed`, `denied`, `stale_token`, `rate_limited`, `error`, ...
+    pub result: String,
+    /// HTTP status returned.
+    pub status: u16,
+    /// Human-readable detail.
+    pub message: Option<String>,
+    /// Verification evidence from the executor.
+    pub evidence: Value,
+    /// Wall time spent handling the request, milliseconds.
+    pub duration_ms: u64,
 }
 
 /// Client settings.
@@ -194,12 +244,14 @@ fn tls_config(s: &ClientSettings) -> Result<ClientConfig, ClientError> {
     let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut s.key_pem.as_slice())
         .map_err(|e| setup("client key PEM", &e))?
         .ok_or_else(|| ClientError::Setup("client key PEM holds no key".into()))?;
-    let mut cfg = ClientConfig::builder_with_provider(crate::tls::provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| setup("protocol versions", &e))?
-        .with_root_certificates(roots)
-        .with_client_auth_cert(certs, key)
-        .map_err(|e| setup("client certificate", &e))?;
+    let mut cfg = ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| setup("protocol versions", &e))?
+    .with_root_certificates(roots)
+    .with_client_auth_cert(certs, key)
+    .map_err(|e| setup("client certificate", &e))?;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(cfg)
 }
@@ -251,7 +303,7 @@ impl BridgeClient {
             source: e,
         })?;
         let status = resp.status().as_u16();
-        let replayed = resp.headers().get(crate::api::REPLAYED).is_some();
+        let replayed = resp.headers().get(REPLAYED).is_some();
         let text = resp.text().await.map_err(|e| ClientError::Transport {
             url: url.to_string(),
             chain: chain(&e),
@@ -379,7 +431,7 @@ impl BridgeClient {
         &self,
         target: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<crate::audit::AuditRecord>, ClientError> {
+    ) -> Result<Vec<AuditRecord>, ClientError> {
         let mut url = self.url("v1/audit")?;
         url.query_pairs_mut()
             .append_pair("limit", &limit.to_string());
@@ -440,9 +492,16 @@ mod tests {
 
     #[test]
     fn bridge_urls() {
-        assert_eq!(parse_bridge_url("bridge://m0").unwrap(), "m0");
-        assert!(parse_bridge_url("https://m0").is_err());
-        assert!(parse_bridge_url("bridge://m0/extra").is_err());
-        assert!(parse_bridge_url("bridge://u:p@m0").is_err());
+        let (base, id) = parse_bridge_url("bridge://127.0.0.1:8443/m0").unwrap();
+        assert_eq!(base.as_str(), "https://127.0.0.1:8443/");
+        assert_eq!(id, "m0");
+        assert!(parse_bridge_url("https://127.0.0.1:8443/m0").is_err());
+        assert!(
+            parse_bridge_url("bridge://m0").is_err(),
+            "host, port and id required"
+        );
+        assert!(parse_bridge_url("bridge://h:1/m0/extra").is_err());
+        assert!(parse_bridge_url("bridge://u:p@h:1/m0").is_err());
+        assert!(parse_bridge_url("bridge://h:1/m0?x=1").is_err());
     }
 }

@@ -1,0 +1,504 @@
+//! The detection and decision tick.
+//!
+//! A dead node sends no events, so staleness is clocked here, on a periodic tick, and never
+//! only on watch events. Each tick:
+//!
+//! 1. observes every node's heartbeat markers (Lease `renewTime`, Ready `lastHeartbeatTime`)
+//!    into the detector, on our own monotonic clock (every replica does this, so a new leader
+//!    already has history);
+//! 2. if we lead: builds a [`Snapshot`] from the caches and runs [`palisade_decide::decide`];
+//! 3. creates a `NodeFence` for a `Fence` verdict on a node that has none (one unfinished
+//!    `NodeFence` per node, checked against the API, not only the cache);
+//! 4. reports each held or waiting decision once per change of reason (Event + metric);
+//! 5. makes sure every unfinished `NodeFence` has a worker ([`crate::reconcile`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{ListParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use palisade_decide::detector::{Heartbeat, Observed};
+use palisade_decide::snapshot::{
+    self_fence_after, Exclusion, FenceState, NodeSnapshot, PdbSnapshot, PodSnapshot,
+    PolicySnapshot, Snapshot, Tolerance, TolerationSnapshot,
+};
+use palisade_decide::{decide, Clocks, Verdict};
+use palisade_model::nodefence::{NodeFenceSpec, Overrides, Phase, RequestedBy};
+use palisade_model::{FenceTarget, NodeFence};
+
+use crate::error::Error;
+use crate::events::{Kind, Recorder};
+use crate::Ctx;
+
+/// Runs the tick forever.
+pub async fn run(ctx: Arc<Ctx>) {
+    let mut interval = tokio::time::interval(ctx.settings.tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reported: HashMap<String, String> = HashMap::new();
+    loop {
+        interval.tick().await;
+        let now = ctx.now();
+        observe(&ctx, now);
+        let token = ctx.leader.token();
+        ctx.metrics.tick(token.is_some());
+        let Some(token) = token else {
+            reported.clear();
+            continue;
+        };
+        if let Err(e) = decide_round(&ctx, now, &mut reported).await {
+            tracing::warn!(error = %e, "decision round failed");
+        }
+        crate::reconcile::ensure_workers(&ctx, token);
+    }
+}
+
+/// Step 1: feed the detector.
+pub fn observe(ctx: &Ctx, now: Clocks) {
+    let nodes = ctx.cache.nodes.state();
+    let mut detector = ctx.detector.lock().unwrap_or_else(|p| p.into_inner());
+    let names: Vec<String> = nodes.iter().map(|n| n.name_any()).collect();
+    let stale: Vec<String> = detector
+        .nodes()
+        .filter(|n| !names.iter().any(|m| m == n))
+        .map(str::to_string)
+        .collect();
+    for n in stale {
+        detector.forget(&n);
+    }
+    for node in &nodes {
+        let name = node.name_any();
+        let hb = heartbeat(ctx, node);
+        if detector.observe(&name, hb, now.mono) == Observed::Changed {
+            ctx.changed_at
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(name, now.mono);
+        }
+    }
+}
+
+fn heartbeat(ctx: &Ctx, node: &Node) -> Heartbeat {
+    let name = node.name_any();
+    let lease = ctx
+        .cache
+        .leases
+        .get(&ObjectRef::new(&name).within(crate::cache::NODE_LEASE_NAMESPACE));
+    let lease_renew_time = lease
+        .and_then(|l| l.spec.clone())
+        .and_then(|s| s.renew_time)
+        .map(|t| t.0.to_string());
+    heartbeat_markers(lease_renew_time, node)
+}
+
+/// The markers compared by the detector.
+///
+/// Only the node's own writes may count as life. The node lifecycle controller rewrites the
+/// Ready condition of a silent node (status Unknown after its grace period), so when the node
+/// has a Lease the Lease alone is the heartbeat; without one, the Ready condition's
+/// `lastHeartbeatTime` (which the lifecycle controller preserves) is used, whatever its status.
+pub fn heartbeat_markers(lease_renew_time: Option<String>, node: &Node) -> Heartbeat {
+    if lease_renew_time.is_some() {
+        return Heartbeat {
+            lease_renew_time,
+            ready_heartbeat: None,
+        };
+    }
+    let ready_heartbeat = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_heartbeat_time.as_ref())
+        .map(|t| t.0.to_string());
+    Heartbeat {
+        lease_renew_time: None,
+        ready_heartbeat,
+    }
+}
+
+/// The phase of a fence (a missing status is Pending).
+pub fn phase_of(f: &NodeFence) -> Phase {
+    f.status.as_ref().map(|s| s.phase).unwrap_or(Phase::Pending)
+}
+
+fn fence_state(
+    fences: &[Arc<NodeFence>],
+    node: &str,
+) -> (FenceState, Vec<k8s_openapi::jiff::Timestamp>) {
+    let mut state = FenceState::None;
+    let mut past = Vec::new();
+    for f in fences.iter().filter(|f| f.spec.node_name == node) {
+        let phase = phase_of(f);
+        let here = match phase {
+            Phase::Pending => FenceState::Pending {
+                manual: (f.spec.requested_by == RequestedBy::Manual).then_some(f.spec.overrides),
+            },
+            Phase::Fencing | Phase::Fenced | Phase::Releasing => FenceState::InFlight,
+            Phase::Released | Phase::Recovering => FenceState::Settled,
+            Phase::Done | Phase::Failed => {
+                let end = f
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.transitions.last())
+                    .map(|t| t.at.0)
+                    .or_else(|| f.metadata.creation_timestamp.as_ref().map(|t| t.0));
+                past.extend(end);
+                continue;
+            }
+        };
+        // The most advanced unfinished fence wins.
+        state = match (state, here) {
+            (FenceState::InFlight, _) | (_, FenceState::InFlight) => FenceState::InFlight,
+            (FenceState::Settled, _) | (_, FenceState::Settled) => FenceState::Settled,
+            (_, h) => h,
+        };
+    }
+    (state, past)
+}
+
+fn pod_snapshot(ctx: &Ctx, pod: &Pod) -> PodSnapshot {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let ns = pod.namespace().unwrap_or_default();
+    let tolerations: Vec<TolerationSnapshot> = spec
+        .tolerations
+        .iter()
+        .flatten()
+        .map(|t| TolerationSnapshot {
+            key: t.key.clone().unwrap_or_default(),
+            operator: t.operator.clone().unwrap_or_else(|| "Equal".into()),
+            effect: t.effect.clone().unwrap_or_default(),
+            toleration_seconds: t.toleration_seconds,
+        })
+        .collect();
+    let uses_rwo_volume = spec.volumes.iter().flatten().any(|v| {
+        let Some(claim) = v.persistent_volume_claim.as_ref() else {
+            return false;
+        };
+        ctx.cache
+            .pvcs
+            .get(&ObjectRef::new(&claim.claim_name).within(&ns))
+            .is_some_and(|pvc| {
+                let modes = pvc
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.access_modes.clone())
+                    .unwrap_or_default();
+                modes
+                    .iter()
+                    .any(|m| m == "ReadWriteOnce" || m == "ReadWriteOncePod")
+            })
+    });
+    PodSnapshot {
+        namespace: ns,
+        name: pod.name_any(),
+        labels: pod.labels().clone(),
+        priority: spec.priority.unwrap_or(0),
+        unreachable: Tolerance::from_tolerations(&tolerations),
+        uses_rwo_volume,
+    }
+}
+
+/// Pods bound to `node` that are not finished.
+pub fn pods_on(ctx: &Ctx, node: &str) -> Vec<Arc<Pod>> {
+    ctx.cache.pods.state_filter(|p| {
+        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+            && !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded") | Some("Failed")
+            )
+    })
+}
+
+/// Normalizes a PDB of either API version: `policy/v1beta1` treats an empty selector as
+/// selecting nothing (`None`), `policy/v1` as selecting every pod of the namespace.
+pub fn pdb_snapshot(
+    v1: bool,
+    namespace: String,
+    name: String,
+    data: &serde_json::Value,
+) -> PdbSnapshot {
+    let selector = data
+        .get("spec")
+        .and_then(|s| s.get("selector"))
+        .filter(|s| !s.is_null())
+        .and_then(|s| {
+            serde_json::from_value::<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>(
+                s.clone(),
+            )
+            .ok()
+        })
+        .filter(|s| {
+            v1 || s.match_labels.as_ref().is_some_and(|m| !m.is_empty())
+                || s.match_expressions.as_ref().is_some_and(|m| !m.is_empty())
+        });
+    let disruptions_allowed = data
+        .get("status")
+        .and_then(|s| s.get("disruptionsAllowed"))
+        .and_then(|v| v.as_i64())
+        .and_then(|v| i32::try_from(v).ok())
+        .unwrap_or(0);
+    PdbSnapshot {
+        namespace,
+        name,
+        selector,
+        disruptions_allowed,
+    }
+}
+
+fn pdb_snapshots(ctx: &Ctx) -> Vec<PdbSnapshot> {
+    let v1 = ctx.cache.pdb_version == "policy/v1";
+    ctx.cache
+        .pdbs
+        .state()
+        .iter()
+        .map(|p| pdb_snapshot(v1, p.namespace().unwrap_or_default(), p.name_any(), &p.data))
+        .collect()
+}
+
+/// Builds the decision input from the caches.
+pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
+    let fences = ctx.cache.fences.state();
+    let detector = ctx.detector.lock().unwrap_or_else(|p| p.into_inner());
+    let nodes = ctx
+        .cache
+        .nodes
+        .state()
+        .iter()
+        .map(|n| {
+            let name = n.name_any();
+            let annotations: BTreeMap<String, String> = n.annotations().clone();
+            let (fence, past_fences) = fence_state(&fences, &name);
+            NodeSnapshot {
+                labels: n.labels().clone(),
+                last_heartbeat_change: detector.last_change(&name).unwrap_or(now.mono),
+                exclusion: Exclusion::from_annotations(&annotations),
+                self_fence_after: self_fence_after(&annotations),
+                fence_target: ctx
+                    .cache
+                    .targets
+                    .get(&ObjectRef::<FenceTarget>::new(&name))
+                    .map(|t| t.spec.clone()),
+                pods: pods_on(ctx, &name)
+                    .iter()
+                    .map(|p| pod_snapshot(ctx, p))
+                    .collect(),
+                fence,
+                past_fences,
+                name,
+            }
+        })
+        .collect();
+    Snapshot {
+        now,
+        policies: ctx
+            .cache
+            .policies
+            .state()
+            .iter()
+            .map(|p| PolicySnapshot {
+                name: p.name_any(),
+                spec: p.spec.clone(),
+            })
+            .collect(),
+        nodes,
+        pdbs: pdb_snapshots(ctx),
+    }
+}
+
+async fn decide_round(
+    ctx: &Ctx,
+    now: Clocks,
+    reported: &mut HashMap<String, String>,
+) -> Result<(), Error> {
+    let snap = snapshot(ctx, now);
+    let decisions = decide(&snap);
+    {
+        let mut v = ctx.verdicts.lock().unwrap_or_else(|p| p.into_inner());
+        v.clear();
+        for d in &decisions {
+            v.insert(d.node.clone(), d.verdict.clone());
+        }
+    }
+    let decided: Vec<&str> = decisions.iter().map(|d| d.node.as_str()).collect();
+    reported.retain(|n, _| decided.contains(&n.as_str()));
+    for d in &decisions {
+        let label = d.verdict.label();
+        let changed = reported.get(&d.node) != Some(&label);
+        if changed {
+            reported.insert(d.node.clone(), label.clone());
+            ctx.metrics.decision(&label);
+            tracing::info!(node = %d.node, verdict = %label, message = %d.verdict.message(), "decision");
+        }
+        let node_ref = snap
+            .nodes
+            .iter()
+            .find(|n| n.name == d.node)
+            .map(|n| n.fence);
+        match &d.verdict {
+            Verdict::Fence(plan) if node_ref == Some(FenceState::None) => {
+                create_fence(ctx, &d.node, &d.verdict.message(), plan.policy.as_str()).await?;
+            }
+            Verdict::Hold(reason) if changed => {
+                ctx.metrics.held(reason.label());
+                let node = ctx.cache.nodes.get(&ObjectRef::new(&d.node));
+                if let Some(node) = node {
+                    let kind = match reason {
+                        palisade_decide::HoldReason::NoPolicy
+                        | palisade_decide::HoldReason::DryRun { .. }
+                        | palisade_decide::HoldReason::Excluded(_)
+                        | palisade_decide::HoldReason::Paused { .. } => Kind::Normal,
+                        _ => Kind::Warning,
+                    };
+                    ctx.events
+                        .publish(
+                            Recorder::reference(node.as_ref()),
+                            kind,
+                            &format!("FenceHeld{}", camel(reason.label())),
+                            &d.verdict.message(),
+                        )
+                        .await;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// `quorum_lost` → `QuorumLost`.
+pub fn camel(label: &str) -> String {
+    label
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+async fn create_fence(ctx: &Ctx, node: &str, message: &str, policy: &str) -> Result<(), Error> {
+    let api: Api<NodeFence> = Api::all(ctx.client.clone());
+    // The cache may lag behind our own create: ask the API whether one is unfinished.
+    let existing = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::kube("listing NodeFences", e))?;
+    if existing
+        .items
+        .iter()
+        .any(|f| f.spec.node_name == node && !phase_of(f).is_terminal())
+    {
+        return Ok(());
+    }
+    let mut nf = NodeFence::new(
+        "",
+        NodeFenceSpec {
+            node_name: node.to_string(),
+            reason: format!("{message} (policy {policy})"),
+            requested_by: RequestedBy::Controller,
+            overrides: Overrides::default(),
+        },
+    );
+    nf.metadata.name = None;
+    nf.metadata.generate_name = Some(format!("{node}-"));
+    nf.metadata.labels = Some(BTreeMap::from([(
+        "palisade.dev/node".to_string(),
+        node.to_string(),
+    )]));
+    let created = api
+        .create(&PostParams::default(), &nf)
+        .await
+        .map_err(|e| Error::kube(format!("creating NodeFence for {node}"), e))?;
+    tracing::info!(node, nodefence = %created.name_any(), "NodeFence created");
+    ctx.events
+        .publish(
+            Recorder::reference(&created),
+            Kind::Normal,
+            "FenceRequested",
+            &format!("node {node}: {message}"),
+        )
+        .await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_pdb_selector_selects_nothing_in_v1beta1_and_everything_in_v1() {
+        let data =
+            serde_json::json!({"spec": {"selector": {}}, "status": {"disruptionsAllowed": 0}});
+        let old = pdb_snapshot(false, "ns".into(), "p".into(), &data);
+        assert_eq!(old.selector, None);
+        let new = pdb_snapshot(true, "ns".into(), "p".into(), &data);
+        assert_eq!(new.selector, Some(Default::default()));
+        let labelled = serde_json::json!({"spec": {"selector": {"matchLabels": {"app": "db"}}},
+                                         "status": {"disruptionsAllowed": 1}});
+        let p = pdb_snapshot(false, "ns".into(), "p".into(), &labelled);
+        assert!(p.selector.is_some());
+        assert_eq!(p.disruptions_allowed, 1);
+    }
+
+    #[test]
+    fn lifecycle_controller_marking_ready_unknown_is_not_a_heartbeat() {
+        let node = |status: &str| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n"},
+                "status": {"conditions": [{"type": "Ready", "status": status,
+                    "lastHeartbeatTime": "2026-01-01T00:00:00Z"}]}
+            }))
+            .unwrap()
+        };
+        // With a Lease, the Ready condition is ignored entirely.
+        let lease = Some("2026-01-01T00:00:01Z".to_string());
+        assert_eq!(
+            heartbeat_markers(lease.clone(), &node("True")),
+            heartbeat_markers(lease, &node("Unknown"))
+        );
+        // Without one, the preserved lastHeartbeatTime is the marker, whatever the status.
+        assert_eq!(
+            heartbeat_markers(None, &node("True")),
+            heartbeat_markers(None, &node("Unknown"))
+        );
+    }
+
+    #[test]
+    fn camel_case_of_labels() {
+        assert_eq!(camel("quorum_lost"), "QuorumLost");
+        assert_eq!(camel("no_policy"), "NoPolicy");
+    }
+
+    #[test]
+    fn most_advanced_unfinished_fence_wins_and_finished_ones_are_past() {
+        let mk = |phase: Option<Phase>| {
+            let mut f = NodeFence::new(
+                "x",
+                NodeFenceSpec {
+                    node_name: "n".into(),
+                    reason: String::new(),
+                    requested_by: RequestedBy::Controller,
+                    overrides: Overrides::default(),
+                },
+            );
+            if let Some(p) = phase {
+                f.status = Some(palisade_model::NodeFenceStatus {
+                    phase: p,
+                    ..Default::default()
+                });
+            }
+            Arc::new(f)
+        };
+        let (s, past) = fence_state(&[mk(None), mk(Some(Phase::Fencing))], "n");
+        assert_eq!(s, FenceState::InFlight);
+        assert!(past.is_empty());
+        let (s, _) = fence_state(&[mk(None)], "n");
+        assert_eq!(s, FenceState::Pending { manual: None });
+        let (s, _) = fence_state(&[mk(Some(Phase::Released))], "other");
+        assert_eq!(s, FenceState::None);
+    }
+}

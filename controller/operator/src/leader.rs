@@ -1,0 +1,247 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with a fencing token.
+//!
+//! The token is a monotonic counter kept in the Lease annotation [`TOKEN_ANNOTATION`]. Every
+//! acquisition (a new holder, or this replica starting again) increments it with a
+//! compare-and-swap on the Lease's `resourceVersion`, so two terms never share a token and a
+//! later term always has a higher one. The `NodeFence` state machine records the token and
+//! refuses to act with a lower one.
+//!
+//! Another holder's Lease is judged expired on *our* monotonic clock: from the moment we last
+//! saw its record change, never by comparing its `renewTime` with our wall clock.
+//!
+//! Guarantees: [`Leadership::token`] returns a token only while our last successful renewal
+//! (measured from *before* the request was sent) is younger than the lease duration;
+//! [`Leadership::check`] additionally re-reads the Lease and requires it to name us with that
+//! token. Device actions call `check` first, so a deposed leader that wakes up acts on nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::error::Error;
+
+/// Lease annotation holding the fencing token of the current term.
+pub const TOKEN_ANNOTATION: &str = "palisade.dev/fencing-token";
+
+#[derive(Debug, Clone, Copy, Default)]
+struct State {
+    token: Option<i64>,
+    valid_until: Option<Instant>,
+}
+
+/// This replica's view of its leadership, shared with every loop.
+#[derive(Clone)]
+pub struct Leadership {
+    state: Arc<watch::Sender<State>>,
+    client: Client,
+    namespace: String,
+    name: String,
+    identity: String,
+}
+
+impl Leadership {
+    /// A replica that is not (yet) the leader.
+    pub fn new(client: Client, namespace: &str, name: &str, identity: &str) -> Self {
+        Self {
+            state: Arc::new(watch::channel(State::default()).0),
+            client,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            identity: identity.to_string(),
+        }
+    }
+
+    /// Our fencing token while we are the (unexpired) leader.
+    pub fn token(&self) -> Option<i64> {
+        let s = *self.state.borrow();
+        match (s.token, s.valid_until) {
+            (Some(t), Some(until)) if Instant::now() < until => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Before a device or API action: we must be the unexpired leader with `token`, and the
+    /// Lease in the API must still name us with that token.
+    pub async fn check(&self, token: i64) -> Result<(), Error> {
+        if self.token() != Some(token) {
+            return Err(Error::NotLeader {
+                token: self.token(),
+            });
+        }
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+        let lease = api
+            .get(&self.name)
+            .await
+            .map_err(|e| Error::kube(format!("reading leader lease {}", self.name), e))?;
+        let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
+        if holder.as_deref() != Some(self.identity.as_str()) || token_of(&lease) != token {
+            self.step_down();
+            return Err(Error::NotLeader { token: Some(token) });
+        }
+        Ok(())
+    }
+
+    /// Waits until we lead; returns the token.
+    pub async fn wait_leading(&self) -> i64 {
+        let mut rx = self.state.subscribe();
+        loop {
+            if let Some(t) = self.token() {
+                return t;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(500), rx.changed()).await;
+        }
+    }
+
+    fn step_down(&self) {
+        self.state.send_replace(State::default());
+    }
+
+    /// Runs the election forever: acquire, renew every `renew_interval`, step down when a
+    /// renewal fails for longer than `lease_duration`.
+    pub async fn run(self, lease_duration: Duration, renew_interval: Duration) {
+        let mut observed: Option<(String, Instant)> = None;
+        loop {
+            let started = Instant::now();
+            match self.round(lease_duration, &mut observed).await {
+                Ok(Some(token)) => {
+                    let was = self.state.borrow().token;
+                    if was != Some(token) {
+                        tracing::info!(identity = %self.identity, token, "became leader");
+                    }
+                    self.state.send_replace(State {
+                        token: Some(token),
+                        valid_until: Some(started + lease_duration),
+                    });
+                }
+                Ok(None) => {
+                    if self.state.borrow().token.is_some() {
+                        tracing::warn!(identity = %self.identity, "lost leadership");
+                    }
+                    self.step_down();
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "leader election round failed");
+                    // Keep the term only while the last renewal is still valid (see `token`).
+                }
+            }
+            tokio::time::sleep(renew_interval).await;
+        }
+    }
+
+    async fn round(
+        &self,
+        lease_duration: Duration,
+        observed: &mut Option<(String, Instant)>,
+    ) -> Result<Option<i64>, Error> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+        let now = MicroTime(Timestamp::now());
+        let secs = i32::try_from(lease_duration.as_secs())
+            .unwrap_or(i32::MAX)
+            .max(1);
+        let Some(mut lease) = api
+            .get_opt(&self.name)
+            .await
+            .map_err(|e| Error::kube(format!("reading leader lease {}", self.name), e))?
+        else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    namespace: Some(self.namespace.clone()),
+                    annotations: Some(BTreeMap::from([(
+                        TOKEN_ANNOTATION.to_string(),
+                        "1".to_string(),
+                    )])),
+                    ..Default::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(self.identity.clone()),
+                    lease_duration_seconds: Some(secs),
+                    acquire_time: Some(now.clone()),
+                    renew_time: Some(now),
+                    lease_transitions: Some(0),
+                    ..Default::default()
+                }),
+            };
+            return match api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(Some(1)),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+                Err(e) => Err(Error::kube("creating leader lease", e)),
+            };
+        };
+        let token = token_of(&lease);
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let ours = self.state.borrow().token;
+        let mut spec_new = spec.clone();
+        let new_token;
+        if holder == self.identity && ours == Some(token) {
+            // Renew our own term.
+            spec_new.renew_time = Some(now);
+            spec_new.lease_duration_seconds = Some(secs);
+            new_token = token;
+        } else {
+            // Someone else's (or a previous incarnation's) term: take it over only once it has
+            // expired on our clock, or at once if it is our own identity or nobody's.
+            let record = format!(
+                "{holder}|{:?}|{token}",
+                spec.renew_time.as_ref().map(|t| t.0)
+            );
+            let since = match observed {
+                Some((r, at)) if *r == record => *at,
+                _ => {
+                    let at = Instant::now();
+                    *observed = Some((record, at));
+                    at
+                }
+            };
+            let their = Duration::from_secs(
+                u64::try_from(spec.lease_duration_seconds.unwrap_or(secs)).unwrap_or(0),
+            );
+            let expired = since.elapsed() > their;
+            if !(holder.is_empty() || holder == self.identity || expired) {
+                return Ok(None);
+            }
+            new_token = token.saturating_add(1);
+            spec_new.holder_identity = Some(self.identity.clone());
+            spec_new.acquire_time = Some(now.clone());
+            spec_new.renew_time = Some(now);
+            spec_new.lease_duration_seconds = Some(secs);
+            spec_new.lease_transitions =
+                Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
+            lease
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(TOKEN_ANNOTATION.to_string(), new_token.to_string());
+        }
+        lease.spec = Some(spec_new);
+        // `replace` carries the resourceVersion we read: a compare-and-swap.
+        match api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(Some(new_token)),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+            Err(e) => Err(Error::kube("updating leader lease", e)),
+        }
+    }
+}
+
+/// The fencing token recorded in a leader Lease (0 when absent or malformed).
+pub fn token_of(lease: &Lease) -> i64 {
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TOKEN_ANNOTATION))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}

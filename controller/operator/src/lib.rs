@@ -1,0 +1,115 @@
+//! Palisade's fencing controller: the I/O half of detect → decide → fence → release → recover.
+//!
+//! The pure parts live elsewhere: the resource types in `palisade-model`, the detector, the
+//! decision gates and the `NodeFence` state machine in `palisade-decide`. This crate feeds them
+//! from the API server and performs what they return:
+//!
+//! - [`crds`]: installs (server-side applies) the CRDs at start;
+//! - [`cache`]: reflectors for Nodes, node Leases, Pods, PVCs, PDBs (`policy/v1`, or
+//!   `policy/v1beta1` on older servers, found by discovery), VolumeAttachments and the Palisade
+//!   resources;
+//! - [`leader`]: leader election on a coordination Lease with a monotonic fencing token stored
+//!   in the Lease; a deposed leader acts on nothing;
+//! - [`detect`]: the periodic tick (dead nodes send no events): observe heartbeats on our own
+//!   monotonic clock, build a snapshot, decide, create `NodeFence`s, report held decisions;
+//! - [`reconcile`]: one worker per unfinished `NodeFence`, asking `palisade_decide::next_step`
+//!   for the one next step, performing it and persisting the result before asking again;
+//! - [`devices`]: fencing devices (IPMI, SNMP PDU, storage firewall) with credentials from
+//!   Secrets; [`release`]: taint, pod release, VolumeAttachment deletion;
+//! - [`events`], [`metrics`], [`server`]: Kubernetes Events, Prometheus text, `/healthz`.
+
+pub mod cache;
+pub mod crds;
+pub mod detect;
+pub mod devices;
+pub mod error;
+pub mod events;
+pub mod leader;
+pub mod metrics;
+pub mod reconcile;
+pub mod release;
+pub mod server;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use palisade_decide::detector::Detector;
+use palisade_decide::{Clocks, Mono, Verdict};
+
+pub use error::Error;
+
+/// Controller settings (from the command line).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Namespace of the leader-election Lease (and where Events about the controller go).
+    pub namespace: String,
+    /// Name of the leader-election Lease.
+    pub lease_name: String,
+    /// This replica's identity in the Lease.
+    pub identity: String,
+    /// Leader Lease duration.
+    pub lease_duration: Duration,
+    /// How often the leader renews its Lease.
+    pub renew_interval: Duration,
+    /// Detection / decision tick.
+    pub tick: Duration,
+}
+
+/// Everything the loops share.
+pub struct Ctx {
+    /// API client.
+    pub client: kube::Client,
+    /// Settings.
+    pub settings: Settings,
+    /// Reflector stores.
+    pub cache: cache::Cache,
+    /// Leadership and fencing token.
+    pub leader: leader::Leadership,
+    /// Metrics registry.
+    pub metrics: metrics::Metrics,
+    /// Event recorder.
+    pub events: events::Recorder,
+    /// The detector's memory (heartbeat markers and when we saw them change).
+    pub detector: Mutex<Detector>,
+    /// The latest verdict per node, from the last tick.
+    pub verdicts: Mutex<HashMap<String, Verdict>>,
+    /// When a heartbeat *change* (not a first sighting) was last observed, per node.
+    pub changed_at: Mutex<HashMap<String, Mono>>,
+    /// `NodeFence`s that have a running worker.
+    pub workers: Mutex<HashSet<String>>,
+    start: Instant,
+}
+
+impl Ctx {
+    /// Builds the shared context.
+    pub fn new(
+        client: kube::Client,
+        settings: Settings,
+        cache: cache::Cache,
+        leader: leader::Leadership,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            events: events::Recorder::new(client.clone(), settings.identity.clone()),
+            client,
+            settings,
+            cache,
+            leader,
+            metrics: metrics::Metrics::default(),
+            detector: Mutex::new(Detector::new()),
+            verdicts: Mutex::new(HashMap::new()),
+            changed_at: Mutex::new(HashMap::new()),
+            workers: Mutex::new(HashSet::new()),
+            start: Instant::now(),
+        })
+    }
+
+    /// Both clocks now: our monotonic clock (since start) and the wall clock (for persisted
+    /// timestamps only).
+    pub fn now(&self) -> Clocks {
+        Clocks {
+            mono: Mono(self.start.elapsed()),
+            wall: k8s_openapi::jiff::Timestamp::now(),
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! `palisade-controller`: the fencing controller binary. Parses flags, installs the CRDs,
+//! starts the caches, the leader election, the detection tick and the metrics server, and
+//! drains on SIGTERM / Ctrl-C.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use palisade_controller::{cache, crds, detect, leader, server, Ctx, Settings};
+
+/// Palisade's fencing controller.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Kubeconfig to use (default: in-cluster config, then `$KUBECONFIG` / `~/.kube/config`).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Address for `/metrics`, `/healthz` and `/readyz`.
+    #[arg(long, default_value = "127.0.0.1:9464")]
+    metrics_addr: SocketAddr,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "palisade-system")]
+    namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "palisade-controller")]
+    lease_name: String,
+    /// This replica's identity (default: the host name and process id).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Leader Lease duration.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    lease_duration: Duration,
+    /// Leader Lease renewal interval (must be shorter than the duration).
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    renew_interval: Duration,
+    /// Detection and requeue period: how often silent nodes are re-evaluated.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    resync: Duration,
+    /// Do not install the CRDs at start (they are managed elsewhere).
+    #[arg(long)]
+    skip_crd_install: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map(|i| s.split_at(i))
+        .unwrap_or((s, "s"));
+    let n: f64 = num.parse().map_err(|e| format!("{s}: {e}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" | "" => n,
+        "m" => n * 60.0,
+        other => return Err(format!("{s}: unknown unit {other:?} (ms, s, m)")),
+    };
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(format!("{s}: must be positive"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .with_context(|| format!("kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("inferring the kube config")?,
+    };
+    kube::Client::try_from(config).context("building the kube client")
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .init();
+    let args = Args::parse();
+    if args.renew_interval >= args.lease_duration {
+        bail!(
+            "--renew-interval ({:?}) must be shorter than --lease-duration ({:?})",
+            args.renew_interval,
+            args.lease_duration
+        );
+    }
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    let client = client(args.kubeconfig.as_ref()).await?;
+    if !args.skip_crd_install {
+        crds::ensure(&client, Duration::from_secs(60))
+            .await
+            .context("installing the CRDs")?;
+    }
+    let cache = cache::Cache::start(&client)
+        .await
+        .context("starting the caches")?;
+    tracing::info!(pdb = %cache.pdb_version, "caches ready");
+    let leadership =
+        leader::Leadership::new(client.clone(), &args.namespace, &args.lease_name, &identity);
+    let settings = Settings {
+        namespace: args.namespace.clone(),
+        lease_name: args.lease_name.clone(),
+        identity: identity.clone(),
+        lease_duration: args.lease_duration,
+        renew_interval: args.renew_interval,
+        tick: args.resync,
+    };
+    let ctx = Ctx::new(client, settings, cache, leadership.clone());
+    let election = tokio::spawn(leadership.run(args.lease_duration, args.renew_interval));
+    let ticker = tokio::spawn(detect::run(ctx.clone()));
+    let http = tokio::spawn(server::serve(args.metrics_addr, ctx.clone()));
+    tracing::info!(%identity, lease = %args.lease_name, namespace = %args.namespace, "palisade-controller started");
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; shutting down"),
+        _ = term.recv() => tracing::info!("terminated; shutting down"),
+        r = http => bail!("metrics server stopped: {r:?}"),
+    }
+    // One shutdown path: stop deciding and renewing; in-flight workers are dropped with the
+    // runtime. Every step is persisted before the next begins, so the next leader resumes.
+    ticker.abort();
+    election.abort();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units_and_reject_nonsense() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("4s"), Ok(Duration::from_secs(4)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("3h").is_err());
+        assert!(parse_duration("x").is_err());
+    }
+}

@@ -1,0 +1,153 @@
+//! Prometheus metrics in the text exposition format, without a metrics library: a few
+//! labelled counters and per-phase duration sums.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+
+/// The registry.
+#[derive(Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    fences: BTreeMap<String, u64>,
+    held: BTreeMap<String, u64>,
+    steps: BTreeMap<String, u64>,
+    phase_seconds: BTreeMap<String, (f64, u64)>,
+    decisions: BTreeMap<String, u64>,
+    ticks: u64,
+    leader: bool,
+}
+
+impl Metrics {
+    /// A fence ended (`released`, `failed`, `done`, `cancelled`).
+    pub fn fence(&self, outcome: &str) {
+        *self.lock().fences.entry(outcome.into()).or_default() += 1;
+    }
+
+    /// A decision held, for this reason label.
+    pub fn held(&self, reason: &str) {
+        *self.lock().held.entry(reason.into()).or_default() += 1;
+    }
+
+    /// A verdict was produced (label as in `Verdict::label`).
+    pub fn decision(&self, label: &str) {
+        *self.lock().decisions.entry(label.into()).or_default() += 1;
+    }
+
+    /// A state-machine step was performed.
+    pub fn step(&self, label: &str) {
+        *self.lock().steps.entry(label.into()).or_default() += 1;
+    }
+
+    /// A phase lasted `seconds`.
+    pub fn phase_duration(&self, phase: &str, seconds: f64) {
+        let mut g = self.lock();
+        let e = g.phase_seconds.entry(phase.into()).or_default();
+        e.0 += seconds;
+        e.1 += 1;
+    }
+
+    /// A detection tick ran.
+    pub fn tick(&self, leader: bool) {
+        let mut g = self.lock();
+        g.ticks += 1;
+        g.leader = leader;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Renders the text exposition format.
+    pub fn render(&self) -> String {
+        let g = self.lock();
+        let mut out = String::new();
+        let counter =
+            |out: &mut String, name: &str, help: &str, label: &str, m: &BTreeMap<String, u64>| {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+                for (k, v) in m {
+                    let _ = writeln!(out, "{name}{{{label}=\"{k}\"}} {v}");
+                }
+            };
+        counter(
+            &mut out,
+            "palisade_fences_total",
+            "Fencing operations by outcome.",
+            "outcome",
+            &g.fences,
+        );
+        counter(
+            &mut out,
+            "palisade_held_decisions_total",
+            "Decisions that held, by reason.",
+            "reason",
+            &g.held,
+        );
+        counter(
+            &mut out,
+            "palisade_decisions_total",
+            "Verdicts produced, by label.",
+            "verdict",
+            &g.decisions,
+        );
+        counter(
+            &mut out,
+            "palisade_steps_total",
+            "NodeFence state-machine steps performed.",
+            "step",
+            &g.steps,
+        );
+        let _ = writeln!(
+            out,
+            "# HELP palisade_phase_duration_seconds Time spent in each NodeFence phase.\n# TYPE palisade_phase_duration_seconds summary"
+        );
+        for (phase, (sum, count)) in &g.phase_seconds {
+            let _ = writeln!(
+                out,
+                "palisade_phase_duration_seconds_sum{{phase=\"{phase}\"}} {sum}"
+            );
+            let _ = writeln!(
+                out,
+                "palisade_phase_duration_seconds_count{{phase=\"{phase}\"}} {count}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP palisade_ticks_total Detection ticks.\n# TYPE palisade_ticks_total counter\npalisade_ticks_total {}",
+            g.ticks
+        );
+        let _ = writeln!(
+            out,
+            "# HELP palisade_leader Whether this replica leads.\n# TYPE palisade_leader gauge\npalisade_leader {}",
+            u8::from(g.leader)
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_lists_counters_with_labels_and_phase_sums() {
+        let m = Metrics::default();
+        m.fence("released");
+        m.fence("released");
+        m.held("quorum_lost");
+        m.phase_duration("Fencing", 1.5);
+        m.phase_duration("Fencing", 0.5);
+        let text = m.render();
+        assert!(
+            text.contains("palisade_fences_total{outcome=\"released\"} 2"),
+            "{text}"
+        );
+        assert!(text.contains("palisade_held_decisions_total{reason=\"quorum_lost\"} 1"));
+        assert!(text.contains("palisade_phase_duration_seconds_sum{phase=\"Fencing\"} 2"));
+        assert!(text.contains("palisade_phase_duration_seconds_count{phase=\"Fencing\"} 2"));
+    }
+}

@@ -1,0 +1,614 @@
+//! The `NodeFence` reconciler: one worker per unfinished fence, driving the persisted state
+//! machine of `palisade_decide::phase` one step at a time.
+//!
+//! Each iteration re-reads the `NodeFence` from the API, computes the one next step from the
+//! persisted status plus fresh observations, performs it, records its result in the status and
+//! persists it with a compare-and-swap (`replace_status` carries the resourceVersion it read)
+//! **before** asking for the next step. A restarted or new leader therefore resumes from the
+//! last persisted step; device actions are idempotent (powering off a node that is off is a
+//! success), and release steps re-list what is left.
+//!
+//! Guarantees:
+//! - a worker runs only for the token it was started with, and stops as soon as leadership is
+//!   lost or the status records a higher token (`Step::Refuse`);
+//! - device actions and API mutations re-check leadership against the Lease first;
+//! - a level's attempts are persisted only when no attempt reported a stale token;
+//! - release steps receive the `VerifiedFence` proof from the state machine itself.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::PostParams;
+use kube::runtime::reflector::ObjectRef as StoreRef;
+use kube::{Api, ResourceExt};
+use palisade_decide::detector::{Health, Thresholds};
+use palisade_decide::phase::{ObjectRef, Observations, Step, WaitFor};
+use palisade_decide::{next_step, Verdict};
+use palisade_model::nodefence::{
+    AttemptOutcome, Evidence, EvidenceKind, FailureReason, NodeFenceStatus, Phase, ReleasedObject,
+    VerdictRecord,
+};
+use palisade_model::policy::{Detection, Recovery};
+use palisade_model::NodeFence;
+
+use crate::error::Error;
+use crate::events::{Kind, Recorder};
+use crate::Ctx;
+
+/// Starts a worker for every unfinished `NodeFence` that has none.
+pub fn ensure_workers(ctx: &Arc<Ctx>, token: i64) {
+    for f in ctx.cache.fences.state() {
+        if crate::detect::phase_of(&f).is_terminal() {
+            continue;
+        }
+        let name = f.name_any();
+        let fresh = ctx
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone());
+        if !fresh {
+            continue;
+        }
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            if let Err(e) = work(&ctx, &name, token).await {
+                tracing::warn!(nodefence = %name, error = %e, "worker stopped with an error; retried next tick");
+            }
+            ctx.workers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&name);
+        });
+    }
+}
+
+fn now_wall() -> Timestamp {
+    Timestamp::now()
+}
+
+/// The policy covering `node` (exactly one, else `None`).
+fn policy_for(ctx: &Ctx, node: &str) -> Option<palisade_model::FencingPolicySpec> {
+    let n = ctx.cache.nodes.get(&StoreRef::new(node))?;
+    let labels = n.labels().clone();
+    let matching: Vec<_> = ctx
+        .cache
+        .policies
+        .state()
+        .into_iter()
+        .filter(|p| palisade_decide::selector::matches(&p.spec.node_selector, &labels))
+        .collect();
+    match matching.as_slice() {
+        [one] => Some(one.spec.clone()),
+        _ => None,
+    }
+}
+
+/// Healthy, with a heartbeat change observed (not just a first sighting) after `since`.
+fn healthy_since(ctx: &Ctx, node: &str, since: Timestamp, detection: &Detection) -> bool {
+    let now = ctx.now();
+    let changed = ctx
+        .changed_at
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(node)
+        .copied();
+    let Some(changed) = changed else {
+        return false;
+    };
+    let healthy = ctx
+        .detector
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .health(node, now.mono, Thresholds::from(detection))
+        == Some(Health::Healthy);
+    // A marker the node wrote just before it was powered off can reach us through the watch
+    // a little later; only changes observed well after `since` count as the node being back.
+    let settle =
+        k8s_openapi::jiff::SignedDuration::try_from(REJOIN_SETTLE.max(ctx.settings.tick * 4))
+            .unwrap_or(k8s_openapi::jiff::SignedDuration::from_secs(2));
+    let after = since.saturating_add(settle).unwrap_or(since);
+    healthy && now.to_wall(changed) > after
+}
+
+/// How long after a fence (or a request) a heartbeat change must be observed to count as the
+/// node being alive again (covers watch latency for markers written before the power-off).
+pub const REJOIN_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+async fn persist(
+    api: &Api<NodeFence>,
+    nf: &NodeFence,
+    status: NodeFenceStatus,
+) -> Result<NodeFence, Error> {
+    let mut obj = nf.clone();
+    obj.status = Some(status);
+    api.replace_status(&nf.name_any(), &PostParams::default(), &obj)
+        .await
+        .map_err(|e| Error::kube(format!("persisting NodeFence {} status", nf.name_any()), e))
+}
+
+/// Transition with metrics and an Event.
+async fn enter(
+    ctx: &Ctx,
+    nf: &NodeFence,
+    status: &mut NodeFenceStatus,
+    to: Phase,
+    message: String,
+) -> Result<(), Error> {
+    let from = status.phase;
+    let entered = status.entered_at();
+    status
+        .transition(to, now_wall(), message.clone())
+        .map_err(|source| Error::Status {
+            name: nf.name_any(),
+            source,
+        })?;
+    if let Some(at) = entered {
+        let secs = now_wall().duration_since(at).as_secs_f64();
+        ctx.metrics.phase_duration(from.as_str(), secs.max(0.0));
+    }
+    Ok(())
+}
+
+async fn event(ctx: &Ctx, nf: &NodeFence, kind: Kind, reason: &str, message: &str) {
+    ctx.events
+        .publish(Recorder::reference(nf), kind, reason, message)
+        .await;
+}
+
+fn released(o: &ObjectRef) -> ReleasedObject {
+    ReleasedObject {
+        namespace: o.namespace.clone(),
+        name: o.name.clone(),
+        uid: o.uid.clone(),
+        at: MicroTime(now_wall()),
+    }
+}
+
+/// Drives one `NodeFence` until it waits, finishes, or we lose leadership.
+async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
+    let api: Api<NodeFence> = Api::all(ctx.client.clone());
+    // Bound the number of steps per activation; the next tick resumes.
+    for _ in 0..64 {
+        if ctx.leader.token() != Some(token) {
+            return Ok(());
+        }
+        let Some(nf) = api
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::kube(format!("reading NodeFence {name}"), e))?
+        else {
+            return Ok(());
+        };
+        let mut status = nf.status.clone().unwrap_or_default();
+        let node = nf.spec.node_name.clone();
+        if status.transitions.is_empty() {
+            status
+                .transition(
+                    Phase::Pending,
+                    now_wall(),
+                    format!("requested: {}", nf.spec.reason),
+                )
+                .map_err(|source| Error::Status {
+                    name: name.into(),
+                    source,
+                })?;
+            persist(&api, &nf, status).await?;
+            event(
+                ctx,
+                &nf,
+                Kind::Normal,
+                "Pending",
+                &format!("fence of node {node} requested: {}", nf.spec.reason),
+            )
+            .await;
+            continue;
+        }
+        let policy = policy_for(ctx, &node);
+        let detection = policy
+            .as_ref()
+            .map(|p| p.detection.clone())
+            .unwrap_or_default();
+        let recovery: Option<Recovery> = policy.as_ref().map(|p| p.recovery.clone());
+        let verdict: Option<Verdict> = ctx
+            .verdicts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&node)
+            .cloned();
+        let since = match status.verified_fence() {
+            Some(v) => v.at(),
+            None => nf
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .unwrap_or_else(now_wall),
+        };
+        let node_healthy = healthy_since(ctx, &node, since, &detection);
+        let releasing = status.phase == Phase::Releasing;
+        let released_pods: HashSet<String> =
+            status.release.pods.iter().map(|p| p.uid.clone()).collect();
+        let released_vas: HashSet<String> = status
+            .release
+            .attachments
+            .iter()
+            .map(|p| p.uid.clone())
+            .collect();
+        let live_pods = if releasing || status.phase == Phase::Recovering {
+            crate::release::pods_on_node(&ctx.client, &node).await?
+        } else {
+            Vec::new()
+        };
+        let agent_clean = !live_pods.iter().any(|p| released_pods.contains(&p.uid));
+        let pods_on_node: Vec<ObjectRef> = if releasing {
+            live_pods
+                .into_iter()
+                .filter(|p| !released_pods.contains(&p.uid))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let attachments: Vec<ObjectRef> = if releasing {
+            crate::release::attachments_on_node(&ctx.client, &node)
+                .await?
+                .into_iter()
+                .filter(|v| !released_vas.contains(&v.uid))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let taint_present = ctx
+            .cache
+            .nodes
+            .get(&StoreRef::new(&node))
+            .is_some_and(|n| crate::release::has_taint(&n));
+        let obs = Observations {
+            now: ctx.now(),
+            token,
+            verdict: verdict.as_ref(),
+            recovery: recovery.as_ref(),
+            pods_on_node,
+            attachments,
+            attach_records: Vec::new(),
+            node_healthy,
+            agent_clean,
+            taint_present,
+        };
+        let step = next_step(&nf.spec, &status, &obs);
+        tracing::debug!(nodefence = name, node = %node, phase = %status.phase.as_str(), step = step.label(), "step");
+        if !matches!(step, Step::Wait { .. } | Step::Nothing) {
+            ctx.metrics.step(step.label());
+        }
+        let wall = now_wall();
+        match step {
+            Step::Nothing => return Ok(()),
+            Step::Refuse { ours, recorded } => {
+                tracing::warn!(
+                    nodefence = name,
+                    ours,
+                    recorded,
+                    "a newer leader recorded a higher fencing token; acting on nothing"
+                );
+                return Ok(());
+            }
+            Step::RecordToken(t) => {
+                status.fencing_token = Some(t);
+                persist(&api, &nf, status).await?;
+                event(
+                    ctx,
+                    &nf,
+                    Kind::Normal,
+                    "TokenRecorded",
+                    &format!(
+                        "leader {} resumes with fencing token {t}",
+                        ctx.settings.identity
+                    ),
+                )
+                .await;
+            }
+            Step::Hold(reason) => {
+                let label = format!("hold_{}", reason.label());
+                if status.verdict.as_ref().map(|v| v.label.as_str()) != Some(label.as_str()) {
+                    let message = reason.to_string();
+                    status.verdict = Some(VerdictRecord {
+                        label,
+                        message: message.clone(),
+                        at: MicroTime(wall),
+                    });
+                    persist(&api, &nf, status).await?;
+                    event(
+                        ctx,
+                        &nf,
+                        Kind::Warning,
+                        &format!("Held{}", crate::detect::camel(reason.label())),
+                        &message,
+                    )
+                    .await;
+                }
+                return Ok(());
+            }
+            Step::Wait { why, .. } => {
+                if let (WaitFor::Verdict(label), Some(v)) = (&why, verdict.as_ref()) {
+                    if status.verdict.as_ref().map(|r| &r.label) != Some(label) {
+                        status.verdict = Some(VerdictRecord {
+                            label: label.clone(),
+                            message: v.message(),
+                            at: MicroTime(wall),
+                        });
+                        persist(&api, &nf, status).await?;
+                    }
+                }
+                return Ok(());
+            }
+            Step::Cancel => {
+                enter(ctx, &nf, &mut status, Phase::Done, format!("node {node} renewed its heartbeat again before anything was done; cancelled")).await?;
+                persist(&api, &nf, status).await?;
+                ctx.metrics.fence("cancelled");
+                event(
+                    ctx,
+                    &nf,
+                    Kind::Normal,
+                    "Cancelled",
+                    &format!("node {node} is healthy again; nothing was done"),
+                )
+                .await;
+            }
+            Step::StartFencing { plan, token: t } => {
+                let levels: Vec<String> = plan.levels.iter().map(|l| l.name.clone()).collect();
+                status.plan = Some(plan);
+                status.fencing_token = Some(t);
+                if let Some(v) = verdict.as_ref() {
+                    status.verdict = Some(VerdictRecord {
+                        label: v.label(),
+                        message: v.message(),
+                        at: MicroTime(wall),
+                    });
+                }
+                let msg = format!("fencing node {node} with levels {levels:?} under token {t}");
+                enter(ctx, &nf, &mut status, Phase::Fencing, msg.clone()).await?;
+                persist(&api, &nf, status).await?;
+                event(ctx, &nf, Kind::Normal, "Fencing", &msg).await;
+            }
+            Step::RunLevel { level, devices } => {
+                let run = crate::devices::run_level(ctx, &node, level, &devices, token).await;
+                if run
+                    .attempts
+                    .iter()
+                    .any(|a| a.outcome == AttemptOutcome::StaleToken)
+                {
+                    tracing::warn!(
+                        nodefence = name,
+                        "leadership lost during a level; persisting nothing"
+                    );
+                    return Ok(());
+                }
+                status.attempts.extend(run.attempts);
+                // The level concludes now, after the devices answered (not when the step began).
+                let wall = now_wall();
+                let (kind, reason, msg) = match run.failure {
+                    None => {
+                        let msg = format!(
+                            "level {level} verified: {}",
+                            run.evidence
+                                .iter()
+                                .map(|e| e.observed.as_str())
+                                .collect::<Vec<_>>()
+                                .join("; ")
+                        );
+                        status
+                            .record_level_verified(level, run.evidence, wall, msg.clone())
+                            .map_err(|source| Error::Status {
+                                name: name.into(),
+                                source,
+                            })?;
+                        (Kind::Normal, "LevelVerified", msg)
+                    }
+                    Some(why) => {
+                        let msg = format!("level {level} failed: {why}");
+                        status
+                            .record_level_failed(level, wall, msg.clone())
+                            .map_err(|source| Error::Status {
+                                name: name.into(),
+                                source,
+                            })?;
+                        (Kind::Warning, "LevelFailed", msg)
+                    }
+                };
+                persist(&api, &nf, status).await?;
+                event(ctx, &nf, kind, reason, &msg).await;
+            }
+            Step::TrustSelfFence { level } => {
+                let observed = format!(
+                    "node {node} silent past its advertised self-fence timeout plus margin"
+                );
+                let evidence = vec![Evidence {
+                    level,
+                    device: String::new(),
+                    kind: EvidenceKind::SelfFenceTimeout,
+                    observed: observed.clone(),
+                    at: MicroTime(wall),
+                }];
+                status
+                    .record_level_verified(level, evidence, wall, observed.clone())
+                    .map_err(|source| Error::Status {
+                        name: name.into(),
+                        source,
+                    })?;
+                persist(&api, &nf, status).await?;
+                event(ctx, &nf, Kind::Normal, "LevelVerified", &observed).await;
+            }
+            Step::Enter(phase) => {
+                let msg = match phase {
+                    Phase::Fenced => format!("node {node} is verified fenced"),
+                    Phase::Releasing => format!("releasing node {node}'s pods and volumes"),
+                    Phase::Released => format!(
+                        "node {node} released: {} pod(s), {} VolumeAttachment(s)",
+                        status.release.pods.len(),
+                        status.release.attachments.len()
+                    ),
+                    Phase::Recovering => format!("recovering node {node}"),
+                    Phase::Done => format!("node {node} recovered"),
+                    other => format!("entered {}", other.as_str()),
+                };
+                enter(ctx, &nf, &mut status, phase, msg.clone()).await?;
+                persist(&api, &nf, status).await?;
+                match phase {
+                    Phase::Released => ctx.metrics.fence("released"),
+                    Phase::Done => ctx.metrics.fence("done"),
+                    _ => {}
+                }
+                event(ctx, &nf, Kind::Normal, phase.as_str(), &msg).await;
+            }
+            Step::Fail(reason) => {
+                let msg = match reason {
+                    FailureReason::AllLevelsFailed => format!(
+                        "every fencing level failed for node {node}; NOTHING was released: {}",
+                        status
+                            .levels
+                            .iter()
+                            .map(|l| l.message.as_str())
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ),
+                    other => format!("fence of node {node} failed: {}", other.as_str()),
+                };
+                status
+                    .fail(reason, wall, msg.clone())
+                    .map_err(|source| Error::Status {
+                        name: name.into(),
+                        source,
+                    })?;
+                persist(&api, &nf, status).await?;
+                ctx.metrics.fence("failed");
+                event(ctx, &nf, Kind::Warning, "FenceFailed", &msg).await;
+            }
+            Step::ApplyTaint(proof) => {
+                ctx.leader.check(token).await?;
+                crate::release::apply_taint(&ctx.client, &node, &proof).await?;
+                status.release.tainted_at = Some(MicroTime(now_wall()));
+                persist(&api, &nf, status).await?;
+                event(ctx, &nf, Kind::Normal, "Tainted", &format!("node {node} tainted node.kubernetes.io/out-of-service=nodeshutdown:NoExecute")).await;
+            }
+            Step::ReleasePod(proof, pod) => {
+                ctx.leader.check(token).await?;
+                crate::release::release_pod(&ctx.client, &node, &pod, &proof).await?;
+                status.release.pods.push(released(&pod));
+                persist(&api, &nf, status).await?;
+                event(
+                    ctx,
+                    &nf,
+                    Kind::Normal,
+                    "PodReleased",
+                    &format!(
+                        "pod {}/{} (uid {}) marked Failed and deleted with grace 0",
+                        pod.namespace, pod.name, pod.uid
+                    ),
+                )
+                .await;
+            }
+            Step::DeleteAttachment(proof, va) => {
+                ctx.leader.check(token).await?;
+                crate::release::delete_attachment(&ctx.client, &va, &proof).await?;
+                status.release.attachments.push(released(&va));
+                persist(&api, &nf, status).await?;
+                event(
+                    ctx,
+                    &nf,
+                    Kind::Normal,
+                    "AttachmentReleased",
+                    &format!("VolumeAttachment {} (uid {}) deleted", va.name, va.uid),
+                )
+                .await;
+            }
+            Step::ClearAttachRecord(_, pv) => {
+                // Observations never list attach records (not implemented in this controller).
+                return Err(Error::Config(format!(
+                    "clearing the attach record of PV {} is not supported",
+                    pv.name
+                )));
+            }
+            Step::PowerOn(devices) => {
+                let level = status.verified_fence().map(|v| v.level()).unwrap_or(0);
+                let (attempts, result) =
+                    crate::devices::recover(ctx, &node, level, &devices, token).await;
+                if attempts
+                    .iter()
+                    .any(|a| a.outcome == AttemptOutcome::StaleToken)
+                {
+                    return Ok(());
+                }
+                status.attempts.extend(attempts);
+                if result.is_ok() {
+                    status.recovery.powered_on_at = Some(MicroTime(now_wall()));
+                }
+                persist(&api, &nf, status).await?;
+                match result {
+                    Ok(()) => {
+                        event(
+                            ctx,
+                            &nf,
+                            Kind::Normal,
+                            "PoweredOn",
+                            &format!("node {node} powered on"),
+                        )
+                        .await
+                    }
+                    Err(e) => {
+                        event(ctx, &nf, Kind::Warning, "PowerOnFailed", &e).await;
+                        return Ok(());
+                    }
+                }
+            }
+            Step::Unfence(devices) => {
+                let level = status.verified_fence().map(|v| v.level()).unwrap_or(0);
+                let (attempts, result) =
+                    crate::devices::recover(ctx, &node, level, &devices, token).await;
+                if attempts
+                    .iter()
+                    .any(|a| a.outcome == AttemptOutcome::StaleToken)
+                {
+                    return Ok(());
+                }
+                status.attempts.extend(attempts);
+                if result.is_ok() {
+                    status.recovery.unfenced_at = Some(MicroTime(now_wall()));
+                }
+                persist(&api, &nf, status).await?;
+                match result {
+                    Ok(()) => {
+                        event(
+                            ctx,
+                            &nf,
+                            Kind::Normal,
+                            "Unfenced",
+                            &format!("node {node}'s storage fence lifted"),
+                        )
+                        .await
+                    }
+                    Err(e) => {
+                        event(ctx, &nf, Kind::Warning, "UnfenceFailed", &e).await;
+                        return Ok(());
+                    }
+                }
+            }
+            Step::RemoveTaint => {
+                ctx.leader.check(token).await?;
+                crate::release::remove_taint(&ctx.client, &node).await?;
+                status.recovery.untainted_at = Some(MicroTime(now_wall()));
+                persist(&api, &nf, status).await?;
+                event(
+                    ctx,
+                    &nf,
+                    Kind::Normal,
+                    "Untainted",
+                    &format!("out-of-service taint removed from node {node}"),
+                )
+                .await;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,216 @@
+//! Release: what the controller does to the API once (and only once) the node is verified
+//! fenced. Every function takes the [`VerifiedFence`] proof, which only a status with a level
+//! verified with evidence can produce, so none of this can run on an unfenced node.
+//!
+//! 1. taint the node `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`;
+//! 2. for each pod: add the `palisade.dev/Fenced` condition and phase Failed (status patch),
+//!    then DELETE with grace 0 and a UID precondition;
+//! 3. once no pod of the node remains, DELETE its VolumeAttachments with a UID precondition.
+//!
+//! Each function is idempotent: an object already gone (404) or already replaced by another of
+//! the same name (409 on the UID precondition) counts as released.
+
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Api, ResourceExt};
+use palisade_decide::phase::ObjectRef;
+use palisade_model::nodefence::VerifiedFence;
+use palisade_model::{OUT_OF_SERVICE_TAINT_KEY, OUT_OF_SERVICE_TAINT_VALUE, POD_CONDITION_FENCED};
+
+use crate::error::{is_not_found, Error};
+
+fn gone(e: &kube::Error) -> bool {
+    // 404: deleted; 409: the UID precondition failed (a new object with the same name).
+    matches!(e, kube::Error::Api(s) if s.code == 404 || s.code == 409)
+}
+
+/// Whether `node` carries the out-of-service taint.
+pub fn has_taint(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == OUT_OF_SERVICE_TAINT_KEY))
+}
+
+/// Release 1: adds the out-of-service taint (compare-and-swap on the Node's resourceVersion).
+pub async fn apply_taint(
+    client: &kube::Client,
+    node: &str,
+    _proof: &VerifiedFence,
+) -> Result<(), Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    loop {
+        let mut n = api
+            .get(node)
+            .await
+            .map_err(|e| Error::kube(format!("reading node {node}"), e))?;
+        if has_taint(&n) {
+            return Ok(());
+        }
+        let spec = n.spec.get_or_insert_with(Default::default);
+        spec.taints.get_or_insert_with(Vec::new).push(Taint {
+            key: OUT_OF_SERVICE_TAINT_KEY.into(),
+            value: Some(OUT_OF_SERVICE_TAINT_VALUE.into()),
+            effect: "NoExecute".into(),
+            time_added: None,
+        });
+        match api.replace(node, &PostParams::default(), &n).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(Error::kube(format!("tainting node {node}"), e)),
+        }
+    }
+}
+
+/// Recover: removes the out-of-service taint.
+pub async fn remove_taint(client: &kube::Client, node: &str) -> Result<(), Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    loop {
+        let Some(mut n) = api
+            .get_opt(node)
+            .await
+            .map_err(|e| Error::kube(format!("reading node {node}"), e))?
+        else {
+            return Ok(());
+        };
+        if !has_taint(&n) {
+            return Ok(());
+        }
+        if let Some(ts) = n.spec.as_mut().and_then(|s| s.taints.as_mut()) {
+            ts.retain(|t| t.key != OUT_OF_SERVICE_TAINT_KEY);
+        }
+        match api.replace(node, &PostParams::default(), &n).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(Error::kube(format!("untainting node {node}"), e)),
+        }
+    }
+}
+
+/// Pods bound to `node`, read live from the API (not the cache: release must not act on a stale
+/// list).
+pub async fn pods_on_node(client: &kube::Client, node: &str) -> Result<Vec<ObjectRef>, Error> {
+    let api: Api<Pod> = Api::all(client.clone());
+    let list = api
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .map_err(|e| Error::kube(format!("listing pods on {node}"), e))?;
+    Ok(list
+        .items
+        .iter()
+        .map(|p| ObjectRef {
+            namespace: p.namespace().unwrap_or_default(),
+            name: p.name_any(),
+            uid: p.uid().unwrap_or_default(),
+        })
+        .collect())
+}
+
+/// VolumeAttachments naming `node`, read live.
+pub async fn attachments_on_node(
+    client: &kube::Client,
+    node: &str,
+) -> Result<Vec<ObjectRef>, Error> {
+    let api: Api<VolumeAttachment> = Api::all(client.clone());
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::kube("listing VolumeAttachments", e))?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|v| v.spec.node_name == node)
+        .map(|v| ObjectRef {
+            namespace: String::new(),
+            name: v.name_any(),
+            uid: v.uid().unwrap_or_default(),
+        })
+        .collect())
+}
+
+/// Release 2: marks the pod fenced and Failed, then deletes it with grace 0 and a UID
+/// precondition.
+pub async fn release_pod(
+    client: &kube::Client,
+    node: &str,
+    pod: &ObjectRef,
+    _proof: &VerifiedFence,
+) -> Result<(), Error> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let now = Timestamp::now();
+    let patch = serde_json::json!({
+        "metadata": {"uid": pod.uid},
+        "status": {
+            "phase": "Failed",
+            "reason": "NodeFenced",
+            "message": format!("node {node} was fenced by Palisade (verified); the pod's processes are gone"),
+            "conditions": [{
+                "type": POD_CONDITION_FENCED,
+                "status": "True",
+                "reason": "NodeFenced",
+                "message": format!("node {node} verified fenced"),
+                "lastTransitionTime": now.to_string(),
+                "lastProbeTime": null,
+            }],
+        }
+    });
+    match api
+        .patch_status(
+            &pod.name,
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if gone(&e) => return Ok(()),
+        Err(e) => {
+            return Err(Error::kube(
+                format!("marking pod {}/{} fenced", pod.namespace, pod.name),
+                e,
+            ))
+        }
+    }
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(pod.uid.clone()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&pod.name, &dp).await {
+        Ok(_) => Ok(()),
+        Err(e) if gone(&e) => Ok(()),
+        Err(e) => Err(Error::kube(
+            format!("deleting pod {}/{}", pod.namespace, pod.name),
+            e,
+        )),
+    }
+}
+
+/// Release 3: deletes a VolumeAttachment with a UID precondition.
+pub async fn delete_attachment(
+    client: &kube::Client,
+    va: &ObjectRef,
+    _proof: &VerifiedFence,
+) -> Result<(), Error> {
+    let api: Api<VolumeAttachment> = Api::all(client.clone());
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(va.uid.clone()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&va.name, &dp).await {
+        Ok(_) => Ok(()),
+        Err(e) if gone(&e) || is_not_found(&e) => Ok(()),
+        Err(e) => Err(Error::kube(
+            format!("deleting VolumeAttachment {}", va.name),
+            e,
+        )),
+    }
+}

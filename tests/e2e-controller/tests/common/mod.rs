@@ -1,0 +1,306 @@
+//! Helpers shared by the controller e2e tests: a lab whose machines run `palisade-node`, the
+//! controller as a child process, Palisade objects, and polling with deadlines.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use palisade_lab::Lab;
+use palisade_model::NodeFence;
+use serde_json::json;
+
+/// Namespace of the controller's Lease and of the credential Secrets.
+pub const SYSTEM_NS: &str = "palisade-system";
+
+/// Starts a lab whose machines each run `palisade-node` (restarted by a small loop).
+pub fn start_lab(machines: usize, pdu: bool) -> Lab {
+    palisade_scenario::lab_with_agents(machines, pdu, &Default::default()).expect("lab starts")
+}
+
+/// A tokio runtime for the test's API calls.
+pub fn rt() -> tokio::runtime::Runtime {
+    palisade_scenario::runtime().expect("runtime")
+}
+
+/// The admin client.
+pub fn client(lab: &Lab, rt: &tokio::runtime::Runtime) -> Client {
+    palisade_scenario::admin_client(lab, rt).expect("admin client")
+}
+
+/// Polls `f` until it returns `Some`, or panics after `timeout`.
+pub fn eventually<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    palisade_scenario::eventually(what, timeout, f).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Creates a namespace and waits for its default ServiceAccount token.
+pub fn namespace(c: &Client, rt: &tokio::runtime::Runtime, name: &str) {
+    palisade_scenario::namespace(c, rt, name).expect("namespace");
+}
+
+/// Waits until every machine's Node is Ready.
+pub fn wait_nodes_ready(lab: &Lab, c: &Client, rt: &tokio::runtime::Runtime) {
+    palisade_scenario::wait_nodes_ready(lab, c, rt).expect("nodes Ready");
+}
+
+/// Creates a Secret in the system namespace.
+pub fn secret(c: &Client, rt: &tokio::runtime::Runtime, name: &str, data: &[(&str, &str)]) {
+    palisade_scenario::secret(c, rt, name, data).expect("create secret");
+}
+
+/// The test policy: fast detection (Suspect 2 s, Unhealthy 4 s), no forgiveness, every silent
+/// node is worth fencing, default quorum guard (40 %: 1 of 3 may be silent).
+pub fn policy(c: &Client, rt: &tokio::runtime::Runtime) {
+    policy_with(c, rt, json!({}));
+}
+
+/// The test policy with extra spec fields (for example `{"recovery": {"powerOn": true}}`).
+pub fn policy_with(c: &Client, rt: &tokio::runtime::Runtime, extra: serde_json::Value) {
+    let mut spec = json!({
+        "detection": {"suspectAfterSeconds": 2, "unhealthyAfterSeconds": 4},
+        "forgiveness": {"respectTolerations": false, "defaultSeconds": 0},
+        "fenceWhen": "Always",
+    });
+    for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+        spec[k] = v;
+    }
+    palisade_scenario::policy(c, rt, "lab", spec).expect("FencingPolicy created");
+}
+
+/// The IPMI device URL of machine `i`.
+pub fn ipmi_url(lab: &Lab, i: usize) -> String {
+    palisade_scenario::ipmi_url(lab, i)
+}
+
+/// The PDU device URL of machine `i` (SNMP v2c, APC profile).
+pub fn pdu_url(lab: &Lab, i: usize) -> String {
+    palisade_scenario::pdu_url(lab, i).expect("lab has a PDU")
+}
+
+/// One power device: (url, secret name).
+pub fn device(url: &str, secret: &str) -> serde_json::Value {
+    palisade_scenario::device(url, "Power", secret)
+}
+
+/// Creates the FenceTarget of `node` with these levels (name, devices).
+pub fn fence_target(
+    c: &Client,
+    rt: &tokio::runtime::Runtime,
+    node: &str,
+    levels: Vec<(&str, Vec<serde_json::Value>)>,
+) {
+    palisade_scenario::fence_target(c, rt, node, levels).expect("create FenceTarget");
+}
+
+/// IPMI FenceTargets for every machine, with the right passwords.
+pub fn ipmi_targets(lab: &Lab, c: &Client, rt: &tokio::runtime::Runtime) {
+    for (i, m) in lab.machines().iter().enumerate() {
+        let name = format!("bmc-{}", m.name());
+        secret(c, rt, &name, &[("password", &m.bmc().password().unwrap())]);
+        fence_target(
+            c,
+            rt,
+            m.name(),
+            vec![("ipmi", vec![device(&ipmi_url(lab, i), &name)])],
+        );
+    }
+}
+
+/// The controller, as a child process; killed on drop.
+pub struct Controller {
+    child: Child,
+    /// Its log file.
+    pub log: PathBuf,
+    /// Its metrics address.
+    pub metrics_addr: String,
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `palisade-controller` with the admin kubeconfig.
+pub fn start_controller(lab: &Lab, identity: &str) -> Controller {
+    let bin = palisade_lab::bin_path("palisade-controller")
+        .expect("build the controller first: cargo build -p palisade-controller --bins");
+    let cp = lab.control_plane().expect("control plane");
+    let log = lab.dir().join(format!("controller-{identity}.log"));
+    let out = std::fs::File::create(&log).unwrap();
+    let metrics_addr = format!("127.0.0.1:{}", free_port());
+    let child = Command::new(bin)
+        .arg("--kubeconfig")
+        .arg(cp.admin_kubeconfig())
+        .args([
+            "--namespace",
+            SYSTEM_NS,
+            "--lease-name",
+            "palisade-controller",
+            "--identity",
+            identity,
+            "--metrics-addr",
+            &metrics_addr,
+            "--lease-duration",
+            "4s",
+            "--renew-interval",
+            "1s",
+            "--resync",
+            "250ms",
+        ])
+        .env("RUST_LOG", "info,kube=warn,palisade_controller=debug")
+        .stdout(Stdio::from(out.try_clone().unwrap()))
+        .stderr(Stdio::from(out))
+        .spawn()
+        .expect("spawn palisade-controller");
+    Controller {
+        child,
+        log,
+        metrics_addr,
+    }
+}
+
+impl Controller {
+    /// `GET /metrics`, if it answers.
+    pub fn metrics(&self) -> Option<String> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&self.metrics_addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        Some(body)
+    }
+
+    /// The `palisade_ticks_total` counter.
+    pub fn ticks(&self) -> Option<u64> {
+        self.metrics()?
+            .lines()
+            .find_map(|l| l.strip_prefix("palisade_ticks_total "))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// Waits until the controller has run `n` more detection ticks (synchronises on the
+    /// controller's progress, not on wall-clock time).
+    pub fn wait_ticks(&self, n: u64) {
+        let start = eventually("controller metrics", Duration::from_secs(30), || {
+            self.ticks()
+        });
+        eventually(
+            &format!("{n} more controller ticks"),
+            Duration::from_secs(120),
+            || self.ticks().filter(|t| *t >= start + n).map(|_| ()),
+        );
+    }
+
+    /// The controller's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// Every NodeFence for `node`.
+pub fn fences_for(c: &Client, rt: &tokio::runtime::Runtime, node: &str) -> Vec<NodeFence> {
+    palisade_scenario::fences_for(c, rt, node)
+}
+
+/// Events in `ns` whose reason is `reason` about an object named `name`.
+pub fn events(
+    c: &Client,
+    rt: &tokio::runtime::Runtime,
+    ns: &str,
+    name: &str,
+    reason: &str,
+) -> Vec<Event> {
+    let api: Api<Event> = Api::namespaced(c.clone(), ns);
+    rt.block_on(api.list(&ListParams::default()))
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason)
+        })
+        .collect()
+}
+
+/// Sets `spec.unschedulable` on a node.
+pub fn cordon(c: &Client, rt: &tokio::runtime::Runtime, node: &str, on: bool) {
+    palisade_scenario::cordon(c, rt, node, on).expect("cordon");
+}
+
+/// Creates a long-running pod bound to `node` (nodeName set: no scheduler involved).
+pub fn pinned_pod(
+    c: &Client,
+    rt: &tokio::runtime::Runtime,
+    ns: &str,
+    name: &str,
+    node: &str,
+) -> Pod {
+    let api: Api<Pod> = Api::namespaced(c.clone(), ns);
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "app", "image": "host", "command": ["/bin/sh", "-c", "exec sleep 100000"]}]
+        }
+    }))
+    .unwrap();
+    eventually("pod created", Duration::from_secs(30), || {
+        rt.block_on(api.create(&PostParams::default(), &p)).ok()
+    })
+}
+
+/// The pod's phase.
+pub fn pod_phase(p: &Pod) -> String {
+    palisade_scenario::pod_phase(p)
+}
+
+/// Seconds between two API timestamps.
+pub fn secs_between(a: k8s_openapi::jiff::Timestamp, b: k8s_openapi::jiff::Timestamp) -> f64 {
+    b.duration_since(a).as_secs_f64()
+}
+
+/// Prints the NodeFence timeline relative to `t0`.
+pub fn print_timeline(nf: &NodeFence, t0: k8s_openapi::jiff::Timestamp) {
+    eprintln!("NodeFence {} for {}:", nf.name_any(), nf.spec.node_name);
+    if let Some(c) = nf.metadata.creation_timestamp.as_ref() {
+        eprintln!("  +{:6.2}s  created (decision)", secs_between(t0, c.0));
+    }
+    for t in nf.status.iter().flat_map(|s| &s.transitions) {
+        eprintln!(
+            "  +{:6.2}s  {:<10} {}",
+            secs_between(t0, t.at.0),
+            t.phase.as_str(),
+            t.message
+        );
+    }
+    for e in nf.status.iter().flat_map(|s| &s.evidence) {
+        eprintln!(
+            "  evidence: level {} {} {:?}: {}",
+            e.level, e.device, e.kind, e.observed
+        );
+    }
+    for a in nf.status.iter().flat_map(|s| &s.attempts) {
+        eprintln!(
+            "  attempt: level {} {} {:?} -> {:?} (token {}): {}",
+            a.level, a.device, a.action, a.outcome, a.token, a.message
+        );
+    }
+}

@@ -1,0 +1,181 @@
+//! The headline: a silent machine is power-fenced through its BMC, its StatefulSet pod is
+//! released, and the replacement is scheduled on another machine.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
+use palisade_lab::Cut;
+use palisade_model::nodefence::{EvidenceKind, Phase};
+use serde_json::json;
+
+#[test]
+fn silent_machine_is_power_fenced_then_its_statefulset_pod_runs_elsewhere() {
+    let lab = start_lab(3, false);
+    let rt = rt();
+    let c = client(&lab, &rt);
+    wait_nodes_ready(&lab, &c, &rt);
+    namespace(&c, &rt, SYSTEM_NS);
+    namespace(&c, &rt, "app");
+    let ctl = start_controller(&lab, "ctl-a");
+    policy(&c, &rt);
+    ipmi_targets(&lab, &c, &rt);
+
+    // The StatefulSet's pod on m0: cordon the others while it is placed.
+    cordon(&c, &rt, "m1", true);
+    cordon(&c, &rt, "m2", true);
+    let sts: StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "db", "namespace": "app"},
+        "spec": {
+            "replicas": 1, "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{"name": "app", "image": "host",
+                                    "command": ["/bin/sh", "-c", "exec sleep 100000"]}]
+                }
+            }
+        }
+    }))
+    .unwrap();
+    let sts_api: Api<StatefulSet> = Api::namespaced(c.clone(), "app");
+    rt.block_on(sts_api.create(&PostParams::default(), &sts))
+        .expect("create StatefulSet");
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
+    let old = eventually("db-0 Running on m0", Duration::from_secs(90), || {
+        let p = rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
+        let on_m0 = p.spec.as_ref()?.node_name.as_deref() == Some("m0");
+        (on_m0 && pod_phase(&p) == "Running").then_some(p)
+    });
+    let old_uid = old.uid().unwrap();
+    cordon(&c, &rt, "m1", false);
+    cordon(&c, &rt, "m2", false);
+
+    // A VolumeAttachment naming m0 (no CSI driver in the lab: the object is what is released).
+    let vas: Api<VolumeAttachment> = Api::all(c.clone());
+    let va: VolumeAttachment = serde_json::from_value(json!({
+        "metadata": {"name": "db-data-m0"},
+        "spec": {"attacher": "lab.palisade.dev", "nodeName": "m0",
+                 "source": {"persistentVolumeName": "db-data"}}
+    }))
+    .unwrap();
+    let va = rt
+        .block_on(vas.create(&PostParams::default(), &va))
+        .expect("create VolumeAttachment");
+    let va_uid = va.uid().unwrap();
+
+    assert!(
+        !lab.machines()[0].processes().is_empty(),
+        "m0 runs processes before the cut"
+    );
+    let t_cut = k8s_openapi::jiff::Timestamp::now();
+    lab.partition(0, Cut::All).unwrap();
+
+    let nf = eventually("m0's NodeFence Released", Duration::from_secs(180), || {
+        fences_for(&c, &rt, "m0").into_iter().find(|f| {
+            f.status
+                .as_ref()
+                .is_some_and(|s| s.phase == Phase::Released)
+        })
+    });
+    let st = nf.status.clone().unwrap();
+    print_timeline(&nf, t_cut);
+
+    // Fenced through IPMI, verified: the machine is off and every process on it is dead.
+    let m0 = &lab.machines()[0];
+    assert!(!m0.is_powered(), "m0 is powered off");
+    assert!(
+        m0.processes().is_empty(),
+        "no process survives on m0: {:?}",
+        m0.processes()
+    );
+    assert!(
+        st.evidence
+            .iter()
+            .any(|e| e.kind == EvidenceKind::PowerOff && e.device.starts_with("ipmi://")),
+        "power-off evidence from the BMC: {:?}",
+        st.evidence
+    );
+    assert!(st.fencing_token.is_some_and(|t| t >= 1));
+    // Released in order: taint, then the pod (by UID), then the attachment.
+    assert!(st.release.tainted_at.is_some());
+    assert!(
+        st.release.pods.iter().any(|p| p.uid == old_uid),
+        "{:?}",
+        st.release.pods
+    );
+    assert!(st.release.attachments.iter().any(|a| a.uid == va_uid));
+    let phases: Vec<Phase> = st.transitions.iter().map(|t| t.phase).collect();
+    assert_eq!(
+        phases,
+        vec![
+            Phase::Pending,
+            Phase::Fencing,
+            Phase::Fenced,
+            Phase::Releasing,
+            Phase::Released
+        ]
+    );
+    let nodes: Api<Node> = Api::all(c.clone());
+    let n = rt.block_on(nodes.get("m0")).unwrap();
+    assert!(n
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .iter()
+        .any(|t| t.key == "node.kubernetes.io/out-of-service"
+            && t.value.as_deref() == Some("nodeshutdown")
+            && t.effect == "NoExecute"));
+    assert!(rt.block_on(vas.get_opt("db-data-m0")).unwrap().is_none());
+
+    // The replacement: same name, new UID, on another machine, running.
+    let new = eventually(
+        "db-0 recreated and Running elsewhere",
+        Duration::from_secs(120),
+        || {
+            let p = rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
+            let node = p.spec.as_ref()?.node_name.clone()?;
+            (p.uid().as_deref() != Some(old_uid.as_str())
+                && node != "m0"
+                && pod_phase(&p) == "Running")
+                .then_some(p)
+        },
+    );
+    let t_running = k8s_openapi::jiff::Timestamp::now();
+    eprintln!(
+        "replacement db-0 on {} Running (observed) at +{:.2}s",
+        new.spec.as_ref().unwrap().node_name.as_deref().unwrap(),
+        secs_between(t_cut, t_running)
+    );
+
+    // Nothing else was fenced, and the transitions are in Events.
+    assert!(fences_for(&c, &rt, "m1").is_empty());
+    assert!(fences_for(&c, &rt, "m2").is_empty());
+    let nf_name = nf.name_any();
+    for reason in [
+        "Fencing",
+        "LevelVerified",
+        "Fenced",
+        "Tainted",
+        "PodReleased",
+        "Released",
+    ] {
+        assert!(
+            !events(&c, &rt, "default", &nf_name, reason).is_empty(),
+            "Event {reason} on {nf_name}"
+        );
+    }
+    let metrics = ctl.metrics().unwrap_or_default();
+    assert!(
+        metrics.contains("palisade_fences_total{outcome=\"released\"} 1"),
+        "{metrics}"
+    );
+}

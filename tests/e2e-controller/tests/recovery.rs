@@ -1,0 +1,98 @@
+//! Recovery: with `recovery.powerOn`, the released machine is powered back on through its BMC,
+//! its node agent renews the Lease again, the out-of-service taint is removed and the
+//! `NodeFence` is Done.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use palisade_lab::Cut;
+use palisade_model::nodefence::Phase;
+use serde_json::json;
+
+#[test]
+fn released_machine_is_powered_on_rejoins_and_is_untainted() {
+    let lab = start_lab(3, false);
+    let rt = rt();
+    let c = client(&lab, &rt);
+    wait_nodes_ready(&lab, &c, &rt);
+    namespace(&c, &rt, SYSTEM_NS);
+    let _ctl = start_controller(&lab, "ctl-r");
+    policy_with(
+        &c,
+        &rt,
+        json!({"recovery": {"powerOn": true, "untaintWhen": "NodeReady"}}),
+    );
+    ipmi_targets(&lab, &c, &rt);
+
+    let t_cut = k8s_openapi::jiff::Timestamp::now();
+    lab.partition(0, Cut::All).unwrap();
+    eventually(
+        "m0 powered off by the controller",
+        Duration::from_secs(120),
+        || {
+            fences_for(&c, &rt, "m0").into_iter().find(|f| {
+                f.status
+                    .as_ref()
+                    .is_some_and(|s| s.verified_fence().is_some())
+            })
+        },
+    );
+    // The link comes back; the controller powers the machine on and waits for its agent.
+    lab.heal(0).unwrap();
+    let nf = eventually("m0's NodeFence Done", Duration::from_secs(180), || {
+        fences_for(&c, &rt, "m0")
+            .into_iter()
+            .find(|f| f.status.as_ref().is_some_and(|s| s.phase == Phase::Done))
+    });
+    print_timeline(&nf, t_cut);
+    let st = nf.status.unwrap();
+    let phases: Vec<Phase> = st.transitions.iter().map(|t| t.phase).collect();
+    assert_eq!(
+        phases,
+        vec![
+            Phase::Pending,
+            Phase::Fencing,
+            Phase::Fenced,
+            Phase::Releasing,
+            Phase::Released,
+            Phase::Recovering,
+            Phase::Done
+        ]
+    );
+    assert!(st.recovery.powered_on_at.is_some() && st.recovery.untainted_at.is_some());
+    assert!(lab.machines()[0].is_powered());
+    // The rejoin is the new boot's agent: its Lease renewal is later than the power-on (one
+    // host, one clock).
+    let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-node-lease");
+    let renew = rt
+        .block_on(leases.get("m0"))
+        .unwrap()
+        .spec
+        .and_then(|s| s.renew_time)
+        .expect("m0 renews its Lease");
+    let powered_on = st.recovery.powered_on_at.clone().unwrap();
+    assert!(
+        renew.0 > powered_on.0,
+        "renewed {:?} after power-on {:?}",
+        renew.0,
+        powered_on.0
+    );
+    eprintln!(
+        "power-on at +{:.2}s, Lease renewed by the new boot at +{:.2}s",
+        secs_between(t_cut, powered_on.0),
+        secs_between(t_cut, renew.0)
+    );
+    let nodes: Api<Node> = Api::all(c.clone());
+    let n = rt.block_on(nodes.get("m0")).unwrap();
+    assert!(!n
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .iter()
+        .any(|t| t.key == "node.kubernetes.io/out-of-service"));
+}
