@@ -14,23 +14,30 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 bash hack/install-deps.sh
-say "building (release)"
-cargo build --release --workspace --bins --features palisade-fence/bench --quiet
 export PALISADE_BIN_DIR="$PWD/target/release"
 mkdir -p target/bench
 
+# run NAME BIN [cargo build args...] -- [bench args...]: builds what the bench needs (release,
+# with the lab's helper binary), then runs it and keeps its table.
 run() {
   local name=$1 bin=$2; shift 2
-  if [ -x "target/release/$bin" ]; then
-    say "$name: $bin $*"
-    "target/release/$bin" "$@" | tee "target/bench/$name.txt"
-  else
-    say "$name: target/release/$bin is not built; skipped"
-  fi
+  local build=()
+  while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do build+=("$1"); shift; done
+  shift || true
+  say "$name: building (release)"
+  cargo build --release --quiet -p palisade-lab --bins "${build[@]}"
+  say "$name: $bin $*"
+  "target/release/$bin" "$@" | tee "target/bench/$name.txt"
 }
 
 want="${1:-all}"
-[ "$want" = all ] || [ "$want" = agents ] && run agents palisade-fence-bench
-[ "$want" = all ] || [ "$want" = storage ] && run storage palisade-storage-bench
-[ "$want" = all ] || [ "$want" = bridge ] && run bridge bridge-bench
+if [ "$want" = all ] || [ "$want" = agents ]; then
+  run agents palisade-fence-bench -p palisade-fence --features palisade-fence/bench --bins --
+fi
+if [ "$want" = all ] || [ "$want" = storage ]; then
+  run storage palisade-storage-bench -p palisade-labstore --bins -- --rounds 50 --seconds 5
+fi
+if [ "$want" = all ] || [ "$want" = bridge ]; then
+  run bridge bridge-bench -p palisade-bridge --bins --
+fi
 say "done; results in target/bench/"
