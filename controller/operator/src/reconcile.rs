@@ -27,8 +27,8 @@ use palisade_decide::detector::{Health, Thresholds};
 use palisade_decide::phase::{ObjectRef, Observations, Step, WaitFor};
 use palisade_decide::{next_step, Verdict};
 use palisade_model::nodefence::{
-    AttemptOutcome, Evidence, EvidenceKind, FailureReason, NodeFenceStatus, Phase, ReleasedObject,
-    VerdictRecord,
+    AttemptOutcome, Evidence, EvidenceKind, FailureReason, NodeFenceStatus, Phase, PlannedDevice,
+    ReleasedObject, VerdictRecord,
 };
 use palisade_model::policy::{Detection, Recovery};
 use palisade_model::NodeFence;
@@ -164,6 +164,48 @@ fn released(o: &ObjectRef) -> ReleasedObject {
         name: o.name.clone(),
         uid: o.uid.clone(),
         at: MicroTime(now_wall()),
+    }
+}
+
+/// One recovery action (power on, or lifting the storage fence) on the devices of the fence's
+/// level: records every attempt and, on success, the time in the field `mark` selects,
+/// persists, and emits an Event. Returns `false` when this activation must stop: a stale
+/// fencing token (a newer leader acts) or a failed action (retried on a later tick).
+#[allow(clippy::too_many_arguments)]
+async fn recovery_action(
+    ctx: &Ctx,
+    api: &Api<NodeFence>,
+    nf: &NodeFence,
+    mut status: NodeFenceStatus,
+    devices: &[PlannedDevice],
+    token: i64,
+    mark: fn(&mut NodeFenceStatus) -> &mut Option<MicroTime>,
+    done: (&str, String),
+    failed: &str,
+) -> Result<bool, Error> {
+    let level = status.verified_fence().map(|v| v.level()).unwrap_or(0);
+    let (attempts, result) =
+        crate::devices::recover(ctx, &nf.spec.node_name, level, devices, token).await;
+    if attempts
+        .iter()
+        .any(|a| a.outcome == AttemptOutcome::StaleToken)
+    {
+        return Ok(false);
+    }
+    status.attempts.extend(attempts);
+    if result.is_ok() {
+        *mark(&mut status) = Some(MicroTime(now_wall()));
+    }
+    persist(api, nf, status).await?;
+    match result {
+        Ok(()) => {
+            event(ctx, nf, Kind::Normal, done.0, &done.1).await;
+            Ok(true)
+        }
+        Err(e) => {
+            event(ctx, nf, Kind::Warning, failed, &e).await;
+            Ok(false)
+        }
     }
 }
 
@@ -531,67 +573,39 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 )));
             }
             Step::PowerOn(devices) => {
-                let level = status.verified_fence().map(|v| v.level()).unwrap_or(0);
-                let (attempts, result) =
-                    crate::devices::recover(ctx, &node, level, &devices, token).await;
-                if attempts
-                    .iter()
-                    .any(|a| a.outcome == AttemptOutcome::StaleToken)
+                let done = ("PoweredOn", format!("node {node} powered on"));
+                if !recovery_action(
+                    ctx,
+                    &api,
+                    &nf,
+                    status,
+                    &devices,
+                    token,
+                    |s| &mut s.recovery.powered_on_at,
+                    done,
+                    "PowerOnFailed",
+                )
+                .await?
                 {
                     return Ok(());
-                }
-                status.attempts.extend(attempts);
-                if result.is_ok() {
-                    status.recovery.powered_on_at = Some(MicroTime(now_wall()));
-                }
-                persist(&api, &nf, status).await?;
-                match result {
-                    Ok(()) => {
-                        event(
-                            ctx,
-                            &nf,
-                            Kind::Normal,
-                            "PoweredOn",
-                            &format!("node {node} powered on"),
-                        )
-                        .await
-                    }
-                    Err(e) => {
-                        event(ctx, &nf, Kind::Warning, "PowerOnFailed", &e).await;
-                        return Ok(());
-                    }
                 }
             }
             Step::Unfence(devices) => {
-                let level = status.verified_fence().map(|v| v.level()).unwrap_or(0);
-                let (attempts, result) =
-                    crate::devices::recover(ctx, &node, level, &devices, token).await;
-                if attempts
-                    .iter()
-                    .any(|a| a.outcome == AttemptOutcome::StaleToken)
+                let done = ("Unfenced", format!("node {node}'s storage fence lifted"));
+                if !recovery_action(
+                    ctx,
+                    &api,
+                    &nf,
+                    status,
+                    &devices,
+                    token,
+                    |s| &mut s.recovery.unfenced_at,
+                    done,
+                    "UnfenceFailed",
+                )
+                .await?
                 {
                     return Ok(());
-                }
-                status.attempts.extend(attempts);
-                if result.is_ok() {
-                    status.recovery.unfenced_at = Some(MicroTime(now_wall()));
-                }
-                persist(&api, &nf, status).await?;
-                match result {
-                    Ok(()) => {
-                        event(
-                            ctx,
-                            &nf,
-                            Kind::Normal,
-                            "Unfenced",
-                            &format!("node {node}'s storage fence lifted"),
-                        )
-                        .await
-                    }
-                    Err(e) => {
-                        event(ctx, &nf, Kind::Warning, "UnfenceFailed", &e).await;
-                        return Ok(());
-                    }
                 }
             }
             Step::RemoveTaint => {
