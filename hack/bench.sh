@@ -32,12 +32,12 @@ run() {
 
 want="${1:-all}"
 if [ "$want" = all ] || [ "$want" = agents ]; then
-  run agents palisade-fence-bench -p palisade-fence --features palisade-fence/bench --bins --
+  run agents palisade-fence-bench -p palisade-fence --features palisade-fence/bench --
 fi
 if [ "$want" = all ] || [ "$want" = storage ]; then
-  run storage palisade-storage-bench -p palisade-labstore --bins -- --rounds 50 --seconds 5
+  run storage palisade-storage-bench -p palisade-labstore -- --rounds 50 --seconds 5
 fi
 if [ "$want" = all ] || [ "$want" = bridge ]; then
-  run bridge bridge-bench -p palisade-bridge --bins --
+  run bridge bridge-bench -p palisade-bridge --
 fi
 say "done; results in target/bench/"
