@@ -148,7 +148,7 @@ impl Machine {
 
     /// Starts the BMC; with the machine's outlets on, it boots the machine.
     pub(crate) fn start_bmc(&self) -> Result<()> {
-        process::run(&mut Command::new(self.dir.join("bmc-start.sh")))?;
+        run_script(&self.dir.join("bmc-start.sh"))?;
         Ok(())
     }
 
@@ -156,6 +156,13 @@ impl Machine {
     pub(crate) fn kill_all(&self) {
         kill_machine_and_bmc(&self.dir, &self.marker());
     }
+}
+
+/// Runs a lab shell script through `/bin/sh` rather than executing the file itself: another
+/// thread's fork may briefly hold a just-written script open for writing, and executing it
+/// then fails with "Text file busy"; reading it does not.
+pub fn run_script(path: &Path) -> Result<String> {
+    process::run(Command::new("/bin/sh").arg(path))
 }
 
 /// Kills a machine (its boot process and everything marked as its) and then its BMC, as a
@@ -207,7 +214,7 @@ pub(crate) fn write_files(f: &MachineFiles<'_>) -> Result<()> {
          \x20   guid {guid}\n\
          \x20 endlan\n\
          \x20 serial 15 127.0.0.1 {serial_port} codec VM\n\
-         \x20 startcmd \"{boot}\"\n\
+         \x20 startcmd \"/bin/sh {boot}\"\n\
          \x20 startnow true\n\
          \x20 poweroff_wait 1\n\
          \x20 kill_wait 1\n\

@@ -106,9 +106,7 @@ pub fn switch(state_file: &Path, number: u32, on: bool) -> Result<bool> {
             if was_fed && !now_fed {
                 crate::machine::kill_machine_and_bmc(&power.dir, &power.marker);
             } else if !was_fed && now_fed {
-                crate::process::run(&mut std::process::Command::new(
-                    power.dir.join("bmc-start.sh"),
-                ))?;
+                crate::machine::run_script(&power.dir.join("bmc-start.sh"))?;
             }
         }
         Ok(true)
