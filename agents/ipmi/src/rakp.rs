@@ -449,15 +449,7 @@ impl Handshake {
     /// [`Handshake::rakp3_abort`] so the BMC frees the session slot.
     pub fn accept_rakp2(&mut self, payload: &[u8]) -> Result<Vec<u8>, HandshakeError> {
         let r = Rakp2::decode(payload)?;
-        if r.tag != self.tag || r.status == 0 && r.console_session_id != self.console_sid {
-            return Err(HandshakeError::Mismatch("RAKP2"));
-        }
-        if r.status != 0 {
-            return Err(HandshakeError::Status {
-                stage: "RAKP2",
-                code: r.status,
-            });
-        }
+        self.check_reply("RAKP2", r.tag, r.status, r.console_session_id)?;
         let expected = rakp2_auth_code(
             self.suite.auth,
             &self.kuid,
@@ -510,18 +502,31 @@ impl Handshake {
         .encode()
     }
 
+    /// Checks a RAKP reply's header against this handshake: the tag must match, a successful
+    /// reply must name our console session, and a non-zero status is the BMC's refusal.
+    fn check_reply(
+        &self,
+        stage: &'static str,
+        tag: u8,
+        status: u8,
+        console_session_id: u32,
+    ) -> Result<(), HandshakeError> {
+        if tag != self.tag || status == 0 && console_session_id != self.console_sid {
+            return Err(HandshakeError::Mismatch(stage));
+        }
+        if status != 0 {
+            return Err(HandshakeError::Status {
+                stage,
+                code: status,
+            });
+        }
+        Ok(())
+    }
+
     /// Accepts RAKP4 and returns the established session.
     pub fn accept_rakp4(self, payload: &[u8]) -> Result<Established, HandshakeError> {
         let r = Rakp4::decode(payload)?;
-        if r.tag != self.tag || r.status == 0 && r.console_session_id != self.console_sid {
-            return Err(HandshakeError::Mismatch("RAKP4"));
-        }
-        if r.status != 0 {
-            return Err(HandshakeError::Status {
-                stage: "RAKP4",
-                code: r.status,
-            });
-        }
+        self.check_reply("RAKP4", r.tag, r.status, r.console_session_id)?;
         let expected = rakp4_icv(
             self.suite.auth,
             &self.sik,
