@@ -2,7 +2,7 @@
 //!
 //! Levels are tried in order; every device in a level must succeed (and be verified) for the
 //! level to count. Devices are addressed by URL; the scheme picks the agent:
-//! `ipmi://`, `snmp+pdu://`, `storagefw+https://`, or `bridge://<target-id>` when the
+//! `ipmi://`, `snmp+pdu://`, `storagefw+https://`, or `bridge://<host>:<port>/<target-id>` when the
 //! firmware-bridge holds the inventory and the credentials.
 
 use std::collections::BTreeMap;
@@ -54,7 +54,7 @@ pub struct FenceLevel {
 #[serde(rename_all = "camelCase")]
 pub struct FenceDevice {
     /// Address, for example `ipmi://10.0.0.5:623`, `snmp+pdu://pdu1:161/outlets/3,4`,
-    /// `storagefw+https://storage:8443/nodes/m0`, or `bridge://rack1-m0`.
+    /// `storagefw+https://storage:8443/nodes/m0`, or `bridge://fw-bridge.mgmt:8443/rack1-m0`.
     #[schemars(regex(pattern = r"^(ipmi|snmp\+pdu|storagefw\+https|bridge)://[^\s]+$"))]
     pub url: String,
     /// What fencing through this device proves.
@@ -171,6 +171,16 @@ pub enum TargetError {
         /// The declared kind.
         kind: DeviceKind,
     },
+    /// A `bridge://` URL that is not `bridge://<host>:<port>/<target-id>`.
+    #[error("levels[{level}].devices[{device}].url {url:?}: a bridge device is bridge://<host>:<port>/<target-id>")]
+    BridgeUrl {
+        /// Level index.
+        level: usize,
+        /// Device index.
+        device: usize,
+        /// The URL.
+        url: String,
+    },
     /// A direct device without credentials, or a bridge device with them.
     #[error("levels[{level}].devices[{device}]: {problem}")]
     Credentials {
@@ -191,6 +201,31 @@ pub enum TargetError {
         /// The value.
         value: i64,
     },
+}
+
+/// Whether `url` is `bridge://<host>:<port>/<target-id>` (host a name, an IPv4 address or a
+/// bracketed IPv6 address; port 1-65535; target id of letters, digits, `.`, `_`, `-`).
+fn is_bridge_url(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("bridge://") else {
+        return false;
+    };
+    let Some((authority, id)) = rest.split_once('/') else {
+        return false;
+    };
+    let Some((host, port)) = authority.rsplit_once(':') else {
+        return false;
+    };
+    let host_ok = !host.is_empty()
+        && (host.starts_with('[') && host.ends_with(']')
+            || host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-'));
+    let port_ok = port.parse::<u16>().is_ok_and(|p| p > 0);
+    let id_ok = !id.is_empty()
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    host_ok && port_ok && id_ok
 }
 
 impl FenceTargetSpec {
@@ -218,6 +253,13 @@ impl FenceTargetSpec {
                         level,
                         device,
                         kind: d.kind,
+                    });
+                }
+                if scheme == DeviceScheme::Bridge && !is_bridge_url(&d.url) {
+                    errors.push(TargetError::BridgeUrl {
+                        level,
+                        device,
+                        url: d.url.clone(),
                     });
                 }
                 match (scheme, &d.credentials_secret_ref) {
@@ -296,12 +338,35 @@ mod tests {
     }
 
     #[test]
+    fn bridge_urls_name_host_port_and_target() {
+        for ok in [
+            "bridge://127.0.0.1:9443/m0",
+            "bridge://fw-bridge.mgmt:8443/rack1_m0.a",
+            "bridge://[::1]:9443/m0",
+        ] {
+            assert!(is_bridge_url(ok), "{ok}");
+        }
+        for bad in [
+            "bridge://m0",
+            "bridge://host/m0",
+            "bridge://host:0/m0",
+            "bridge://host:70000/m0",
+            "bridge://host:9443/",
+            "bridge://host:9443/a/b",
+            "bridge://:9443/m0",
+            "ipmi://host:9443/m0",
+        ] {
+            assert!(!is_bridge_url(bad), "{bad}");
+        }
+    }
+
+    #[test]
     fn well_formed_target_validates_and_defaults_timeout() {
         let spec: FenceTargetSpec = serde_json::from_value(serde_json::json!({
             "levels": [
                 {"name": "ipmi", "devices": [{"url": "ipmi://127.0.0.1:6230", "kind": "Power",
                   "credentialsSecretRef": {"name": "bmc", "namespace": "ns", "keys": {"password": "pw"}}}]},
-                {"name": "bridge", "devices": [{"url": "bridge://m0", "kind": "Storage"}]}
+                {"name": "bridge", "devices": [{"url": "bridge://127.0.0.1:9443/m0", "kind": "Storage"}]}
             ]
         }))
         .unwrap();
@@ -317,9 +382,10 @@ mod tests {
                     name: "a".into(),
                     devices: vec![
                         device("ipmi://bmc", DeviceKind::Storage, secret()),
-                        device("bridge://x", DeviceKind::Power, secret()),
+                        device("bridge://x:1/m0", DeviceKind::Power, secret()),
                         device("snmp+pdu://pdu/1", DeviceKind::Power, None),
                         device("ftp://x", DeviceKind::Power, secret()),
+                        device("bridge://m0", DeviceKind::Power, None),
                     ],
                 },
                 FenceLevel {
@@ -351,6 +417,11 @@ mod tests {
                     level: 0,
                     device: 3,
                     url: "ftp://x".into()
+                },
+                TargetError::BridgeUrl {
+                    level: 0,
+                    device: 4,
+                    url: "bridge://m0".into()
                 },
                 TargetError::EmptyLevel { level: 1 },
             ]

@@ -3,7 +3,11 @@
 //! A planned device (URL + kind, from the `NodeFence` plan) is matched with its `FenceTarget`
 //! entry for the credential Secret reference, the credentials are read from the Secret (never
 //! logged, never in argv), and the action runs through `palisade-fence` (IPMI, SNMP PDU) or
-//! `palisade-storagefw` (storage firewall), bounded by the device's timeout.
+//! `palisade-storagefw` (storage firewall), bounded by the device's timeout. A `bridge://`
+//! device is driven through the firmware-bridge instead: the controller presents its client
+//! certificate ([`crate::Settings::bridge`]), the leader's fencing token and an idempotency key
+//! derived from the `NodeFence` (so a controller resuming an interrupted step gets the bridge's
+//! recorded answer instead of a second power action); the bridge holds the credentials.
 //!
 //! Guarantees: evidence is produced only from `palisade_fence::VerifiedOff` (the device reported
 //! the power off after the command) or `palisade_storagefw::VerifiedBlocked` (the storage reported
@@ -19,6 +23,8 @@ use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
+use palisade_fence::bridge::wire::StorageAction;
+use palisade_fence::bridge::BridgeDevice;
 use palisade_fence::{Credentials, Device, DeviceOptions, PowerDevice, Target};
 use palisade_model::nodefence::{
     AttemptOutcome, DeviceAction, DeviceAttempt, Evidence, EvidenceKind, PlannedDevice,
@@ -146,137 +152,298 @@ fn storage_client(
     palisade_storagefw::StorageFirewall::new(cfg).map_err(|e| dev(e.to_string()))
 }
 
-/// What one device did.
-struct Outcome {
-    action: DeviceAction,
-    outcome: AttemptOutcome,
-    message: String,
-    evidence: Option<(EvidenceKind, String)>,
+/// Which way a device is driven: fencing (off, block) or recovering (on, unblock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Fence,
+    Recover,
 }
 
-async fn fence_one(ctx: &Ctx, node: &str, d: &PlannedDevice, token: i64) -> Outcome {
-    let budget = Duration::from_secs(u64::try_from(d.timeout_seconds).unwrap_or(20).max(1));
-    let action = match d.kind {
-        DeviceKind::Power => DeviceAction::PowerOff,
-        DeviceKind::Storage => DeviceAction::Block,
-    };
-    let fail = |outcome: AttemptOutcome, message: String| Outcome {
-        action,
-        outcome,
-        message,
-        evidence: None,
-    };
-    if let Err(e) = ctx.leader.check(token).await {
-        return fail(AttemptOutcome::StaleToken, e.to_string());
+fn action_of(kind: DeviceKind, direction: Direction) -> DeviceAction {
+    match (kind, direction) {
+        (DeviceKind::Power, Direction::Fence) => DeviceAction::PowerOff,
+        (DeviceKind::Power, Direction::Recover) => DeviceAction::PowerOn,
+        (DeviceKind::Storage, Direction::Fence) => DeviceAction::Block,
+        (DeviceKind::Storage, Direction::Recover) => DeviceAction::Unblock,
     }
-    let secret = match secret_for(ctx, node, &d.url).await {
-        Ok(s) => s,
-        Err(e) => return fail(AttemptOutcome::Failed, e.to_string()),
+}
+
+/// A device's answer: a message and, for a verified fence, the evidence; or why it failed.
+type Acted = Result<(String, Option<(EvidenceKind, String)>), (AttemptOutcome, String)>;
+
+/// Awaits `f` within `budget`: a timeout is [`AttemptOutcome::TimedOut`], an error
+/// [`AttemptOutcome::Failed`].
+async fn bounded<T>(
+    budget: Duration,
+    what: &str,
+    f: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, (AttemptOutcome, String)> {
+    match tokio::time::timeout(budget, f).await {
+        Err(_) => Err((
+            AttemptOutcome::TimedOut,
+            format!("no verified {what} within {budget:?}"),
+        )),
+        Ok(Err(e)) => Err((AttemptOutcome::Failed, e)),
+        Ok(Ok(v)) => Ok(v),
+    }
+}
+
+fn failed(e: impl std::fmt::Display) -> (AttemptOutcome, String) {
+    (AttemptOutcome::Failed, e.to_string())
+}
+
+fn fence_error(e: palisade_fence::FenceError) -> String {
+    format!("{e} ({})", e.kind())
+}
+
+/// The bridge's evidence, shortened for the `NodeFence` status (the bridge's audit log keeps
+/// all of it).
+fn short(evidence: &str) -> String {
+    const MAX: usize = 600;
+    match evidence.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}…", &evidence[..i]),
+        None => evidence.to_string(),
+    }
+}
+
+fn bridge_device(ctx: &Ctx, url: &str, token: i64) -> Result<BridgeDevice, String> {
+    let identity = ctx.settings.bridge.as_ref().ok_or_else(|| {
+        format!("{url}: this controller has no firmware-bridge client identity (--bridge-ca, --bridge-cert, --bridge-key)")
+    })?;
+    let Target::Bridge(target) = Target::parse(url).map_err(|e| e.to_string())? else {
+        return Err(format!("{url}: not a bridge:// URL"));
     };
-    match (d.kind, DeviceScheme::of(&d.url)) {
+    let token = u64::try_from(token).map_err(|_| format!("fencing token {token} is negative"))?;
+    let options = DeviceOptions {
+        fencing_token: Some(token),
+        ..DeviceOptions::default()
+    };
+    BridgeDevice::new(target, identity, options).map_err(|e| e.to_string())
+}
+
+async fn storage_node(ctx: &Ctx, node: &str) -> Result<palisade_storagefw::NodeRef, String> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let n = nodes.get_opt(node).await.ok().flatten();
+    palisade_storagefw::NodeRef::new(node, node_addresses(n.as_ref())).map_err(|e| e.to_string())
+}
+
+/// Drives one device one way. `key` is the idempotency key of this step (used by `bridge://`).
+///
+/// Guarantees: evidence is returned only for a verified fence; leadership with `token` is
+/// checked first.
+async fn act(
+    ctx: &Ctx,
+    node: &str,
+    d: &PlannedDevice,
+    direction: Direction,
+    token: i64,
+    key: &str,
+) -> Acted {
+    ctx.leader
+        .check(token)
+        .await
+        .map_err(|e| (AttemptOutcome::StaleToken, e.to_string()))?;
+    let budget = Duration::from_secs(u64::try_from(d.timeout_seconds).unwrap_or(20).max(1));
+    let fence = direction == Direction::Fence;
+    let scheme = DeviceScheme::of(&d.url);
+    match (d.kind, scheme) {
         (DeviceKind::Power, Some(DeviceScheme::Ipmi | DeviceScheme::SnmpPdu)) => {
-            let device = match power_device(&d.url, &secret) {
-                Ok(dv) => dv,
-                Err(e) => return fail(AttemptOutcome::Failed, e.to_string()),
-            };
-            match tokio::time::timeout(budget, device.off()).await {
-                Err(_) => fail(AttemptOutcome::TimedOut, format!("no verified power off within {budget:?}")),
-                Ok(Err(e)) => fail(AttemptOutcome::Failed, format!("{} ({})", e, e.kind())),
-                Ok(Ok(v)) => Outcome {
-                    action,
-                    outcome: AttemptOutcome::Succeeded,
-                    message: format!(
-                        "power off commanded and verified in {:?}",
+            let secret = secret_for(ctx, node, &d.url).await.map_err(failed)?;
+            let device = power_device(&d.url, &secret).map_err(failed)?;
+            if !fence {
+                let v = bounded(budget, "power on", async {
+                    device.on().await.map_err(fence_error)
+                })
+                .await?;
+                return Ok((
+                    format!("power on verified in {:?}", v.command_to_verified()),
+                    None,
+                ));
+            }
+            let v = bounded(budget, "power off", async {
+                device.off().await.map_err(fence_error)
+            })
+            .await?;
+            Ok((
+                format!(
+                    "power off commanded and verified in {:?}",
+                    v.command_to_verified()
+                ),
+                Some((
+                    EvidenceKind::PowerOff,
+                    format!(
+                        "{} reported chassis power off after {} status poll(s), {:?} after the command",
+                        v.device(),
+                        v.polls(),
                         v.command_to_verified()
                     ),
-                    evidence: Some((
-                        EvidenceKind::PowerOff,
-                        format!(
-                            "{} reported chassis power off after {} status poll(s), {:?} after the command",
-                            v.device(),
-                            v.polls(),
-                            v.command_to_verified()
-                        ),
-                    )),
-                },
+                )),
+            ))
+        }
+        (DeviceKind::Power, Some(DeviceScheme::Bridge)) => {
+            let device = bridge_device(ctx, &d.url, token).map_err(failed)?;
+            if !fence {
+                let v = bounded(budget, "power on", async {
+                    device.on_with_key(key).await.map_err(fence_error)
+                })
+                .await?;
+                return Ok((
+                    format!(
+                        "power on verified by the bridge in {:?}",
+                        v.command_to_verified()
+                    ),
+                    None,
+                ));
             }
+            let v = bounded(budget, "power off", async {
+                device.off_with_key(key).await.map_err(fence_error)
+            })
+            .await?;
+            Ok((
+                format!(
+                    "power off verified by the bridge in {:?} (idempotency key {key})",
+                    v.command_to_verified()
+                ),
+                Some((
+                    EvidenceKind::PowerOff,
+                    format!(
+                        "{} reported target {} verified off under token {token}: {}",
+                        d.url,
+                        device.target_id(),
+                        short(v.bridge_evidence().unwrap_or("{}"))
+                    ),
+                )),
+            ))
         }
         (DeviceKind::Storage, Some(DeviceScheme::StorageFirewall)) => {
-            let client = match storage_client(&d.url, &secret) {
-                Ok(c) => c,
-                Err(e) => return fail(AttemptOutcome::Failed, e.to_string()),
-            };
-            let nodes: Api<Node> = Api::all(ctx.client.clone());
-            let n = nodes.get_opt(node).await.ok().flatten();
-            let noderef = match palisade_storagefw::NodeRef::new(node, node_addresses(n.as_ref())) {
-                Ok(r) => r,
-                Err(e) => return fail(AttemptOutcome::Failed, e.to_string()),
-            };
-            match tokio::time::timeout(budget, client.block(&noderef)).await {
-                Err(_) => fail(
-                    AttemptOutcome::TimedOut,
-                    format!("no verified block within {budget:?}"),
-                ),
-                Ok(Err(e)) => fail(AttemptOutcome::Failed, e.to_string()),
-                Ok(Ok(v)) => Outcome {
-                    action,
-                    outcome: AttemptOutcome::Succeeded,
-                    message: "storage block commanded and verified".into(),
-                    evidence: Some((
-                        EvidenceKind::StorageBlocked,
-                        format!(
-                            "{} reports node {} blocked: {}",
-                            v.endpoint(),
-                            v.node(),
-                            v.status()
-                        ),
-                    )),
-                },
+            let secret = secret_for(ctx, node, &d.url).await.map_err(failed)?;
+            let client = storage_client(&d.url, &secret).map_err(failed)?;
+            let noderef = storage_node(ctx, node).await.map_err(failed)?;
+            if !fence {
+                bounded(budget, "unblock", async {
+                    client.unblock(&noderef).await.map_err(|e| e.to_string())
+                })
+                .await?;
+                return Ok(("storage unblock verified".into(), None));
             }
+            let v = bounded(budget, "block", async {
+                client.block(&noderef).await.map_err(|e| e.to_string())
+            })
+            .await?;
+            Ok((
+                "storage block commanded and verified".into(),
+                Some((
+                    EvidenceKind::StorageBlocked,
+                    format!(
+                        "{} reports node {} blocked: {}",
+                        v.endpoint(),
+                        v.node(),
+                        v.status()
+                    ),
+                )),
+            ))
         }
-        (kind, scheme) => fail(
-            AttemptOutcome::Failed,
-            format!("no agent for a {kind:?} device with scheme {scheme:?} in this controller"),
-        ),
+        (DeviceKind::Storage, Some(DeviceScheme::Bridge)) => {
+            let device = bridge_device(ctx, &d.url, token).map_err(failed)?;
+            let (verb, action) = if fence {
+                ("block", StorageAction::Block)
+            } else {
+                ("unblock", StorageAction::Unblock)
+            };
+            let r = bounded(budget, verb, async {
+                device.storage(action, key).await.map_err(fence_error)
+            })
+            .await?;
+            let message = format!("storage {verb} verified by the bridge (idempotency key {key})");
+            let evidence = fence.then(|| {
+                (
+                    EvidenceKind::StorageBlocked,
+                    format!(
+                        "{} reported target {} storage blocked under token {token}: {}",
+                        d.url,
+                        r.target,
+                        short(&r.evidence.to_string())
+                    ),
+                )
+            });
+            Ok((message, evidence))
+        }
+        (kind, scheme) => Err(failed(format!(
+            "no agent for a {kind:?} device with scheme {scheme:?} in this controller"
+        ))),
     }
 }
 
-/// Runs one level: every device must be commanded and verified. Stops at the first failure.
+/// The idempotency key of one device step: unique per `NodeFence` step (`step` names it, e.g.
+/// `nf-<uid>-t<token>-a<attempts so far>`), level, device and action, and the same when an
+/// interrupted step is resumed.
+fn step_key(step: &str, level: i32, index: usize, action: DeviceAction) -> String {
+    format!("{step}-l{level}-d{index}-{action:?}")
+}
+
+/// Runs the devices of one level one way, recording an attempt per device; stops at the first
+/// failure.
+async fn drive(
+    ctx: &Ctx,
+    node: &str,
+    level: i32,
+    devices: &[PlannedDevice],
+    direction: Direction,
+    token: i64,
+    step: &str,
+) -> LevelRun {
+    let mut run = LevelRun::default();
+    for (index, d) in devices.iter().enumerate() {
+        let action = action_of(d.kind, direction);
+        let key = step_key(step, level, index, action);
+        let acted = act(ctx, node, d, direction, token, &key).await;
+        let (outcome, message, evidence) = match acted {
+            Ok((m, e)) => (AttemptOutcome::Succeeded, m, e),
+            Err((o, m)) => (o, m, None),
+        };
+        tracing::info!(node, level, device = %d.url, ?action, ?outcome, %message, "device attempt");
+        run.attempts.push(DeviceAttempt {
+            level,
+            device: d.url.clone(),
+            action,
+            outcome,
+            token,
+            at: now(),
+            message: message.clone(),
+        });
+        let verified = match (direction, evidence) {
+            (Direction::Fence, Some((kind, observed))) => {
+                run.evidence.push(Evidence {
+                    level,
+                    device: d.url.clone(),
+                    kind,
+                    observed,
+                    at: now(),
+                });
+                true
+            }
+            (Direction::Recover, _) => outcome == AttemptOutcome::Succeeded,
+            (Direction::Fence, None) => false,
+        };
+        if !verified {
+            run.failure = Some(format!("{}: {message}", d.url));
+            break;
+        }
+    }
+    run
+}
+
+/// Runs one fencing level: every device must be commanded and verified. Stops at the first
+/// failure. `step` identifies this step of the `NodeFence` (see [`step_key`]).
 pub async fn run_level(
     ctx: &Ctx,
     node: &str,
     level: i32,
     devices: &[PlannedDevice],
     token: i64,
+    step: &str,
 ) -> LevelRun {
-    let mut run = LevelRun::default();
-    for d in devices {
-        let o = fence_one(ctx, node, d, token).await;
-        tracing::info!(node, level, device = %d.url, outcome = ?o.outcome, message = %o.message, "device attempt");
-        run.attempts.push(DeviceAttempt {
-            level,
-            device: d.url.clone(),
-            action: o.action,
-            outcome: o.outcome,
-            token,
-            at: now(),
-            message: o.message.clone(),
-        });
-        match o.evidence {
-            Some((kind, observed)) => run.evidence.push(Evidence {
-                level,
-                device: d.url.clone(),
-                kind,
-                observed,
-                at: now(),
-            }),
-            None => {
-                run.failure = Some(format!("{}: {}", d.url, o.message));
-                break;
-            }
-        }
-    }
-    run
+    drive(ctx, node, level, devices, Direction::Fence, token, step).await
 }
 
 /// Recovery: powers on (power devices) or lifts the storage block (storage devices). Returns
@@ -287,68 +454,37 @@ pub async fn recover(
     level: i32,
     devices: &[PlannedDevice],
     token: i64,
+    step: &str,
 ) -> (Vec<DeviceAttempt>, Result<(), String>) {
-    let mut attempts = Vec::new();
-    for d in devices {
-        let budget = Duration::from_secs(u64::try_from(d.timeout_seconds).unwrap_or(20).max(1));
-        let action = match d.kind {
-            DeviceKind::Power => DeviceAction::PowerOn,
-            DeviceKind::Storage => DeviceAction::Unblock,
-        };
-        let result: Result<String, (AttemptOutcome, String)> = async {
-            ctx.leader
-                .check(token)
-                .await
-                .map_err(|e| (AttemptOutcome::StaleToken, e.to_string()))?;
-            let secret = secret_for(ctx, node, &d.url)
-                .await
-                .map_err(|e| (AttemptOutcome::Failed, e.to_string()))?;
-            match d.kind {
-                DeviceKind::Power => {
-                    let dev = power_device(&d.url, &secret)
-                        .map_err(|e| (AttemptOutcome::Failed, e.to_string()))?;
-                    match tokio::time::timeout(budget, dev.on()).await {
-                        Err(_) => Err((AttemptOutcome::TimedOut, "no verified power on".into())),
-                        Ok(Err(e)) => Err((AttemptOutcome::Failed, e.to_string())),
-                        Ok(Ok(v)) => Ok(format!(
-                            "power on verified in {:?}",
-                            v.command_to_verified()
-                        )),
-                    }
-                }
-                DeviceKind::Storage => {
-                    let client = storage_client(&d.url, &secret)
-                        .map_err(|e| (AttemptOutcome::Failed, e.to_string()))?;
-                    let nodes: Api<Node> = Api::all(ctx.client.clone());
-                    let n = nodes.get_opt(node).await.ok().flatten();
-                    let noderef =
-                        palisade_storagefw::NodeRef::new(node, node_addresses(n.as_ref()))
-                            .map_err(|e| (AttemptOutcome::Failed, e.to_string()))?;
-                    match tokio::time::timeout(budget, client.unblock(&noderef)).await {
-                        Err(_) => Err((AttemptOutcome::TimedOut, "no verified unblock".into())),
-                        Ok(Err(e)) => Err((AttemptOutcome::Failed, e.to_string())),
-                        Ok(Ok(_)) => Ok("storage unblock verified".into()),
-                    }
-                }
-            }
-        }
-        .await;
-        let (outcome, message, ok) = match result {
-            Ok(m) => (AttemptOutcome::Succeeded, m, true),
-            Err((o, m)) => (o, m, false),
-        };
-        attempts.push(DeviceAttempt {
-            level,
-            device: d.url.clone(),
-            action,
-            outcome,
-            token,
-            at: now(),
-            message: message.clone(),
-        });
-        if !ok {
-            return (attempts, Err(format!("{}: {message}", d.url)));
-        }
+    let run = drive(ctx, node, level, devices, Direction::Recover, token, step).await;
+    (run.attempts, run.failure.map_or(Ok(()), Err))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_keys_fit_the_bridge_header_and_differ_per_action() {
+        let step = format!(
+            "nf-{}-t{}-a{}",
+            "0f8d3a52-5b1e-4c4a-9d7e-6a1b2c3d4e5f",
+            i64::MAX,
+            99
+        );
+        let off = step_key(&step, 9, 7, DeviceAction::PowerOff);
+        let on = step_key(&step, 9, 7, DeviceAction::PowerOn);
+        assert_ne!(off, on);
+        assert!(off.len() <= 128, "{} characters: {off}", off.len());
+        assert!(off.bytes().all(|c| c.is_ascii_graphic()), "{off}");
     }
-    (attempts, Ok(()))
+
+    #[test]
+    fn long_bridge_evidence_is_shortened_on_a_char_boundary() {
+        let long = "é".repeat(700);
+        let s = short(&long);
+        assert_eq!(s.chars().count(), 601);
+        assert!(s.ends_with('…'));
+        assert_eq!(short("{}"), "{}");
+    }
 }

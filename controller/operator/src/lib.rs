@@ -54,6 +54,9 @@ pub struct Settings {
     pub renew_interval: Duration,
     /// Detection / decision tick.
     pub tick: Duration,
+    /// The client identity (pinned CA, client certificate and key) for `bridge://` devices;
+    /// `None` when this controller does not fence through a firmware-bridge.
+    pub bridge: Option<palisade_fence::bridge::BridgeIdentity>,
 }
 
 /// Everything the loops share.

@@ -41,6 +41,16 @@ struct Args {
     /// Do not install the CRDs at start (they are managed elsewhere).
     #[arg(long)]
     skip_crd_install: bool,
+    /// PEM of the CA that signed the firmware-bridge's server certificate (the only root
+    /// trusted for `bridge://` devices). With --bridge-cert and --bridge-key.
+    #[arg(long, env = "PALISADE_BRIDGE_CA", requires_all = ["bridge_cert", "bridge_key"])]
+    bridge_ca: Option<PathBuf>,
+    /// PEM of this controller's client certificate for the firmware-bridge.
+    #[arg(long, env = "PALISADE_BRIDGE_CERT", requires_all = ["bridge_ca", "bridge_key"])]
+    bridge_cert: Option<PathBuf>,
+    /// PEM of the key of --bridge-cert (a file, never a flag value).
+    #[arg(long, env = "PALISADE_BRIDGE_KEY", requires_all = ["bridge_ca", "bridge_cert"])]
+    bridge_key: Option<PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -99,6 +109,13 @@ async fn main() -> anyhow::Result<()> {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         format!("{}-{}", host.trim(), std::process::id())
     });
+    let bridge = match (&args.bridge_ca, &args.bridge_cert, &args.bridge_key) {
+        (Some(ca), Some(cert), Some(key)) => Some(
+            palisade_fence::bridge::BridgeIdentity::from_files(ca, cert, key)
+                .context("loading the firmware-bridge client identity")?,
+        ),
+        _ => None,
+    };
     let client = client(args.kubeconfig.as_ref()).await?;
     if !args.skip_crd_install {
         crds::ensure(&client, Duration::from_secs(60))
@@ -118,6 +135,7 @@ async fn main() -> anyhow::Result<()> {
         lease_duration: args.lease_duration,
         renew_interval: args.renew_interval,
         tick: args.resync,
+        bridge,
     };
     let ctx = Ctx::new(client, settings, cache, leadership.clone());
     let election = tokio::spawn(leadership.run(args.lease_duration, args.renew_interval));

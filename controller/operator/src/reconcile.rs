@@ -167,6 +167,18 @@ fn released(o: &ObjectRef) -> ReleasedObject {
     }
 }
 
+/// Names the next device step of `nf` for idempotency keys: the `NodeFence` UID, the token and
+/// the number of attempts already persisted. A step resumed after a crash (its attempts were
+/// never persisted) gets the same name, so a bridge answers it from its record instead of
+/// acting twice; a new step, or a new leader, gets a new one.
+fn step_name(nf: &NodeFence, token: i64, status: &NodeFenceStatus) -> String {
+    format!(
+        "nf-{}-t{token}-a{}",
+        nf.metadata.uid.as_deref().unwrap_or("no-uid"),
+        status.attempts.len()
+    )
+}
+
 /// One recovery action (power on, or lifting the storage fence) on the devices of the fence's
 /// level: records every attempt and, on success, the time in the field `mark` selects,
 /// persists, and emits an Event. Returns `false` when this activation must stop: a stale
@@ -184,8 +196,9 @@ async fn recovery_action(
     failed: &str,
 ) -> Result<bool, Error> {
     let level = status.verified_fence().map(|v| v.level()).unwrap_or(0);
+    let step = step_name(nf, token, &status);
     let (attempts, result) =
-        crate::devices::recover(ctx, &nf.spec.node_name, level, devices, token).await;
+        crate::devices::recover(ctx, &nf.spec.node_name, level, devices, token, &step).await;
     if attempts
         .iter()
         .any(|a| a.outcome == AttemptOutcome::StaleToken)
@@ -415,7 +428,9 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 event(ctx, &nf, Kind::Normal, "Fencing", &msg).await;
             }
             Step::RunLevel { level, devices } => {
-                let run = crate::devices::run_level(ctx, &node, level, &devices, token).await;
+                let step = step_name(&nf, token, &status);
+                let run =
+                    crate::devices::run_level(ctx, &node, level, &devices, token, &step).await;
                 if run
                     .attempts
                     .iter()

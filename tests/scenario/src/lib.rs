@@ -14,6 +14,10 @@ use palisade_lab::{Lab, LabConfig};
 use palisade_model::{FenceTarget, FencingPolicy, NodeFence};
 use serde_json::json;
 
+pub mod bridge;
+
+pub use bridge::{BridgeOptions, FirmwareBridge};
+
 /// Namespace of the controller's Lease and of the credential Secrets.
 pub const SYSTEM_NS: &str = "palisade-system";
 /// Where the lab storage server's data path listens, inside the lab (the hub).
@@ -346,6 +350,15 @@ pub fn free_port() -> u16 {
 
 /// Starts `palisade-controller` with the admin kubeconfig and lab-speed leader election.
 pub fn start_controller(lab: &Lab, identity: &str) -> Result<(Proc, String)> {
+    start_controller_with(lab, identity, &[])
+}
+
+/// [`start_controller`] with extra environment (e.g. [`FirmwareBridge::controller_env`]).
+pub fn start_controller_with(
+    lab: &Lab,
+    identity: &str,
+    env: &[(&str, String)],
+) -> Result<(Proc, String)> {
     let cp = lab
         .control_plane()
         .context("the lab has no control plane")?;
@@ -373,7 +386,9 @@ pub fn start_controller(lab: &Lab, identity: &str) -> Result<(Proc, String)> {
             "--resync",
             "250ms",
         ],
-        &[("RUST_LOG", "info,kube=warn")],
+        &std::iter::once(("RUST_LOG", "info,kube=warn"))
+            .chain(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .collect::<Vec<_>>(),
     )?;
     Ok((p, metrics))
 }

@@ -2,6 +2,8 @@
 //! controller as a child process, Palisade objects, and polling with deadlines.
 #![allow(dead_code)]
 
+pub mod sim;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -135,6 +137,11 @@ fn free_port() -> u16 {
 
 /// Starts `palisade-controller` with the admin kubeconfig.
 pub fn start_controller(lab: &Lab, identity: &str) -> Controller {
+    start_controller_with_env(lab, identity, &[])
+}
+
+/// [`start_controller`] with extra environment (e.g. the firmware-bridge client identity).
+pub fn start_controller_with_env(lab: &Lab, identity: &str, env: &[(&str, String)]) -> Controller {
     let bin = palisade_lab::bin_path("palisade-controller")
         .expect("build the controller first: cargo build -p palisade-controller --bins");
     let cp = lab.control_plane().expect("control plane");
@@ -161,6 +168,7 @@ pub fn start_controller(lab: &Lab, identity: &str) -> Controller {
             "250ms",
         ])
         .env("RUST_LOG", "info,kube=warn,palisade_controller=debug")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(Stdio::from(out.try_clone().unwrap()))
         .stderr(Stdio::from(out))
         .spawn()
