@@ -1,10 +1,11 @@
 //! `palisade-demo`: the whole story on the lab, with a printed timeline.
 //!
 //! A StatefulSet's writer runs on machine m0 and appends to a volume on the lab storage
-//! server. m0 is cut off the network. Palisade detects the silence, fences m0 (IPMI power off
-//! and a storage block, both verified), releases the pod, and the StatefulSet's replacement
-//! writes from another machine. The at-most-one checker then reads the volume and the
-//! writers' acknowledgements and gives its verdict.
+//! server. m0 is cut off the network. Palisade detects the silence, fences m0 through the
+//! firmware-bridge (IPMI power off, or the PDU outlet if IPMI fails, and a storage block, all
+//! verified), releases the pod, and the StatefulSet's replacement writes from another machine.
+//! The at-most-one checker then reads the volume and the writers' acknowledgements and gives
+//! its verdict, and the bridge's audit log shows who did what.
 
 use std::time::{Duration, Instant};
 
@@ -69,18 +70,23 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
         storage.admin
     ));
 
+    // The management network: the firmware-bridge holds every BMC, PDU and storage credential;
+    // the cluster holds none, only the controller's client certificate.
+    let bridge = FirmwareBridge::start(
+        lab,
+        BridgeOptions {
+            wrong_bmc_password: &[],
+            storage: Some(&storage),
+        },
+    )?;
+    t.say(format!(
+        "firmware-bridge up on https://{} (mTLS; inventory: IPMI level, then PDU level, plus the storage firewall, per machine)",
+        bridge.addr
+    ));
     c.namespace(SYSTEM_NS)?;
     c.namespace("app")?;
-    let (_controller, _metrics) = start_controller(lab, "palisade-0")?;
-    secret(
-        &c.client,
-        &c.rt,
-        "storage",
-        &[
-            ("caBundle", storage.ca_pem.as_str()),
-            ("token", storage.token.as_str()),
-        ],
-    )?;
+    let (_controller, _metrics) =
+        start_controller_with(lab, "palisade-0", &bridge.controller_env())?;
     policy(
         &c.client,
         &c.rt,
@@ -91,35 +97,22 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
             "fenceWhen": "Always",
         }),
     )?;
-    for (i, m) in lab.machines().iter().enumerate() {
-        let bmc = format!("bmc-{}", m.name());
-        secret(
+    for m in lab.machines() {
+        let url = bridge.url(m.name());
+        fence_target(
             &c.client,
             &c.rt,
-            &bmc,
-            &[("password", &m.bmc().password()?)],
+            m.name(),
+            vec![(
+                "bridge",
+                vec![
+                    json!({"url": url, "kind": "Power"}),
+                    json!({"url": url, "kind": "Storage"}),
+                ],
+            )],
         )?;
-        let pdu = format!("pdu-{}", m.name());
-        let community =
-            palisade_lab::PduInfo::secret(&lab.pdu().context("no PDU")?.info().community_rw_file)?;
-        secret(&c.client, &c.rt, &pdu, &[("community", &community)])?;
-        let storage_dev = device(&storage.fence_url(), "Storage", "storage");
-        let mut levels = vec![(
-            "bmc+storage",
-            vec![
-                device(&ipmi_url(lab, i), "Power", &bmc),
-                storage_dev.clone(),
-            ],
-        )];
-        if let Some(url) = pdu_url(lab, i) {
-            levels.push((
-                "pdu+storage",
-                vec![device(&url, "Power", &pdu), storage_dev],
-            ));
-        }
-        fence_target(&c.client, &c.rt, m.name(), levels)?;
     }
-    t.say("palisade-controller running; FencingPolicy 'lab' (unhealthy after 4 s); FenceTargets: [IPMI + storage firewall], then [PDU + storage firewall]");
+    t.say("palisade-controller running; FencingPolicy 'lab' (unhealthy after 4 s); FenceTargets: bridge://…/<machine> for power and storage (no credential in the cluster)");
 
     // The writer StatefulSet, placed on m0.
     let acks = lab.dir().join("acks");
@@ -290,6 +283,40 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
     );
     for tr in &st.transitions {
         println!("  {:<10} {}", format!("{:?}", tr.phase), tr.at.0);
+    }
+    println!(
+        "\nfirmware-bridge audit log ({}):",
+        bridge.audit_log.display()
+    );
+    for r in bridge.audit() {
+        let ev = &r["evidence"];
+        let levels: Vec<String> = ev["attempts"]
+            .as_array()
+            .or_else(|| ev["devices"].as_array())
+            .map(|a| {
+                a.iter()
+                    .map(|x| {
+                        let name = x["level_name"].as_str().or_else(|| x["device"].as_str());
+                        format!(
+                            "{}:{}",
+                            name.unwrap_or("?").split('?').next().unwrap_or("?"),
+                            x["result"].as_str().unwrap_or("?")
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        println!(
+            "  {} {} {} {} token {} -> {} {}ms {}",
+            r["time"].as_str().unwrap_or("?"),
+            r["client"].as_str().unwrap_or("?"),
+            r["action"].as_str().unwrap_or("?"),
+            r["target"].as_str().unwrap_or("?"),
+            r["token"],
+            r["result"].as_str().unwrap_or("?"),
+            r["duration_ms"],
+            levels.join(" "),
+        );
     }
     if !out.status.success() {
         bail!("the at-most-one checker found a violation");
