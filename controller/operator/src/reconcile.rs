@@ -315,6 +315,21 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
         } else {
             Vec::new()
         };
+        let released_records: HashSet<String> = status
+            .release
+            .attach_records
+            .iter()
+            .map(|r| r.name.clone())
+            .collect();
+        let attach_records: Vec<ObjectRef> = if releasing {
+            crate::release::attach_records(&ctx.client, &node)
+                .await?
+                .into_iter()
+                .filter(|r| !released_records.contains(&r.name))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let taint_present = ctx
             .cache
             .nodes
@@ -327,7 +342,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             recovery: recovery.as_ref(),
             pods_on_node,
             attachments,
-            attach_records: Vec::new(),
+            attach_records,
             node_healthy,
             agent_clean,
             taint_present,
@@ -580,12 +595,22 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 )
                 .await;
             }
-            Step::ClearAttachRecord(_, pv) => {
-                // Observations never list attach records (not implemented in this controller).
-                return Err(Error::Config(format!(
-                    "clearing the attach record of PV {} is not supported",
-                    pv.name
-                )));
+            Step::ClearAttachRecord(proof, record) => {
+                ctx.leader.check(token).await?;
+                crate::release::clear_attach_record(&ctx.client, &node, &record, &proof).await?;
+                status.release.attach_records.push(released(&record));
+                persist(&api, &nf, status).await?;
+                event(
+                    ctx,
+                    &nf,
+                    Kind::Normal,
+                    "AttachRecordCleared",
+                    &format!(
+                        "volume {} removed from node {node}'s volumesInUse (the node is fenced and mounts nothing)",
+                        record.name
+                    ),
+                )
+                .await;
             }
             Step::PowerOn(devices) => {
                 let done = ("PoweredOn", format!("node {node} powered on"));

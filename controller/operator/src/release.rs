@@ -5,7 +5,10 @@
 //! 1. taint the node `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`;
 //! 2. for each pod: add the `palisade.dev/Fenced` condition and phase Failed (status patch),
 //!    then DELETE with grace 0 and a UID precondition;
-//! 3. once no pod of the node remains, DELETE its VolumeAttachments with a UID precondition.
+//! 3. once no pod of the node remains, DELETE its VolumeAttachments with a UID precondition;
+//! 4. clear the node's attach records: the volumes its last status still lists in
+//!    `volumesInUse`, which Kubernetes 1.20's attach-detach controller honours for 6 minutes
+//!    before it detaches a ReadWriteOnce volume from an unreachable node.
 //!
 //! Each function is idempotent: an object already gone (404) or already replaced by another of
 //! the same name (409 on the UID precondition) counts as released.
@@ -213,4 +216,72 @@ pub async fn delete_attachment(
             e,
         )),
     }
+}
+
+/// The node's attach records: the volumes its `status.volumesInUse` still lists, read live.
+///
+/// Kubernetes 1.20's attach-detach controller does not detach a volume the node reports in
+/// use (for up to 6 minutes), so a ReadWriteOnce volume cannot follow its pod to another node
+/// while a fenced node's last status claims it. Each entry is an [`ObjectRef`] whose `name` is
+/// the volume's unique name and whose `uid` is the Node's UID (the precondition of the patch).
+pub async fn attach_records(client: &kube::Client, node: &str) -> Result<Vec<ObjectRef>, Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    let Some(n) = api
+        .get_opt(node)
+        .await
+        .map_err(|e| Error::kube(format!("reading node {node}"), e))?
+    else {
+        return Ok(Vec::new());
+    };
+    let uid = n.uid().unwrap_or_default();
+    Ok(n.status
+        .and_then(|s| s.volumes_in_use)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| ObjectRef {
+            namespace: String::new(),
+            name: v,
+            uid: uid.clone(),
+        })
+        .collect())
+}
+
+/// Release 4: removes one volume from the fenced node's `status.volumesInUse`, writing the
+/// status back with the resourceVersion it read (a concurrent change makes the write fail with
+/// a conflict, and the step is retried on the next tick). A volume already gone, or a Node
+/// replaced by another of the same name, counts as done.
+///
+/// Only a verified fence ([`VerifiedFence`]) may do this: a node powered off or cut off from
+/// the storage mounts nothing, so its stale claim is all that keeps the volume from moving.
+pub async fn clear_attach_record(
+    client: &kube::Client,
+    node: &str,
+    record: &ObjectRef,
+    _proof: &VerifiedFence,
+) -> Result<(), Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    let mut n = match api.get_status(node).await {
+        Ok(n) => n,
+        Err(e) if is_not_found(&e) => return Ok(()),
+        Err(e) => return Err(Error::kube(format!("reading node {node}"), e)),
+    };
+    if n.uid().as_deref() != Some(record.uid.as_str()) {
+        return Ok(());
+    }
+    let Some(in_use) = n.status.as_mut().and_then(|s| s.volumes_in_use.as_mut()) else {
+        return Ok(());
+    };
+    if !in_use.contains(&record.name) {
+        return Ok(());
+    }
+    in_use.retain(|v| *v != record.name);
+    api.replace_status(node, &PostParams::default(), &n)
+        .await
+        .map_err(|e| {
+            Error::kube(
+                format!("removing {} from node {node}'s volumesInUse", record.name),
+                e,
+            )
+        })?;
+    Ok(())
 }

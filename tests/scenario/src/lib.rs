@@ -475,6 +475,35 @@ impl Storage {
         format!("storagefw+https://{}/?profile=lab", self.admin)
     }
 
+    /// Starts the lab CSI attacher for this storage (it registers the CSIDriver, and grants a
+    /// node a volume when the attach-detach controller attaches it there; detaching revokes).
+    pub fn start_attacher(&self, lab: &Lab) -> Result<Proc> {
+        let cp = lab
+            .control_plane()
+            .context("the lab has no control plane")?;
+        let kubeconfig = cp.admin_kubeconfig().display().to_string();
+        let admin_url = format!("https://{}", self.admin);
+        let ca = self.ca_file.display().to_string();
+        let token = self.token_file.display().to_string();
+        Proc::spawn(
+            lab,
+            "palisade-attacher",
+            "attacher",
+            &[
+                "--kubeconfig",
+                &kubeconfig,
+                "--admin-url",
+                &admin_url,
+                "--ca-file",
+                &ca,
+                "--token-file",
+                &token,
+                "--ensure-csi-driver",
+            ],
+            &[],
+        )
+    }
+
     /// A volume's log file.
     pub fn volume_file(&self, volume: &str) -> PathBuf {
         self.state_dir.join("volumes").join(format!("{volume}.vol"))

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use palisade_lab::{Cut, Lab};
@@ -55,18 +56,17 @@ fn main() -> Result<()> {
 }
 
 fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
-    // Storage: the writer's volume on the lab array, writable by every machine.
+    // Storage: the writer's volume on the lab array, attached through CSI by the real
+    // attach-detach controller and the lab attacher (an attach grants the node the volume).
     let storage = Storage::start(lab, &["db"])?;
+    let _attacher = storage.start_attacher(lab)?;
     let admin = AdminClient::new(
         &format!("https://{}", storage.admin),
         storage.ca_pem.as_bytes(),
         palisade_storagefw::Secret::new(storage.token.clone()),
     )?;
-    for m in lab.machines() {
-        c.rt.block_on(admin.grant("db", m.name(), &[std::net::IpAddr::V4(m.address())]))?;
-    }
     t.say(format!(
-        "storage server up: data path {STORAGE_DATA} in the lab, admin API https://{} (TLS, token)",
+        "storage server up: data path {STORAGE_DATA} in the lab, admin API https://{} (TLS, token); CSI attacher running",
         storage.admin
     ));
 
@@ -85,6 +85,14 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
     ));
     c.namespace(SYSTEM_NS)?;
     c.namespace("app")?;
+    c.rt.block_on(palisade_labstore::kube_objects::ensure_volume(
+        &c.client,
+        "pv-db",
+        "db",
+        STORAGE_DATA,
+        "app",
+        "data-db-0",
+    ))?;
     let (_controller, _metrics) =
         start_controller_with(lab, "palisade-0", &bridge.controller_env())?;
     policy(
@@ -141,10 +149,16 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
                             {"name": "ACK_LOG", "value": format!("{}/acks-$(POD_UID).log", acks.display())},
                             {"name": "WRITE_INTERVAL_MS", "value": "50"},
                             {"name": "WRITE_SECONDS", "value": "600"}
-                        ]
+                        ],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]
                     }]
                 }
-            }
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                         "resources": {"requests": {"storage": "1Gi"}}}
+            }]
         }
     }))?;
     c.rt.block_on(
@@ -166,7 +180,7 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
     )?;
     cordon(&c.client, &c.rt, "m1", false)?;
     cordon(&c.client, &c.rt, "m2", false)?;
-    t.say(format!("StatefulSet app/db: db-0 (uid {}) Running on m0, writing to volume 'db' ({} writes acknowledged)", short(&old_uid), read_or_empty(&old_acks).lines().count()));
+    t.say(format!("StatefulSet app/db: db-0 (uid {}) Running on m0 with PVC data-db-0 (RWO, CSI volume 'db' attached to m0), writing ({} writes acknowledged)", short(&old_uid), read_or_empty(&old_acks).lines().count()));
 
     // The partition.
     println!();
@@ -209,9 +223,10 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
                     "releasing: out-of-service taint, pods force-deleted by UID".into()
                 }
                 Phase::Released => format!(
-                    "released: {} pod(s), {} attachment(s)",
+                    "released: {} pod(s), {} VolumeAttachment(s), {} volumesInUse record(s)",
                     st.release.pods.len(),
-                    st.release.attachments.len()
+                    st.release.attachments.len(),
+                    st.release.attach_records.len()
                 ),
                 other => format!("{other:?}"),
             };
@@ -229,6 +244,25 @@ fn story(lab: &Lab, c: &Cluster, t: &Timeline) -> Result<()> {
         blocked
     ));
 
+    let vas: Api<VolumeAttachment> = Api::all(c.client.clone());
+    let (va, va_node) = eventually(
+        "volume db attached to another machine",
+        Duration::from_secs(180),
+        || {
+            let list = c.rt.block_on(vas.list(&Default::default())).ok()?;
+            list.items.into_iter().find_map(|va| {
+                let attached = va.status.as_ref().is_some_and(|s| s.attached);
+                (attached
+                    && va.spec.node_name != "m0"
+                    && va.spec.source.persistent_volume_name.as_deref() == Some("pv-db"))
+                .then(|| (va.name_any(), va.spec.node_name.clone()))
+            })
+        },
+    )?;
+    t.say(format!(
+        "{} volume db attached to {va_node} by the attach-detach controller (VolumeAttachment {va})",
+        since(Instant::now())
+    ));
     let new = eventually(
         "db-0 replaced and Running elsewhere",
         Duration::from_secs(180),
