@@ -338,7 +338,7 @@ async fn decide_round(
             .map(|n| n.fence);
         match &d.verdict {
             Verdict::Fence(plan) if node_ref == Some(FenceState::None) => {
-                create_fence(ctx, &d.node, &d.verdict.message(), plan.policy.as_str()).await?;
+                create_fence(ctx, &d.node, &d.verdict.message()).await?;
             }
             Verdict::Hold(reason) if changed => {
                 ctx.metrics.held(reason.label());
@@ -380,7 +380,7 @@ pub fn camel(label: &str) -> String {
         .collect()
 }
 
-async fn create_fence(ctx: &Ctx, node: &str, message: &str, policy: &str) -> Result<(), Error> {
+async fn create_fence(ctx: &Ctx, node: &str, message: &str) -> Result<(), Error> {
     let api: Api<NodeFence> = Api::all(ctx.client.clone());
     // The cache may lag behind our own create: ask the API whether one is unfinished.
     let existing = api
@@ -398,7 +398,7 @@ async fn create_fence(ctx: &Ctx, node: &str, message: &str, policy: &str) -> Res
         "",
         NodeFenceSpec {
             node_name: node.to_string(),
-            reason: format!("{message} (policy {policy})"),
+            reason: message.to_string(),
             requested_by: RequestedBy::Controller,
             overrides: Overrides::default(),
         },

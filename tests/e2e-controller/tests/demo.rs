@@ -1,0 +1,38 @@
+//! The headline, exactly as `hack/demo.sh` shows it: a StatefulSet writer with a ReadWriteOnce
+//! CSI volume on m0, m0 cut off, fenced through the firmware-bridge (power and storage,
+//! verified), released (pod, VolumeAttachment and the node's stale `volumesInUse`), the volume
+//! attached to another machine by Kubernetes' own attach-detach controller, the replacement
+//! writing, and the at-most-one checker passing.
+//!
+//! Without step 4 of the release (clearing `volumesInUse`) the 1.20 attach-detach controller
+//! would hold the volume on m0 for 6 minutes; the demo's deadline for the new attachment is 3.
+
+use std::process::Command;
+
+#[test]
+fn the_demo_recovers_an_rwo_statefulset_through_the_bridge_with_a_clean_verdict() {
+    let demo = palisade_lab::bin_path("palisade-demo")
+        .expect("build the demo first: cargo build -p palisade-scenario --bins");
+    let out = Command::new(demo).output().expect("run palisade-demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}");
+    assert!(out.status.success(), "the demo failed:\n{stdout}\n{stderr}");
+    for expected in [
+        "Running on m0 with PVC data-db-0",
+        "fenced, verified: PowerOff by bridge://",
+        "StorageBlocked by bridge://",
+        "released: 1 pod(s), 1 VolumeAttachment(s), 1 volumesInUse record(s)",
+        "by the attach-detach controller",
+        "replacement is writing",
+        "VERDICT: PASS",
+        "palisade-controller power.off m0 token 1 -> ok",
+        "palisade-controller storage.block m0 token 1 -> ok",
+        "at-most-one holds",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "the demo's output lacks {expected:?}:\n{stdout}"
+        );
+    }
+}
