@@ -15,6 +15,7 @@ use palisade_model::{FenceTarget, FencingPolicy, NodeFence};
 use serde_json::json;
 
 pub mod bridge;
+pub mod headline;
 
 pub use bridge::{BridgeOptions, FirmwareBridge};
 

@@ -1,0 +1,481 @@
+//! The headline scenario, shared by `palisade-demo` and the recovery benchmark: a StatefulSet
+//! writer with a ReadWriteOnce CSI volume on m0, m0 cut off the network, and either Palisade
+//! (fencing through the firmware-bridge, release, recovery elsewhere, the at-most-one checker)
+//! or nothing (the pod stays stuck; what Kubernetes alone does).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
+use palisade_lab::{Cut, Lab};
+use palisade_labstore::admin_client::AdminClient;
+use palisade_model::nodefence::Phase;
+use serde_json::json;
+
+use crate::*;
+
+/// Prints timestamped lines (unless quiet).
+pub struct Timeline {
+    start: Instant,
+    quiet: bool,
+}
+
+impl Timeline {
+    /// Starts the clock.
+    pub fn new(quiet: bool) -> Timeline {
+        Timeline {
+            start: Instant::now(),
+            quiet,
+        }
+    }
+
+    /// Prints `[   t.ttts] what`.
+    pub fn say(&self, what: impl AsRef<str>) {
+        if !self.quiet {
+            println!(
+                "[{:>8.3}s] {}",
+                self.start.elapsed().as_secs_f64(),
+                what.as_ref()
+            );
+        }
+    }
+
+    /// Prints a line as is.
+    pub fn print(&self, text: impl AsRef<str>) {
+        if !self.quiet {
+            println!("{}", text.as_ref());
+        }
+    }
+}
+
+/// What one run measured, as offsets from the cut (observed by polling the API every 200 ms).
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    /// When each `NodeFence` phase was first observed.
+    pub phases: Vec<(Phase, Duration)>,
+    /// When the volume was attached to another machine.
+    pub attached: Option<Duration>,
+    /// When the replacement pod was Running.
+    pub running: Option<Duration>,
+    /// When the replacement had acknowledged 20 writes.
+    pub writing: Option<Duration>,
+    /// The at-most-one checker's verdict (with Palisade).
+    pub verdict_pass: bool,
+    /// Without Palisade: what the old pod and its node looked like at the end of the wait.
+    pub stuck: Option<String>,
+}
+
+impl Report {
+    /// When `phase` was first observed.
+    pub fn phase(&self, phase: Phase) -> Option<Duration> {
+        self.phases
+            .iter()
+            .find(|(p, _)| *p == phase)
+            .map(|(_, d)| *d)
+    }
+}
+
+/// How to run the scenario.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Run Palisade (bridge and controller). Without it, nothing fences m0.
+    pub palisade: bool,
+    /// Without Palisade: how long to watch the stuck pod after the cut.
+    pub watch_without: Duration,
+}
+
+fn short(uid: &str) -> &str {
+    &uid[..8.min(uid.len())]
+}
+
+/// Runs the scenario on a lab whose three machines run `palisade-node` and which has a PDU.
+pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report> {
+    let mut report = Report::default();
+    // Storage: the writer's volume on the lab array, attached through CSI by the real
+    // attach-detach controller and the lab attacher (an attach grants the node the volume).
+    let storage = Storage::start(lab, &["db"])?;
+    let _attacher = storage.start_attacher(lab)?;
+    let admin = AdminClient::new(
+        &format!("https://{}", storage.admin),
+        storage.ca_pem.as_bytes(),
+        palisade_storagefw::Secret::new(storage.token.clone()),
+    )?;
+    t.say(format!(
+        "storage server up: data path {STORAGE_DATA} in the lab, admin API https://{} (TLS, token); CSI attacher running",
+        storage.admin
+    ));
+    c.namespace(SYSTEM_NS)?;
+    c.namespace("app")?;
+    c.rt.block_on(palisade_labstore::kube_objects::ensure_volume(
+        &c.client,
+        "pv-db",
+        "db",
+        STORAGE_DATA,
+        "app",
+        "data-db-0",
+    ))?;
+    let palisade = if opts.palisade {
+        Some(start_palisade(lab, c, t, &storage)?)
+    } else {
+        t.say("no Palisade in this run: nothing fences m0");
+        None
+    };
+
+    // The writer StatefulSet, placed on m0.
+    let acks = lab.dir().join("acks");
+    std::fs::create_dir_all(&acks)?;
+    let writer = palisade_lab::bin_path("palisade-writer")?;
+    cordon(&c.client, &c.rt, "m1", true)?;
+    cordon(&c.client, &c.rt, "m2", true)?;
+    let sts: StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "db", "namespace": "app"},
+        "spec": {
+            "replicas": 1, "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {
+                    "automountServiceAccountToken": false,
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{
+                        "name": "writer", "image": "host", "command": [writer.display().to_string()],
+                        "env": [
+                            {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                            {"name": "STORAGE_SERVER", "value": STORAGE_DATA},
+                            {"name": "STORAGE_VOLUME", "value": "db"},
+                            {"name": "ACK_LOG", "value": format!("{}/acks-$(POD_UID).log", acks.display())},
+                            {"name": "WRITE_INTERVAL_MS", "value": "50"},
+                            {"name": "WRITE_SECONDS", "value": "600"}
+                        ],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]
+                    }]
+                }
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                         "resources": {"requests": {"storage": "1Gi"}}}
+            }]
+        }
+    }))?;
+    c.rt.block_on(
+        Api::<StatefulSet>::namespaced(c.client.clone(), "app")
+            .create(&PostParams::default(), &sts),
+    )?;
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), "app");
+    let old = eventually("db-0 Running on m0", Duration::from_secs(120), || {
+        let p = c.rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
+        (p.spec.as_ref()?.node_name.as_deref() == Some("m0") && pod_phase(&p) == "Running")
+            .then_some(p)
+    })?;
+    let old_uid = old.uid().context("pod uid")?;
+    let old_acks = acks.join(format!("acks-{old_uid}.log"));
+    eventually(
+        "the writer on m0 acknowledged",
+        Duration::from_secs(60),
+        || (read_or_empty(&old_acks).lines().count() >= 20).then_some(()),
+    )?;
+    cordon(&c.client, &c.rt, "m1", false)?;
+    cordon(&c.client, &c.rt, "m2", false)?;
+    t.say(format!("StatefulSet app/db: db-0 (uid {}) Running on m0 with PVC data-db-0 (RWO, CSI volume 'db' attached to m0), writing ({} writes acknowledged)", short(&old_uid), read_or_empty(&old_acks).lines().count()));
+
+    // The partition.
+    t.print("");
+    t.say("cutting m0 off the network (its link goes down; its processes keep running)");
+    lab.partition(0, Cut::All)?;
+    let cut = Instant::now();
+    let since = |i: Instant| format!("+{:.2}s", i.duration_since(cut).as_secs_f64());
+
+    let Some(palisade) = palisade else {
+        report.stuck = Some(watch_stuck(c, t, &pods, &old_uid, cut, opts.watch_without)?);
+        return Ok(report);
+    };
+
+    let mut seen = 0;
+    let released = eventually("m0 fenced and released", Duration::from_secs(180), || {
+        let nf = fences_for(&c.client, &c.rt, "m0").into_iter().next()?;
+        let st = nf.status.clone()?;
+        for tr in st.transitions.iter().skip(seen) {
+            seen += 1;
+            let line = match tr.phase {
+                Phase::Pending => format!(
+                    "detected and decided: NodeFence {} created ({})",
+                    nf.name_any(),
+                    nf.spec.reason
+                ),
+                Phase::Fencing => format!(
+                    "fencing m0 with token {}",
+                    st.fencing_token.unwrap_or_default()
+                ),
+                Phase::Fenced => {
+                    let ev: Vec<String> = st
+                        .evidence
+                        .iter()
+                        .map(|e| {
+                            format!(
+                                "{:?} by {}",
+                                e.kind,
+                                e.device.split('?').next().unwrap_or("")
+                            )
+                        })
+                        .collect();
+                    format!("fenced, verified: {}", ev.join("; "))
+                }
+                Phase::Releasing => {
+                    "releasing: out-of-service taint, pods force-deleted by UID".into()
+                }
+                Phase::Released => format!(
+                    "released: {} pod(s), {} VolumeAttachment(s), {} volumesInUse record(s)",
+                    st.release.pods.len(),
+                    st.release.attachments.len(),
+                    st.release.attach_records.len()
+                ),
+                other => format!("{other:?}"),
+            };
+            report.phases.push((tr.phase, cut.elapsed()));
+            t.say(format!("{} {line}", since(Instant::now())));
+        }
+        (st.phase == Phase::Released).then_some(nf)
+    })?;
+    let m0 = &lab.machines()[0];
+    let blocked = c.rt.block_on(admin.node("m0"))?;
+    t.say(format!(
+        "{} m0 is powered {} with {} processes left; the storage server says m0: {}",
+        since(Instant::now()),
+        if m0.is_powered() { "ON" } else { "off" },
+        m0.processes().len(),
+        blocked
+    ));
+
+    let vas: Api<VolumeAttachment> = Api::all(c.client.clone());
+    let (va, va_node) = eventually(
+        "volume db attached to another machine",
+        Duration::from_secs(180),
+        || {
+            let list = c.rt.block_on(vas.list(&Default::default())).ok()?;
+            list.items.into_iter().find_map(|va| {
+                let attached = va.status.as_ref().is_some_and(|s| s.attached);
+                (attached
+                    && va.spec.node_name != "m0"
+                    && va.spec.source.persistent_volume_name.as_deref() == Some("pv-db"))
+                .then(|| (va.name_any(), va.spec.node_name.clone()))
+            })
+        },
+    )?;
+    report.attached = Some(cut.elapsed());
+    t.say(format!(
+        "{} volume db attached to {va_node} by the attach-detach controller (VolumeAttachment {va})",
+        since(Instant::now())
+    ));
+    let new = eventually(
+        "db-0 replaced and Running elsewhere",
+        Duration::from_secs(180),
+        || {
+            let p = c.rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
+            let node = p.spec.as_ref()?.node_name.clone()?;
+            (p.uid().as_deref() != Some(old_uid.as_str())
+                && node != "m0"
+                && pod_phase(&p) == "Running")
+                .then_some(p)
+        },
+    )?;
+    report.running = Some(cut.elapsed());
+    let new_uid = new.uid().context("pod uid")?;
+    let node = new
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    t.say(format!(
+        "{} replacement db-0 (uid {}) Running on {node}",
+        since(Instant::now()),
+        short(&new_uid)
+    ));
+    let new_acks = acks.join(format!("acks-{new_uid}.log"));
+    eventually(
+        "the replacement acknowledged writes",
+        Duration::from_secs(60),
+        || (read_or_empty(&new_acks).lines().count() >= 20).then_some(()),
+    )?;
+    report.writing = Some(cut.elapsed());
+    t.say(format!(
+        "{} replacement is writing ({} writes acknowledged)",
+        since(Instant::now()),
+        read_or_empty(&new_acks).lines().count()
+    ));
+
+    // The verdict.
+    t.print("");
+    let checker = palisade_lab::bin_path("palisade-checker")?;
+    let out = std::process::Command::new(checker)
+        .arg("--volume-file")
+        .arg(storage.volume_file("db"))
+        .arg("--ack-log")
+        .arg(&old_acks)
+        .arg("--ack-log")
+        .arg(&new_acks)
+        .output()?;
+    t.print(String::from_utf8_lossy(&out.stdout).trim_end());
+    report.verdict_pass = out.status.success();
+    let st = released.status.unwrap_or_default();
+    t.print(format!(
+        "\nNodeFence {} transitions:",
+        released.metadata.name.unwrap_or_default()
+    ));
+    for tr in &st.transitions {
+        t.print(format!("  {:<10} {}", format!("{:?}", tr.phase), tr.at.0));
+    }
+    let bridge = &palisade.bridge;
+    t.print(format!(
+        "\nfirmware-bridge audit log ({}):",
+        bridge.audit_log.display()
+    ));
+    for r in bridge.audit() {
+        let ev = &r["evidence"];
+        let levels: Vec<String> = ev["attempts"]
+            .as_array()
+            .or_else(|| ev["devices"].as_array())
+            .map(|a| {
+                a.iter()
+                    .map(|x| {
+                        let name = x["level_name"].as_str().or_else(|| x["device"].as_str());
+                        format!(
+                            "{}:{}",
+                            name.unwrap_or("?").split('?').next().unwrap_or("?"),
+                            x["result"].as_str().unwrap_or("?")
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        t.print(format!(
+            "  {} {} {} {} token {} -> {} {}ms {}",
+            r["time"].as_str().unwrap_or("?"),
+            r["client"].as_str().unwrap_or("?"),
+            r["action"].as_str().unwrap_or("?"),
+            r["target"].as_str().unwrap_or("?"),
+            r["token"],
+            r["result"].as_str().unwrap_or("?"),
+            r["duration_ms"],
+            levels.join(" "),
+        ));
+    }
+
+    if !report.verdict_pass {
+        bail!("the at-most-one checker found a violation");
+    }
+    t.say("at-most-one holds: no write from the old pod after the replacement's first write");
+    Ok(report)
+}
+
+/// The management network and the controller: a running bridge and controller.
+struct Palisade {
+    bridge: FirmwareBridge,
+    _controller: Proc,
+}
+
+fn start_palisade(lab: &Lab, c: &Cluster, t: &Timeline, storage: &Storage) -> Result<Palisade> {
+    // The firmware-bridge holds every BMC, PDU and storage credential; the cluster holds
+    // none, only the controller's client certificate.
+    let bridge = FirmwareBridge::start(
+        lab,
+        BridgeOptions {
+            wrong_bmc_password: &[],
+            storage: Some(storage),
+        },
+    )?;
+    t.say(format!(
+        "firmware-bridge up on https://{} (mTLS; inventory: IPMI level, then PDU level, plus the storage firewall, per machine)",
+        bridge.addr
+    ));
+    let (controller, _metrics) =
+        start_controller_with(lab, "palisade-0", &bridge.controller_env())?;
+    policy(
+        &c.client,
+        &c.rt,
+        "lab",
+        json!({
+            "detection": {"suspectAfterSeconds": 2, "unhealthyAfterSeconds": 4},
+            "forgiveness": {"respectTolerations": false, "defaultSeconds": 0},
+            "fenceWhen": "Always",
+        }),
+    )?;
+    for m in lab.machines() {
+        let url = bridge.url(m.name());
+        fence_target(
+            &c.client,
+            &c.rt,
+            m.name(),
+            vec![(
+                "bridge",
+                vec![
+                    json!({"url": url, "kind": "Power"}),
+                    json!({"url": url, "kind": "Storage"}),
+                ],
+            )],
+        )?;
+    }
+    t.say("palisade-controller running; FencingPolicy 'lab' (unhealthy after 4 s); FenceTargets: bridge://…/<machine> for power and storage (no credential in the cluster)");
+    Ok(Palisade {
+        bridge,
+        _controller: controller,
+    })
+}
+
+/// Without Palisade: watches for `watch` after the cut and describes what Kubernetes did. A
+/// replacement that runs while the old pod's machine is merely partitioned is an error (it
+/// would be unsafe; Kubernetes does not do it).
+fn watch_stuck(
+    c: &Cluster,
+    t: &Timeline,
+    pods: &Api<Pod>,
+    old_uid: &str,
+    cut: Instant,
+    watch: Duration,
+) -> Result<String> {
+    let nodes: Api<Node> = Api::all(c.client.clone());
+    let mut last = String::new();
+    while cut.elapsed() < watch {
+        std::thread::sleep(Duration::from_secs(1));
+        let pod = c.rt.block_on(pods.get_opt("db-0"))?;
+        let node = c.rt.block_on(nodes.get("m0"))?;
+        let ready = node
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.status)
+            .unwrap_or_default();
+        let state = match &pod {
+            Some(p) if p.uid().as_deref() == Some(old_uid) => format!(
+                "db-0 is the old pod on m0: phase {}{}; node m0 Ready={ready}",
+                pod_phase(p),
+                if p.metadata.deletion_timestamp.is_some() {
+                    ", Terminating"
+                } else {
+                    ""
+                }
+            ),
+            Some(p) => {
+                let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+                if node.as_deref().is_some_and(|n| n != "m0") && pod_phase(p) == "Running" {
+                    bail!("a replacement ran on {node:?} while m0 was only partitioned");
+                }
+                format!("db-0 replaced but not running (phase {})", pod_phase(p))
+            }
+            None => "db-0 deleted, no replacement yet".to_string(),
+        };
+        if state != last {
+            t.say(format!("+{:.2}s {state}", cut.elapsed().as_secs_f64()));
+            last = state;
+        }
+    }
+    Ok(last)
+}
