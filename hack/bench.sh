@@ -2,7 +2,7 @@
 # Benchmarks, side by side with the peer tools in the same run, against the same lab
 # simulators. Not part of hack/test.sh: tests assert behaviour, benchmarks measure.
 #   hack/bench.sh            every benchmark
-#   hack/bench.sh agents     only one (agents | storage | bridge)
+#   hack/bench.sh agents     only one (agents | storage | bridge | recovery)
 # Results are printed as tables with medians and ratios, and saved under target/bench/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,5 +39,9 @@ if [ "$want" = all ] || [ "$want" = storage ]; then
 fi
 if [ "$want" = all ] || [ "$want" = bridge ]; then
   run bridge bridge-bench -p palisade-bridge --
+fi
+if [ "$want" = all ] || [ "$want" = recovery ]; then
+  run recovery palisade-recovery-bench -p palisade-scenario -p palisade-node \
+    -p palisade-controller -p palisade-bridge -p palisade-labstore -- --runs 5 --without-seconds 90
 fi
 say "done; results in target/bench/"
