@@ -19,6 +19,7 @@
 //! - [`events`], [`metrics`], [`server`]: Kubernetes Events, Prometheus text, `/healthz`.
 
 pub mod cache;
+pub mod crashpoint;
 pub mod crds;
 pub mod detect;
 pub mod devices;

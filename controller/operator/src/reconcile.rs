@@ -117,7 +117,21 @@ fn healthy_since(ctx: &Ctx, node: &str, since: Timestamp, detection: &Detection)
 /// node being alive again (covers watch latency for markers written before the power-off).
 pub const REJOIN_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Persists `status` as the outcome of `step` (a [`Step::label`]), with the crash points of
+/// [`crate::crashpoint`] on either side of the write.
 async fn persist(
+    api: &Api<NodeFence>,
+    nf: &NodeFence,
+    status: NodeFenceStatus,
+    step: &str,
+) -> Result<NodeFence, Error> {
+    crate::crashpoint::reached(step, crate::crashpoint::When::BeforePersist);
+    let done = persist_now(api, nf, status).await;
+    crate::crashpoint::reached(step, crate::crashpoint::When::AfterPersist);
+    done
+}
+
+async fn persist_now(
     api: &Api<NodeFence>,
     nf: &NodeFence,
     status: NodeFenceStatus,
@@ -209,7 +223,7 @@ async fn recovery_action(
     if result.is_ok() {
         *mark(&mut status) = Some(MicroTime(now_wall()));
     }
-    persist(api, nf, status).await?;
+    persist(api, nf, status, "recovery").await?;
     match result {
         Ok(()) => {
             event(ctx, nf, Kind::Normal, done.0, &done.1).await;
@@ -250,7 +264,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                     name: name.into(),
                     source,
                 })?;
-            persist(&api, &nf, status).await?;
+            persist(&api, &nf, status, "record_request").await?;
             event(
                 ctx,
                 &nf,
@@ -348,6 +362,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             taint_present,
         };
         let step = next_step(&nf.spec, &status, &obs);
+        let label = step.label();
         tracing::debug!(nodefence = name, node = %node, phase = %status.phase.as_str(), step = step.label(), "step");
         if !matches!(step, Step::Wait { .. } | Step::Nothing) {
             ctx.metrics.step(step.label());
@@ -366,7 +381,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             }
             Step::RecordToken(t) => {
                 status.fencing_token = Some(t);
-                persist(&api, &nf, status).await?;
+                persist(&api, &nf, status, label).await?;
                 event(
                     ctx,
                     &nf,
@@ -380,15 +395,15 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 .await;
             }
             Step::Hold(reason) => {
-                let label = format!("hold_{}", reason.label());
-                if status.verdict.as_ref().map(|v| v.label.as_str()) != Some(label.as_str()) {
+                let held = format!("hold_{}", reason.label());
+                if status.verdict.as_ref().map(|v| v.label.as_str()) != Some(held.as_str()) {
                     let message = reason.to_string();
                     status.verdict = Some(VerdictRecord {
-                        label,
+                        label: held,
                         message: message.clone(),
                         at: MicroTime(wall),
                     });
-                    persist(&api, &nf, status).await?;
+                    persist(&api, &nf, status, label).await?;
                     event(
                         ctx,
                         &nf,
@@ -408,14 +423,14 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                             message: v.message(),
                             at: MicroTime(wall),
                         });
-                        persist(&api, &nf, status).await?;
+                        persist(&api, &nf, status, label).await?;
                     }
                 }
                 return Ok(());
             }
             Step::Cancel => {
                 enter(ctx, &nf, &mut status, Phase::Done, format!("node {node} renewed its heartbeat again before anything was done; cancelled")).await?;
-                persist(&api, &nf, status).await?;
+                persist(&api, &nf, status, label).await?;
                 ctx.metrics.fence("cancelled");
                 event(
                     ctx,
@@ -439,7 +454,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 }
                 let msg = format!("fencing node {node} with levels {levels:?} under token {t}");
                 enter(ctx, &nf, &mut status, Phase::Fencing, msg.clone()).await?;
-                persist(&api, &nf, status).await?;
+                persist(&api, &nf, status, label).await?;
                 event(ctx, &nf, Kind::Normal, "Fencing", &msg).await;
             }
             Step::RunLevel { level, devices } => {
@@ -489,7 +504,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                         (Kind::Warning, "LevelFailed", msg)
                     }
                 };
-                persist(&api, &nf, status).await?;
+                persist(&api, &nf, status, label).await?;
                 event(ctx, &nf, kind, reason, &msg).await;
             }
             Step::TrustSelfFence { level } => {
@@ -509,7 +524,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                         name: name.into(),
                         source,
                     })?;
-                persist(&api, &nf, status).await?;
+                persist(&api, &nf, status, label).await?;
                 event(ctx, &nf, Kind::Normal, "LevelVerified", &observed).await;
             }
             Step::Enter(phase) => {
@@ -526,7 +541,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                     other => format!("entered {}", other.as_str()),
                 };
                 enter(ctx, &nf, &mut status, phase, msg.clone()).await?;
-                persist(&api, &nf, status).await?;
+                persist(&api, &nf, status, label).await?;
                 match phase {
                     Phase::Released => ctx.metrics.fence("released"),
                     Phase::Done => ctx.metrics.fence("done"),
@@ -553,7 +568,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                         name: name.into(),
                         source,
                     })?;
-                persist(&api, &nf, status).await?;
+                persist(&api, &nf, status, label).await?;
                 ctx.metrics.fence("failed");
                 event(ctx, &nf, Kind::Warning, "FenceFailed", &msg).await;
             }
@@ -561,14 +576,14 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 ctx.leader.check(token).await?;
                 crate::release::apply_taint(&ctx.client, &node, &proof).await?;
                 status.release.tainted_at = Some(MicroTime(now_wall()));
-                persist(&api, &nf, status).await?;
+                persist(&api, &nf, status, label).await?;
                 event(ctx, &nf, Kind::Normal, "Tainted", &format!("node {node} tainted node.kubernetes.io/out-of-service=nodeshutdown:NoExecute")).await;
             }
             Step::ReleasePod(proof, pod) => {
                 ctx.leader.check(token).await?;
                 crate::release::release_pod(&ctx.client, &node, &pod, &proof).await?;
                 status.release.pods.push(released(&pod));
-                persist(&api, &nf, status).await?;
+                persist(&api, &nf, status, label).await?;
                 event(
                     ctx,
                     &nf,
@@ -585,7 +600,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 ctx.leader.check(token).await?;
                 crate::release::delete_attachment(&ctx.client, &va, &proof).await?;
                 status.release.attachments.push(released(&va));
-                persist(&api, &nf, status).await?;
+                persist(&api, &nf, status, label).await?;
                 event(
                     ctx,
                     &nf,
@@ -599,7 +614,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 ctx.leader.check(token).await?;
                 crate::release::clear_attach_record(&ctx.client, &node, &record, &proof).await?;
                 status.release.attach_records.push(released(&record));
-                persist(&api, &nf, status).await?;
+                persist(&api, &nf, status, label).await?;
                 event(
                     ctx,
                     &nf,
@@ -652,7 +667,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 ctx.leader.check(token).await?;
                 crate::release::remove_taint(&ctx.client, &node).await?;
                 status.recovery.untainted_at = Some(MicroTime(now_wall()));
-                persist(&api, &nf, status).await?;
+                persist(&api, &nf, status, label).await?;
                 event(
                     ctx,
                     &nf,
