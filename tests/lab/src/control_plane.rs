@@ -43,8 +43,11 @@ pub struct ControlPlane {
     api_port: u16,
     ca_pem: PathBuf,
     admin_kubeconfig: PathBuf,
-    // Stopped in reverse start order by `stop`.
-    daemons: Vec<Daemon>,
+    // Stopped in reverse start order by `stop`; the API server is restartable.
+    daemons: std::sync::Mutex<Vec<Daemon>>,
+    // For readiness probes after a restart.
+    rt: tokio::runtime::Handle,
+    admin_http: reqwest::Client,
 }
 
 impl ControlPlane {
@@ -254,7 +257,9 @@ impl ControlPlane {
             api_port,
             ca_pem,
             admin_kubeconfig,
-            daemons,
+            daemons: std::sync::Mutex::new(daemons),
+            rt: rt.clone(),
+            admin_http,
         })
     }
 
@@ -285,7 +290,32 @@ impl ControlPlane {
 
     /// Every component's log file.
     pub fn logs(&self) -> Vec<PathBuf> {
-        self.daemons.iter().map(|d| d.log().to_path_buf()).collect()
+        self.daemons()
+            .iter()
+            .map(|d| d.log().to_path_buf())
+            .collect()
+    }
+
+    fn daemons(&self) -> std::sync::MutexGuard<'_, Vec<Daemon>> {
+        self.daemons.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Restarts kube-apiserver: TERM (KILL after 3 s), `down` with no API server at all, then
+    /// the same command again; returns once `/readyz` says ok. etcd and every other component
+    /// keep running, as in a rolling restart of the API tier.
+    pub fn restart_api_server(&self, down: Duration) -> Result<()> {
+        let mut daemons = self.daemons();
+        let d = daemons
+            .iter_mut()
+            .find(|d| d.name() == "kube-apiserver")
+            .ok_or_else(|| LabError::Other("no kube-apiserver in this control plane".into()))?;
+        d.stop(Duration::from_secs(3));
+        std::thread::sleep(down);
+        d.restart(Duration::from_secs(3))?;
+        let readyz = format!("{}/readyz", self.api_url());
+        d.wait_ready(READY_TIMEOUT, || {
+            probe(&self.rt, &self.admin_http, &readyz, "ok")
+        })
     }
 
     /// The directory holding the control plane's state.
@@ -307,7 +337,8 @@ impl ControlPlane {
 
     /// Stops every component, newest first.
     pub fn stop(&mut self) {
-        while let Some(mut d) = self.daemons.pop() {
+        let daemons = self.daemons.get_mut().unwrap_or_else(|e| e.into_inner());
+        while let Some(mut d) = daemons.pop() {
             d.stop(Duration::from_secs(3));
         }
     }

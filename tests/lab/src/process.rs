@@ -28,12 +28,27 @@ pub struct Daemon {
     name: String,
     child: Child,
     log: PathBuf,
+    // What it was started with, for `restart`.
+    program: std::ffi::OsString,
+    args: Vec<std::ffi::OsString>,
+    envs: Vec<(std::ffi::OsString, Option<std::ffi::OsString>)>,
+    lab_id: String,
 }
 
 impl Daemon {
     /// Starts `cmd` with its stdout and stderr in `log`, marked with the lab id.
     pub fn spawn(name: &str, mut cmd: Command, lab_id: &str, log: &Path) -> Result<Daemon> {
-        let out = File::create(log).map_err(LabError::io(log))?;
+        let program_os = cmd.get_program().to_os_string();
+        let args = cmd.get_args().map(|a| a.to_os_string()).collect();
+        let envs = cmd
+            .get_envs()
+            .map(|(k, v)| (k.to_os_string(), v.map(|v| v.to_os_string())))
+            .collect();
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(LabError::io(log))?;
         let err = out.try_clone().map_err(LabError::io(log))?;
         cmd.env(LAB_ENV, lab_id)
             .stdin(Stdio::null())
@@ -48,7 +63,33 @@ impl Daemon {
             name: name.to_string(),
             child,
             log: log.to_path_buf(),
+            program: program_os,
+            args,
+            envs,
+            lab_id: lab_id.to_string(),
         })
+    }
+
+    /// Stops the daemon (TERM, then KILL after `grace`) and starts it again with the same
+    /// command line, environment and log (appended).
+    pub fn restart(&mut self, grace: Duration) -> Result<()> {
+        self.stop(grace);
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args);
+        for (k, v) in &self.envs {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        let fresh = Daemon::spawn(&self.name, cmd, &self.lab_id, &self.log)?;
+        *self = fresh;
+        Ok(())
+    }
+
+    /// The component's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The process id.

@@ -181,6 +181,11 @@ pub fn start_controller_with_env(lab: &Lab, identity: &str, env: &[(&str, String
 }
 
 impl Controller {
+    /// Its process id.
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
     /// Its exit status, once it has exited.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()

@@ -1,0 +1,206 @@
+//! Outages in the middle of a fence. Both scenarios fence m0 through a slow first level (an
+//! IPMI address where nothing answers, so the level times out after 5 s) and then its real BMC,
+//! so the outage lands while a level is in flight.
+//!
+//! - The API server restarts (down for 6 s, longer than the controller's 4 s leader Lease):
+//!   the controller cannot renew, so it stops acting until it has renewed again (no other term
+//!   can begin while the API is down, so it keeps its token), and completes the fence once;
+//!   and the outage, in which no heartbeat could be observed, fences no other node.
+//! - The leader is frozen (SIGSTOP) mid-level: the standby takes over under a higher token and
+//!   completes the fence; when the old leader wakes up it changes nothing.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, ResourceExt};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use palisade_lab::{Cut, Lab};
+use palisade_model::nodefence::{EvidenceKind, LevelResult, Phase};
+use palisade_model::NodeFence;
+use serde_json::json;
+
+/// m0's FenceTarget: a level whose BMC never answers (5 s budget), then its real BMC.
+fn slow_then_real_target(lab: &Lab, c: &kube::Client, rt: &tokio::runtime::Runtime) {
+    let silent_port = palisade_scenario::free_port();
+    let b = lab.machines()[0].bmc();
+    secret(c, rt, "bmc-m0", &[("password", &b.password().unwrap())]);
+    let mut slow = device(
+        &format!("ipmi://{}@127.0.0.1:{silent_port}", b.user),
+        "bmc-m0",
+    );
+    slow["timeoutSeconds"] = json!(5);
+    fence_target(
+        c,
+        rt,
+        "m0",
+        vec![
+            ("silent-bmc", vec![slow]),
+            ("bmc", vec![device(&ipmi_url(lab, 0), "bmc-m0")]),
+        ],
+    );
+}
+
+fn phase(nf: &NodeFence) -> Option<Phase> {
+    nf.status.as_ref().map(|s| s.phase)
+}
+
+/// Waits until m0's NodeFence is Fencing.
+fn wait_fencing(c: &kube::Client, rt: &tokio::runtime::Runtime) -> NodeFence {
+    eventually("m0's NodeFence Fencing", Duration::from_secs(120), || {
+        fences_for(c, rt, "m0")
+            .into_iter()
+            .find(|f| phase(f) == Some(Phase::Fencing))
+    })
+}
+
+fn wait_released(c: &kube::Client, rt: &tokio::runtime::Runtime) -> NodeFence {
+    eventually("m0's NodeFence Released", Duration::from_secs(240), || {
+        fences_for(c, rt, "m0")
+            .into_iter()
+            .find(|f| phase(f) == Some(Phase::Released))
+    })
+}
+
+/// The shape every completed fence here must have: each phase once, the slow level failed and
+/// the real one verified under `token`, the machine off.
+fn assert_completed_once(lab: &Lab, nf: &NodeFence, token: i64) {
+    let st = nf.status.clone().unwrap();
+    let phases: Vec<Phase> = st.transitions.iter().map(|t| t.phase).collect();
+    assert_eq!(
+        phases,
+        vec![
+            Phase::Pending,
+            Phase::Fencing,
+            Phase::Fenced,
+            Phase::Releasing,
+            Phase::Released
+        ]
+    );
+    assert_eq!(st.fencing_token, Some(token));
+    let results: Vec<LevelResult> = st.levels.iter().map(|l| l.result).collect();
+    assert_eq!(results, vec![LevelResult::Failed, LevelResult::Verified]);
+    assert!(
+        st.attempts.iter().all(|a| a.token == token),
+        "every recorded attempt is the final leader's: {:?}",
+        st.attempts
+    );
+    assert!(st
+        .evidence
+        .iter()
+        .any(|e| e.kind == EvidenceKind::PowerOff && e.level == 1));
+    assert_eq!(st.release.pods.len(), 1, "{:?}", st.release.pods);
+    assert!(!lab.machines()[0].is_powered());
+}
+
+fn setup(lab: &Lab, c: &kube::Client, rt: &tokio::runtime::Runtime) {
+    wait_nodes_ready(lab, c, rt);
+    namespace(c, rt, SYSTEM_NS);
+    namespace(c, rt, "app");
+}
+
+fn worker_running(c: &kube::Client, rt: &tokio::runtime::Runtime) {
+    pinned_pod(c, rt, "app", "worker", "m0");
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
+    eventually("worker Running on m0", Duration::from_secs(90), || {
+        let p = rt.block_on(pods.get_opt("worker")).ok().flatten()?;
+        (pod_phase(&p) == "Running").then_some(())
+    });
+}
+
+#[test]
+fn an_api_server_restart_mid_fence_is_survived_and_fences_nothing_else() {
+    let lab = start_lab(3, false);
+    let rt = rt();
+    let c = client(&lab, &rt);
+    setup(&lab, &c, &rt);
+    let _ctl = start_controller(&lab, "ctl-a");
+    policy(&c, &rt);
+    slow_then_real_target(&lab, &c, &rt);
+    worker_running(&c, &rt);
+
+    lab.partition(0, Cut::All).unwrap();
+    let before = wait_fencing(&c, &rt);
+    let token_before = before
+        .status
+        .as_ref()
+        .and_then(|s| s.fencing_token)
+        .unwrap();
+    lab.control_plane()
+        .unwrap()
+        .restart_api_server(Duration::from_secs(6))
+        .expect("the API server restarts");
+    // A fresh client: the old connections died with the server.
+    let c = client(&lab, &rt);
+    let nf = wait_released(&c, &rt);
+    print_timeline(&nf, nf.metadata.creation_timestamp.clone().unwrap().0);
+    let token = nf.status.as_ref().and_then(|s| s.fencing_token).unwrap();
+    assert_eq!(token, token_before, "no other term began during the outage");
+    assert_completed_once(&lab, &nf, token);
+    // The outage hid every heartbeat for as long as it lasted; once the API is back and the
+    // agents renew, m1 and m2 are healthy again and were never fenced.
+    let ready = |n: &str| {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(c.clone());
+        let node = rt.block_on(nodes.get(n)).ok()?;
+        node.status?
+            .conditions?
+            .into_iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    };
+    eventually("m1 and m2 Ready", Duration::from_secs(60), || {
+        ready("m1").and(ready("m2"))
+    });
+    _ctl.wait_ticks(16);
+    assert!(fences_for(&c, &rt, "m1").is_empty(), "m1 not fenced");
+    assert!(fences_for(&c, &rt, "m2").is_empty(), "m2 not fenced");
+    assert!(lab.machines()[1].is_powered() && lab.machines()[2].is_powered());
+}
+
+#[test]
+fn a_frozen_leader_that_wakes_up_changes_nothing() {
+    let lab = start_lab(3, false);
+    let rt = rt();
+    let c = client(&lab, &rt);
+    setup(&lab, &c, &rt);
+    let a = start_controller(&lab, "ctl-a");
+    policy(&c, &rt);
+    slow_then_real_target(&lab, &c, &rt);
+    worker_running(&c, &rt);
+    a.wait_ticks(4);
+    let b = start_controller(&lab, "ctl-b");
+
+    lab.partition(0, Cut::All).unwrap();
+    let fencing = wait_fencing(&c, &rt);
+    let token_a = fencing
+        .status
+        .as_ref()
+        .and_then(|s| s.fencing_token)
+        .unwrap();
+    kill(Pid::from_raw(a.pid()), Signal::SIGSTOP).unwrap();
+    let nf = wait_released(&c, &rt);
+    let token_b = nf.status.as_ref().and_then(|s| s.fencing_token).unwrap();
+    assert!(token_b > token_a, "{token_b} > {token_a}");
+    assert_completed_once(&lab, &nf, token_b);
+    let settled = nf.resource_version();
+
+    // Wake the old leader: its level finishes, but nothing it does lands.
+    kill(Pid::from_raw(a.pid()), Signal::SIGCONT).unwrap();
+    a.wait_ticks(16);
+    b.wait_ticks(4);
+    let after = fences_for(&c, &rt, "m0");
+    assert_eq!(after.len(), 1);
+    assert_eq!(
+        after[0].resource_version(),
+        settled,
+        "the woken leader changed the NodeFence"
+    );
+    let metrics = a.metrics().unwrap_or_default();
+    assert!(
+        metrics.contains("palisade_leader 0"),
+        "the woken controller knows it does not lead: {metrics}"
+    );
+}
