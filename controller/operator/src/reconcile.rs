@@ -627,38 +627,23 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 )
                 .await;
             }
-            Step::PowerOn(devices) => {
-                let done = ("PoweredOn", format!("node {node} powered on"));
-                if !recovery_action(
-                    ctx,
-                    &api,
-                    &nf,
-                    status,
-                    &devices,
-                    token,
-                    |s| &mut s.recovery.powered_on_at,
-                    done,
-                    "PowerOnFailed",
-                )
-                .await?
-                {
-                    return Ok(());
-                }
-            }
-            Step::Unfence(devices) => {
-                let done = ("Unfenced", format!("node {node}'s storage fence lifted"));
-                if !recovery_action(
-                    ctx,
-                    &api,
-                    &nf,
-                    status,
-                    &devices,
-                    token,
-                    |s| &mut s.recovery.unfenced_at,
-                    done,
-                    "UnfenceFailed",
-                )
-                .await?
+            Step::PowerOn(devices) | Step::Unfence(devices) => {
+                type Mark = fn(&mut NodeFenceStatus) -> &mut Option<MicroTime>;
+                let (mark, done, failed): (Mark, _, _) = if label == "power_on" {
+                    (
+                        |s| &mut s.recovery.powered_on_at,
+                        ("PoweredOn", format!("node {node} powered on")),
+                        "PowerOnFailed",
+                    )
+                } else {
+                    (
+                        |s| &mut s.recovery.unfenced_at,
+                        ("Unfenced", format!("node {node}'s storage fence lifted")),
+                        "UnfenceFailed",
+                    )
+                };
+                if !recovery_action(ctx, &api, &nf, status, &devices, token, mark, done, failed)
+                    .await?
                 {
                     return Ok(());
                 }

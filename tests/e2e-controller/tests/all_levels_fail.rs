@@ -12,12 +12,7 @@ use palisade_model::nodefence::{FailureReason, LevelResult, Phase};
 
 #[test]
 fn wrong_bmc_password_fails_the_fence_and_releases_nothing() {
-    let lab = start_lab(3, false);
-    let rt = rt();
-    let c = client(&lab, &rt);
-    wait_nodes_ready(&lab, &c, &rt);
-    namespace(&c, &rt, SYSTEM_NS);
-    namespace(&c, &rt, "app");
+    let (lab, rt, c) = lab_ready(3, false);
     let _ctl = start_controller(&lab, "ctl-f");
     policy(&c, &rt);
     secret(&c, &rt, "bmc-wrong", &[("password", "not-the-password")]);
@@ -27,12 +22,8 @@ fn wrong_bmc_password_fails_the_fence_and_releases_nothing() {
         "m0",
         vec![("ipmi", vec![device(&ipmi_url(&lab, 0), "bmc-wrong")])],
     );
-    let pod = pinned_pod(&c, &rt, "app", "worker", "m0");
+    let pod = running_worker(&c, &rt, "m0");
     let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
-    eventually("worker Running on m0", Duration::from_secs(90), || {
-        let p = rt.block_on(pods.get_opt("worker")).ok().flatten()?;
-        (pod_phase(&p) == "Running").then_some(())
-    });
 
     let t_cut = k8s_openapi::jiff::Timestamp::now();
     lab.partition(0, Cut::All).unwrap();

@@ -9,8 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::core::v1::Pod;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use palisade_lab::Cut;
 use palisade_model::nodefence::{DeviceAction, EvidenceKind, LevelResult, Phase};
 use palisade_scenario::{BridgeOptions, FirmwareBridge, Storage};
@@ -34,12 +33,7 @@ fn attempts_of(record: &Value) -> Vec<(String, String)> {
 
 #[test]
 fn controller_fences_through_the_bridge_ipmi_then_pdu_and_the_audit_log_tells_the_story() {
-    let lab = start_lab(3, true);
-    let rt = rt();
-    let c = client(&lab, &rt);
-    wait_nodes_ready(&lab, &c, &rt);
-    namespace(&c, &rt, SYSTEM_NS);
-    namespace(&c, &rt, "app");
+    let (lab, rt, c) = lab_ready(3, true);
     let storage = Storage::start(&lab, &[]).expect("storage server");
     let bridge = FirmwareBridge::start(
         &lab,
@@ -64,12 +58,7 @@ fn controller_fences_through_the_bridge_ipmi_then_pdu_and_the_audit_log_tells_th
             ],
         )],
     );
-    let pod = pinned_pod(&c, &rt, "app", "worker", "m0");
-    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
-    eventually("worker Running on m0", Duration::from_secs(90), || {
-        let p = rt.block_on(pods.get_opt("worker")).ok().flatten()?;
-        (pod_phase(&p) == "Running").then_some(())
-    });
+    let pod = running_worker(&c, &rt, "m0");
 
     let t_cut = k8s_openapi::jiff::Timestamp::now();
     lab.partition(0, Cut::All).unwrap();

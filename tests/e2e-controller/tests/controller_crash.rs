@@ -18,12 +18,7 @@ use palisade_lab::Cut;
 use palisade_model::nodefence::{EvidenceKind, Phase};
 
 fn crash_then_resume(crash_at: &str) {
-    let lab = start_lab(3, false);
-    let rt = rt();
-    let c = client(&lab, &rt);
-    wait_nodes_ready(&lab, &c, &rt);
-    namespace(&c, &rt, SYSTEM_NS);
-    namespace(&c, &rt, "app");
+    let (lab, rt, c) = lab_ready(3, false);
     let mut a = start_controller_with_env(
         &lab,
         "ctl-a",
@@ -31,12 +26,8 @@ fn crash_then_resume(crash_at: &str) {
     );
     policy(&c, &rt);
     ipmi_targets(&lab, &c, &rt);
-    let pod = pinned_pod(&c, &rt, "app", "worker", "m0");
+    let pod = running_worker(&c, &rt, "m0");
     let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
-    eventually("worker Running on m0", Duration::from_secs(90), || {
-        let p = rt.block_on(pods.get_opt("worker")).ok().flatten()?;
-        (pod_phase(&p) == "Running").then_some(())
-    });
 
     lab.partition(0, Cut::All).unwrap();
     let status = eventually(

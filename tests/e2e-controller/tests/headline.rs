@@ -17,12 +17,7 @@ use serde_json::json;
 
 #[test]
 fn silent_machine_is_power_fenced_then_its_statefulset_pod_runs_elsewhere() {
-    let lab = start_lab(3, false);
-    let rt = rt();
-    let c = client(&lab, &rt);
-    wait_nodes_ready(&lab, &c, &rt);
-    namespace(&c, &rt, SYSTEM_NS);
-    namespace(&c, &rt, "app");
+    let (lab, rt, c) = lab_ready(3, false);
     let ctl = start_controller(&lab, "ctl-a");
     policy(&c, &rt);
     ipmi_targets(&lab, &c, &rt);

@@ -14,7 +14,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -96,31 +95,13 @@ fn assert_completed_once(lab: &Lab, nf: &NodeFence, token: i64) {
     assert!(!lab.machines()[0].is_powered());
 }
 
-fn setup(lab: &Lab, c: &kube::Client, rt: &tokio::runtime::Runtime) {
-    wait_nodes_ready(lab, c, rt);
-    namespace(c, rt, SYSTEM_NS);
-    namespace(c, rt, "app");
-}
-
-fn worker_running(c: &kube::Client, rt: &tokio::runtime::Runtime) {
-    pinned_pod(c, rt, "app", "worker", "m0");
-    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
-    eventually("worker Running on m0", Duration::from_secs(90), || {
-        let p = rt.block_on(pods.get_opt("worker")).ok().flatten()?;
-        (pod_phase(&p) == "Running").then_some(())
-    });
-}
-
 #[test]
 fn an_api_server_restart_mid_fence_is_survived_and_fences_nothing_else() {
-    let lab = start_lab(3, false);
-    let rt = rt();
-    let c = client(&lab, &rt);
-    setup(&lab, &c, &rt);
+    let (lab, rt, c) = lab_ready(3, false);
     let _ctl = start_controller(&lab, "ctl-a");
     policy(&c, &rt);
     slow_then_real_target(&lab, &c, &rt);
-    worker_running(&c, &rt);
+    running_worker(&c, &rt, "m0");
 
     lab.partition(0, Cut::All).unwrap();
     let before = wait_fencing(&c, &rt);
@@ -162,14 +143,11 @@ fn an_api_server_restart_mid_fence_is_survived_and_fences_nothing_else() {
 
 #[test]
 fn a_frozen_leader_that_wakes_up_changes_nothing() {
-    let lab = start_lab(3, false);
-    let rt = rt();
-    let c = client(&lab, &rt);
-    setup(&lab, &c, &rt);
+    let (lab, rt, c) = lab_ready(3, false);
     let a = start_controller(&lab, "ctl-a");
     policy(&c, &rt);
     slow_then_real_target(&lab, &c, &rt);
-    worker_running(&c, &rt);
+    running_worker(&c, &rt, "m0");
     a.wait_ticks(4);
     let b = start_controller(&lab, "ctl-b");
 

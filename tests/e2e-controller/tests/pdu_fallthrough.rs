@@ -13,12 +13,7 @@ use palisade_model::nodefence::{EvidenceKind, LevelResult, Phase};
 
 #[test]
 fn bad_ipmi_credentials_fall_through_to_the_pdu_level() {
-    let lab = start_lab(3, true);
-    let rt = rt();
-    let c = client(&lab, &rt);
-    wait_nodes_ready(&lab, &c, &rt);
-    namespace(&c, &rt, SYSTEM_NS);
-    namespace(&c, &rt, "app");
+    let (lab, rt, c) = lab_ready(3, true);
     let _ctl = start_controller(&lab, "ctl-p");
     policy(&c, &rt);
     let info = lab.pdu().unwrap().info().clone();
@@ -41,12 +36,8 @@ fn bad_ipmi_credentials_fall_through_to_the_pdu_level() {
             ("pdu", vec![device(&pdu_url(&lab, 0), "pdu")]),
         ],
     );
-    let pod = pinned_pod(&c, &rt, "app", "worker", "m0");
+    let pod = running_worker(&c, &rt, "m0");
     let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
-    eventually("worker Running on m0", Duration::from_secs(90), || {
-        let p = rt.block_on(pods.get_opt("worker")).ok().flatten()?;
-        (pod_phase(&p) == "Running").then_some(())
-    });
 
     let t_cut = k8s_openapi::jiff::Timestamp::now();
     lab.partition(0, Cut::All).unwrap();

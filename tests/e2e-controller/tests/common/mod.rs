@@ -285,6 +285,33 @@ pub fn pinned_pod(
     })
 }
 
+/// A lab of `machines` (node agents running, Nodes Ready, a PDU if `pdu`), its runtime, an
+/// admin client, and the system and `app` namespaces.
+pub fn lab_ready(machines: usize, pdu: bool) -> (Lab, tokio::runtime::Runtime, Client) {
+    let lab = start_lab(machines, pdu);
+    let rt = rt();
+    let c = client(&lab, &rt);
+    wait_nodes_ready(&lab, &c, &rt);
+    namespace(&c, &rt, SYSTEM_NS);
+    namespace(&c, &rt, "app");
+    (lab, rt, c)
+}
+
+/// Creates `app/worker` bound to `node` and waits until it runs.
+pub fn running_worker(c: &Client, rt: &tokio::runtime::Runtime, node: &str) -> Pod {
+    let pod = pinned_pod(c, rt, "app", "worker", node);
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
+    eventually(
+        &format!("worker Running on {node}"),
+        Duration::from_secs(90),
+        || {
+            let p = rt.block_on(pods.get_opt("worker")).ok().flatten()?;
+            (pod_phase(&p) == "Running").then_some(())
+        },
+    );
+    pod
+}
+
 /// The pod's phase.
 pub fn pod_phase(p: &Pod) -> String {
     palisade_scenario::pod_phase(p)

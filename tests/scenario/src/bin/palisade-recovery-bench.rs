@@ -3,9 +3,9 @@
 //! each on a fresh lab) and, side by side in the same run, without it (one run, watched for
 //! `--without-seconds`, default 90).
 //!
-//! Conditions: the demo's (node Lease 10 s renewed every second, Palisade's policy Suspect 2 s /
-//! Unhealthy 4 s, resync 250 ms, kube-controller-manager on its default settings). Offsets are
-//! observed by polling the API every 200 ms from the cut.
+//! Conditions: node Lease 4 s renewed every second (node agents self-fence after 3 s), Palisade's
+//! policy Suspect 2 s / Unhealthy 4 s, controller resync 250 ms, kube-controller-manager on its
+//! default settings. Offsets are observed by polling the API every 200 ms from the cut.
 
 use std::time::Duration;
 
@@ -27,7 +27,12 @@ fn arg(name: &str, default: u64) -> Result<u64> {
 }
 
 fn one(palisade: bool, watch: Duration) -> Result<Report> {
-    let lab = lab_with_agents(3, true, &AgentOptions::default()).context("starting the lab")?;
+    let agents = AgentOptions {
+        lease_seconds: 4,
+        self_fence_seconds: 3.0,
+        ..AgentOptions::default()
+    };
+    let lab = lab_with_agents(3, true, &agents).context("starting the lab")?;
     let c = Cluster::connect(&lab)?;
     c.wait_nodes_ready(&lab)?;
     let t = Timeline::new(palisade);
