@@ -11,11 +11,16 @@
 //! - [`reporter`] patches pod status and records Events;
 //! - [`node`] registers the Node and renews its Lease; [`fence`] kills stateful pods when
 //!   the Lease cannot be renewed; [`state`] keeps what the agent was doing on disk;
-//! - [`volumes`] prepares pod volumes; [`server`] serves `/metrics` and `/healthz`.
+//! - [`env`] resolves container environments (fieldRef, configMap/secret keys, envFrom);
+//! - [`volumes`] prepares pod volumes; [`server`] serves `/metrics` and `/healthz`;
+//!   [`watchdog`] pets a hardware watchdog while the Lease is renewed;
+//!   [`grpc_health`] is the gRPC health-check client of grpc probes.
 
 pub mod backoff;
 pub mod cgroup;
+pub mod env;
 pub mod grace;
+pub mod grpc_health;
 pub mod ktime;
 pub mod metrics;
 pub mod node;
@@ -29,3 +34,4 @@ pub mod source;
 pub mod state;
 pub mod status;
 pub mod volumes;
+pub mod watchdog;

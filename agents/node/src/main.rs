@@ -80,6 +80,13 @@ struct Args {
     /// Address of /metrics and /healthz.
     #[arg(long, default_value = "127.0.0.1:10255")]
     metrics_addr: SocketAddr,
+    /// Pet this watchdog device (e.g. /dev/watchdog) while the Lease is being renewed, so a
+    /// hung agent or one that lost the API gets the machine rebooted. Off by default.
+    #[arg(long)]
+    watchdog: Option<PathBuf>,
+    /// How often to pet the watchdog (keep it well below the device's timeout).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    watchdog_interval: Duration,
 }
 
 impl Args {
@@ -97,6 +104,14 @@ impl Args {
             || self.max_restart_backoff > Duration::from_secs(300)
         {
             bail!("--max-restart-backoff must be between 1s and 300s");
+        }
+        if let Some(w) = &self.watchdog {
+            if self.watchdog_interval.is_zero() {
+                bail!("--watchdog-interval must be positive");
+            }
+            if !w.exists() {
+                bail!("--watchdog {} does not exist", w.display());
+            }
         }
         if !self.kubeconfig.exists() {
             bail!("--kubeconfig {} does not exist", self.kubeconfig.display());
@@ -192,8 +207,54 @@ async fn run(args: Args) -> anyhow::Result<()> {
         fence_all_pods: args.self_fence_all_pods,
         max_pods: args.max_pods,
     };
-    let (renew_tx, renew_rx) = tokio::sync::watch::channel(tokio::time::Instant::now());
+    // The self-fence clock survives restarts: it starts from the last recorded renewal.
+    let last_renewal = node::renewal_age(&args.state_dir, std::time::SystemTime::now());
+    if let Some(age) = last_renewal.filter(|a| *a > args.self_fence_after) {
+        tracing::warn!(
+            age_s = age.as_secs(),
+            "last Lease renewal is older than --self-fence-after: self-fencing until it is renewed"
+        );
+    }
+    let (renew_tx, renew_rx) = tokio::sync::watch::channel(node::initial_renewal(
+        last_renewal,
+        args.lease_duration,
+        tokio::time::Instant::now(),
+    ));
+    {
+        let mut rx = renew_rx.clone();
+        let dir = args.state_dir.clone();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let dir = dir.clone();
+                let at = std::time::SystemTime::now();
+                match tokio::task::spawn_blocking(move || node::record_renewal(&dir, at)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, "cannot record the Lease renewal"),
+                    Err(e) => tracing::warn!(error = %e, "cannot record the Lease renewal"),
+                }
+            }
+        });
+    }
     let (mgr_tx, mgr_rx) = tokio::sync::mpsc::channel(4);
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let watchdog = match &args.watchdog {
+        Some(path) => {
+            let dev = palisade_node::watchdog::open(path)?;
+            let cfg = palisade_node::watchdog::WatchdogConfig {
+                path: path.clone(),
+                interval: args.watchdog_interval,
+                max_lease_age: args.self_fence_after,
+            };
+            tracing::info!(device = %path.display(), interval = ?args.watchdog_interval, "petting the watchdog while the Lease is renewed");
+            Some(tokio::spawn(palisade_node::watchdog::run(
+                cfg,
+                dev,
+                renew_rx.clone(),
+                shutdown_rx,
+            )))
+        }
+        None => None,
+    };
     tokio::spawn(node::fence_monitor(
         ncfg.clone(),
         renew_rx,
@@ -219,12 +280,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     });
     tracing::info!(node = %args.node_name, address = %args.address, "palisade-node started");
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("install SIGTERM handler")?;
     tokio::select! {
         _ = source::run(ctx, mgr_rx) => bail!("pod source ended"),
-        _ = tokio::signal::ctrl_c() => {
-            // Containers keep running: a restarted agent adopts them.
-            tracing::info!("interrupted: exiting, containers keep running");
-            Ok(())
+        _ = tokio::signal::ctrl_c() => {}
+        _ = sigterm.recv() => {}
+    }
+    // The one shutdown path. Containers keep running: a restarted agent adopts them.
+    tracing::info!("stopping: exiting, containers keep running");
+    shutdown_tx.send_replace(true);
+    if let Some(w) = watchdog {
+        match tokio::time::timeout(Duration::from_secs(2), w).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => tracing::error!(error = %e, "watchdog"),
+            Ok(Err(e)) => tracing::error!(error = %e, "watchdog task"),
+            Err(_) => tracing::error!("watchdog did not disarm in time"),
         }
     }
+    Ok(())
 }

@@ -435,6 +435,45 @@ async fn renew_once(
     Ok(())
 }
 
+/// The file in the state directory that holds the wall-clock time (Unix milliseconds) of the
+/// last successful Lease renewal, so a restarted agent keeps its self-fence clock.
+pub const RENEWED_FILE: &str = "lease-renewed";
+
+/// Records a successful renewal at `at` (write, then rename: a crash never leaves it torn).
+pub fn record_renewal(
+    state_dir: &std::path::Path,
+    at: std::time::SystemTime,
+) -> std::io::Result<()> {
+    let ms = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default();
+    let tmp = state_dir.join(format!("{RENEWED_FILE}.tmp"));
+    std::fs::write(&tmp, ms.to_string())?;
+    std::fs::rename(tmp, state_dir.join(RENEWED_FILE))
+}
+
+/// How long ago (at `now`) the last recorded renewal was; `None` if none was ever recorded.
+/// A record in the future (the wall clock stepped back) counts as infinitely old: the safe side.
+pub fn renewal_age(state_dir: &std::path::Path, now: std::time::SystemTime) -> Option<Duration> {
+    let raw = std::fs::read_to_string(state_dir.join(RENEWED_FILE)).ok()?;
+    let ms: u64 = raw.trim().parse().ok()?;
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
+    Some(now.duration_since(at).unwrap_or(Duration::MAX))
+}
+
+/// The instant a restarted agent starts its self-fence clock from: as old as the last
+/// recorded renewal (capped at `lease_duration`, by which the Lease has expired anyway), or
+/// `now` when none was recorded.
+///
+/// Guarantees: an agent restarted after being down longer than `--self-fence-after` fences at
+/// once, rather than granting its pods another full `--self-fence-after` while the Lease the
+/// controller watches may already have expired.
+pub fn initial_renewal(age: Option<Duration>, lease_duration: Duration, now: Instant) -> Instant {
+    let age = age.unwrap_or_default().min(lease_duration);
+    now.checked_sub(age).unwrap_or(now)
+}
+
 /// Turns Lease staleness into the fence state: active once the last renewal is older than
 /// `self_fence_after`, inactive again after a renewal.
 ///
@@ -523,6 +562,53 @@ mod tests {
         assert_eq!(
             s.volumes_in_use.unwrap(),
             vec!["kubernetes.io/csi/d^h".to_string()]
+        );
+    }
+
+    #[test]
+    fn renewal_record_survives_a_restart_and_ages() {
+        let d = tempfile::tempdir().unwrap();
+        let t0 = std::time::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        assert_eq!(renewal_age(d.path(), t0), None, "nothing recorded yet");
+        record_renewal(d.path(), t0).unwrap();
+        assert_eq!(
+            renewal_age(d.path(), t0 + Duration::from_secs(7)),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            renewal_age(d.path(), t0 - Duration::from_secs(5)),
+            Some(Duration::MAX),
+            "a record from the future is treated as stale"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restarted_agent_keeps_its_fence_clock() {
+        let now = Instant::now() + Duration::from_secs(100);
+        let lease = Duration::from_secs(40);
+        assert_eq!(initial_renewal(None, lease, now), now);
+        assert_eq!(
+            initial_renewal(Some(Duration::from_secs(25)), lease, now),
+            now - Duration::from_secs(25)
+        );
+        assert_eq!(
+            initial_renewal(Some(Duration::MAX), lease, now),
+            now - lease,
+            "capped at the Lease duration"
+        );
+        // Down longer than --self-fence-after: the monitor fences immediately.
+        let m = Arc::new(Metrics::default());
+        let start = initial_renewal(Some(Duration::from_secs(25)), lease, Instant::now());
+        let (_rtx, rrx) = watch::channel(start);
+        let (ftx, mut frx) = watch::channel(FenceState::default());
+        tokio::spawn(fence_monitor(cfg(), rrx, ftx, m));
+        let t0 = Instant::now();
+        frx.changed().await.unwrap();
+        assert!(frx.borrow().active);
+        assert!(
+            t0.elapsed() <= Duration::from_millis(100),
+            "{:?}",
+            t0.elapsed()
         );
     }
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    Container, ContainerPort, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, HostIP, LifecycleHandler, Pod, PodIP, PodStatus,
 };
 use nix::sys::signal::Signal;
@@ -421,9 +421,13 @@ impl Worker {
                     self.sandbox_error = None;
                 }
                 Err(e) => {
-                    let msg = e.to_string();
+                    let msg = format!("MountVolume.SetUp failed: {e}");
                     if self.sandbox_error.as_deref() != Some(&msg) {
                         self.event(true, "FailedMount", msg.clone());
+                    }
+                    // No container starts without its volumes; each says why it waits.
+                    for c in self.ctrs.iter_mut().filter(|c| c.id.is_none()) {
+                        c.set_waiting("ContainerCreating", Some(msg.clone()));
                     }
                     self.sandbox_error = Some(msg);
                     self.sandbox_retry_at = Some(Instant::now() + Duration::from_secs(1));
@@ -588,7 +592,45 @@ impl Worker {
         Ok((Some(rootfs), cfg))
     }
 
-    fn env_of(&self, c: &Container) -> Result<Vec<(String, String)>, String> {
+    /// Resolves a `fieldRef` path of this pod.
+    fn field(&self, path: &str) -> Result<String, String> {
+        let m = &self.pod.metadata;
+        Ok(match path {
+            "metadata.name" => self.pref.name.clone(),
+            "metadata.namespace" => self.pref.namespace.clone(),
+            "metadata.uid" => self.pref.uid.clone(),
+            "spec.nodeName" => self.ctx.node_name.clone(),
+            "spec.serviceAccountName" => self
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.service_account_name.clone())
+                .unwrap_or_default(),
+            "status.podIP" | "status.hostIP" => self.ctx.address.to_string(),
+            p => {
+                let map = if p.starts_with("metadata.labels['") {
+                    &m.labels
+                } else if p.starts_with("metadata.annotations['") {
+                    &m.annotations
+                } else {
+                    return Err(format!("unsupported fieldRef {p:?}"));
+                };
+                let key = p
+                    .split_once("['")
+                    .map(|(_, k)| k.trim_end_matches("']"))
+                    .unwrap_or_default();
+                map.as_ref()
+                    .and_then(|l| l.get(key).cloned())
+                    .unwrap_or_default()
+            }
+        })
+    }
+
+    fn env_of(
+        &self,
+        c: &Container,
+        sources: &crate::env::Sources,
+    ) -> Result<crate::env::Resolved, crate::env::EnvError> {
         let mut env = vec![
             (
                 "PATH".to_string(),
@@ -604,55 +646,31 @@ impl Worker {
                 env.push((k.clone(), v.clone()));
             }
         }
-        for e in c.env.iter().flatten() {
-            let value = if let Some(v) = &e.value {
-                expand(v, &env)
-            } else if let Some(from) = &e.value_from {
-                if let Some(f) = &from.field_ref {
-                    let m = &self.pod.metadata;
-                    match f.field_path.as_str() {
-                        "metadata.name" => self.pref.name.clone(),
-                        "metadata.namespace" => self.pref.namespace.clone(),
-                        "metadata.uid" => self.pref.uid.clone(),
-                        "spec.nodeName" => self.ctx.node_name.clone(),
-                        "spec.serviceAccountName" => self
-                            .pod
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.service_account_name.clone())
-                            .unwrap_or_default(),
-                        "status.podIP" | "status.hostIP" => self.ctx.address.to_string(),
-                        p if p.starts_with("metadata.labels['") => {
-                            let k = &p["metadata.labels['".len()..p.len().saturating_sub(2)];
-                            m.labels
-                                .as_ref()
-                                .and_then(|l| l.get(k).cloned())
-                                .unwrap_or_default()
-                        }
-                        p => return Err(format!("env {}: unsupported fieldRef {p:?}", e.name)),
-                    }
-                } else {
-                    return Err(format!(
-                        "env {}: only fieldRef and literal values are supported",
-                        e.name
-                    ));
-                }
-            } else {
-                String::new()
-            };
-            env.retain(|(k, _)| *k != e.name);
-            env.push((e.name.clone(), value));
-        }
-        Ok(env)
+        crate::env::resolve(&self.pref.namespace, c, env, sources, |p| self.field(p))
     }
 
-    fn config_of(&self, c: &Ctr) -> Result<(ContainerConfig, ImageConfig), (String, String)> {
+    fn config_of(
+        &self,
+        c: &Ctr,
+        sources: &crate::env::Sources,
+    ) -> Result<(ContainerConfig, ImageConfig), (String, String)> {
         let (rootfs, img) = self
             .image_of(&c.spec)
             .map_err(|m| ("ErrImageNeverPull".to_string(), m))?;
-        let mut env = self
-            .env_of(&c.spec)
-            .map_err(|m| ("CreateContainerConfigError".to_string(), m))?;
+        let resolved = self
+            .env_of(&c.spec, sources)
+            .map_err(|e| ("CreateContainerConfigError".to_string(), e.to_string()))?;
+        if !resolved.skipped.is_empty() {
+            self.event(
+                true,
+                "InvalidEnvironmentVariableNames",
+                format!(
+                    "Keys [{}] were skipped since they are considered invalid environment variable names",
+                    resolved.skipped.join(", ")
+                ),
+            );
+        }
+        let mut env = resolved.vars;
         for (k, v) in &img.env {
             if !env.iter().any(|(ek, _)| ek == k) {
                 env.push((k.clone(), v.clone()));
@@ -728,7 +746,16 @@ impl Worker {
 
     async fn start(&mut self, i: usize) {
         let started = Instant::now();
-        let (cfg, _img) = match self.config_of(&self.ctrs[i]) {
+        let sources = crate::env::fetch(
+            self.ctx.reporter.client(),
+            &self.pref.namespace,
+            &self.ctrs[i].spec,
+        )
+        .await;
+        let prepared = sources
+            .map_err(|e| ("CreateContainerConfigError".to_string(), e.to_string()))
+            .and_then(|s| self.config_of(&self.ctrs[i], &s));
+        let (cfg, _img) = match prepared {
             Ok(v) => v,
             Err((reason, msg)) => {
                 let c = &mut self.ctrs[i];
@@ -776,7 +803,11 @@ impl Worker {
                     .as_ref()
                     .and_then(|l| l.post_start.clone())
                 {
-                    if let Err(msg) = self.run_hook(&info.id, &h, Duration::from_secs(30)).await {
+                    let ports = self.ctrs[i].spec.ports.clone();
+                    if let Err(msg) = self
+                        .run_hook(&info.id, &h, ports, Duration::from_secs(30))
+                        .await
+                    {
                         self.event(
                             true,
                             "FailedPostStartHook",
@@ -814,6 +845,7 @@ impl Worker {
         &self,
         id: &str,
         h: &LifecycleHandler,
+        ports: Option<Vec<ContainerPort>>,
         timeout: Duration,
     ) -> Result<(), String> {
         if let Some(e) = &h.exec {
@@ -825,9 +857,10 @@ impl Worker {
             };
         }
         if let Some(g) = &h.http_get {
-            return match crate::probe::http_get(g, self.ctx.address, timeout).await {
+            let ports = ports.unwrap_or_default();
+            return match crate::probe::http_get(g, self.ctx.address, &ports, timeout).await {
                 ProbeOutcome::Success => Ok(()),
-                ProbeOutcome::Failure(m) => Err(m),
+                ProbeOutcome::Failure(m) | ProbeOutcome::Error(m) => Err(m),
             };
         }
         if let Some(s) = &h.sleep {
@@ -871,6 +904,7 @@ impl Worker {
                 let tx = self.probe_tx.clone();
                 let addr = self.ctx.address;
                 let name = c.spec.name.clone();
+                let ports = c.spec.ports.clone().unwrap_or_default();
                 let id = id.clone();
                 tokio::spawn(async move {
                     let outcome = if let Some(e) = &probe.exec {
@@ -882,21 +916,10 @@ impl Worker {
                             )),
                             Err(e) => ProbeOutcome::Failure(e.to_string()),
                         }
-                    } else if let Some(g) = &probe.http_get {
-                        crate::probe::http_get(g, addr, timeout).await
-                    } else if let Some(t) = &probe.tcp_socket {
-                        let host = t
-                            .host
-                            .as_deref()
-                            .and_then(|h| h.parse().ok())
-                            .unwrap_or(addr);
-                        crate::probe::tcp(host, &t.port, timeout).await
-                    } else if probe.grpc.is_some() {
-                        ProbeOutcome::Failure(
-                            "gRPC probes are not supported by palisade-node".into(),
-                        )
                     } else {
-                        ProbeOutcome::Failure("probe has no handler".into())
+                        crate::probe::run_network(&probe, addr, &ports, timeout)
+                            .await
+                            .unwrap_or_else(|| ProbeOutcome::Error("probe has no handler".into()))
                     };
                     let _ = tx.send(ProbeResult {
                         name,
@@ -922,9 +945,15 @@ impl Worker {
             return;
         };
         let verdict = t.record(ok);
-        if let ProbeOutcome::Failure(msg) = &res.outcome {
-            let kind = format!("{:?}", res.kind);
-            self.event(true, "Unhealthy", format!("{kind} probe failed: {msg}"));
+        let kind = format!("{:?}", res.kind);
+        match &res.outcome {
+            ProbeOutcome::Success => {}
+            ProbeOutcome::Failure(msg) => {
+                self.event(true, "Unhealthy", format!("{kind} probe failed: {msg}"))
+            }
+            ProbeOutcome::Error(msg) => {
+                self.event(true, "Unhealthy", format!("{kind} probe errored: {msg}"))
+            }
         }
         let Some(v) = verdict else { return };
         let name = res.name.clone();
@@ -1549,9 +1578,10 @@ async fn kill_one(
                     Err(e) => Ok(Err(e.to_string())),
                 }
             } else if let Some(g) = &h.http_get {
-                match crate::probe::http_get(g, k.address, timeout).await {
+                let ports = spec.ports.clone().unwrap_or_default();
+                match crate::probe::http_get(g, k.address, &ports, timeout).await {
                     ProbeOutcome::Success => Ok(Ok(())),
-                    ProbeOutcome::Failure(m) => Ok(Err(m)),
+                    ProbeOutcome::Failure(m) | ProbeOutcome::Error(m) => Ok(Err(m)),
                 }
             } else if let Some(s) = &h.sleep {
                 let d = Duration::from_secs(u64::try_from(s.seconds).unwrap_or(0));

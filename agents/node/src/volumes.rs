@@ -169,6 +169,14 @@ pub async fn prepare(ctx: &Ctx, pod: &Pod) -> Result<Prepared, VolumeError> {
             let p = PathBuf::from(&h.path);
             match h.type_.as_deref().unwrap_or("") {
                 "DirectoryOrCreate" => std::fs::create_dir_all(&p).map_err(io(&name, &p))?,
+                "FileOrCreate" => {
+                    // As the kubelet: the file is created, its parent directory is not.
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&p)
+                        .map_err(io(&name, &p))?;
+                }
                 "Directory" | "File" | "Socket" if !p.exists() => {
                     return Err(VolumeError::NotReady {
                         volume: name,

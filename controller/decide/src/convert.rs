@@ -114,7 +114,10 @@ pub fn pdb_v1(pdb: &PodDisruptionBudget) -> PdbSnapshot {
         pdb.metadata.namespace.clone().unwrap_or_default(),
         pdb.metadata.name.clone().unwrap_or_default(),
         pdb.spec.as_ref().and_then(|s| s.selector.clone()),
-        pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed),
+        pdb.status
+            .as_ref()
+            .filter(|s| s.observed_generation >= pdb.metadata.generation)
+            .map(|s| s.disruptions_allowed),
         false,
     )
 }
@@ -126,7 +129,7 @@ pub fn pdb_parts(
     namespace: String,
     name: String,
     selector: Option<LabelSelector>,
-    disruptions_allowed: i32,
+    disruptions_allowed: Option<i32>,
     v1beta1: bool,
 ) -> PdbSnapshot {
     let empty = |s: &LabelSelector| {
@@ -320,15 +323,15 @@ mod tests {
     fn pdb_empty_selector_semantics_differ_by_version() {
         let empty = Some(LabelSelector::default());
         assert_eq!(
-            pdb_parts("ns".into(), "a".into(), empty.clone(), 0, true).selector,
+            pdb_parts("ns".into(), "a".into(), empty.clone(), Some(0), true).selector,
             None
         );
         assert_eq!(
-            pdb_parts("ns".into(), "a".into(), empty.clone(), 0, false).selector,
+            pdb_parts("ns".into(), "a".into(), empty.clone(), Some(0), false).selector,
             empty
         );
         assert_eq!(
-            pdb_parts("ns".into(), "a".into(), None, 0, false).selector,
+            pdb_parts("ns".into(), "a".into(), None, Some(0), false).selector,
             None
         );
         let pdb = PodDisruptionBudget {
@@ -346,7 +349,14 @@ mod tests {
         let s = pdb_v1(&pdb);
         assert_eq!(
             (s.namespace.as_str(), s.name.as_str(), s.disruptions_allowed),
-            ("ns", "p", 0)
+            ("ns", "p", Some(0))
         );
+        // Edited (generation 2) but the status is of generation 1: not known yet.
+        let mut stale = pdb.clone();
+        stale.metadata.generation = Some(2);
+        stale.status.as_mut().unwrap().observed_generation = Some(1);
+        assert_eq!(pdb_v1(&stale).disruptions_allowed, None);
+        stale.status = None;
+        assert_eq!(pdb_v1(&stale).disruptions_allowed, None);
     }
 }

@@ -180,7 +180,14 @@ fn gate<'a>(
             window,
         });
     }
-    if let Some(last) = node.past_fences.iter().max() {
+    // A manual request overriding `escalation` is a person deciding to fence anyway (after a
+    // failed fence was fixed, say): the cooldown does not hold it either.
+    if let Some(last) = node
+        .past_fences
+        .iter()
+        .max()
+        .filter(|_| !overrides.escalation)
+    {
         let cooldown = secs(spec.escalation.cooldown_seconds);
         if let Ok(until) = last.checked_add(cooldown) {
             if wall < until {
@@ -322,7 +329,7 @@ fn forgiveness(s: &Snapshot, policy: &PolicySnapshot, node: &NodeSnapshot) -> (D
         let exhausted = node.pods.iter().any(|pod| {
             s.pdbs.iter().any(|b| {
                 b.namespace == pod.namespace
-                    && b.disruptions_allowed <= 0
+                    && b.disruptions_allowed.is_some_and(|d| d <= 0)
                     && b.selector
                         .as_ref()
                         .is_some_and(|sel| selector::matches(sel, &pod.labels))

@@ -195,8 +195,10 @@ pub struct PdbSnapshot {
     /// to `None` and a policy/v1 empty selector to `Some(empty)` (which selects every pod in the
     /// namespace), matching each API version's semantics.
     pub selector: Option<LabelSelector>,
-    /// `status.disruptionsAllowed`.
-    pub disruptions_allowed: i32,
+    /// `status.disruptionsAllowed`, or `None` while the disruption controller has not computed
+    /// the status of the PDB's current generation (a new or edited PDB): unknown, so it never
+    /// makes a fence urgent.
+    pub disruptions_allowed: Option<i32>,
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ fn pdb(ns: &str, app: &str, allowed: i32, selector: bool) -> PdbSnapshot {
             match_labels: Some([("app".to_string(), app.to_string())].into()),
             match_expressions: None,
         }),
-        disruptions_allowed: allowed,
+        disruptions_allowed: Some(allowed),
     }
 }
 
@@ -523,6 +523,18 @@ fn verdict_details_carry_the_numbers() {
         verdict_of(&s, "m0"),
         Some(Verdict::Hold(HoldReason::Cooldown { until: wall(300) }))
     );
+    // A manual request overriding escalation is not held by the cooldown.
+    node_mut(&mut s, "m0").fence = FenceState::Pending {
+        manual: Some(Overrides {
+            escalation: true,
+            ..Overrides::default()
+        }),
+    };
+    assert!(
+        matches!(verdict_of(&s, "m0"), Some(Verdict::Fence(_))),
+        "{:?}",
+        verdict_of(&s, "m0")
+    );
 }
 
 #[test]
@@ -548,7 +560,7 @@ fn self_fence_plan_trusts_after_timeout_plus_margin() {
     assert_eq!(t, wall(DEAD as i64 + 20 - NOW as i64));
     // A hardware level takes precedence over trust.
     node_mut(&mut s, "m0").fence_target = Some(target(vec![vec![(
-        "bridge://m0".into(),
+        "bridge://127.0.0.1:9443/m0".into(),
         DeviceKind::Power,
     )]]));
     let Some(Verdict::Fence(plan)) = verdict_of(&s, "m0") else {

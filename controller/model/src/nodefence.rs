@@ -87,7 +87,9 @@ pub struct Overrides {
     /// heartbeats but is known to be broken).
     #[serde(default)]
     pub node_health: bool,
-    /// Fence even after the escalation limit for a flapping node was reached.
+    /// Fence even after the escalation limit for a flapping node was reached, and within the
+    /// cooldown after its last fence (for example a retry once a failed fence's device was
+    /// fixed).
     #[serde(default)]
     pub escalation: bool,
 }

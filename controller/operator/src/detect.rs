@@ -233,12 +233,20 @@ pub fn pdb_snapshot(
             v1 || s.match_labels.as_ref().is_some_and(|m| !m.is_empty())
                 || s.match_expressions.as_ref().is_some_and(|m| !m.is_empty())
         });
-    let disruptions_allowed = data
-        .get("status")
+    // Unknown (None) until the disruption controller has computed this generation's status.
+    let generation = data
+        .get("metadata")
+        .and_then(|m| m.get("generation"))
+        .and_then(serde_json::Value::as_i64);
+    let status = data.get("status").filter(|s| {
+        s.get("observedGeneration")
+            .and_then(serde_json::Value::as_i64)
+            >= generation
+    });
+    let disruptions_allowed = status
         .and_then(|s| s.get("disruptionsAllowed"))
         .and_then(|v| v.as_i64())
-        .and_then(|v| i32::try_from(v).ok())
-        .unwrap_or(0);
+        .and_then(|v| i32::try_from(v).ok());
     PdbSnapshot {
         namespace,
         name,
@@ -441,7 +449,7 @@ mod tests {
                                          "status": {"disruptionsAllowed": 1}});
         let p = pdb_snapshot(false, "ns".into(), "p".into(), &labelled);
         assert!(p.selector.is_some());
-        assert_eq!(p.disruptions_allowed, 1);
+        assert_eq!(p.disruptions_allowed, Some(1));
     }
 
     #[test]

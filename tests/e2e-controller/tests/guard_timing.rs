@@ -292,11 +292,10 @@ fn forgiveness_pdb_urgency_and_flapping_guards() {
 
 /// After a fence that Failed (its only level is a BMC that never answers), the operator fixes
 /// the FenceTarget and asks for the still-silent node to be fenced with a manual `NodeFence`
-/// carrying every override. That request should fence the node: nothing was ever done to it,
-/// its pods are still stuck. Today the cooldown, counted from the Failed fence's end, holds
-/// the request for `cooldownSeconds` (600 s by default), and no override skips it.
+/// carrying every override. That request fences the node: nothing was ever done to it, its
+/// pods are still stuck. The cooldown, counted from the Failed fence's end, holds automatic
+/// retries (no BMC hammering), but the `escalation` override lets a person through.
 #[test]
-#[ignore = "controller bug: the cooldown counts Failed fences and no manual override skips it (controller/decide/src/decide.rs, cooldown gate)"]
 fn manual_retry_after_a_failed_fence_is_not_held_by_the_cooldown() {
     let lab = common::sim::bare_lab(1);
     let rt = rt();

@@ -20,13 +20,7 @@ use serde_json::json;
 
 fn lab() -> &'static Lab {
     static LAB: OnceLock<Lab> = OnceLock::new();
-    LAB.get_or_init(|| {
-        let lab = start_lab(3);
-        let rt = rt();
-        let c = client(&lab, &rt);
-        wait_nodes_ready(&lab, &c, &rt);
-        lab
-    })
+    LAB.get_or_init(|| start_ready_lab(3))
 }
 
 fn host_pod(name: &str, node: &str, script: &str) -> serde_json::Value {

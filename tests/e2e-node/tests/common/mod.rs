@@ -26,6 +26,15 @@ pub fn start_lab(machines: usize) -> Lab {
     palisade_scenario::lab_with_agents(machines, false, &agents).expect("lab starts")
 }
 
+/// [`start_lab`], then waits until every Node is Ready.
+pub fn start_ready_lab(machines: usize) -> Lab {
+    let lab = start_lab(machines);
+    let rt = rt();
+    let c = client(&lab, &rt);
+    wait_nodes_ready(&lab, &c, &rt);
+    lab
+}
+
 /// A tokio runtime for the test's API calls.
 pub fn rt() -> tokio::runtime::Runtime {
     palisade_scenario::runtime().expect("runtime")

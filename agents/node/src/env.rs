@@ -1,0 +1,514 @@
+//! Container environment: `env` (literal values with `$(VAR)` expansion, `fieldRef`,
+//! `configMapKeyRef`, `secretKeyRef`) and `envFrom` (`configMapRef`, `secretRef`), resolved the
+//! way the kubelet's `makeEnvironmentVariables` does.
+//!
+//! Resolution is split in two so the rules stay pure and testable:
+//! - [`fetch`] reads every ConfigMap and Secret the container refers to (I/O, once per
+//!   container start), recording a missing object as `None`;
+//! - [`resolve`] turns the container spec plus those [`Sources`] into the final variables, or
+//!   an [`EnvError`] that the worker reports as `CreateContainerConfigError` without starting
+//!   the container.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Secret};
+use kube::{Api, Client};
+
+/// Why a container's environment cannot be built. Every variant means "do not start the
+/// container"; the worker retries later, since the referenced object may appear.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvError {
+    /// A required ConfigMap does not exist.
+    #[error("configmap \"{name}\" not found")]
+    ConfigMapNotFound {
+        /// The ConfigMap.
+        name: String,
+    },
+    /// A required Secret does not exist.
+    #[error("secret \"{name}\" not found")]
+    SecretNotFound {
+        /// The Secret.
+        name: String,
+    },
+    /// A required key is missing from a ConfigMap.
+    #[error("couldn't find key {key} in ConfigMap {namespace}/{name}")]
+    ConfigMapKeyNotFound {
+        /// Namespace.
+        namespace: String,
+        /// The ConfigMap.
+        name: String,
+        /// The key.
+        key: String,
+    },
+    /// A required key is missing from a Secret.
+    #[error("couldn't find key {key} in Secret {namespace}/{name}")]
+    SecretKeyNotFound {
+        /// Namespace.
+        namespace: String,
+        /// The Secret.
+        name: String,
+        /// The key.
+        key: String,
+    },
+    /// A `fieldRef` or other source this agent cannot resolve.
+    #[error("env {var}: {message}")]
+    Unsupported {
+        /// The variable.
+        var: String,
+        /// Why.
+        message: String,
+    },
+    /// Reading a referenced object from the API failed (other than "not found").
+    #[error("reading {kind} {namespace}/{name}: {message}")]
+    Api {
+        /// `configmap` or `secret`.
+        kind: &'static str,
+        /// Namespace.
+        namespace: String,
+        /// The object.
+        name: String,
+        /// The API error.
+        message: String,
+    },
+}
+
+/// The ConfigMaps and Secrets a container refers to, as read from the API: `None` means the
+/// object does not exist. Secret values are decoded as UTF-8 (lossily), as the kubelet does
+/// with `string(bytes)`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sources {
+    /// ConfigMap name → its data (`data` and `binaryData`), or `None` if missing.
+    pub config_maps: BTreeMap<String, Option<BTreeMap<String, String>>>,
+    /// Secret name → its data, or `None` if missing.
+    pub secrets: BTreeMap<String, Option<BTreeMap<String, String>>>,
+}
+
+/// The names of the ConfigMaps and Secrets that `c` refers to in `env` and `envFrom`.
+pub fn referenced(c: &Container) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut cms = BTreeSet::new();
+    let mut secrets = BTreeSet::new();
+    for e in c.env.iter().flatten() {
+        if let Some(f) = &e.value_from {
+            if let Some(r) = &f.config_map_key_ref {
+                cms.insert(r.name.clone());
+            }
+            if let Some(r) = &f.secret_key_ref {
+                secrets.insert(r.name.clone());
+            }
+        }
+    }
+    for f in c.env_from.iter().flatten() {
+        if let Some(r) = &f.config_map_ref {
+            cms.insert(r.name.clone());
+        }
+        if let Some(r) = &f.secret_ref {
+            secrets.insert(r.name.clone());
+        }
+    }
+    (cms, secrets)
+}
+
+/// Reads every object `c` refers to. A missing object is recorded as `None` (whether that is
+/// an error depends on `optional`, decided by [`resolve`]); any other API failure is an error.
+pub async fn fetch(client: &Client, namespace: &str, c: &Container) -> Result<Sources, EnvError> {
+    let (cms, secrets) = referenced(c);
+    let mut out = Sources::default();
+    let timeout = crate::reporter::API_TIMEOUT;
+    let cm_api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    for name in cms {
+        let api_err = |message: String| EnvError::Api {
+            kind: "configmap",
+            namespace: namespace.to_string(),
+            name: name.clone(),
+            message,
+        };
+        let got = tokio::time::timeout(timeout, cm_api.get_opt(&name))
+            .await
+            .map_err(|_| api_err("timed out".into()))?
+            .map_err(|e| api_err(e.to_string()))?;
+        let data = got.map(|cm| {
+            let mut d = cm.data.unwrap_or_default();
+            for (k, v) in cm.binary_data.unwrap_or_default() {
+                d.insert(k, String::from_utf8_lossy(&v.0).into_owned());
+            }
+            d
+        });
+        out.config_maps.insert(name, data);
+    }
+    let s_api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    for name in secrets {
+        let api_err = |message: String| EnvError::Api {
+            kind: "secret",
+            namespace: namespace.to_string(),
+            name: name.clone(),
+            message,
+        };
+        let got = tokio::time::timeout(timeout, s_api.get_opt(&name))
+            .await
+            .map_err(|_| api_err("timed out".into()))?
+            .map_err(|e| api_err(e.to_string()))?;
+        let data = got.map(|s| {
+            let mut d: BTreeMap<String, String> = s
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                .collect();
+            d.extend(s.string_data.unwrap_or_default());
+            d
+        });
+        out.secrets.insert(name, data);
+    }
+    Ok(out)
+}
+
+/// Whether `name` is a valid environment variable name (`[-._a-zA-Z][-._a-zA-Z0-9]*`, the
+/// kubelet's `IsEnvVarName`). `envFrom` skips keys that are not.
+pub fn is_env_var_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    let Some(first) = chars.next() else {
+        return false;
+    };
+    let ok = |c: char, digits: bool| {
+        c.is_ascii_alphabetic() || matches!(c, '-' | '.' | '_') || (digits && c.is_ascii_digit())
+    };
+    ok(first, false) && chars.all(|c| ok(c, true))
+}
+
+/// The result of [`resolve`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolved {
+    /// The variables, in order (later entries win over earlier ones with the same name).
+    pub vars: Vec<(String, String)>,
+    /// Keys skipped by `envFrom` because they are not valid variable names, with the source
+    /// (for the `InvalidEnvironmentVariableNames` Event).
+    pub skipped: Vec<String>,
+}
+
+/// What a required key reference did not find.
+enum Missing {
+    Object,
+    Key,
+}
+
+/// Looks up `name`/`key` in fetched objects: `Ok(None)` when it is missing but optional.
+fn lookup(
+    objects: &BTreeMap<String, Option<BTreeMap<String, String>>>,
+    name: &str,
+    key: &str,
+    optional: Option<bool>,
+) -> Result<Option<String>, Missing> {
+    let optional = optional == Some(true);
+    match objects.get(name).and_then(Option::as_ref) {
+        None if optional => Ok(None),
+        None => Err(Missing::Object),
+        Some(d) => match d.get(key) {
+            Some(v) => Ok(Some(v.clone())),
+            None if optional => Ok(None),
+            None => Err(Missing::Key),
+        },
+    }
+}
+
+fn set(vars: &mut Vec<(String, String)>, k: String, v: String) {
+    vars.retain(|(ek, _)| *ek != k);
+    vars.push((k, v));
+}
+
+/// Builds the container's environment on top of `base` (the agent's own variables), as the
+/// kubelet does: first every `envFrom` source in order (prefix applied, invalid names
+/// skipped), then every `env` entry in order, each literal value expanded against what came
+/// before. `field` resolves a `fieldRef` path.
+///
+/// Guarantees: returns an error, and so the container is not started, when a non-optional
+/// ConfigMap/Secret or key is missing; an optional one is skipped (the variable is unset).
+pub fn resolve(
+    namespace: &str,
+    c: &Container,
+    base: Vec<(String, String)>,
+    sources: &Sources,
+    field: impl Fn(&str) -> Result<String, String>,
+) -> Result<Resolved, EnvError> {
+    let mut out = Resolved {
+        vars: base,
+        skipped: Vec::new(),
+    };
+    for f in c.env_from.iter().flatten() {
+        let prefix = f.prefix.clone().unwrap_or_default();
+        let (data, label) = if let Some(r) = &f.config_map_ref {
+            match sources.config_maps.get(&r.name).cloned().flatten() {
+                Some(d) => (d, format!("configMap {namespace}/{}", r.name)),
+                None if r.optional == Some(true) => continue,
+                None => {
+                    return Err(EnvError::ConfigMapNotFound {
+                        name: r.name.clone(),
+                    })
+                }
+            }
+        } else if let Some(r) = &f.secret_ref {
+            match sources.secrets.get(&r.name).cloned().flatten() {
+                Some(d) => (d, format!("secret {namespace}/{}", r.name)),
+                None if r.optional == Some(true) => continue,
+                None => {
+                    return Err(EnvError::SecretNotFound {
+                        name: r.name.clone(),
+                    })
+                }
+            }
+        } else {
+            continue;
+        };
+        for (k, v) in data {
+            let name = format!("{prefix}{k}");
+            if !is_env_var_name(&name) {
+                out.skipped.push(format!("{name} (from {label})"));
+                continue;
+            }
+            set(&mut out.vars, name, v);
+        }
+    }
+    for e in c.env.iter().flatten() {
+        let value = if let Some(v) = &e.value {
+            crate::pod_worker::expand(v, &out.vars)
+        } else if let Some(from) = &e.value_from {
+            if let Some(f) = &from.field_ref {
+                field(&f.field_path).map_err(|message| EnvError::Unsupported {
+                    var: e.name.clone(),
+                    message,
+                })?
+            } else if let Some(r) = &from.config_map_key_ref {
+                let found = lookup(&sources.config_maps, &r.name, &r.key, r.optional);
+                match found.map_err(|missing| match missing {
+                    Missing::Object => EnvError::ConfigMapNotFound {
+                        name: r.name.clone(),
+                    },
+                    Missing::Key => EnvError::ConfigMapKeyNotFound {
+                        namespace: namespace.into(),
+                        name: r.name.clone(),
+                        key: r.key.clone(),
+                    },
+                })? {
+                    Some(v) => v,
+                    None => continue,
+                }
+            } else if let Some(r) = &from.secret_key_ref {
+                let found = lookup(&sources.secrets, &r.name, &r.key, r.optional);
+                match found.map_err(|missing| match missing {
+                    Missing::Object => EnvError::SecretNotFound {
+                        name: r.name.clone(),
+                    },
+                    Missing::Key => EnvError::SecretKeyNotFound {
+                        namespace: namespace.into(),
+                        name: r.name.clone(),
+                        key: r.key.clone(),
+                    },
+                })? {
+                    Some(v) => v,
+                    None => continue,
+                }
+            } else {
+                return Err(EnvError::Unsupported {
+                    var: e.name.clone(),
+                    message: "only value, fieldRef, configMapKeyRef and secretKeyRef are supported"
+                        .into(),
+                });
+            }
+        } else {
+            String::new()
+        };
+        set(&mut out.vars, e.name.clone(), value);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ctr(v: serde_json::Value) -> Container {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn sources() -> Sources {
+        let mut s = Sources::default();
+        s.config_maps.insert(
+            "cfg".into(),
+            Some(BTreeMap::from([
+                ("mode".into(), "fast".into()),
+                ("LEVEL".into(), "3".into()),
+                ("bad key".into(), "x".into()),
+            ])),
+        );
+        s.config_maps.insert("gone".into(), None);
+        s.secrets.insert(
+            "creds".into(),
+            Some(BTreeMap::from([("password".into(), "hunter2".into())])),
+        );
+        s.secrets.insert("nosecret".into(), None);
+        s
+    }
+
+    fn no_fields(p: &str) -> Result<String, String> {
+        Err(format!("unsupported fieldRef {p:?}"))
+    }
+
+    fn get<'a>(r: &'a Resolved, k: &str) -> Option<&'a str> {
+        r.vars
+            .iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn key_refs_resolve_and_feed_later_expansions() {
+        let c = ctr(json!({"name": "m", "env": [
+            {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "mode"}}},
+            {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+            {"name": "BOTH", "value": "$(MODE)-$(PW)"},
+        ]}));
+        let r = resolve("ns", &c, vec![], &sources(), no_fields).unwrap();
+        assert_eq!(get(&r, "MODE"), Some("fast"));
+        assert_eq!(get(&r, "PW"), Some("hunter2"));
+        assert_eq!(get(&r, "BOTH"), Some("fast-hunter2"));
+    }
+
+    #[test]
+    fn missing_required_keys_and_objects_are_errors() {
+        let cases = [
+            (
+                json!({"configMapKeyRef": {"name": "cfg", "key": "nope"}}),
+                EnvError::ConfigMapKeyNotFound {
+                    namespace: "ns".into(),
+                    name: "cfg".into(),
+                    key: "nope".into(),
+                },
+            ),
+            (
+                json!({"configMapKeyRef": {"name": "gone", "key": "k"}}),
+                EnvError::ConfigMapNotFound {
+                    name: "gone".into(),
+                },
+            ),
+            (
+                json!({"secretKeyRef": {"name": "creds", "key": "user"}}),
+                EnvError::SecretKeyNotFound {
+                    namespace: "ns".into(),
+                    name: "creds".into(),
+                    key: "user".into(),
+                },
+            ),
+            (
+                json!({"secretKeyRef": {"name": "nosecret", "key": "k"}}),
+                EnvError::SecretNotFound {
+                    name: "nosecret".into(),
+                },
+            ),
+        ];
+        for (from, want) in cases {
+            let c = ctr(json!({"name": "m", "env": [{"name": "X", "valueFrom": from}]}));
+            assert_eq!(
+                resolve("ns", &c, vec![], &sources(), no_fields),
+                Err(want.clone())
+            );
+            assert!(
+                want.to_string().contains("couldn't find key")
+                    || want.to_string().contains("not found")
+            );
+        }
+    }
+
+    #[test]
+    fn optional_refs_leave_the_variable_unset() {
+        let c = ctr(json!({"name": "m", "env": [
+            {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "nope", "optional": true}}},
+            {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "k", "optional": true}}},
+            {"name": "C", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "nope", "optional": true}}},
+            {"name": "D", "valueFrom": {"secretKeyRef": {"name": "nosecret", "key": "k", "optional": true}}},
+        ], "envFrom": [
+            {"configMapRef": {"name": "gone", "optional": true}},
+            {"secretRef": {"name": "nosecret", "optional": true}},
+        ]}));
+        let r = resolve(
+            "ns",
+            &c,
+            vec![("KEEP".into(), "1".into())],
+            &sources(),
+            no_fields,
+        )
+        .unwrap();
+        assert_eq!(r.vars, vec![("KEEP".to_string(), "1".to_string())]);
+    }
+
+    #[test]
+    fn env_from_applies_prefix_skips_invalid_names_and_env_wins() {
+        let c = ctr(json!({"name": "m",
+            "envFrom": [
+                {"configMapRef": {"name": "cfg"}, "prefix": "CFG_"},
+                {"secretRef": {"name": "creds"}},
+            ],
+            "env": [{"name": "password", "value": "override"}],
+        }));
+        let r = resolve("ns", &c, vec![], &sources(), no_fields).unwrap();
+        assert_eq!(get(&r, "CFG_mode"), Some("fast"));
+        assert_eq!(get(&r, "CFG_LEVEL"), Some("3"));
+        assert_eq!(get(&r, "password"), Some("override"));
+        assert_eq!(
+            r.skipped,
+            vec!["CFG_bad key (from configMap ns/cfg)".to_string()]
+        );
+        let missing = ctr(json!({"name": "m", "envFrom": [{"configMapRef": {"name": "gone"}}]}));
+        assert_eq!(
+            resolve("ns", &missing, vec![], &sources(), no_fields),
+            Err(EnvError::ConfigMapNotFound {
+                name: "gone".into()
+            })
+        );
+    }
+
+    #[test]
+    fn field_refs_go_through_the_resolver() {
+        let c = ctr(json!({"name": "m", "env": [
+            {"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ]}));
+        let r = resolve("ns", &c, vec![], &sources(), |p| {
+            (p == "metadata.name")
+                .then(|| "pod-0".to_string())
+                .ok_or_else(|| "no".to_string())
+        })
+        .unwrap();
+        assert_eq!(get(&r, "N"), Some("pod-0"));
+        let bad = ctr(json!({"name": "m", "env": [
+            {"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "status.nope"}}},
+        ]}));
+        assert!(matches!(
+            resolve("ns", &bad, vec![], &sources(), no_fields),
+            Err(EnvError::Unsupported { .. })
+        ));
+    }
+
+    #[test]
+    fn env_var_names_follow_the_kubelet() {
+        for ok in ["A", "a_b", "-x", ".y", "A1", "my.var-2"] {
+            assert!(is_env_var_name(ok), "{ok}");
+        }
+        for bad in ["", "1A", "a b", "a=b", "é"] {
+            assert!(!is_env_var_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn referenced_lists_every_source() {
+        let c = ctr(json!({"name": "m",
+            "env": [
+                {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "c1", "key": "k"}}},
+                {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s1", "key": "k"}}},
+            ],
+            "envFrom": [{"configMapRef": {"name": "c2"}}, {"secretRef": {"name": "s2"}}],
+        }));
+        let (cms, secrets) = referenced(&c);
+        assert_eq!(cms.into_iter().collect::<Vec<_>>(), vec!["c1", "c2"]);
+        assert_eq!(secrets.into_iter().collect::<Vec<_>>(), vec!["s1", "s2"]);
+    }
+}

@@ -1,0 +1,181 @@
+//! Optional hardware watchdog petting (`--watchdog /dev/watchdog`).
+//!
+//! The Linux watchdog reboots the machine unless its device is written to within its timeout.
+//! The agent writes to it only while its Lease is being renewed (the last renewal is at most
+//! `max_lease_age` old, i.e. `--self-fence-after`). So:
+//! - a hung agent (a stuck runtime, a deadlock) stops petting, and the machine reboots;
+//! - an agent that lost the API stops petting once it self-fences, and the machine reboots
+//!   a watchdog timeout later, which is a hard guarantee that nothing of its pods survives
+//!   even if killing them failed.
+//!
+//! On a clean shutdown it writes the magic close character `V` before closing the device, so
+//! the kernel disarms the watchdog instead of rebooting (unless the driver is `nowayout`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// The byte written to pet the watchdog (any byte but `V` works).
+pub const PET: &[u8] = b"1";
+/// The magic close character: disarms the watchdog on close.
+pub const MAGIC_CLOSE: &[u8] = b"V";
+
+/// Errors of the watchdog.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchdogError {
+    /// The device could not be opened or written.
+    #[error("watchdog {path}: {what}: {source}")]
+    Io {
+        /// The device.
+        path: PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// How the watchdog is petted.
+#[derive(Debug, Clone)]
+pub struct WatchdogConfig {
+    /// The device (normally `/dev/watchdog`). It must exist: it is never created.
+    pub path: PathBuf,
+    /// How often to pet it (well below the device's timeout).
+    pub interval: Duration,
+    /// Pet only while the last Lease renewal is at most this old.
+    pub max_lease_age: Duration,
+}
+
+/// Whether to pet now: only while the Lease is fresh.
+pub fn should_pet(lease_age: Duration, max_lease_age: Duration) -> bool {
+    lease_age <= max_lease_age
+}
+
+/// Opens the device for writing (never creating it).
+pub fn open(path: &Path) -> Result<std::fs::File, WatchdogError> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|source| WatchdogError::Io {
+            path: path.to_path_buf(),
+            what: "open",
+            source,
+        })
+}
+
+/// Pets `dev` every `cfg.interval` while the Lease (last renewal on `renewed`) is fresh, until
+/// `shutdown` turns true; then writes the magic close and closes the device.
+///
+/// Guarantees: no write happens while the last renewal is older than `cfg.max_lease_age`;
+/// a clean shutdown always ends with [`MAGIC_CLOSE`] as the last byte written.
+pub async fn run(
+    cfg: WatchdogConfig,
+    mut dev: std::fs::File,
+    renewed: watch::Receiver<Instant>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), WatchdogError> {
+    let io = |what| {
+        let path = cfg.path.clone();
+        move |source| WatchdogError::Io { path, what, source }
+    };
+    let mut tick = tokio::time::interval(cfg.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut petting = true;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            r = shutdown.changed() => {
+                if r.is_err() || *shutdown.borrow() {
+                    break;
+                }
+                continue;
+            }
+        }
+        let age = renewed.borrow().elapsed();
+        let pet = should_pet(age, cfg.max_lease_age);
+        if pet != petting {
+            if pet {
+                tracing::info!("Lease renewed again: petting the watchdog again");
+            } else {
+                tracing::warn!(
+                    age_ms = age.as_millis() as u64,
+                    "Lease not renewed: no longer petting the watchdog (the machine reboots at its timeout)"
+                );
+            }
+            petting = pet;
+        }
+        if pet {
+            dev.write_all(PET).map_err(io("pet"))?;
+            dev.flush().map_err(io("pet"))?;
+        }
+    }
+    dev.write_all(MAGIC_CLOSE).map_err(io("magic close"))?;
+    dev.flush().map_err(io("magic close"))?;
+    drop(dev);
+    tracing::info!("watchdog disarmed (magic close)");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pets(path: &Path) -> usize {
+        std::fs::read(path)
+            .unwrap()
+            .iter()
+            .filter(|b| **b == PET[0])
+            .count()
+    }
+
+    #[test]
+    fn fresh_leases_are_petted_stale_ones_not() {
+        let max = Duration::from_secs(4);
+        assert!(should_pet(Duration::ZERO, max));
+        assert!(should_pet(max, max));
+        assert!(!should_pet(max + Duration::from_millis(1), max));
+    }
+
+    #[test]
+    fn the_device_is_never_created() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("watchdog");
+        assert!(open(&p).is_err());
+        assert!(!p.exists());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pets_only_while_the_lease_is_renewed_and_disarms_on_shutdown() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("watchdog");
+        std::fs::write(&path, b"").unwrap();
+        let cfg = WatchdogConfig {
+            path: path.clone(),
+            interval: Duration::from_secs(1),
+            max_lease_age: Duration::from_millis(2_500),
+        };
+        let (renew_tx, renew_rx) = watch::channel(Instant::now());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(run(cfg, open(&path).unwrap(), renew_rx, stop_rx));
+
+        // Renewed at t=0: pets at t=0, 1, 2; at t=3 the Lease is 3 s old (> 2.5 s).
+        tokio::time::sleep(Duration::from_millis(10_500)).await;
+        assert_eq!(pets(&path), 3, "petting stops once the Lease is stale");
+
+        // Renewals resume: so does petting.
+        renew_tx.send_replace(Instant::now());
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        let resumed = pets(&path);
+        assert!(resumed > 3, "petting resumes after a renewal ({resumed})");
+
+        stop_tx.send_replace(true);
+        task.await.unwrap().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.last(), Some(&MAGIC_CLOSE[0]), "{bytes:?}");
+        assert_eq!(bytes.iter().filter(|b| **b == MAGIC_CLOSE[0]).count(), 1);
+    }
+}

@@ -1,0 +1,372 @@
+//! Pod configuration on a real machine: environment from ConfigMaps and Secrets (keys and
+//! `envFrom`), probes on named ports and over HTTPS, and bad input (a missing key, a probe
+//! naming an unknown port, an unwritable hostPath) that must leave a clear reason and an
+//! Event, never start the container, and never disturb the other pods.
+//!
+//! One lab (1 machine) is shared by the tests of this file; each test uses its own namespace.
+
+mod common;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use palisade_lab::Lab;
+use serde_json::json;
+
+const NODE: &str = "m0";
+const PYTHON: &str = "/usr/bin/python3";
+
+fn lab() -> &'static Lab {
+    static LAB: OnceLock<Lab> = OnceLock::new();
+    LAB.get_or_init(|| start_ready_lab(1))
+}
+
+/// The shared lab, a runtime, the admin client, and a fresh namespace `ns` with a scratch
+/// directory of the same name.
+fn setup(
+    ns: &str,
+) -> (
+    &'static Lab,
+    tokio::runtime::Runtime,
+    Client,
+    std::path::PathBuf,
+) {
+    let lab = lab();
+    let rt = rt();
+    let c = client(lab, &rt);
+    namespace(&c, &rt, ns);
+    let dir = scratch(lab, ns);
+    (lab, rt, c, dir)
+}
+
+fn create_config_map(c: &Client, rt: &tokio::runtime::Runtime, ns: &str, v: serde_json::Value) {
+    let api: Api<ConfigMap> = Api::namespaced(c.clone(), ns);
+    let obj: ConfigMap = serde_json::from_value(v).unwrap();
+    rt.block_on(api.create(&PostParams::default(), &obj))
+        .expect("create configmap");
+}
+
+fn create_secret(c: &Client, rt: &tokio::runtime::Runtime, ns: &str, v: serde_json::Value) {
+    let api: Api<Secret> = Api::namespaced(c.clone(), ns);
+    let obj: Secret = serde_json::from_value(v).unwrap();
+    rt.block_on(api.create(&PostParams::default(), &obj))
+        .expect("create secret");
+}
+
+/// Waits for an Event about `pod` with `reason` whose message contains `text`; returns it.
+fn wait_event(
+    c: &Client,
+    rt: &tokio::runtime::Runtime,
+    ns: &str,
+    pod: &str,
+    reason: &str,
+    text: &str,
+) -> Event {
+    let events: Api<Event> = Api::namespaced(c.clone(), ns);
+    eventually(
+        &format!("{reason} event for {pod} containing {text:?}"),
+        Duration::from_secs(60),
+        || {
+            let l = rt.block_on(events.list(&ListParams::default())).ok()?;
+            l.items.into_iter().find(|e| {
+                e.involved_object.name.as_deref() == Some(pod)
+                    && e.reason.as_deref() == Some(reason)
+                    && e.message.as_deref().is_some_and(|m| m.contains(text))
+            })
+        },
+    )
+}
+
+/// Waits until container `main` of `pod` is Waiting with `reason` and a message containing
+/// `text`; returns the message.
+fn wait_waiting(
+    c: &Client,
+    rt: &tokio::runtime::Runtime,
+    ns: &str,
+    pod: &str,
+    reason: &str,
+    text: &str,
+) -> String {
+    eventually(
+        &format!("{pod} waiting with {reason}"),
+        Duration::from_secs(60),
+        || {
+            let p = get_pod(c, rt, ns, pod)?;
+            let w = container(&p, "main")?.state?.waiting?;
+            let m = w.message.unwrap_or_default();
+            (w.reason.as_deref() == Some(reason) && m.contains(text)).then_some(m)
+        },
+    )
+}
+
+fn wait_ready(c: &Client, rt: &tokio::runtime::Runtime, ns: &str, pod: &str) {
+    eventually(&format!("{pod} Ready"), Duration::from_secs(90), || {
+        let p = get_pod(c, rt, ns, pod)?;
+        (condition(&p, "Ready").as_deref() == Some("True")).then_some(())
+    });
+}
+
+fn pod(name: &str, script: &str, extra: serde_json::Value) -> serde_json::Value {
+    let mut main = json!({"name": "main", "image": "host", "command": ["/bin/sh", "-c", script]});
+    if let (Some(m), Some(e)) = (main.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    json!({
+        "metadata": {"name": name},
+        "spec": {"nodeName": NODE, "terminationGracePeriodSeconds": 1, "containers": [main]}
+    })
+}
+
+#[test]
+fn config_map_and_secret_env_reach_the_process_and_a_missing_key_blocks_the_start() {
+    let ns = "envsrc";
+    let (_lab, rt, c, dir) = setup(ns);
+    create_config_map(
+        &c,
+        &rt,
+        ns,
+        json!({"metadata": {"name": "cfg"}, "data": {"mode": "fast", "LEVEL": "3"}}),
+    );
+    create_secret(
+        &c,
+        &rt,
+        ns,
+        json!({"metadata": {"name": "creds"}, "stringData": {"password": "s3cret", "user": "app", "1st": "x"}}),
+    );
+    let out = dir.join("env.txt");
+    let script = format!(
+        "printf 'MODE=%s\\nPW=%s\\nOPT=%s\\nCFG_LEVEL=%s\\nuser=%s\\nCOMBINED=%s\\n' \"$MODE\" \"$PW\" \"${{OPT-unset}}\" \"$CFG_LEVEL\" \"$user\" \"$COMBINED\" > {out}.tmp && mv {out}.tmp {out}; exec sleep 100000",
+        out = out.display()
+    );
+    create_pod(
+        &c,
+        &rt,
+        ns,
+        pod(
+            "envok",
+            &script,
+            json!({
+                "envFrom": [
+                    {"configMapRef": {"name": "cfg"}, "prefix": "CFG_"},
+                    {"secretRef": {"name": "creds"}},
+                    {"secretRef": {"name": "absent", "optional": true}},
+                ],
+                "env": [
+                    {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "mode"}}},
+                    {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+                    {"name": "OPT", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "nope", "optional": true}}},
+                    {"name": "COMBINED", "value": "$(MODE)/$(CFG_LEVEL)"},
+                ],
+            }),
+        ),
+    );
+    let text = eventually("env written", Duration::from_secs(60), || {
+        std::fs::read_to_string(&out).ok()
+    });
+    assert_eq!(
+        text,
+        "MODE=fast\nPW=s3cret\nOPT=unset\nCFG_LEVEL=3\nuser=app\nCOMBINED=fast/3\n"
+    );
+    wait_event(
+        &c,
+        &rt,
+        ns,
+        "envok",
+        "InvalidEnvironmentVariableNames",
+        "1st (from secret envsrc/creds)",
+    );
+
+    // A required key that does not exist: the container does not start.
+    let marker = dir.join("missing-started");
+    create_pod(
+        &c,
+        &rt,
+        ns,
+        pod(
+            "envmissing",
+            &format!("touch {}; exec sleep 100000", marker.display()),
+            json!({"env": [
+                {"name": "LATER", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "later"}}},
+            ]}),
+        ),
+    );
+    let msg = wait_waiting(
+        &c,
+        &rt,
+        ns,
+        "envmissing",
+        "CreateContainerConfigError",
+        "couldn't find key later in ConfigMap envsrc/cfg",
+    );
+    wait_event(&c, &rt, ns, "envmissing", "Failed", &msg);
+    assert!(!marker.exists(), "the container must not have started");
+    // A missing Secret is reported the same way.
+    create_pod(
+        &c,
+        &rt,
+        ns,
+        pod(
+            "secretmissing",
+            "exec sleep 100000",
+            json!({"env": [
+                {"name": "X", "valueFrom": {"secretKeyRef": {"name": "nosuch", "key": "k"}}},
+            ]}),
+        ),
+    );
+    wait_waiting(
+        &c,
+        &rt,
+        ns,
+        "secretmissing",
+        "CreateContainerConfigError",
+        "secret \"nosuch\" not found",
+    );
+
+    // Once the key exists, the agent's retry starts the container.
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), ns);
+    rt.block_on(cms.patch(
+        "cfg",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"later": "now"}})),
+    ))
+    .unwrap();
+    eventually("envmissing started", Duration::from_secs(60), || {
+        let p = get_pod(&c, &rt, ns, "envmissing")?;
+        container(&p, "main")?.state?.running?;
+        marker.exists().then_some(())
+    });
+}
+
+#[test]
+fn named_ports_and_https_probes_make_pods_ready() {
+    let ns = "probes";
+    let (_lab, rt, c, dir) = setup(ns);
+    // Plain HTTP on a named port: startup over tcpSocket, readiness over httpGet, both named.
+    create_pod(
+        &c,
+        &rt,
+        ns,
+        pod(
+            "named",
+            &format!("exec {PYTHON} -m http.server 8080"),
+            json!({
+                "workingDir": dir.display().to_string(),
+                "ports": [{"name": "web", "containerPort": 8080}],
+                "startupProbe": {"tcpSocket": {"port": "web"}, "periodSeconds": 1, "failureThreshold": 30},
+                "readinessProbe": {"httpGet": {"port": "web", "path": "/"}, "periodSeconds": 1},
+            }),
+        ),
+    );
+    // HTTPS with a self-signed certificate, on a named port.
+    let https = format!(
+        r#"cd {dir} && openssl req -x509 -newkey rsa:2048 -nodes -keyout k.pem -out c.pem -days 1 -subj /CN=probe-test 2>/dev/null && exec {PYTHON} -c '
+import http.server, ssl
+s = http.server.HTTPServer(("0.0.0.0", 8443), http.server.SimpleHTTPRequestHandler)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain("c.pem", "k.pem")
+s.socket = ctx.wrap_socket(s.socket, server_side=True)
+s.serve_forever()'"#,
+        dir = dir.display()
+    );
+    create_pod(
+        &c,
+        &rt,
+        ns,
+        pod(
+            "https",
+            &https,
+            json!({
+                "ports": [{"name": "tls", "containerPort": 8443}],
+                "readinessProbe": {"httpGet": {"scheme": "HTTPS", "port": "tls", "path": "/"}, "periodSeconds": 1},
+            }),
+        ),
+    );
+    wait_ready(&c, &rt, ns, "named");
+    wait_ready(&c, &rt, ns, "https");
+    for name in ["named", "https"] {
+        let p = get_pod(&c, &rt, ns, name).unwrap();
+        assert_eq!(container(&p, "main").unwrap().restart_count, 0, "{name}");
+    }
+}
+
+#[test]
+fn a_probe_on_an_unknown_named_port_is_reported_and_the_agent_keeps_serving() {
+    let ns = "badprobe";
+    let (_lab, rt, c, _dir) = setup(ns);
+    create_pod(
+        &c,
+        &rt,
+        ns,
+        pod(
+            "badport",
+            "exec sleep 100000",
+            json!({
+                "ports": [{"name": "web", "containerPort": 8081}],
+                "readinessProbe": {"httpGet": {"port": "nope"}, "periodSeconds": 1},
+            }),
+        ),
+    );
+    let ev = wait_event(
+        &c,
+        &rt,
+        ns,
+        "badport",
+        "Unhealthy",
+        "Readiness probe errored: couldn't find port \"nope\"",
+    );
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    let p = get_pod(&c, &rt, ns, "badport").unwrap();
+    assert_eq!(condition(&p, "Ready").as_deref(), Some("False"));
+    assert!(container(&p, "main")
+        .unwrap()
+        .state
+        .unwrap()
+        .running
+        .is_some());
+    // The agent is alive and serves other pods.
+    create_pod(&c, &rt, ns, pod("good", "exec sleep 100000", json!({})));
+    wait_ready(&c, &rt, ns, "good");
+}
+
+#[test]
+fn an_unwritable_host_path_blocks_the_container_with_failed_mount() {
+    let ns = "badvol";
+    let (_lab, rt, c, dir) = setup(ns);
+    // A directory cannot be created below a regular file, not even by root.
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let target = file.join("sub");
+    let marker = dir.join("started");
+    let mut spec = pod(
+        "badvol",
+        &format!("touch {}; exec sleep 100000", marker.display()),
+        json!({}),
+    );
+    spec["spec"]["volumes"] = json!([{"name": "data", "hostPath": {"path": target.display().to_string(), "type": "DirectoryOrCreate"}}]);
+    create_pod(&c, &rt, ns, spec);
+    let msg = wait_waiting(
+        &c,
+        &rt,
+        ns,
+        "badvol",
+        "ContainerCreating",
+        "MountVolume.SetUp failed",
+    );
+    assert!(msg.contains("volume data"), "{msg}");
+    assert!(msg.contains(&target.display().to_string()), "{msg}");
+    wait_event(&c, &rt, ns, "badvol", "FailedMount", "volume data");
+    let p = get_pod(&c, &rt, ns, "badvol").unwrap();
+    assert_eq!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Pending")
+    );
+    assert!(!marker.exists(), "the container must not have started");
+    create_pod(&c, &rt, ns, pod("good", "exec sleep 100000", json!({})));
+    wait_ready(&c, &rt, ns, "good");
+}
