@@ -2,7 +2,7 @@
 # Benchmarks, side by side with the peer tools in the same run, against the same lab
 # simulators. Not part of hack/test.sh: tests assert behaviour, benchmarks measure.
 #   hack/bench.sh            every benchmark
-#   hack/bench.sh agents     only one (agents | storage | bridge | recovery)
+#   hack/bench.sh agents     only one (agents | storage | bridge | node | recovery | scale)
 # Results are printed as tables with medians and ratios, and saved under target/bench/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +39,9 @@ if [ "$want" = all ] || [ "$want" = storage ]; then
 fi
 if [ "$want" = all ] || [ "$want" = bridge ]; then
   run bridge bridge-bench -p palisade-bridge --
+fi
+if [ "$want" = all ] || [ "$want" = node ]; then
+  run node node-bench -p palisade-node --features palisade-node/bench -- 100
 fi
 if [ "$want" = all ] || [ "$want" = recovery ]; then
   run recovery palisade-recovery-bench -p palisade-scenario -p palisade-node \
