@@ -20,11 +20,11 @@
 //! node health, escalation limit).
 
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use palisade_model::nodefence::{Overrides, PlannedDevice, RequestedBy};
-use palisade_model::policy::{Detection, FenceWhen};
+use palisade_model::policy::{Detection, FenceWhen, FencingPolicySpec};
 
 use crate::clock::Mono;
 use crate::detector::{classify, unhealthy_at, Health, Thresholds};
@@ -64,8 +64,9 @@ pub fn decide(s: &Snapshot) -> Vec<Decision> {
 
     let mut decisions = Vec::new();
     let mut candidates = Vec::new();
+    let mut quorum = HashMap::new();
     for node in &nodes {
-        match gate(s, &nodes, &policies, node) {
+        match gate(s, &nodes, &policies, node, &mut quorum) {
             Gate::Skip => {}
             Gate::Verdict(verdict) => decisions.push(Decision {
                 node: node.name.clone(),
@@ -85,6 +86,42 @@ enum Gate<'a> {
     Candidate(Box<Candidate<'a>>),
 }
 
+/// The quorum guard of `spec` over this round's nodes: `Some` when the controller's side may be
+/// the partitioned one (too many covered nodes silent, or every zone silent).
+fn quorum_hold(
+    spec: &FencingPolicySpec,
+    nodes: &[&NodeSnapshot],
+    now: Mono,
+    t: Thresholds,
+) -> Option<HoldReason> {
+    let covered: Vec<&&NodeSnapshot> = nodes
+        .iter()
+        .filter(|n| selector::matches(&spec.node_selector, &n.labels))
+        .collect();
+    let silent = covered
+        .iter()
+        .filter(|n| classify(n.last_heartbeat_change, now, t) != Health::Healthy)
+        .count();
+    let allowed = spec.max_unhealthy().allowed_silent(covered.len());
+    if silent > allowed {
+        return Some(HoldReason::QuorumLost {
+            silent,
+            total: covered.len(),
+            allowed,
+        });
+    }
+    // Every zone (over all nodes, not only covered ones) fully silent: act on nothing.
+    let key = &spec.limits.per_domain.topology_key;
+    let mut zones: BTreeMap<&str, bool> = BTreeMap::new();
+    for n in nodes {
+        let zone = n.labels.get(key).map_or("", String::as_str);
+        let up = classify(n.last_heartbeat_change, now, t) == Health::Healthy;
+        *zones.entry(zone).or_insert(false) |= up;
+    }
+    (!zones.is_empty() && zones.values().all(|up| !up))
+        .then_some(HoldReason::AllZonesDown { zones: zones.len() })
+}
+
 fn hold(reason: HoldReason) -> Gate<'static> {
     Gate::Verdict(Verdict::Hold(reason))
 }
@@ -94,6 +131,7 @@ fn gate<'a>(
     nodes: &[&'a NodeSnapshot],
     policies: &[&'a PolicySnapshot],
     node: &'a NodeSnapshot,
+    quorum: &mut HashMap<String, Option<HoldReason>>,
 ) -> Gate<'a> {
     let now = s.now.mono;
     let (requested, manual): (bool, Option<Overrides>) = match node.fence {
@@ -196,34 +234,13 @@ fn gate<'a>(
         }
     }
 
-    // 6. Quorum guard.
+    // 6. Quorum guard (the same for every node of a policy in a round: computed once).
     if !overrides.quorum_guard {
-        let covered: Vec<&&NodeSnapshot> = nodes
-            .iter()
-            .filter(|n| selector::matches(&spec.node_selector, &n.labels))
-            .collect();
-        let silent = covered
-            .iter()
-            .filter(|n| classify(n.last_heartbeat_change, now, t) != Health::Healthy)
-            .count();
-        let allowed = spec.max_unhealthy().allowed_silent(covered.len());
-        if silent > allowed {
-            return hold(HoldReason::QuorumLost {
-                silent,
-                total: covered.len(),
-                allowed,
-            });
-        }
-        // Every zone (over all nodes, not only covered ones) fully silent: act on nothing.
-        let key = &spec.limits.per_domain.topology_key;
-        let mut zones: BTreeMap<&str, bool> = BTreeMap::new();
-        for n in nodes {
-            let zone = n.labels.get(key).map_or("", String::as_str);
-            let up = classify(n.last_heartbeat_change, now, t) == Health::Healthy;
-            *zones.entry(zone).or_insert(false) |= up;
-        }
-        if !zones.is_empty() && zones.values().all(|up| !up) {
-            return hold(HoldReason::AllZonesDown { zones: zones.len() });
+        let guard = quorum
+            .entry(policy.name.clone())
+            .or_insert_with(|| quorum_hold(spec, nodes, now, t));
+        if let Some(reason) = guard {
+            return hold(reason.clone());
         }
     }
 

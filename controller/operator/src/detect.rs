@@ -12,7 +12,7 @@
 //! 4. reports each held or waiting decision once per change of reason (Event + metric);
 //! 5. makes sure every unfinished `NodeFence` has a worker ([`crate::reconcile`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -58,10 +58,10 @@ pub async fn run(ctx: Arc<Ctx>) {
 pub fn observe(ctx: &Ctx, now: Clocks) {
     let nodes = ctx.cache.nodes.state();
     let mut detector = ctx.detector.lock().unwrap_or_else(|p| p.into_inner());
-    let names: Vec<String> = nodes.iter().map(|n| n.name_any()).collect();
+    let names: HashSet<String> = nodes.iter().map(|n| n.name_any()).collect();
     let stale: Vec<String> = detector
         .nodes()
-        .filter(|n| !names.iter().any(|m| m == n))
+        .filter(|n| !names.contains(*n))
         .map(str::to_string)
         .collect();
     for n in stale {
@@ -200,15 +200,22 @@ fn pod_snapshot(ctx: &Ctx, pod: &Pod) -> PodSnapshot {
     }
 }
 
-/// Pods bound to `node` that are not finished.
-pub fn pods_on(ctx: &Ctx, node: &str) -> Vec<Arc<Pod>> {
-    ctx.cache.pods.state_filter(|p| {
-        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
-            && !matches!(
-                p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Succeeded") | Some("Failed")
-            )
-    })
+/// Unfinished pods by the node they are bound to, indexed once per round (one pass over the
+/// pod cache instead of one per node).
+pub fn pods_by_node(ctx: &Ctx) -> HashMap<String, Vec<Arc<Pod>>> {
+    let mut by_node: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
+    for p in ctx.cache.pods.state() {
+        let finished = matches!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded") | Some("Failed")
+        );
+        if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            if !finished {
+                by_node.entry(node).or_default().push(p);
+            }
+        }
+    }
+    by_node
 }
 
 /// Normalizes a PDB of either API version: `policy/v1beta1` treats an empty selector as
@@ -267,7 +274,14 @@ fn pdb_snapshots(ctx: &Ctx) -> Vec<PdbSnapshot> {
 
 /// Builds the decision input from the caches.
 pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
-    let fences = ctx.cache.fences.state();
+    let mut fences_by_node: HashMap<String, Vec<Arc<NodeFence>>> = HashMap::new();
+    for f in ctx.cache.fences.state() {
+        fences_by_node
+            .entry(f.spec.node_name.clone())
+            .or_default()
+            .push(f);
+    }
+    let pods = pods_by_node(ctx);
     let detector = ctx.detector.lock().unwrap_or_else(|p| p.into_inner());
     let nodes = ctx
         .cache
@@ -277,7 +291,8 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
         .map(|n| {
             let name = n.name_any();
             let annotations: BTreeMap<String, String> = n.annotations().clone();
-            let (fence, past_fences) = fence_state(&fences, &name);
+            let (fence, past_fences) =
+                fence_state(fences_by_node.get(&name).map_or(&[], Vec::as_slice), &name);
             NodeSnapshot {
                 labels: n.labels().clone(),
                 last_heartbeat_change: detector.last_change(&name).unwrap_or(now.mono),
@@ -288,10 +303,10 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
                     .targets
                     .get(&ObjectRef::<FenceTarget>::new(&name))
                     .map(|t| t.spec.clone()),
-                pods: pods_on(ctx, &name)
-                    .iter()
-                    .map(|p| pod_snapshot(ctx, p))
-                    .collect(),
+                pods: pods
+                    .get(&name)
+                    .map(|ps| ps.iter().map(|p| pod_snapshot(ctx, p)).collect())
+                    .unwrap_or_default(),
                 fence,
                 past_fences,
                 name,
@@ -329,8 +344,13 @@ async fn decide_round(
             v.insert(d.node.clone(), d.verdict.clone());
         }
     }
-    let decided: Vec<&str> = decisions.iter().map(|d| d.node.as_str()).collect();
-    reported.retain(|n, _| decided.contains(&n.as_str()));
+    let decided: HashSet<&str> = decisions.iter().map(|d| d.node.as_str()).collect();
+    reported.retain(|n, _| decided.contains(n.as_str()));
+    let fence_of: HashMap<&str, FenceState> = snap
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.fence))
+        .collect();
     for d in &decisions {
         let label = d.verdict.label();
         let changed = reported.get(&d.node) != Some(&label);
@@ -339,11 +359,7 @@ async fn decide_round(
             ctx.metrics.decision(&label);
             tracing::info!(node = %d.node, verdict = %label, message = %d.verdict.message(), "decision");
         }
-        let node_ref = snap
-            .nodes
-            .iter()
-            .find(|n| n.name == d.node)
-            .map(|n| n.fence);
+        let node_ref = fence_of.get(d.node.as_str()).copied();
         match &d.verdict {
             Verdict::Fence(plan) if node_ref == Some(FenceState::None) => {
                 create_fence(ctx, &d.node, &d.verdict.message()).await?;
@@ -359,14 +375,15 @@ async fn decide_round(
                         | palisade_decide::HoldReason::Paused { .. } => Kind::Normal,
                         _ => Kind::Warning,
                     };
-                    ctx.events
-                        .publish(
-                            Recorder::reference(node.as_ref()),
-                            kind,
-                            &format!("FenceHeld{}", camel(reason.label())),
-                            &d.verdict.message(),
-                        )
-                        .await;
+                    // Off the decision path: a storm of holds must not delay the next node's
+                    // decision by one API round trip each.
+                    let events = ctx.events.clone();
+                    let about = Recorder::reference(node.as_ref());
+                    let reason = format!("FenceHeld{}", camel(reason.label()));
+                    let message = d.verdict.message();
+                    tokio::spawn(async move {
+                        events.publish(about, kind, &reason, &message).await;
+                    });
                 }
             }
             _ => {}
