@@ -47,4 +47,9 @@ if [ "$want" = all ] || [ "$want" = recovery ]; then
   run recovery palisade-recovery-bench -p palisade-scenario -p palisade-node \
     -p palisade-controller -p palisade-bridge -p palisade-labstore -- --runs 5 --without-seconds 90
 fi
+if [ "$want" = all ] || [ "$want" = scale ]; then
+  # 2,000 simulated nodes; 100 go silent within 2 s (one every 20 ms).
+  run scale palisade-scale-bench -p palisade-scale-bench -p palisade-controller -- \
+    --nodes 2000 --silence 100 --silence-every 0.02 --out target/bench/scale.json
+fi
 say "done; results in target/bench/"
