@@ -12,7 +12,8 @@
 //! - [`node`] registers the Node and renews its Lease; [`fence`] kills stateful pods when
 //!   the Lease cannot be renewed; [`state`] keeps what the agent was doing on disk;
 //! - [`env`] resolves container environments (fieldRef, configMap/secret keys, envFrom);
-//! - [`volumes`] prepares pod volumes; [`server`] serves `/metrics` and `/healthz`;
+//! - [`volumes`] prepares pod volumes and [`mounts`] mounts them at their `mountPath`;
+//!   [`server`] serves `/metrics` and `/healthz`;
 //!   [`watchdog`] pets a hardware watchdog while the Lease is renewed;
 //!   [`grpc_health`] is the gRPC health-check client of grpc probes.
 
@@ -23,6 +24,7 @@ pub mod grace;
 pub mod grpc_health;
 pub mod ktime;
 pub mod metrics;
+pub mod mounts;
 pub mod node;
 pub mod pod_worker;
 pub mod probe;

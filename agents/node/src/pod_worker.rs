@@ -653,7 +653,7 @@ impl Worker {
         &self,
         c: &Ctr,
         sources: &crate::env::Sources,
-    ) -> Result<(ContainerConfig, ImageConfig), (String, String)> {
+    ) -> Result<(ContainerConfig, ImageConfig, Vec<crate::mounts::Mount>), (String, String)> {
         let (rootfs, img) = self
             .image_of(&c.spec)
             .map_err(|m| ("ErrImageNeverPull".to_string(), m))?;
@@ -694,6 +694,14 @@ impl Worker {
                     .into(),
             ));
         }
+        let no_dirs = std::collections::BTreeMap::new();
+        let dirs = self.sandbox.as_ref().map_or(&no_dirs, |s| &s.dirs);
+        let mounts = crate::mounts::plan(
+            c.spec.volume_mounts.as_deref().unwrap_or_default(),
+            dirs,
+            rootfs.is_none(),
+        )
+        .map_err(|e| ("CreateContainerError".to_string(), e.to_string()))?;
         Ok((
             ContainerConfig {
                 pod_uid: self.pref.uid.clone(),
@@ -705,6 +713,7 @@ impl Worker {
                 rootfs,
             },
             img,
+            mounts,
         ))
     }
 
@@ -755,7 +764,7 @@ impl Worker {
         let prepared = sources
             .map_err(|e| ("CreateContainerConfigError".to_string(), e.to_string()))
             .and_then(|s| self.config_of(&self.ctrs[i], &s));
-        let (cfg, _img) = match prepared {
+        let (cfg, _img, mounts) = match prepared {
             Ok(v) => v,
             Err((reason, msg)) => {
                 let c = &mut self.ctrs[i];
@@ -780,7 +789,7 @@ impl Worker {
         }
         self.ctrs[i].next_attempt += 1;
         self.ctrs[i].restart_at = None;
-        match self.ctx.runtime.start(&cfg).await {
+        match self.ctx.runtime.start_with_mounts(&cfg, &mounts).await {
             Ok(info) => {
                 self.ctx.metrics.observe_start(started.elapsed());
                 let c = &mut self.ctrs[i];
@@ -815,6 +824,28 @@ impl Worker {
                         );
                         let _ = self.ctx.runtime.kill_all(&info.id).await;
                     }
+                }
+            }
+            Err(RuntimeError::MountFailed { message, .. }) => {
+                // As the kubelet's CreateContainerError: the container never ran, so it
+                // waits (no restart counted) and the agent retries.
+                let _ = self.ctx.runtime.remove(&cfg.id()).await;
+                let c = &mut self.ctrs[i];
+                c.next_attempt -= 1;
+                if c.next_attempt > 0 {
+                    c.restart_count = c.restart_count.saturating_sub(1);
+                }
+                let already =
+                    c.state.waiting.as_ref().and_then(|w| w.message.as_deref()) == Some(&message);
+                c.set_waiting("CreateContainerError", Some(message.clone()));
+                c.restart_at = Some(Instant::now() + Duration::from_secs(5));
+                self.save();
+                if !already {
+                    self.event(
+                        true,
+                        "Failed",
+                        format!("Error: CreateContainerError: container {name}: {message}"),
+                    );
                 }
             }
             Err(e) => {

@@ -2,13 +2,14 @@
 //! runs it, so that no `unsafe` pre-exec hook is needed.
 //!
 //! `palisade-node __shim <dir>` reads `<dir>/launch.json`, starts a new session (its own
-//! process group), joins the container's cgroups, chroots into the image's root filesystem,
-//! enters the working directory and spawns the container's main process, which inherits all
-//! of that. It writes the main pid to `<dir>/pid`, waits, and writes the exit status to
+//! process group), joins the container's cgroups, mounts the container's volumes at their
+//! `mountPath` in a mount namespace of its own ([`crate::mounts::apply`]), chroots into the
+//! image's root filesystem, enters the working directory and spawns the container's main
+//! process, which inherits all of that. It writes the main pid to `<dir>/pid`, waits, and writes the exit status to
 //! `<dir>/exit.json`. Because the shim outlives an agent restart, the exit code survives it.
 //!
-//! `palisade-node __shim-exec <dir> <argv...>` does the same setup for a probe or hook command
-//! and exits with the command's code.
+//! `palisade-node __shim-exec <dir> <argv...>` does the same setup (mounts included, in a
+//! namespace of its own) for a probe or hook command and exits with the command's code.
 
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
@@ -33,6 +34,9 @@ pub struct Launch {
     pub working_dir: Option<String>,
     /// Root filesystem to chroot into.
     pub rootfs: Option<PathBuf>,
+    /// Volumes to mount before the chroot (absent in launch files of older agents).
+    #[serde(default)]
+    pub mounts: Vec<crate::mounts::Mount>,
     /// cgroup directories to join.
     pub cgroups: Vec<PathBuf>,
 }
@@ -48,16 +52,40 @@ pub struct ExitRecord {
     pub finished_at: chrono::DateTime<Utc>,
     /// Set when the process could not be started at all.
     pub start_error: Option<String>,
+    /// Set when it could not start because its volumes could not be mounted.
+    #[serde(default)]
+    pub mount_failed: bool,
 }
 
-fn setup(launch: &Launch) -> Result<(), String> {
-    crate::cgroup::join(&launch.cgroups, std::process::id()).map_err(|e| e.to_string())?;
+/// Why the shim could not set a container up.
+enum SetupError {
+    /// Mounting the volumes failed.
+    Mount(String),
+    /// Anything else.
+    Other(String),
+}
+
+impl SetupError {
+    fn message(self) -> String {
+        match self {
+            SetupError::Mount(m) | SetupError::Other(m) => m,
+        }
+    }
+}
+
+fn setup(launch: &Launch) -> Result<(), SetupError> {
+    crate::cgroup::join(&launch.cgroups, std::process::id())
+        .map_err(|e| SetupError::Other(e.to_string()))?;
+    crate::mounts::apply(&launch.mounts, launch.rootfs.as_deref())
+        .map_err(|e| SetupError::Mount(e.to_string()))?;
     if let Some(root) = &launch.rootfs {
-        nix::unistd::chroot(root).map_err(|e| format!("chroot {}: {e}", root.display()))?;
-        std::env::set_current_dir("/").map_err(|e| format!("chdir /: {e}"))?;
+        nix::unistd::chroot(root)
+            .map_err(|e| SetupError::Other(format!("chroot {}: {e}", root.display())))?;
+        std::env::set_current_dir("/").map_err(|e| SetupError::Other(format!("chdir /: {e}")))?;
     }
     if let Some(wd) = &launch.working_dir {
-        std::env::set_current_dir(wd).map_err(|e| format!("working directory {wd}: {e}"))?;
+        std::env::set_current_dir(wd)
+            .map_err(|e| SetupError::Other(format!("working directory {wd}: {e}")))?;
     }
     Ok(())
 }
@@ -94,7 +122,7 @@ pub fn run_container(dir: &Path) -> i32 {
     ) else {
         return 120;
     };
-    let fail = |exit_file: &mut std::fs::File, msg: String| {
+    let fail_with = |exit_file: &mut std::fs::File, msg: String, mount_failed: bool| {
         write_exit(
             exit_file,
             &ExitRecord {
@@ -102,22 +130,31 @@ pub fn run_container(dir: &Path) -> i32 {
                 signal: None,
                 finished_at: Utc::now(),
                 start_error: Some(msg),
+                mount_failed,
             },
         );
         128
     };
+    let fail = |exit_file: &mut std::fs::File, msg: String| fail_with(exit_file, msg, false);
     let launch = match read_launch(dir) {
         Ok(l) => l,
         Err(e) => return fail(&mut exit_file, e),
     };
-    if let Err(e) = setup(&launch) {
-        return fail(&mut exit_file, e);
+    // Opened before the chroot: an image's root filesystem need not have a /dev/null.
+    let null = match std::fs::File::open("/dev/null") {
+        Ok(f) => f,
+        Err(e) => return fail(&mut exit_file, format!("open /dev/null: {e}")),
+    };
+    match setup(&launch) {
+        Ok(()) => {}
+        Err(SetupError::Mount(m)) => return fail_with(&mut exit_file, m, true),
+        Err(SetupError::Other(m)) => return fail(&mut exit_file, m),
     }
     let mut cmd = match command(&launch, &launch.argv) {
         Ok(c) => c,
         Err(e) => return fail(&mut exit_file, e),
     };
-    cmd.stdin(Stdio::null());
+    cmd.stdin(Stdio::from(null));
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -143,6 +180,7 @@ pub fn run_container(dir: &Path) -> i32 {
             signal,
             finished_at: Utc::now(),
             start_error: None,
+            mount_failed: false,
         },
     );
     0
@@ -158,7 +196,7 @@ pub fn run_exec(dir: &Path, argv: &[String]) -> i32 {
         }
     };
     if let Err(e) = setup(&launch) {
-        eprintln!("{e}");
+        eprintln!("{}", e.message());
         return 126;
     }
     let mut cmd = match command(&launch, argv) {

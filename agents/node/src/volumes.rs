@@ -1,8 +1,9 @@
 //! Pod volumes: emptyDir, hostPath, configMap and secret (projected as files), and PVCs
 //! backed by a CSI PersistentVolume.
 //!
-//! Processes share the machine's mount namespace, so a volume is handed to a container as a
-//! directory whose path is in the environment variable [`env_name`] (`PALISADE_VOLUME_<NAME>`).
+//! Each prepared volume is a host directory. [`crate::mounts`] bind-mounts it at every
+//! `volumeMounts[].mountPath` in the container's own mount namespace; its host path is also
+//! in the environment variable [`env_name`] (`PALISADE_VOLUME_<NAME>`).
 //! A CSI volume is only usable once the VolumeAttachment of this node says `attached: true`
 //! (the attach-detach controller's record, seed 002); its handle and attributes are written to
 //! `volume.json` in its directory and exported as `PALISADE_VOLUME_<NAME>_HANDLE`.

@@ -554,6 +554,11 @@ fn controller_pid() -> Option<u32> {
 
 /// `palisade_ticks_total` from the controller's `/metrics`.
 async fn ticks_total(addr: &str) -> Option<f64> {
+    metric(addr, "palisade_ticks_total").await
+}
+
+/// One unlabelled sample from the controller's `/metrics`.
+async fn metric(addr: &str, name: &str) -> Option<f64> {
     let mut s = tokio::time::timeout(Duration::from_secs(3), tokio::net::TcpStream::connect(addr))
         .await
         .ok()?
@@ -566,7 +571,7 @@ async fn ticks_total(addr: &str) -> Option<f64> {
         .ok()?
         .ok()?;
     body.lines()
-        .find_map(|l| l.strip_prefix("palisade_ticks_total "))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
 }
 
@@ -625,6 +630,47 @@ fn stats(mut v: Vec<f64>) -> Value {
 
 fn secs_between(later: Timestamp, earlier: Timestamp) -> f64 {
     later.duration_since(earlier).as_secs_f64()
+}
+
+/// Samples the controller's `palisade_leader` gauge every 250 ms until `stop`: (seconds since
+/// `t0`, leading). A leader whose Lease renewal lapses stops deciding until it renews again.
+async fn sample_leadership(
+    addr: String,
+    t0: Instant,
+    stop: Arc<AtomicBool>,
+    out: Arc<Mutex<Vec<(f64, bool)>>>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(v) = metric(&addr, "palisade_leader").await {
+            lock(&out).push((t0.elapsed().as_secs_f64(), v > 0.5));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Lapses of leadership in the samples: (count, seconds not leading, longest lapse).
+fn lapses(samples: &[(f64, bool)]) -> (usize, f64, f64) {
+    let (mut count, mut total, mut longest) = (0, 0.0f64, 0.0f64);
+    let mut since: Option<f64> = None;
+    for (t, leading) in samples {
+        match (since, leading) {
+            (None, false) => {
+                count += 1;
+                since = Some(*t);
+            }
+            (Some(s), true) => {
+                total += t - s;
+                longest = longest.max(t - s);
+                since = None;
+            }
+            _ => {}
+        }
+    }
+    if let (Some(s), Some((t, _))) = (since, samples.last()) {
+        total += t - s;
+        longest = longest.max(t - s);
+    }
+    (count, total, longest)
 }
 
 /// Which nodes to silence: spread evenly over the index range (so over all zones).
@@ -716,6 +762,15 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
         args.settle
     );
     let hz = clock_ticks_per_second();
+    let lead_t0 = Instant::now();
+    let lead_stop = Arc::new(AtomicBool::new(false));
+    let lead_samples: Arc<Mutex<Vec<(f64, bool)>>> = Arc::default();
+    let lead_task = tokio::spawn(sample_leadership(
+        setup.metrics_addr.clone(),
+        lead_t0,
+        lead_stop.clone(),
+        lead_samples.clone(),
+    ));
     let cpu0 = pids.cpu();
     let ticks0 = ticks_total(&setup.metrics_addr).await;
     let t0 = Instant::now();
@@ -754,6 +809,9 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
         .filter(|i| sim.alive[*i].load(Ordering::Relaxed))
         .collect::<Vec<_>>();
     let mut silenced: Vec<(usize, Timestamp)> = Vec::new();
+    let silence_t0 = Instant::now();
+    let silence_lead_from = lead_t0.elapsed().as_secs_f64();
+    let (cpu_s0, ticks_s0) = (pids.cpu(), ticks_total(&setup.metrics_addr).await);
     let every = Duration::from_secs_f64(args.silence_every);
     let mut next = tokio::time::Instant::now();
     for i in &chosen {
@@ -783,6 +841,39 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let window = silence_t0.elapsed().as_secs_f64();
+    let (cpu_s1, ticks_s1) = (pids.cpu(), ticks_total(&setup.metrics_addr).await);
+    lead_stop.store(true, Ordering::Relaxed);
+    let _ = lead_task.await;
+    let samples = std::mem::take(&mut *lock(&lead_samples));
+    let (steady_lapses, _, _) = lapses(
+        &samples
+            .iter()
+            .copied()
+            .filter(|(t, _)| *t < silence_lead_from)
+            .collect::<Vec<_>>(),
+    );
+    let after: Vec<(f64, bool)> = samples
+        .iter()
+        .copied()
+        .filter(|(t, _)| *t >= silence_lead_from)
+        .collect();
+    let (n_lapses, lapsed_s, longest) = lapses(&after);
+    report["silence_phase"] = json!({
+        "window_s": window,
+        "cpu_percent_of_one_core": cpu_s1.iter().filter_map(|(role, t1)| {
+            Some((*role, (t1 - cpu_s0.get(role)?) as f64 / hz / window * 100.0))
+        }).collect::<BTreeMap<&str, f64>>(),
+        "controller_ticks_per_s": match (ticks_s0, ticks_s1) {
+            (Some(a), Some(b)) => json!((b - a) / window),
+            _ => Value::Null,
+        },
+        "leadership_lapses": n_lapses,
+        "seconds_not_leading": lapsed_s,
+        "longest_lapse_s": longest,
+        "leadership_lapses_in_steady_state": steady_lapses,
+        "load_average": Conditions::load(),
+    });
     report["memory_end_kib"] = pids.memory();
     // dryRun must have produced no NodeFence (nothing that could reach a device).
     let fences: Api<NodeFence> = Api::all(client.clone());
@@ -799,6 +890,19 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
     // 5. Results.
     let log = std::fs::read_to_string(&setup.controller_log).unwrap_or_default();
     let decisions = parse_decisions(&log);
+    let count = |what: &str| log.lines().filter(|l| l.contains(what)).count();
+    report["controller_log"] = json!({
+        "leader_election_rounds_failed": count("leader election round failed"),
+        "lost_leadership": count("lost leadership"),
+        "became_leader": count("became leader"),
+        "decision_lines": decisions.len(),
+    });
+    if let Some(out) = &args.out {
+        let copy = out.with_extension("controller.log");
+        if std::fs::write(&copy, &log).is_ok() {
+            report["controller_log"]["copy"] = json!(copy.display().to_string());
+        }
+    }
     let silenced_names: HashSet<&str> = silenced
         .iter()
         .map(|(i, _)| sim.names[*i].as_str())
@@ -1067,6 +1171,8 @@ fn print_table(r: &Value) {
         "silenced nodes decided / detected by KCM: {}",
         r["silenced_found"]
     );
+    println!("silence phase: {}", r["silence_phase"]);
+    println!("controller log: {}", r["controller_log"]);
     println!(
         "NodeFences created (dryRun: must be 0): {}",
         r["nodefences_created"]
@@ -1092,6 +1198,24 @@ mod tests {
         );
         assert_eq!(d[1].node, "m2");
         assert_eq!(d[1].verdict, "wait_suspect");
+    }
+
+    #[test]
+    fn leadership_lapses_are_counted_and_timed() {
+        let s = [
+            (0.0, true),
+            (1.0, false),
+            (2.0, false),
+            (3.0, true),
+            (4.0, false),
+            (4.5, true),
+            (5.0, false),
+        ];
+        let (n, total, longest) = lapses(&s);
+        assert_eq!(n, 3);
+        assert!((total - 2.5).abs() < 1e-9);
+        assert!((longest - 2.0).abs() < 1e-9);
+        assert_eq!(lapses(&[(0.0, true), (1.0, true)]), (0, 0.0, 0.0));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Pod configuration on a real machine: environment from ConfigMaps and Secrets (keys and
 //! `envFrom`), probes on named ports and over HTTPS, and bad input (a missing key, a probe
 //! naming an unknown port, an unwritable hostPath) that must leave a clear reason and an
-//! Event, never start the container, and never disturb the other pods.
+//! Event, never start the container, and never disturb the other pods. Volumes are mounted
+//! at their `mountPath` (shared between containers, read-only when asked, private to the
+//! containers' mount namespaces), and a mount that cannot be made keeps the container waiting.
 //!
 //! One lab (1 machine) is shared by the tests of this file; each test uses its own namespace.
 
@@ -369,4 +371,214 @@ fn an_unwritable_host_path_blocks_the_container_with_failed_mount() {
     assert!(!marker.exists(), "the container must not have started");
     create_pod(&c, &rt, ns, pod("good", "exec sleep 100000", json!({})));
     wait_ready(&c, &rt, ns, "good");
+}
+
+/// Builds a store image `palisade-test/sh:1` on machine `m0`: a root filesystem with only
+/// `/bin/sh`, `/bin/sleep` and their shared libraries (from `ldd`), plus a symbolic link
+/// `/escape` pointing out of the root filesystem. Returns the image name.
+fn sh_image(lab: &Lab) -> &'static str {
+    let rootfs = lab.machines()[0]
+        .dir()
+        .join("images/palisade-test_sh_1/rootfs");
+    for bin in ["/bin/sh", "/bin/sleep"] {
+        let out = std::process::Command::new("ldd").arg(bin).output().unwrap();
+        let libs: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let l = l.trim();
+                let p = l.split_once("=> ").map_or(l, |(_, r)| r);
+                let p = p.split(" (").next()?.trim();
+                p.starts_with('/').then(|| p.to_string())
+            })
+            .collect();
+        for f in libs.iter().map(String::as_str).chain([bin]) {
+            let dst = rootfs.join(f.trim_start_matches('/'));
+            std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+            std::fs::copy(f, &dst).unwrap_or_else(|e| panic!("copy {f}: {e}"));
+        }
+    }
+    let escape = rootfs.join("escape");
+    if !escape.exists() {
+        std::os::unix::fs::symlink(lab.dir(), escape).unwrap();
+    }
+    "palisade-test/sh:1"
+}
+
+/// The mount points of the agent's mount namespace (from its mountinfo).
+fn agent_mounts(lab: &Lab) -> String {
+    let pid = agent_pid(lab, 0).expect("agent runs");
+    std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap()
+}
+
+#[test]
+fn volumes_are_mounted_at_their_mount_path_shared_between_containers_and_read_only_enforced() {
+    let ns = "mounts";
+    let (lab, rt, c, dir) = setup(ns);
+    let image = sh_image(lab);
+    create_config_map(
+        &c,
+        &rt,
+        ns,
+        json!({"metadata": {"name": "app"}, "data": {"greeting": "hello"}}),
+    );
+    let out = dir.display().to_string();
+    let writer = r#"read -r g < /etc/app/config/greeting
+echo "writer:$g" > /data/msg
+echo "$PALISADE_VOLUME_DATA" > /out/writer-env
+exec sleep 1000"#;
+    let reader = r#"while [ ! -s /shared/msg ]; do sleep 0.1; done
+read -r m < /shared/msg
+echo "$m" > /out/reader-saw
+if (echo x > /ro/try) 2>/dev/null; then echo writable > /out/ro; else echo denied > /out/ro; fi
+exec sleep 1000"#;
+    create_pod(
+        &c,
+        &rt,
+        ns,
+        json!({
+            "metadata": {"name": "shared"},
+            "spec": {
+                "nodeName": NODE,
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [
+                    {"name": "data", "emptyDir": {}},
+                    {"name": "cfg", "configMap": {"name": "app"}},
+                    {"name": "out", "hostPath": {"path": out, "type": "Directory"}}
+                ],
+                "containers": [
+                    {"name": "writer", "image": image, "command": ["/bin/sh", "-c", writer],
+                     "readinessProbe": {"exec": {"command": ["/bin/sh", "-c", "[ -s /data/msg ]"]},
+                                        "periodSeconds": 1},
+                     "volumeMounts": [
+                        {"name": "data", "mountPath": "/data"},
+                        {"name": "cfg", "mountPath": "/etc/app/config", "readOnly": true},
+                        {"name": "out", "mountPath": "/out"}
+                     ]},
+                    {"name": "reader", "image": image, "command": ["/bin/sh", "-c", reader],
+                     "volumeMounts": [
+                        {"name": "data", "mountPath": "/shared"},
+                        {"name": "data", "mountPath": "/ro", "readOnly": true},
+                        {"name": "out", "mountPath": "/out"}
+                     ]}
+                ]
+            }
+        }),
+    );
+    let read = |f: &str| {
+        std::fs::read_to_string(dir.join(f))
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    // The reader saw, through its own mount, what the writer wrote with the ConfigMap's key.
+    let saw = eventually(
+        "reader saw the writer's file",
+        Duration::from_secs(60),
+        || read("reader-saw"),
+    );
+    assert_eq!(saw, "writer:hello");
+    let ro = eventually("read-only result", Duration::from_secs(30), || read("ro"));
+    assert_eq!(ro, "denied", "a readOnly mount must refuse writes");
+    // The variable still names the volume's host directory, which holds what was written.
+    let host_dir = eventually("writer env", Duration::from_secs(30), || read("writer-env"));
+    assert_eq!(
+        std::fs::read_to_string(std::path::Path::new(&host_dir).join("msg")).unwrap(),
+        "writer:hello\n"
+    );
+    assert!(!std::path::Path::new(&host_dir).join("try").exists());
+    // Exec probes run with the same mounts: the writer turns Ready on its own file.
+    eventually("writer Ready", Duration::from_secs(60), || {
+        let p = get_pod(&c, &rt, ns, "shared")?;
+        container(&p, "writer")?.ready.then_some(())
+    });
+    // The mounts live in the containers' namespaces only, not in the agent's.
+    let mounts = agent_mounts(lab);
+    assert!(
+        !mounts.contains("palisade-test_sh_1") && !mounts.contains(&host_dir),
+        "container mounts leaked into the agent's namespace:\n{mounts}"
+    );
+
+    // The host image: a missing mount point is created, and the mount stays private.
+    let mnt = dir.join("mnt/data");
+    let script = format!(
+        "echo in > {m}/f && [ -e \"$PALISADE_VOLUME_DATA/f\" ] && echo ok > {out}/host-result; exec sleep 1000",
+        m = mnt.display()
+    );
+    let mut p = pod(
+        "hostimage",
+        &script,
+        json!({"volumeMounts": [{"name": "data", "mountPath": mnt.display().to_string()}]}),
+    );
+    p["spec"]["volumes"] = json!([{"name": "data", "emptyDir": {}}]);
+    create_pod(&c, &rt, ns, p);
+    let r = eventually(
+        "host image wrote through its mount",
+        Duration::from_secs(60),
+        || read("host-result"),
+    );
+    assert_eq!(r, "ok");
+    assert!(mnt.is_dir(), "the mount point was created on the host");
+    assert!(
+        !mnt.join("f").exists(),
+        "the host sees the empty mount point, not the volume"
+    );
+
+    // The host image may not mount over a system directory: Waiting, an Event, no start.
+    let mut p = pod(
+        "overusr",
+        &format!("echo started > {out}/overusr; exec sleep 1000"),
+        json!({"volumeMounts": [{"name": "data", "mountPath": "/usr"}]}),
+    );
+    p["spec"]["volumes"] = json!([{"name": "data", "emptyDir": {}}]);
+    create_pod(&c, &rt, ns, p);
+    let m = wait_waiting(&c, &rt, ns, "overusr", "CreateContainerError", "/usr");
+    assert!(m.contains("system directory"), "{m}");
+    wait_event(&c, &rt, ns, "overusr", "Failed", "system directory /usr");
+
+    // A mount point escaping the image's root through a symlink fails in the shim: the
+    // container waits with the reason and never runs.
+    create_pod(
+        &c,
+        &rt,
+        ns,
+        json!({
+            "metadata": {"name": "escape"},
+            "spec": {
+                "nodeName": NODE,
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "containers": [{"name": "main", "image": image,
+                    "command": ["/bin/sh", "-c", "exec sleep 1000"],
+                    "volumeMounts": [{"name": "data", "mountPath": "/escape/x"}]}]
+            }
+        }),
+    );
+    let m = wait_waiting(&c, &rt, ns, "escape", "CreateContainerError", "/escape/x");
+    assert!(m.contains("outside the container's root"), "{m}");
+    wait_event(
+        &c,
+        &rt,
+        ns,
+        "escape",
+        "Failed",
+        "outside the container's root",
+    );
+    assert!(
+        !lab.dir().join("x").exists(),
+        "nothing created outside the root"
+    );
+    let p = get_pod(&c, &rt, ns, "escape").unwrap();
+    assert_eq!(container(&p, "main").unwrap().restart_count, 0);
+    assert!(
+        !dir.join("overusr").exists(),
+        "the refused container never ran"
+    );
+    // The agent is still serving: the first pod's containers still run.
+    let p = get_pod(&c, &rt, ns, "shared").unwrap();
+    assert!(container(&p, "reader")
+        .unwrap()
+        .state
+        .unwrap()
+        .running
+        .is_some());
 }

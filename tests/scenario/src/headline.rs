@@ -153,7 +153,8 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
                             {"name": "WRITE_INTERVAL_MS", "value": "50"},
                             {"name": "WRITE_SECONDS", "value": "600"}
                         ],
-                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]
+                        // Host-image containers: the mount point lives in the lab directory.
+                        "volumeMounts": [{"name": "data", "mountPath": lab.dir().join("mnt-data").display().to_string()}]
                     }]
                 }
             },

@@ -111,7 +111,8 @@ fn statefulset(name: &str, acks: &Path) -> StatefulSet {
                             {"name": "WRITE_INTERVAL_MS", "value": "50"},
                             {"name": "WRITE_SECONDS", "value": "1500"}
                         ],
-                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]
+                        // Host-image container: the mount point lives next to the acks.
+                        "volumeMounts": [{"name": "data", "mountPath": acks.join("mnt-data").display().to_string()}]
                     }]
                 }
             },

@@ -20,6 +20,14 @@ pub enum RuntimeError {
         /// Why.
         message: String,
     },
+    /// The container's volumes could not be mounted; it did not start.
+    #[error("container {id}: {message}")]
+    MountFailed {
+        /// The container.
+        id: String,
+        /// Why.
+        message: String,
+    },
     /// No such container.
     #[error("container {id} not found")]
     NotFound {
@@ -111,8 +119,19 @@ pub struct ExitStatus {
 /// The runtime interface the pod workers use.
 #[async_trait::async_trait]
 pub trait Runtime: Send + Sync + 'static {
-    /// Starts a container; returns once its main process runs (or fails to start).
-    async fn start(&self, config: &ContainerConfig) -> Result<ContainerInfo, RuntimeError>;
+    /// Starts a container without volume mounts; returns once its main process runs (or
+    /// fails to start).
+    async fn start(&self, config: &ContainerConfig) -> Result<ContainerInfo, RuntimeError> {
+        self.start_with_mounts(config, &[]).await
+    }
+    /// Starts a container whose `mounts` are bind-mounted in a mount namespace of its own
+    /// ([`crate::mounts`]); [`RuntimeError::MountFailed`] when they cannot be (it did not
+    /// start).
+    async fn start_with_mounts(
+        &self,
+        config: &ContainerConfig,
+        mounts: &[crate::mounts::Mount],
+    ) -> Result<ContainerInfo, RuntimeError>;
     /// Sends `signal` to the container's main process.
     fn signal(&self, id: &str, signal: nix::sys::signal::Signal) -> Result<(), RuntimeError>;
     /// SIGKILLs every process of the container (grandchildren included) and returns once

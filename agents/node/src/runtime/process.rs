@@ -109,7 +109,11 @@ fn io<'a>(id: &'a str, context: &'static str) -> impl FnOnce(std::io::Error) -> 
 
 #[async_trait::async_trait]
 impl Runtime for ProcessRuntime {
-    async fn start(&self, config: &ContainerConfig) -> Result<ContainerInfo, RuntimeError> {
+    async fn start_with_mounts(
+        &self,
+        config: &ContainerConfig,
+        mounts: &[crate::mounts::Mount],
+    ) -> Result<ContainerInfo, RuntimeError> {
         let id = config.id();
         let dir = self.dir(&id);
         if dir.exists() {
@@ -122,6 +126,7 @@ impl Runtime for ProcessRuntime {
             env: config.env.clone(),
             working_dir: config.working_dir.clone(),
             rootfs: config.rootfs.clone(),
+            mounts: mounts.to_vec(),
             cgroups: cgroups.clone(),
         };
         let launch_json = serde_json::to_vec(&launch)
@@ -167,6 +172,9 @@ impl Runtime for ProcessRuntime {
             }
             if let Some(rec) = self.exit_record(&id) {
                 return match rec.start_error {
+                    Some(message) if rec.mount_failed => {
+                        Err(RuntimeError::MountFailed { id, message })
+                    }
                     Some(message) => Err(RuntimeError::StartFailed { id, message }),
                     None => Ok(info),
                 };
@@ -243,6 +251,7 @@ impl Runtime for ProcessRuntime {
             signal: Some(9),
             finished_at: Utc::now(),
             start_error: None,
+            mount_failed: false,
         };
         if let Ok(raw) = serde_json::to_vec(&rec) {
             let _ = std::fs::write(self.dir(id).join("exit.json"), raw);
