@@ -37,12 +37,23 @@ done
 exclude=()
 for p in "${present[@]}"; do exclude+=(--exclude "$p"); done
 status=0
+# The attach-detach negative control waits out Kubernetes 1.20's 6-minute force detach, mostly
+# idle: it runs in the background, beside the rest of the suite.
+slow=force_deleted_writer_on_a_partitioned_machine_is_split_brain_unless_storage_fenced
+say "starting $slow in the background (about 7 minutes)"
+cargo test -p palisade-labstore --test lab_statefulset > target/lab_statefulset.log 2>&1 &
+slow_pid=$!
 say "running the suite (${threads} test threads per binary)"
-cargo test --workspace "${exclude[@]}" --no-fail-fast -- --test-threads="$threads" || status=$?
+cargo test --workspace "${exclude[@]}" --no-fail-fast -- --test-threads="$threads" --skip "$slow" || status=$?
 for p in "${present[@]}"; do
   say "running $p (one test at a time)"
   cargo test -p "$p" --no-fail-fast -- --test-threads=1 || status=$?
 done
+slow_status=0
+wait "$slow_pid" || slow_status=$?
+say "$slow (background):"
+cat target/lab_statefulset.log
+[ "$slow_status" -eq 0 ] || status=$slow_status
 if [ "$status" -ne 0 ]; then
   say "FAILED"
   exit "$status"
