@@ -185,27 +185,71 @@ pub struct Resolved {
     pub skipped: Vec<String>,
 }
 
-/// What a required key reference did not find.
-enum Missing {
-    Object,
-    Key,
+/// Where an `env`/`envFrom` reference points: a ConfigMap or a Secret.
+#[derive(Clone, Copy)]
+enum Kind {
+    ConfigMap,
+    Secret,
 }
 
-/// Looks up `name`/`key` in fetched objects: `Ok(None)` when it is missing but optional.
+impl Kind {
+    fn objects(self, sources: &Sources) -> &BTreeMap<String, Option<BTreeMap<String, String>>> {
+        match self {
+            Kind::ConfigMap => &sources.config_maps,
+            Kind::Secret => &sources.secrets,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Kind::ConfigMap => "configMap",
+            Kind::Secret => "secret",
+        }
+    }
+
+    fn not_found(self, name: &str) -> EnvError {
+        let name = name.to_string();
+        match self {
+            Kind::ConfigMap => EnvError::ConfigMapNotFound { name },
+            Kind::Secret => EnvError::SecretNotFound { name },
+        }
+    }
+
+    fn key_not_found(self, namespace: &str, name: &str, key: &str) -> EnvError {
+        let (namespace, name, key) = (namespace.into(), name.into(), key.into());
+        match self {
+            Kind::ConfigMap => EnvError::ConfigMapKeyNotFound {
+                namespace,
+                name,
+                key,
+            },
+            Kind::Secret => EnvError::SecretKeyNotFound {
+                namespace,
+                name,
+                key,
+            },
+        }
+    }
+}
+
+/// Looks up `name`/`key` of `kind` in the fetched objects: `Ok(None)` when it is missing but
+/// optional, the kubelet's error when it is missing and required.
 fn lookup(
-    objects: &BTreeMap<String, Option<BTreeMap<String, String>>>,
+    kind: Kind,
+    sources: &Sources,
+    namespace: &str,
     name: &str,
     key: &str,
     optional: Option<bool>,
-) -> Result<Option<String>, Missing> {
+) -> Result<Option<String>, EnvError> {
     let optional = optional == Some(true);
-    match objects.get(name).and_then(Option::as_ref) {
+    match kind.objects(sources).get(name).and_then(Option::as_ref) {
         None if optional => Ok(None),
-        None => Err(Missing::Object),
+        None => Err(kind.not_found(name)),
         Some(d) => match d.get(key) {
             Some(v) => Ok(Some(v.clone())),
             None if optional => Ok(None),
-            None => Err(Missing::Key),
+            None => Err(kind.key_not_found(namespace, name, key)),
         },
     }
 }
@@ -235,28 +279,17 @@ pub fn resolve(
     };
     for f in c.env_from.iter().flatten() {
         let prefix = f.prefix.clone().unwrap_or_default();
-        let (data, label) = if let Some(r) = &f.config_map_ref {
-            match sources.config_maps.get(&r.name).cloned().flatten() {
-                Some(d) => (d, format!("configMap {namespace}/{}", r.name)),
-                None if r.optional == Some(true) => continue,
-                None => {
-                    return Err(EnvError::ConfigMapNotFound {
-                        name: r.name.clone(),
-                    })
-                }
-            }
+        let (kind, name, optional) = if let Some(r) = &f.config_map_ref {
+            (Kind::ConfigMap, &r.name, r.optional)
         } else if let Some(r) = &f.secret_ref {
-            match sources.secrets.get(&r.name).cloned().flatten() {
-                Some(d) => (d, format!("secret {namespace}/{}", r.name)),
-                None if r.optional == Some(true) => continue,
-                None => {
-                    return Err(EnvError::SecretNotFound {
-                        name: r.name.clone(),
-                    })
-                }
-            }
+            (Kind::Secret, &r.name, r.optional)
         } else {
             continue;
+        };
+        let (data, label) = match kind.objects(sources).get(name).cloned().flatten() {
+            Some(d) => (d, format!("{} {namespace}/{name}", kind.label())),
+            None if optional == Some(true) => continue,
+            None => return Err(kind.not_found(name)),
         };
         for (k, v) in data {
             let name = format!("{prefix}{k}");
@@ -277,32 +310,28 @@ pub fn resolve(
                     message,
                 })?
             } else if let Some(r) = &from.config_map_key_ref {
-                let found = lookup(&sources.config_maps, &r.name, &r.key, r.optional);
-                match found.map_err(|missing| match missing {
-                    Missing::Object => EnvError::ConfigMapNotFound {
-                        name: r.name.clone(),
-                    },
-                    Missing::Key => EnvError::ConfigMapKeyNotFound {
-                        namespace: namespace.into(),
-                        name: r.name.clone(),
-                        key: r.key.clone(),
-                    },
-                })? {
+                let found = lookup(
+                    Kind::ConfigMap,
+                    sources,
+                    namespace,
+                    &r.name,
+                    &r.key,
+                    r.optional,
+                )?;
+                match found {
                     Some(v) => v,
                     None => continue,
                 }
             } else if let Some(r) = &from.secret_key_ref {
-                let found = lookup(&sources.secrets, &r.name, &r.key, r.optional);
-                match found.map_err(|missing| match missing {
-                    Missing::Object => EnvError::SecretNotFound {
-                        name: r.name.clone(),
-                    },
-                    Missing::Key => EnvError::SecretKeyNotFound {
-                        namespace: namespace.into(),
-                        name: r.name.clone(),
-                        key: r.key.clone(),
-                    },
-                })? {
+                let found = lookup(
+                    Kind::Secret,
+                    sources,
+                    namespace,
+                    &r.name,
+                    &r.key,
+                    r.optional,
+                )?;
+                match found {
                     Some(v) => v,
                     None => continue,
                 }
