@@ -43,7 +43,7 @@ fn main() {
                     now
                 },
                 exclusion: None,
-                self_fence_after: None,
+                advertisement: Default::default(),
                 fence_target: Some(FenceTargetSpec {
                     levels: vec![FenceLevel {
                         name: "bridge".into(),

@@ -11,9 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::fmt::strtime;
 
 use crate::detector::Heartbeat;
-use crate::snapshot::{
-    self_fence_after, Exclusion, PdbSnapshot, PodSnapshot, Tolerance, TolerationSnapshot,
-};
+use palisade_model::advertise::Advertisement;
+
+use crate::snapshot::{Exclusion, PdbSnapshot, PodSnapshot, Tolerance, TolerationSnapshot};
 
 /// The heartbeat markers of a node: its Lease `renewTime` and its Ready condition's
 /// `lastHeartbeatTime`, as opaque strings (compared only for change; never as times).
@@ -36,21 +36,21 @@ pub fn heartbeat(node: &Node, lease: Option<&Lease>) -> Heartbeat {
     }
 }
 
-/// The node's labels, exclusion and self-fence advertisement, from its metadata.
-pub fn node_facts(
-    node: &Node,
-) -> (
-    BTreeMap<String, String>,
-    Option<Exclusion>,
-    Option<std::time::Duration>,
-) {
+/// The node's labels and exclusion, from its metadata. (A self-fence advertisement on the Node
+/// object is ignored: only the one on the Lease, written with every renewal, counts; see
+/// [`advertisement`].)
+pub fn node_facts(node: &Node) -> (BTreeMap<String, String>, Option<Exclusion>) {
     let labels = node.metadata.labels.clone().unwrap_or_default();
     let annotations = node.metadata.annotations.clone().unwrap_or_default();
-    (
-        labels,
-        Exclusion::from_annotations(&annotations),
-        self_fence_after(&annotations),
-    )
+    (labels, Exclusion::from_annotations(&annotations))
+}
+
+/// The agent's advertisement carried by its Lease (the one written with its latest renewal).
+pub fn advertisement(lease: Option<&Lease>) -> Advertisement {
+    lease
+        .and_then(|l| l.metadata.annotations.as_ref())
+        .map(Advertisement::from_annotations)
+        .unwrap_or_default()
 }
 
 /// Whether the pod has finished (phase Succeeded or Failed): such pods hold nothing and are
@@ -230,10 +230,22 @@ mod tests {
             },
             ..Default::default()
         };
-        let (labels, ex, sf) = node_facts(&node);
+        let (labels, ex) = node_facts(&node);
         assert_eq!(labels["topology.kubernetes.io/zone"], "a");
         assert_eq!(ex, Some(Exclusion::Maintenance));
-        assert_eq!(sf, Some(Duration::from_secs(12)));
+        // The sticky Node annotation earns nothing: only the Lease's advertisement counts.
+        let lease = Lease {
+            metadata: ObjectMeta {
+                annotations: node.metadata.annotations.clone(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(
+            advertisement(Some(&lease)).self_fence_after,
+            Some(Duration::from_secs(12))
+        );
+        assert_eq!(advertisement(None), Advertisement::default());
     }
 
     fn pod_with(volumes: &[&str], tolerations: Vec<Toleration>, phase: &str) -> Pod {

@@ -23,7 +23,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use palisade_model::nodefence::{Overrides, PlannedDevice, RequestedBy};
+use palisade_model::nodefence::{Coverage, Overrides, PlannedDevice, RequestedBy};
 use palisade_model::policy::{Detection, FenceWhen, FencingPolicySpec};
 
 use crate::clock::Mono;
@@ -293,13 +293,10 @@ fn gate<'a>(
                 })
                 .collect()
         }
-        None => match node.self_fence_after {
-            Some(after) if spec.trust_self_fence.enabled => vec![PlanLevel::SelfFence {
-                trusted_after: node.last_heartbeat_change
-                    + after
-                    + secs(spec.trust_self_fence.margin_seconds),
-            }],
-            _ => return hold(HoldReason::NoFenceTarget),
+        None if !spec.trust_self_fence.enabled => return hold(HoldReason::NoFenceTarget),
+        None => match self_fence_level(spec, node, health) {
+            Ok(level) => vec![level],
+            Err(why) => return hold(HoldReason::SelfFenceNotTrusted { why }),
         },
     };
     Gate::Candidate(Box::new(Candidate {
@@ -320,6 +317,46 @@ fn gate<'a>(
             pdb_urgent,
         },
     }))
+}
+
+/// The trusted self-fence level for a node with no hardware level, or why there is none.
+///
+/// Guarantees: a level only for a node the detector itself sees Unhealthy (a manual
+/// `nodeHealth` override never earns trust: a live node has not self-fenced), and only from an
+/// advertisement observed with the node's last renewal that says an armed `nowayout` watchdog
+/// backs the self-fence; the wait counts from that renewal, on the controller's clock.
+fn self_fence_level(
+    spec: &FencingPolicySpec,
+    node: &NodeSnapshot,
+    health: Health,
+) -> Result<PlanLevel, String> {
+    if health != Health::Unhealthy {
+        return Err("the node is not silent; a self-fence is trusted only for a silent node (nodeHealth overrides apply to hardware levels only)".into());
+    }
+    let ad = &node.advertisement;
+    let margin =
+        Duration::from_secs(u64::try_from(spec.trust_self_fence.margin_seconds).unwrap_or(0));
+    let Some(wait) = ad.trust_wait(margin) else {
+        let why = if ad.self_fence_after.is_none() {
+            "its last renewal advertised no self-fence timeout"
+        } else if ad.watchdog.is_none() {
+            "its last renewal advertised no armed hardware watchdog"
+        } else if !ad.watchdog.is_some_and(|w| w.nowayout) {
+            "its watchdog is not nowayout (a clean stop could disarm it)"
+        } else {
+            "its last renewal advertised no self-fence scope"
+        };
+        return Err(why.into());
+    };
+    let scope = match ad.scope {
+        Some(palisade_model::advertise::SelfFenceScope::All) => Coverage::All,
+        _ => Coverage::Stateful,
+    };
+    Ok(PlanLevel::SelfFence {
+        silent_since: node.last_heartbeat_change,
+        wait,
+        scope,
+    })
 }
 
 /// The node's forgiveness and whether an exhausted PDB shortened it.

@@ -49,18 +49,74 @@ pub struct Observations<'a> {
     pub verdict: Option<&'a Verdict>,
     /// The node's policy recovery rule (`None`: no policy now; recovery waits).
     pub recovery: Option<&'a Recovery>,
-    /// Pods still bound to the node (not yet deleted).
-    pub pods_on_node: Vec<ObjectRef>,
+    /// Pods still bound to the node (not yet deleted), with whether each mounts a claim.
+    pub pods_on_node: Vec<NodePod>,
     /// VolumeAttachments still naming the node.
     pub attachments: Vec<ObjectRef>,
     /// PVs whose attach record still names the node (`name` = PV name).
     pub attach_records: Vec<ObjectRef>,
     /// The detector sees the node Healthy again (fresh Lease renewals observed).
     pub node_healthy: bool,
-    /// The node agent reports it runs no stale pods.
-    pub agent_clean: bool,
+    /// When the controller last observed the node renew (a heartbeat change), converted to
+    /// wall time; `None` if it never saw one.
+    pub last_renewal: Option<Timestamp>,
+    /// The self-fence wait the node's latest observed advertisement earns ([`palisade_model::advertise::Advertisement::trust_wait`]
+    /// with the policy's margin); `None` when it earns no trust.
+    pub self_fence_wait: Option<std::time::Duration>,
+    /// Positive proof, observed after recovery began, that none of the released pods'
+    /// containers exists on the node ([`clean_proof`]); `None` without one.
+    pub clean_proof: Option<String>,
     /// The out-of-service taint is present on the node.
     pub taint_present: bool,
+}
+
+/// A pod bound to the node, as release sees it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NodePod {
+    /// The pod.
+    pub pod: ObjectRef,
+    /// Whether its spec mounts a PersistentVolumeClaim (what a storage fence covers).
+    pub mounts_claim: bool,
+}
+
+/// The positive proof that none of the released pods' containers exists on the node any more,
+/// from what the node advertised with a renewal the controller observed after recovery began.
+///
+/// Guarantees: `Some` only when the renewal was observed after `since` (the caller passes the
+/// start of Recovering plus a settle time for watch latency), and either the boot ID differs
+/// from the one recorded when fencing started (the machine restarted), or the agent's complete
+/// runtime inventory names none of the released pods.
+///
+/// Assumptions: the agent's inventory comes from its runtime (processes and durable state),
+/// not from the API; the agent never starts a container for a pod deleted from the API.
+pub fn clean_proof(
+    status: &NodeFenceStatus,
+    ad: &palisade_model::advertise::Advertisement,
+    renewed_at: Option<Timestamp>,
+    since: Timestamp,
+) -> Option<String> {
+    let renewed_at = renewed_at.filter(|r| *r > since)?;
+    if let (Some(before), Some(now)) = (&status.recovery.boot_id_at_fence, &ad.boot_id) {
+        if before != now {
+            return Some(format!(
+                "boot ID changed from {before} to {now} (renewal observed at {renewed_at})"
+            ));
+        }
+    }
+    let inventory = ad.runtime_pods.as_ref()?;
+    let still: Vec<&str> = status
+        .release
+        .pods
+        .iter()
+        .filter(|p| inventory.contains(&p.uid))
+        .map(|p| p.uid.as_str())
+        .collect();
+    still.is_empty().then(|| {
+        format!(
+            "the node agent's runtime inventory (renewal observed at {renewed_at}) lists none of the {} released pod(s)",
+            status.release.pods.len()
+        )
+    })
 }
 
 /// What is being waited for.
@@ -72,6 +128,9 @@ pub enum WaitFor {
     Verdict(String),
     /// Fencing: the self-fence level's trust time.
     SelfFence,
+    /// Recovering: the node is back but no positive proof that the released pods' containers
+    /// are gone (a new boot ID, or the agent's runtime inventory) was observed yet.
+    CleanProof,
     /// Released: the policy leaves the node off; nothing to do until it comes back.
     NodeLeftOff,
     /// Recovering: the node agent must renew its Lease and report no stale pods.
@@ -133,6 +192,29 @@ pub enum Step {
     Enter(Phase),
     /// Enter Failed for this reason.
     Fail(FailureReason),
+    /// Fencing: the node renewed during a self-fence level's wait: the wait restarts from
+    /// that renewal (never shorter than before).
+    RestartSelfFenceWait {
+        /// Plan level index.
+        level: i32,
+        /// The renewal observed.
+        silent_since: Timestamp,
+        /// The new trust time.
+        trusted_after: Timestamp,
+    },
+    /// Fencing: conclude a level as failed without acting (a self-fence the node's newest
+    /// advertisement no longer earns, or a plan that predates the re-checked trust rule).
+    FailLevel {
+        /// Plan level index.
+        level: i32,
+        /// Why.
+        why: String,
+    },
+    /// Releasing: this pod is not covered by the verified fence (`NotCoveredByFence`): record
+    /// it as held; it is never released by this fence.
+    HoldPod(ObjectRef),
+    /// Recovering: persist the positive proof before lifting anything.
+    RecordCleanProof(String),
     /// Release 1: taint the node `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`.
     ApplyTaint(VerifiedFence),
     /// Release 2: mark the pod fenced, patch it Failed, DELETE it with grace 0 and UID precondition.
@@ -164,6 +246,10 @@ impl Step {
             Step::TrustSelfFence { .. } => "trust_self_fence",
             Step::Enter(_) => "enter",
             Step::Fail(_) => "fail",
+            Step::RestartSelfFenceWait { .. } => "restart_self_fence_wait",
+            Step::FailLevel { .. } => "fail_level",
+            Step::HoldPod(_) => "hold_pod",
+            Step::RecordCleanProof(_) => "record_clean_proof",
             Step::ApplyTaint(_) => "apply_taint",
             Step::ReleasePod(..) => "release_pod",
             Step::DeleteAttachment(..) => "delete_attachment",
@@ -222,6 +308,11 @@ pub fn next_step(spec: &NodeFenceSpec, status: &NodeFenceStatus, obs: &Observati
     let Some(proof) = status.verified_fence() else {
         return Step::Fail(FailureReason::NoVerifiedFence);
     };
+    if matches!(phase, Phase::Fenced | Phase::Releasing)
+        && returned_after_self_fence(status, obs, &proof)
+    {
+        return Step::Fail(FailureReason::NodeReturned);
+    }
     match phase {
         Phase::Fenced => Step::Enter(Phase::Releasing),
         Phase::Releasing => releasing(status, obs, proof),
@@ -281,25 +372,115 @@ fn fencing(status: &NodeFenceStatus, obs: &Observations<'_>) -> Step {
             level,
             devices: planned.devices.clone(),
         },
-        LevelKind::SelfFence => match &planned.trusted_after {
-            None => Step::Fail(FailureReason::NoPlan),
-            Some(t) if obs.now.wall >= t.0 => Step::TrustSelfFence { level },
-            Some(t) => Step::Wait {
-                why: WaitFor::SelfFence,
-                until: Some(t.0),
-            },
-        },
+        LevelKind::SelfFence => self_fence_level(level, planned, obs),
     }
 }
 
+/// A self-fence level: wait out the trust time, re-checking the silence on every step.
+///
+/// Guarantees: trusted only once the node has been silent, as observed by the controller, for
+/// the whole wait since its last observed renewal; a renewal during the wait restarts it from
+/// that renewal (never shortening it), and a renewal whose advertisement no longer earns trust
+/// fails the level.
+fn self_fence_level(
+    level: i32,
+    planned: &palisade_model::nodefence::PlannedLevel,
+    obs: &Observations<'_>,
+) -> Step {
+    let (Some(trusted_after), Some(since), Some(wait)) = (
+        planned.trusted_after.as_ref().map(|t| t.0),
+        planned.silent_since.as_ref().map(|t| t.0),
+        planned
+            .trust_wait_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map(std::time::Duration::from_secs),
+    ) else {
+        return Step::FailLevel {
+            level,
+            why: "the self-fence level records no silence start or wait; not trusted".into(),
+        };
+    };
+    if let Some(renewed) = obs.last_renewal.filter(|r| *r > since) {
+        let Some(new_wait) = obs.self_fence_wait else {
+            return Step::FailLevel {
+                level,
+                why: format!("the node renewed at {renewed} during the self-fence wait and no longer advertises a trusted self-fence"),
+            };
+        };
+        let wait = wait.max(new_wait);
+        let restarted = jiff_add(renewed, wait).max(trusted_after);
+        return Step::RestartSelfFenceWait {
+            level,
+            silent_since: renewed,
+            trusted_after: restarted,
+        };
+    }
+    if obs.now.wall >= trusted_after {
+        Step::TrustSelfFence { level }
+    } else {
+        Step::Wait {
+            why: WaitFor::SelfFence,
+            until: Some(trusted_after),
+        }
+    }
+}
+
+fn jiff_add(t: Timestamp, d: std::time::Duration) -> Timestamp {
+    k8s_openapi::jiff::SignedDuration::try_from(d)
+        .ok()
+        .and_then(|d| t.checked_add(d).ok())
+        .unwrap_or(Timestamp::MAX)
+}
+
+/// Whether the node renewed after the silence a verified self-fence proof counted from: its
+/// agent is alive and would restart what it killed, so nothing more may be released on it.
+fn returned_after_self_fence(
+    status: &NodeFenceStatus,
+    obs: &Observations<'_>,
+    proof: &VerifiedFence,
+) -> bool {
+    if !proof.is_self_fence(status.plan.as_ref()) {
+        return false;
+    }
+    let since = usize::try_from(proof.level())
+        .ok()
+        .and_then(|i| status.plan.as_ref()?.levels.get(i))
+        .and_then(|l| l.silent_since.as_ref())
+        .map(|t| t.0);
+    match (since, obs.last_renewal) {
+        (Some(since), Some(r)) => r > since,
+        // No recorded start: never trust more than what is already done.
+        (None, _) => true,
+        (Some(_), None) => false,
+    }
+}
+
+/// Guarantees: a pod is released only when the proof's [`palisade_model::nodefence::Coverage`]
+/// covers it; every other pod is recorded as held first and never released by this fence. The
+/// out-of-service taint is applied only when every pod on the node is covered (on Kubernetes
+/// 1.26+ the pod garbage collector force-deletes the pods of a NotReady node with that taint,
+/// which would release uncovered pods behind the fence's back).
 fn releasing(status: &NodeFenceStatus, obs: &Observations<'_>, proof: VerifiedFence) -> Step {
-    if status.release.tainted_at.is_none() {
+    let coverage = proof.coverage();
+    let held: std::collections::HashSet<&str> =
+        status.release.held.iter().map(|h| h.uid.as_str()).collect();
+    let mut pods: Vec<&NodePod> = obs
+        .pods_on_node
+        .iter()
+        .filter(|p| !held.contains(p.pod.uid.as_str()))
+        .collect();
+    pods.sort();
+    if let Some(p) = pods.iter().find(|p| !coverage.covers(p.mounts_claim)) {
+        return Step::HoldPod(p.pod.clone());
+    }
+    if status.release.tainted_at.is_none() && held.is_empty() {
         return Step::ApplyTaint(proof);
     }
-    if let Some(pod) = obs.pods_on_node.iter().min() {
-        return Step::ReleasePod(proof, pod.clone());
+    if let Some(p) = pods.first() {
+        return Step::ReleasePod(proof, p.pod.clone());
     }
-    // Only once no pod of the node remains (so none uses a volume) are attachments broken.
+    // Only once no covered pod of the node remains are attachments broken (held pods mount no
+    // claim: every proof covers the pods that do).
     if let Some(va) = obs.attachments.iter().min() {
         return Step::DeleteAttachment(proof, va.clone());
     }
@@ -346,10 +527,19 @@ fn recovering(status: &NodeFenceStatus, obs: &Observations<'_>) -> Step {
             return Step::PowerOn(power);
         }
     }
-    if !(obs.node_healthy && obs.agent_clean) {
+    if !obs.node_healthy {
         return Step::Wait {
             why: WaitFor::Rejoin,
             until: None,
+        };
+    }
+    if rec.clean_proof.is_none() {
+        return match &obs.clean_proof {
+            Some(p) => Step::RecordCleanProof(p.clone()),
+            None => Step::Wait {
+                why: WaitFor::CleanProof,
+                until: None,
+            },
         };
     }
     if rec.unfenced_at.is_none() {

@@ -45,9 +45,9 @@ pub struct NodeSnapshot {
     pub last_heartbeat_change: crate::clock::Mono,
     /// Exclusions read from the node's annotations.
     pub exclusion: Option<Exclusion>,
-    /// The self-fence timeout the node agent advertises
-    /// (annotation `palisade.dev/self-fence-after-seconds`), if any.
-    pub self_fence_after: Option<Duration>,
+    /// The self-fence advertisement the node agent wrote with its last renewal the
+    /// controller observed (read from the Lease, never from the Node object).
+    pub advertisement: palisade_model::advertise::Advertisement,
     /// The node's `FenceTarget` spec, if one exists.
     pub fence_target: Option<FenceTargetSpec>,
     /// Non-terminal pods bound to the node.
@@ -81,15 +81,6 @@ impl Exclusion {
             None
         }
     }
-}
-
-/// Parse the self-fence advertisement annotation (whole seconds, positive).
-pub fn self_fence_after(annotations: &BTreeMap<String, String>) -> Option<Duration> {
-    annotations
-        .get(palisade_model::ANNOTATION_SELF_FENCE_AFTER)
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|s| *s > 0)
-        .map(Duration::from_secs)
 }
 
 /// A node's `NodeFence` situation.
@@ -295,18 +286,6 @@ mod tests {
         assert_eq!(
             Exclusion::from_annotations(&a(&[("palisade.dev/maintenance", "kernel")])),
             Some(Exclusion::Maintenance)
-        );
-        assert_eq!(
-            self_fence_after(&a(&[("palisade.dev/self-fence-after-seconds", "15")])),
-            Some(Duration::from_secs(15))
-        );
-        assert_eq!(
-            self_fence_after(&a(&[("palisade.dev/self-fence-after-seconds", "0")])),
-            None
-        );
-        assert_eq!(
-            self_fence_after(&a(&[("palisade.dev/self-fence-after-seconds", "soon")])),
-            None
         );
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use palisade_model::nodefence::{self, LevelKind, PlannedDevice, RequestedBy};
+use palisade_model::nodefence::{self, Coverage, LevelKind, PlannedDevice, RequestedBy};
 
 use crate::clock::{Clocks, Mono};
 use crate::snapshot::Exclusion;
@@ -98,6 +98,13 @@ pub enum HoldReason {
     NotStateful,
     /// No `FenceTarget` level and no trusted self-fence: nothing can fence this node.
     NoFenceTarget,
+    /// No `FenceTarget` level, `trustSelfFence` is on, but the node's last observed renewal did
+    /// not advertise what trust needs (a self-fence timeout, a known scope and an armed
+    /// `nowayout` hardware watchdog), or a manual request overrides node health.
+    SelfFenceNotTrusted {
+        /// What was missing, in words.
+        why: String,
+    },
     /// The node's `FenceTarget` is malformed.
     InvalidFenceTarget {
         /// Number of validation problems.
@@ -155,10 +162,14 @@ pub enum PlanLevel {
         /// Its devices.
         devices: Vec<PlannedDevice>,
     },
-    /// The policy-enabled trust rule: the node counts as fenced from `trusted_after`.
+    /// The policy-enabled trust rule: the node counts as fenced from `silent_since + wait`.
     SelfFence {
-        /// Last observed heartbeat + advertised self-fence timeout + margin.
-        trusted_after: Mono,
+        /// The node's last renewal the controller observed (its own monotonic clock).
+        silent_since: Mono,
+        /// Advertised self-fence timeout + advertised watchdog timeout + the policy's margin.
+        wait: Duration,
+        /// What the agent advertised its self-fence kills.
+        scope: Coverage,
     },
 }
 
@@ -175,12 +186,24 @@ impl FencePlan {
                         kind: LevelKind::Hardware,
                         devices: devices.clone(),
                         trusted_after: None,
+                        silent_since: None,
+                        trust_wait_seconds: None,
+                        self_fence_scope: None,
                     },
-                    PlanLevel::SelfFence { trusted_after } => nodefence::PlannedLevel {
+                    PlanLevel::SelfFence {
+                        silent_since,
+                        wait,
+                        scope,
+                    } => nodefence::PlannedLevel {
                         name: "self-fence".into(),
                         kind: LevelKind::SelfFence,
                         devices: vec![],
-                        trusted_after: Some(MicroTime(clocks.to_wall(*trusted_after))),
+                        trusted_after: Some(MicroTime(clocks.to_wall(*silent_since + *wait))),
+                        silent_since: Some(MicroTime(clocks.to_wall(*silent_since))),
+                        trust_wait_seconds: Some(
+                            i64::try_from(wait.as_secs().max(1)).unwrap_or(i64::MAX),
+                        ),
+                        self_fence_scope: Some(*scope),
                     },
                 })
                 .collect(),
@@ -205,6 +228,7 @@ impl HoldReason {
             HoldReason::AllZonesDown { .. } => "all_zones_down",
             HoldReason::NotStateful => "not_stateful",
             HoldReason::NoFenceTarget => "no_fence_target",
+            HoldReason::SelfFenceNotTrusted { .. } => "self_fence_not_trusted",
             HoldReason::InvalidFenceTarget { .. } => "invalid_fence_target",
             HoldReason::ConcurrencyLimit { .. } => "concurrency_limit",
             HoldReason::DomainLimit { .. } => "domain_limit",
@@ -213,7 +237,7 @@ impl HoldReason {
     }
 
     /// Every hold label, for pre-registering metric series.
-    pub const LABELS: [&'static str; 17] = [
+    pub const LABELS: [&'static str; 18] = [
         "no_policy",
         "conflicting_policies",
         "invalid_policy",
@@ -227,6 +251,7 @@ impl HoldReason {
         "all_zones_down",
         "not_stateful",
         "no_fence_target",
+        "self_fence_not_trusted",
         "invalid_fence_target",
         "concurrency_limit",
         "domain_limit",
@@ -250,6 +275,7 @@ impl fmt::Display for HoldReason {
             HoldReason::AllZonesDown { zones } => write!(f, "all {zones} zone(s) are fully silent; acting on nothing"),
             HoldReason::NotStateful => write!(f, "fenceWhen is StatefulOnly and no pod on the node uses a ReadWriteOnce volume"),
             HoldReason::NoFenceTarget => write!(f, "no FenceTarget level for this node and no trusted self-fence"),
+            HoldReason::SelfFenceNotTrusted { why } => write!(f, "no FenceTarget level for this node, and its self-fence is not trusted: {why}"),
             HoldReason::InvalidFenceTarget { problems } => write!(f, "the node's FenceTarget is invalid ({problems} problem(s))"),
             HoldReason::ConcurrencyLimit { in_flight, max } => write!(f, "{in_flight} fence(s) in flight, maxConcurrent is {max}"),
             HoldReason::DomainLimit { domain, in_flight, max } => write!(f, "{in_flight} fence(s) in flight in domain {domain:?}, perDomain.maxConcurrent is {max}"),
@@ -371,6 +397,9 @@ mod tests {
             HoldReason::AllZonesDown { zones: 2 },
             HoldReason::NotStateful,
             HoldReason::NoFenceTarget,
+            HoldReason::SelfFenceNotTrusted {
+                why: "no watchdog".into(),
+            },
             HoldReason::InvalidFenceTarget { problems: 1 },
             HoldReason::ConcurrencyLimit {
                 in_flight: 1,

@@ -265,19 +265,42 @@ const CASES: &[Case] = &[
         |s| {
             let n = node_mut(s, "m0");
             n.fence_target = None;
-            n.self_fence_after = Some(Duration::from_secs(15));
+            n.advertisement = advertised(15, Some(10));
         },
         "hold_no_fence_target",
     ),
     (
-        "self-fence trusted by policy",
+        "self-fence with a nowayout watchdog trusted by policy",
         |s| {
             let n = node_mut(s, "m0");
             n.fence_target = None;
-            n.self_fence_after = Some(Duration::from_secs(15));
+            n.advertisement = advertised(15, Some(10));
             s.policies[0].spec.trust_self_fence.enabled = true;
         },
         "fence",
+    ),
+    (
+        "self-fence advertised without a watchdog is not trusted",
+        |s| {
+            let n = node_mut(s, "m0");
+            n.fence_target = None;
+            n.advertisement = advertised(15, None);
+            s.policies[0].spec.trust_self_fence.enabled = true;
+        },
+        "hold_self_fence_not_trusted",
+    ),
+    (
+        "a watchdog that can be disarmed is not trusted",
+        |s| {
+            let n = node_mut(s, "m0");
+            n.fence_target = None;
+            n.advertisement = advertised(15, Some(10));
+            if let Some(w) = n.advertisement.watchdog.as_mut() {
+                w.nowayout = false;
+            }
+            s.policies[0].spec.trust_self_fence.enabled = true;
+        },
+        "hold_self_fence_not_trusted",
     ),
     (
         "trust enabled but nothing advertised",
@@ -285,7 +308,7 @@ const CASES: &[Case] = &[
             node_mut(s, "m0").fence_target = None;
             s.policies[0].spec.trust_self_fence.enabled = true;
         },
-        "hold_no_fence_target",
+        "hold_self_fence_not_trusted",
     ),
     (
         "invalid fence target",
@@ -397,6 +420,21 @@ const CASES: &[Case] = &[
             });
         },
         "fence",
+    ),
+    (
+        "manual nodeHealth override never earns a self-fence on a live node",
+        |s| {
+            let n = node_mut(s, "m0");
+            n.last_heartbeat_change = Mono::from_secs(NOW);
+            n.fence_target = None;
+            n.advertisement = advertised(15, Some(10));
+            n.fence = manual(|o| {
+                o.node_health = true;
+                o.forgiveness = true;
+            });
+            s.policies[0].spec.trust_self_fence.enabled = true;
+        },
+        "hold_self_fence_not_trusted",
     ),
     (
         "manual request: paused still holds",
@@ -544,20 +582,28 @@ fn self_fence_plan_trusts_after_timeout_plus_margin() {
     s.policies[0].spec.trust_self_fence.margin_seconds = 5;
     let n = node_mut(&mut s, "m0");
     n.fence_target = None;
-    n.self_fence_after = Some(Duration::from_secs(15));
+    n.advertisement = advertised(15, Some(10));
     let Some(Verdict::Fence(plan)) = verdict_of(&s, "m0") else {
         panic!("expected fence")
     };
+    // Self-fence timeout + watchdog timeout + margin, from the last observed renewal.
     assert_eq!(
         plan.levels,
         vec![PlanLevel::SelfFence {
-            trusted_after: Mono::from_secs(DEAD + 15 + 5)
+            silent_since: Mono::from_secs(DEAD),
+            wait: Duration::from_secs(15 + 10 + 5),
+            scope: palisade_model::nodefence::Coverage::All,
         }]
     );
     // Persisted in wall-clock terms relative to the round's clocks.
     let persisted = plan.to_status(&s.now);
     let t = persisted.levels[0].trusted_after.as_ref().unwrap().0;
-    assert_eq!(t, wall(DEAD as i64 + 20 - NOW as i64));
+    assert_eq!(t, wall(DEAD as i64 + 30 - NOW as i64));
+    assert_eq!(persisted.levels[0].trust_wait_seconds, Some(30));
+    assert_eq!(
+        persisted.levels[0].silent_since.as_ref().unwrap().0,
+        wall(DEAD as i64 - NOW as i64)
+    );
     // A hardware level takes precedence over trust.
     node_mut(&mut s, "m0").fence_target = Some(target(vec![vec![(
         "bridge://127.0.0.1:9443/m0".into(),
@@ -682,7 +728,7 @@ fn arb_snapshot() -> impl Strategy<Value = Snapshot> {
                         4 => n.fence_target = None,
                         _ => {}
                     }
-                    n.self_fence_after = Some(Duration::from_secs(5));
+                    n.advertisement = advertised(5, Some(5));
                     s.nodes.push(n);
                 }
                 let p = &mut s.policies[0].spec;

@@ -8,12 +8,15 @@ use std::time::Duration;
 use common::wall;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use palisade_decide::phase::{next_step, ObjectRef, Observations, Step, WaitFor};
+use palisade_decide::phase::{
+    clean_proof, next_step, NodePod, ObjectRef, Observations, Step, WaitFor,
+};
 use palisade_decide::verdict::{FencePlan, PlanLevel};
 use palisade_decide::{Clocks, HoldReason, Mono, Verdict, WaitReason};
+use palisade_model::advertise::Advertisement;
 use palisade_model::nodefence::{
-    Evidence, EvidenceKind, FailureReason, NodeFenceSpec, NodeFenceStatus, Phase, PlannedDevice,
-    ReleasedObject, RequestedBy,
+    Coverage, Evidence, EvidenceKind, FailureReason, NodeFenceSpec, NodeFenceStatus, Phase,
+    PlannedDevice, ReleasedObject, RequestedBy,
 };
 use palisade_model::policy::{Recovery, UntaintWhen};
 use palisade_model::target::DeviceKind;
@@ -61,6 +64,13 @@ fn plan() -> FencePlan {
     }
 }
 
+fn pod(ns: &str, name: &str, mounts_claim: bool) -> NodePod {
+    NodePod {
+        pod: obj(ns, name),
+        mounts_claim,
+    }
+}
+
 fn obj(ns: &str, name: &str) -> ObjectRef {
     ObjectRef {
         namespace: ns.into(),
@@ -74,11 +84,13 @@ fn obj(ns: &str, name: &str) -> ObjectRef {
 struct World {
     now: i64,
     token: i64,
-    pods: Vec<ObjectRef>,
+    pods: Vec<NodePod>,
     attachments: Vec<ObjectRef>,
     attach_records: Vec<ObjectRef>,
     node_healthy: bool,
     agent_clean: bool,
+    last_renewal: Option<Timestamp>,
+    self_fence_wait: Option<Duration>,
     taint: bool,
     recovery: Recovery,
     verdict: Option<Verdict>,
@@ -89,11 +101,13 @@ impl World {
         Self {
             now: 0,
             token: 1,
-            pods: vec![obj("db", "db-0"), obj("web", "web-1")],
+            pods: vec![pod("db", "db-0", true), pod("web", "web-1", false)],
             attachments: vec![obj("", "csi-va-1")],
             attach_records: vec![obj("", "pv-1")],
             node_healthy: false,
             agent_clean: false,
+            last_renewal: None,
+            self_fence_wait: None,
             taint: false,
             recovery: Recovery {
                 power_on: true,
@@ -120,7 +134,11 @@ impl World {
             attachments: self.attachments.clone(),
             attach_records: self.attach_records.clone(),
             node_healthy: self.node_healthy,
-            agent_clean: self.agent_clean,
+            last_renewal: self.last_renewal,
+            self_fence_wait: self.self_fence_wait,
+            clean_proof: self
+                .agent_clean
+                .then(|| "the agent's runtime lists none of the released pods".to_string()),
             taint_present: self.taint,
         }
     }
@@ -182,12 +200,24 @@ fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn
         }
         Step::Enter(p) => st.transition(*p, at, p.as_str()).unwrap(),
         Step::Fail(r) => st.fail(*r, at, r.as_str()).unwrap(),
+        Step::RestartSelfFenceWait {
+            level,
+            silent_since,
+            trusted_after,
+        } => {
+            let l = &mut st.plan.as_mut().unwrap().levels[*level as usize];
+            l.silent_since = Some(MicroTime(*silent_since));
+            l.trusted_after = Some(MicroTime(*trusted_after));
+        }
+        Step::FailLevel { level, why } => st.record_level_failed(*level, at, why.clone()).unwrap(),
+        Step::HoldPod(p) => st.release.held.push(released(p, at)),
+        Step::RecordCleanProof(p) => st.recovery.clean_proof = Some(p.clone()),
         Step::ApplyTaint(_) => {
             w.taint = true;
             st.release.tainted_at = Some(MicroTime(at));
         }
         Step::ReleasePod(_, p) => {
-            w.pods.retain(|x| x != p);
+            w.pods.retain(|x| x.pod != *p);
             st.release.pods.push(released(p, at));
         }
         Step::DeleteAttachment(_, a) => {
@@ -263,6 +293,7 @@ fn happy_path_walks_every_phase_in_order() {
             "enter:Recovering",
             "power_on",
             "wait:Rejoin",
+            "record_clean_proof",
             "unfence",
             "remove_taint",
             "enter:Done",
@@ -484,7 +515,7 @@ fn attachments_wait_for_every_pod_to_be_released() {
         matches!(s, Step::ReleasePod(_, ref p) if p.name == "db-0"),
         "{s:?}"
     );
-    w.pods = vec![obj("db", "late")];
+    w.pods = vec![pod("db", "late", true)];
     assert!(
         matches!(next_step(&sp, &st, &w.obs()), Step::ReleasePod(_, ref p) if p.name == "late")
     );
@@ -501,7 +532,9 @@ fn self_fence_level_waits_for_its_trust_time() {
     let mut w = World::new();
     let mut p = plan();
     p.levels = vec![PlanLevel::SelfFence {
-        trusted_after: Mono::from_secs(1000 + 20),
+        silent_since: Mono::from_secs(1000),
+        wait: Duration::from_secs(20),
+        scope: Coverage::All,
     }];
     w.verdict = Some(Verdict::Fence(p));
     let mut st = created();
@@ -533,6 +566,198 @@ fn self_fence_level_waits_for_its_trust_time() {
     );
 }
 
+/// A world whose plan is one trusted self-fence level (wait 20 s from t=0, scope `scope`),
+/// driven to Fencing.
+fn self_fenced_world(scope: Coverage) -> (NodeFenceSpec, NodeFenceStatus, World) {
+    let sp = spec(RequestedBy::Controller);
+    let mut w = World::new();
+    let mut p = plan();
+    p.levels = vec![PlanLevel::SelfFence {
+        silent_since: Mono::from_secs(1000),
+        wait: Duration::from_secs(20),
+        scope,
+    }];
+    w.verdict = Some(Verdict::Fence(p));
+    w.last_renewal = Some(wall(0));
+    w.self_fence_wait = Some(Duration::from_secs(20));
+    let mut st = created();
+    let step = next_step(&sp, &st, &w.obs());
+    apply(&step, &mut st, &mut w, &|_| true);
+    assert_eq!(st.phase, Phase::Fencing);
+    (sp, st, w)
+}
+
+#[test]
+fn a_renewal_during_the_self_fence_wait_restarts_it_from_that_renewal() {
+    let (sp, mut st, mut w) = self_fenced_world(Coverage::All);
+    // The node renews once at t=15 (it was not dead), then goes silent again.
+    w.now = 16;
+    w.last_renewal = Some(wall(15));
+    let step = next_step(&sp, &st, &w.obs());
+    assert_eq!(
+        step,
+        Step::RestartSelfFenceWait {
+            level: 0,
+            silent_since: wall(15),
+            trusted_after: wall(35)
+        }
+    );
+    apply(&step, &mut st, &mut w, &|_| true);
+    // At the old trust time nothing is trusted: the node's own fence clock restarted at 15.
+    w.now = 20;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::SelfFence,
+            until: Some(wall(35))
+        }
+    );
+    w.now = 35;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::TrustSelfFence { level: 0 }
+    );
+}
+
+#[test]
+fn a_restarted_wait_is_never_shorter_and_a_withdrawn_advertisement_fails_the_level() {
+    let (sp, st, mut w) = self_fenced_world(Coverage::All);
+    w.now = 5;
+    w.last_renewal = Some(wall(1));
+    // The new advertisement promises a shorter wait: the longer one stands.
+    w.self_fence_wait = Some(Duration::from_secs(3));
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::RestartSelfFenceWait {
+            level: 0,
+            silent_since: wall(1),
+            trusted_after: wall(21)
+        }
+    );
+    // The renewal no longer advertises a watchdog: no trust at all.
+    w.self_fence_wait = None;
+    assert!(matches!(
+        next_step(&sp, &st, &w.obs()),
+        Step::FailLevel { level: 0, .. }
+    ));
+}
+
+#[test]
+fn a_node_that_renews_after_a_trusted_self_fence_is_not_released_further() {
+    let (sp, mut st, mut w) = self_fenced_world(Coverage::All);
+    w.now = 20;
+    let step = next_step(&sp, &st, &w.obs());
+    assert_eq!(step, Step::TrustSelfFence { level: 0 });
+    apply(&step, &mut st, &mut w, &|_| true);
+    for _ in 0..4 {
+        let step = next_step(&sp, &st, &w.obs());
+        if matches!(step, Step::ReleasePod(..)) {
+            break;
+        }
+        apply(&step, &mut st, &mut w, &|_| true);
+    }
+    assert_eq!(st.phase, Phase::Releasing);
+    // The agent comes back mid-release: it would restart what it killed.
+    w.last_renewal = Some(wall(21));
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Fail(FailureReason::NodeReturned)
+    );
+}
+
+/// Drives a fence to Released with `level_ok`, recording every release step.
+fn release_all(
+    sp: &NodeFenceSpec,
+    st: &mut NodeFenceStatus,
+    w: &mut World,
+    level_ok: &dyn Fn(i32) -> bool,
+) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for _ in 0..40 {
+        if st.phase == Phase::Released {
+            return steps;
+        }
+        let step = next_step(sp, st, &w.obs());
+        steps.push(step.clone());
+        apply(&step, st, w, level_ok);
+    }
+    panic!("did not reach Released: {st:?}");
+}
+
+#[test]
+fn a_storage_only_fence_releases_only_pods_that_mount_a_claim() {
+    let sp = spec(RequestedBy::Controller);
+    let mut w = World::new();
+    let mut p = plan();
+    // One level: the storage firewall alone.
+    p.levels = vec![PlanLevel::Hardware {
+        name: "storage".into(),
+        devices: vec![dev("storagefw+https://fw/m0", DeviceKind::Storage)],
+    }];
+    w.verdict = Some(Verdict::Fence(p));
+    let mut st = created();
+    let steps = release_all(&sp, &mut st, &mut w, &|_| true);
+    assert_eq!(st.verified_fence().unwrap().coverage(), Coverage::Stateful);
+    // web-1 (no claim) is held, never released, and the out-of-service taint is not applied.
+    assert!(steps.contains(&Step::HoldPod(obj("web", "web-1"))));
+    assert!(!steps.iter().any(|s| matches!(s, Step::ApplyTaint(_))));
+    let released: Vec<&str> = st.release.pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(released, vec!["db-0"]);
+    assert_eq!(st.release.held.len(), 1);
+    assert!(w.pods.iter().any(|p| p.pod.name == "web-1"));
+}
+
+#[test]
+fn a_power_fence_releases_every_pod() {
+    let sp = spec(RequestedBy::Controller);
+    let mut st = created();
+    let mut w = World::new();
+    let steps = release_all(&sp, &mut st, &mut w, &|l| l == 0);
+    assert_eq!(st.verified_fence().unwrap().coverage(), Coverage::All);
+    assert!(!steps.iter().any(|s| matches!(s, Step::HoldPod(_))));
+    assert_eq!(st.release.pods.len(), 2);
+}
+
+#[test]
+fn a_stateful_scope_self_fence_covers_only_claim_pods() {
+    let (sp, mut st, mut w) = self_fenced_world(Coverage::Stateful);
+    w.now = 20;
+    release_all(&sp, &mut st, &mut w, &|_| true);
+    let released: Vec<&str> = st.release.pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(released, vec!["db-0"]);
+    assert_eq!(st.release.held[0].name, "web-1");
+}
+
+#[test]
+fn clean_proof_needs_a_new_boot_id_or_an_inventory_without_the_released_pods() {
+    let mut st = NodeFenceStatus::default();
+    st.release.pods.push(released(&obj("db", "db-0"), wall(1)));
+    st.recovery.boot_id_at_fence = Some("boot-a".into());
+    let since = wall(10);
+    let mut ad = Advertisement {
+        boot_id: Some("boot-a".into()),
+        ..Default::default()
+    };
+    // Same boot, no inventory: nothing proves the old containers are gone.
+    assert_eq!(clean_proof(&st, &ad, Some(wall(11)), since), None);
+    // The agent's inventory still lists the released pod.
+    ad.runtime_pods = Some(["uid-db-0".to_string()].into_iter().collect());
+    assert_eq!(clean_proof(&st, &ad, Some(wall(11)), since), None);
+    // The inventory no longer lists it: proof, but only from a renewal observed after `since`.
+    ad.runtime_pods = Some(Default::default());
+    assert_eq!(clean_proof(&st, &ad, Some(wall(9)), since), None);
+    assert!(clean_proof(&st, &ad, Some(wall(11)), since).is_some());
+    // A new boot ID proves it on its own.
+    let rebooted = Advertisement {
+        boot_id: Some("boot-b".into()),
+        ..Default::default()
+    };
+    assert!(clean_proof(&st, &rebooted, Some(wall(11)), since)
+        .unwrap()
+        .contains("boot-b"));
+    assert_eq!(clean_proof(&st, &rebooted, None, since), None);
+}
+
 #[test]
 fn recovery_rules() {
     let sp = spec(RequestedBy::Controller);
@@ -561,15 +786,18 @@ fn recovery_rules() {
         Step::Enter(Phase::Recovering)
     );
     apply(&Step::Enter(Phase::Recovering), &mut st, &mut w, &|_| true);
-    // Rejoined, but the agent still reports stale pods: wait.
+    // Rejoined, but no positive proof that the released pods' containers are gone: wait.
     assert_eq!(
         next_step(&sp, &st, &w.obs()),
         Step::Wait {
-            why: WaitFor::Rejoin,
+            why: WaitFor::CleanProof,
             until: None
         }
     );
     w.agent_clean = true;
+    let step = next_step(&sp, &st, &w.obs());
+    assert!(matches!(step, Step::RecordCleanProof(_)), "{step:?}");
+    apply(&step, &mut st, &mut w, &|_| true);
     // Level 0 (IPMI only) was verified: no storage to unfence; untaint is manual.
     w.recovery.untaint_when = UntaintWhen::Manual;
     assert_eq!(

@@ -33,12 +33,18 @@ fn main() -> anyhow::Result<()> {
                     timeout_seconds: 20,
                 }],
                 trusted_after: None,
+                silent_since: None,
+                trust_wait_seconds: None,
+                self_fence_scope: None,
             },
             PlannedLevel {
                 name: "self-fence".into(),
                 kind: LevelKind::SelfFence,
                 devices: vec![],
                 trusted_after: Some(MicroTime(t(30_000)?)),
+                silent_since: Some(MicroTime(t(13_000)?)),
+                trust_wait_seconds: Some(17),
+                self_fence_scope: Some(palisade_model::nodefence::Coverage::All),
             },
         ],
     });

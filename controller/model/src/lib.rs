@@ -12,6 +12,7 @@
 //! kept structural so that a 1.20 API server accepts them. The decision logic that reads these
 //! types lives in `palisade-decide`; the controller that does I/O depends on both.
 
+pub mod advertise;
 pub mod nodefence;
 pub mod policy;
 pub mod target;
@@ -32,9 +33,9 @@ pub const VERSION: &str = "v1alpha1";
 pub const ANNOTATION_EXCLUDE: &str = "palisade.dev/exclude";
 /// Node annotation: the node is under maintenance (any value); it is not fenced.
 pub const ANNOTATION_MAINTENANCE: &str = "palisade.dev/maintenance";
-/// Node annotation set by the node agent: it kills its stateful pods after this many seconds
-/// without renewing its Lease (the self-fence advertisement).
-pub const ANNOTATION_SELF_FENCE_AFTER: &str = "palisade.dev/self-fence-after-seconds";
+/// The self-fence timeout annotation. It is read only from the node's Lease, where the agent
+/// writes it with every renewal ([`advertise`]); a Node annotation of this name is ignored.
+pub const ANNOTATION_SELF_FENCE_AFTER: &str = advertise::SELF_FENCE_AFTER;
 /// The taint applied to a fenced node before its pods are released.
 pub const OUT_OF_SERVICE_TAINT_KEY: &str = "node.kubernetes.io/out-of-service";
 /// Value of the out-of-service taint.

@@ -286,9 +286,53 @@ pub struct PlannedLevel {
     /// Devices (empty for a self-fence level).
     #[serde(default)]
     pub devices: Vec<PlannedDevice>,
-    /// For a self-fence level: from this time on, the node counts as fenced.
+    /// For a self-fence level: from this time on, the node counts as fenced (never earlier
+    /// than `silentSince` plus `trustWaitSeconds`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trusted_after: Option<MicroTime>,
+    /// For a self-fence level: the node's last renewal the controller observed before the
+    /// silence. A renewal observed after it restarts the wait from that renewal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silent_since: Option<MicroTime>,
+    /// For a self-fence level: the advertised self-fence timeout plus the advertised watchdog
+    /// timeout plus the policy's margin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub trust_wait_seconds: Option<i64>,
+    /// For a self-fence level: what the agent advertised its self-fence kills (`All`, or
+    /// `Stateful`: the pods that mount a PersistentVolumeClaim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_fence_scope: Option<Coverage>,
+}
+
+/// What a verified level proves about the node's pods.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum Coverage {
+    /// Every process of the node is stopped (power off verified, or a trusted self-fence that
+    /// kills every pod): every pod of the node may be released.
+    All,
+    /// Only the pods that mount a PersistentVolumeClaim are cut off (a verified storage block,
+    /// or a trusted self-fence that kills only such pods). Any other pod may still run, so it
+    /// is never released on this proof.
+    Stateful,
+}
+
+impl Coverage {
+    /// Whether a pod (that mounts a PersistentVolumeClaim or not) is covered.
+    pub fn covers(self, mounts_claim: bool) -> bool {
+        match self {
+            Coverage::All => true,
+            Coverage::Stateful => mounts_claim,
+        }
+    }
+
+    /// Stable label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Coverage::All => "All",
+            Coverage::Stateful => "Stateful",
+        }
+    }
 }
 
 /// Kind of a planned level.
@@ -446,6 +490,10 @@ pub struct ReleaseProgress {
     /// PV attach records cleared (PV names in `name`).
     #[serde(default)]
     pub attach_records: Vec<ReleasedObject>,
+    /// Pods the verified fence does not cover (`NotCoveredByFence`): never released by this
+    /// fence; they stay bound to the node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<ReleasedObject>,
 }
 
 /// A released object.
@@ -477,6 +525,14 @@ pub struct RecoveryProgress {
     /// When the out-of-service taint was removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub untainted_at: Option<MicroTime>,
+    /// The node's boot ID when fencing started (from its last renewal); a different boot ID
+    /// observed after the verified fence proves the machine restarted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id_at_fence: Option<String>,
+    /// The positive proof that none of the released pods' containers exists on the node any
+    /// more, and when it was observed (required before unfence and untaint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clean_proof: Option<String>,
 }
 
 /// Why a fence failed.
@@ -503,6 +559,10 @@ pub enum FailureReason {
     NoVerifiedFence,
     /// Fencing was entered without a plan, or with an empty one.
     NoPlan,
+    /// The node renewed its Lease after a trusted self-fence was verified and before every
+    /// covered pod was released: its agent is alive and may restart what it had killed, so
+    /// nothing more is released on the self-fence proof.
+    NodeReturned,
 }
 
 impl FailureReason {
@@ -513,6 +573,7 @@ impl FailureReason {
             Self::BudgetExceeded => "BudgetExceeded",
             Self::NoVerifiedFence => "NoVerifiedFence",
             Self::NoPlan => "NoPlan",
+            Self::NodeReturned => "NodeReturned",
         }
     }
 }
@@ -536,9 +597,22 @@ pub struct Transition {
 pub struct VerifiedFence {
     level: i32,
     at: Timestamp,
+    coverage: Coverage,
 }
 
 impl VerifiedFence {
+    /// What the proof covers ([`Coverage`]): `All` only with power-off evidence or a trusted
+    /// self-fence advertised to kill every pod.
+    pub fn coverage(&self) -> Coverage {
+        self.coverage
+    }
+    /// Whether the proof came from a trusted self-fence (silence re-checked until release).
+    pub fn is_self_fence(&self, plan: Option<&FencePlan>) -> bool {
+        usize::try_from(self.level)
+            .ok()
+            .and_then(|i| plan?.levels.get(i))
+            .is_some_and(|l| l.kind == LevelKind::SelfFence)
+    }
     /// The verified plan level.
     pub fn level(&self) -> i32 {
         self.level
@@ -757,15 +831,39 @@ impl NodeFenceStatus {
     }
 
     /// The proof that the node is fenced: a level recorded verified, with evidence for it.
+    ///
+    /// Guarantees: the proof's [`Coverage`] is `All` only when the level has `PowerOff`
+    /// evidence, or `SelfFenceTimeout` evidence on a level whose advertised scope was `All`;
+    /// storage evidence alone covers only the pods that mount a claim; anything unknown covers
+    /// the least.
     pub fn verified_fence(&self) -> Option<VerifiedFence> {
-        self.levels
+        let o = self
+            .levels
             .iter()
             .find(|o| o.result == LevelResult::Verified)
-            .filter(|o| self.evidence.iter().any(|e| e.level == o.level))
-            .map(|o| VerifiedFence {
-                level: o.level,
-                at: o.at.0,
-            })
+            .filter(|o| self.evidence.iter().any(|e| e.level == o.level))?;
+        let planned = usize::try_from(o.level)
+            .ok()
+            .and_then(|i| self.plan.as_ref()?.levels.get(i));
+        let kinds: Vec<EvidenceKind> = self
+            .evidence
+            .iter()
+            .filter(|e| e.level == o.level)
+            .map(|e| e.kind)
+            .collect();
+        let power_off = kinds.contains(&EvidenceKind::PowerOff);
+        let whole_self_fence = kinds.contains(&EvidenceKind::SelfFenceTimeout)
+            && planned.and_then(|p| p.self_fence_scope) == Some(Coverage::All);
+        let coverage = if power_off || whole_self_fence {
+            Coverage::All
+        } else {
+            Coverage::Stateful
+        };
+        Some(VerifiedFence {
+            level: o.level,
+            at: o.at.0,
+            coverage,
+        })
     }
 
     /// Whether anything at all has been released.
@@ -798,6 +896,9 @@ mod tests {
                         timeout_seconds: 20,
                     }],
                     trusted_after: None,
+                    silent_since: None,
+                    trust_wait_seconds: None,
+                    self_fence_scope: None,
                 })
                 .collect(),
         }
@@ -870,6 +971,9 @@ mod tests {
                 kind: LevelKind::SelfFence,
                 devices: vec![],
                 trusted_after: Some(MicroTime(ts(100))),
+                silent_since: None,
+                trust_wait_seconds: None,
+                self_fence_scope: None,
             }],
         });
         st.transition(Phase::Fencing, ts(10), "go").unwrap();

@@ -21,8 +21,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use palisade_decide::detector::{Heartbeat, Observed};
 use palisade_decide::snapshot::{
-    self_fence_after, Exclusion, FenceState, NodeSnapshot, PdbSnapshot, PodSnapshot,
-    PolicySnapshot, Snapshot, Tolerance, TolerationSnapshot,
+    Exclusion, FenceState, NodeSnapshot, PdbSnapshot, PodSnapshot, PolicySnapshot, Snapshot,
+    Tolerance, TolerationSnapshot,
 };
 use palisade_decide::{decide, Clocks, Verdict};
 use palisade_model::nodefence::{NodeFenceSpec, Overrides, Phase, RequestedBy};
@@ -71,6 +71,17 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
         let name = node.name_any();
         let hb = heartbeat(ctx, node);
         if detector.observe(&name, hb, now.mono) == Observed::Changed {
+            // The advertisement that came with this renewal: trust is judged on what the node
+            // said when the controller last saw it alive, never on what appears later.
+            let lease = ctx
+                .cache
+                .leases
+                .get(&ObjectRef::new(&name).within(crate::cache::NODE_LEASE_NAMESPACE));
+            let ad = palisade_decide::convert::advertisement(lease.as_deref());
+            ctx.advertised
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(name.clone(), ad);
             ctx.changed_at
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -297,7 +308,13 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
                 labels: n.labels().clone(),
                 last_heartbeat_change: detector.last_change(&name).unwrap_or(now.mono),
                 exclusion: Exclusion::from_annotations(&annotations),
-                self_fence_after: self_fence_after(&annotations),
+                advertisement: ctx
+                    .advertised
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&name)
+                    .cloned()
+                    .unwrap_or_default(),
                 fence_target: ctx
                     .cache
                     .targets

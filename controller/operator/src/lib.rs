@@ -80,6 +80,8 @@ pub struct Ctx {
     pub verdicts: Mutex<HashMap<String, Verdict>>,
     /// When a heartbeat *change* (not a first sighting) was last observed, per node.
     pub changed_at: Mutex<HashMap<String, Mono>>,
+    /// The self-fence advertisement observed with each node's latest observed renewal.
+    pub advertised: Mutex<HashMap<String, palisade_model::advertise::Advertisement>>,
     /// `NodeFence`s that have a running worker.
     pub workers: Mutex<HashSet<String>>,
     start: Instant,
@@ -103,6 +105,7 @@ impl Ctx {
             detector: Mutex::new(Detector::new()),
             verdicts: Mutex::new(HashMap::new()),
             changed_at: Mutex::new(HashMap::new()),
+            advertised: Mutex::new(HashMap::new()),
             workers: Mutex::new(HashSet::new()),
             start: Instant::now(),
         })

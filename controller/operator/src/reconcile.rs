@@ -24,8 +24,9 @@ use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef as StoreRef;
 use kube::{Api, ResourceExt};
 use palisade_decide::detector::{Health, Thresholds};
-use palisade_decide::phase::{ObjectRef, Observations, Step, WaitFor};
+use palisade_decide::phase::{NodePod, ObjectRef, Observations, Step, WaitFor};
 use palisade_decide::{next_step, Verdict};
+use palisade_model::advertise::Advertisement;
 use palisade_model::nodefence::{
     AttemptOutcome, Evidence, EvidenceKind, FailureReason, NodeFenceStatus, Phase, PlannedDevice,
     ReleasedObject, VerdictRecord,
@@ -111,6 +112,38 @@ fn healthy_since(ctx: &Ctx, node: &str, since: Timestamp, detection: &Detection)
             .unwrap_or(k8s_openapi::jiff::SignedDuration::from_secs(2));
     let after = since.saturating_add(settle).unwrap_or(since);
     healthy && now.to_wall(changed) > after
+}
+
+/// When the controller last observed `node` renew (wall time, from its own monotonic clock)
+/// and the advertisement observed with that renewal.
+fn renewal_of(ctx: &Ctx, node: &str) -> (Option<Timestamp>, Advertisement) {
+    let now = ctx.now();
+    let changed = ctx
+        .changed_at
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(node)
+        .copied();
+    let ad = ctx
+        .advertised
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(node)
+        .cloned()
+        .unwrap_or_default();
+    (changed.map(|c| now.to_wall(c)), ad)
+}
+
+/// Annotation a person sets on a `NodeFence` to confirm, after checking the machine, that none
+/// of the released pods runs there any more (the value says who and how); it stands in for the
+/// positive proof recovery otherwise waits for.
+pub const ANNOTATION_CONFIRM_CLEAN: &str = "palisade.dev/confirm-clean";
+
+fn confirmed_clean(nf: &NodeFence) -> Option<String> {
+    nf.annotations()
+        .get(ANNOTATION_CONFIRM_CLEAN)
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| format!("confirmed by a person ({ANNOTATION_CONFIRM_CLEAN}: {v})"))
 }
 
 /// How long after a fence (or a request) a heartbeat change must be observed to count as the
@@ -236,6 +269,25 @@ async fn recovery_action(
     }
 }
 
+/// The node's boot ID as last known: the one its agent advertised with its latest observed
+/// renewal, else the Node's `status.nodeInfo.bootID`.
+fn boot_id(ctx: &Ctx, node: &str) -> Option<String> {
+    let (_, ad) = renewal_of(ctx, node);
+    ad.boot_id.or_else(|| {
+        ctx.cache
+            .nodes
+            .get(&StoreRef::new(node))
+            .and_then(|n| {
+                n.status
+                    .as_ref()?
+                    .node_info
+                    .as_ref()
+                    .map(|i| i.boot_id.clone())
+            })
+            .filter(|b| !b.is_empty())
+    })
+}
+
 /// Drives one `NodeFence` until it waits, finishes, or we lose leadership.
 async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
     let api: Api<NodeFence> = Api::all(ctx.client.clone());
@@ -306,19 +358,36 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             .iter()
             .map(|p| p.uid.clone())
             .collect();
-        let live_pods = if releasing || status.phase == Phase::Recovering {
-            crate::release::pods_on_node(&ctx.client, &node).await?
-        } else {
-            Vec::new()
-        };
-        let agent_clean = !live_pods.iter().any(|p| released_pods.contains(&p.uid));
-        let pods_on_node: Vec<ObjectRef> = if releasing {
-            live_pods
+        let pods_on_node: Vec<NodePod> = if releasing {
+            crate::release::pods_on_node(&ctx.client, &node)
+                .await?
                 .into_iter()
-                .filter(|p| !released_pods.contains(&p.uid))
+                .filter(|p| !released_pods.contains(&p.pod.uid))
                 .collect()
         } else {
             Vec::new()
+        };
+        let (last_renewal, advertised) = renewal_of(ctx, &node);
+        let margin = std::time::Duration::from_secs(
+            policy
+                .as_ref()
+                .map(|p| u64::try_from(p.trust_self_fence.margin_seconds).unwrap_or(0))
+                .unwrap_or(0),
+        );
+        let self_fence_wait = advertised.trust_wait(margin);
+        let clean_proof = match status
+            .entered_at()
+            .filter(|_| status.phase == Phase::Recovering)
+        {
+            Some(recovering) => confirmed_clean(&nf).or_else(|| {
+                let settle = k8s_openapi::jiff::SignedDuration::try_from(
+                    REJOIN_SETTLE.max(ctx.settings.tick * 4),
+                )
+                .unwrap_or(k8s_openapi::jiff::SignedDuration::from_secs(2));
+                let since = recovering.saturating_add(settle).unwrap_or(recovering);
+                palisade_decide::phase::clean_proof(&status, &advertised, last_renewal, since)
+            }),
+            None => None,
         };
         let attachments: Vec<ObjectRef> = if releasing {
             crate::release::attachments_on_node(&ctx.client, &node)
@@ -358,7 +427,9 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             attachments,
             attach_records,
             node_healthy,
-            agent_clean,
+            last_renewal,
+            self_fence_wait,
+            clean_proof,
             taint_present,
         };
         let step = next_step(&nf.spec, &status, &obs);
@@ -444,6 +515,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             Step::StartFencing { plan, token: t } => {
                 let levels: Vec<String> = plan.levels.iter().map(|l| l.name.clone()).collect();
                 status.plan = Some(plan);
+                status.recovery.boot_id_at_fence = boot_id(ctx, &node);
                 status.fencing_token = Some(t);
                 if let Some(v) = verdict.as_ref() {
                     status.verdict = Some(VerdictRecord {
@@ -571,6 +643,72 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 persist(&api, &nf, status, label).await?;
                 ctx.metrics.fence("failed");
                 event(ctx, &nf, Kind::Warning, "FenceFailed", &msg).await;
+            }
+            Step::RestartSelfFenceWait {
+                level,
+                silent_since,
+                trusted_after,
+            } => {
+                let planned = status.plan.as_mut().and_then(|p| {
+                    p.levels
+                        .get_mut(usize::try_from(level).unwrap_or(usize::MAX))
+                });
+                let Some(planned) = planned else {
+                    return Ok(());
+                };
+                planned.silent_since = Some(MicroTime(silent_since));
+                planned.trusted_after = Some(MicroTime(trusted_after));
+                persist(&api, &nf, status, label).await?;
+                event(
+                    ctx,
+                    &nf,
+                    Kind::Normal,
+                    "SelfFenceWaitRestarted",
+                    &format!("node {node} renewed at {silent_since} during the self-fence wait; its self-fence is trusted from {trusted_after} at the earliest"),
+                )
+                .await;
+            }
+            Step::FailLevel { level, why } => {
+                let msg = format!("level {level} failed: {why}");
+                status
+                    .record_level_failed(level, wall, msg.clone())
+                    .map_err(|source| Error::Status {
+                        name: name.into(),
+                        source,
+                    })?;
+                persist(&api, &nf, status, label).await?;
+                event(ctx, &nf, Kind::Warning, "LevelFailed", &msg).await;
+            }
+            Step::HoldPod(pod) => {
+                let coverage = status
+                    .verified_fence()
+                    .map(|v| v.coverage().as_str())
+                    .unwrap_or("nothing");
+                status.release.held.push(released(&pod));
+                persist(&api, &nf, status, label).await?;
+                event(
+                    ctx,
+                    &nf,
+                    Kind::Warning,
+                    "NotCoveredByFence",
+                    &format!(
+                        "pod {}/{} (uid {}) is NOT released: the verified fence covers {coverage} pods and this pod mounts no PersistentVolumeClaim, so it may still run on {node}",
+                        pod.namespace, pod.name, pod.uid
+                    ),
+                )
+                .await;
+            }
+            Step::RecordCleanProof(proof) => {
+                status.recovery.clean_proof = Some(proof.clone());
+                persist(&api, &nf, status, label).await?;
+                event(
+                    ctx,
+                    &nf,
+                    Kind::Normal,
+                    "ReleasedPodsGone",
+                    &format!("node {node}: {proof}"),
+                )
+                .await;
             }
             Step::ApplyTaint(proof) => {
                 ctx.leader.check(token).await?;

@@ -18,7 +18,7 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
-use palisade_decide::phase::ObjectRef;
+use palisade_decide::phase::{NodePod, ObjectRef};
 use palisade_model::nodefence::VerifiedFence;
 use palisade_model::{OUT_OF_SERVICE_TAINT_KEY, OUT_OF_SERVICE_TAINT_VALUE, POD_CONDITION_FENCED};
 
@@ -94,7 +94,7 @@ pub async fn remove_taint(client: &kube::Client, node: &str) -> Result<(), Error
 
 /// Pods bound to `node`, read live from the API (not the cache: release must not act on a stale
 /// list).
-pub async fn pods_on_node(client: &kube::Client, node: &str) -> Result<Vec<ObjectRef>, Error> {
+pub async fn pods_on_node(client: &kube::Client, node: &str) -> Result<Vec<NodePod>, Error> {
     let api: Api<Pod> = Api::all(client.clone());
     let list = api
         .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
@@ -103,12 +103,25 @@ pub async fn pods_on_node(client: &kube::Client, node: &str) -> Result<Vec<Objec
     Ok(list
         .items
         .iter()
-        .map(|p| ObjectRef {
-            namespace: p.namespace().unwrap_or_default(),
-            name: p.name_any(),
-            uid: p.uid().unwrap_or_default(),
+        .map(|p| NodePod {
+            pod: ObjectRef {
+                namespace: p.namespace().unwrap_or_default(),
+                name: p.name_any(),
+                uid: p.uid().unwrap_or_default(),
+            },
+            mounts_claim: mounts_claim(p),
         })
         .collect())
+}
+
+/// Whether the pod's spec mounts a PersistentVolumeClaim: what a storage fence, or a self-fence
+/// of scope `stateful`, covers. (A generic ephemeral volume does not count: the node agent's
+/// `stateful` self-fence does not kill such pods, so they are held on such proofs.)
+pub fn mounts_claim(p: &Pod) -> bool {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .is_some_and(|vs| vs.iter().any(|v| v.persistent_volume_claim.is_some()))
 }
 
 /// VolumeAttachments naming `node`, read live.

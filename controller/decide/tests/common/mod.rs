@@ -87,7 +87,7 @@ pub fn node(name: &str, zone: &str) -> NodeSnapshot {
         labels: [(ZONE.to_string(), zone.to_string())].into(),
         last_heartbeat_change: Mono::from_secs(NOW),
         exclusion: None,
-        self_fence_after: None,
+        advertisement: Default::default(),
         fence_target: Some(target(vec![vec![(
             format!("ipmi://bmc-{name}"),
             DeviceKind::Power,
@@ -134,4 +134,20 @@ pub fn world() -> Snapshot {
 /// The named node of the snapshot.
 pub fn node_mut<'a>(s: &'a mut Snapshot, name: &str) -> &'a mut NodeSnapshot {
     s.nodes.iter_mut().find(|n| n.name == name).unwrap()
+}
+
+/// An advertisement as a node agent with a self-fence timeout of `after` seconds writes it,
+/// with an armed `nowayout` watchdog of `watchdog` seconds if given, and scope `all`.
+#[allow(dead_code)]
+pub fn advertised(after: u64, watchdog: Option<u64>) -> palisade_model::advertise::Advertisement {
+    use palisade_model::advertise::{Advertisement, SelfFenceScope, Watchdog};
+    Advertisement {
+        self_fence_after: Some(std::time::Duration::from_secs(after)),
+        watchdog: watchdog.map(|w| Watchdog {
+            timeout: std::time::Duration::from_secs(w),
+            nowayout: true,
+        }),
+        scope: Some(SelfFenceScope::All),
+        ..Default::default()
+    }
 }

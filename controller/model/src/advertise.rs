@@ -1,0 +1,278 @@
+//! The node agent's self-fence advertisement: what it promises about itself, written on its
+//! Lease (`kube-node-lease/<node>`) with **every** renewal, in the same write that moves
+//! `spec.renewTime`.
+//!
+//! The controller reads the advertisement it observed with the last renewal *before* a node
+//! went silent, and trusts a self-fence only when that advertisement says a hardware watchdog
+//! is armed (with `nowayout`, so no clean stop can disarm it). Because it travels with each
+//! renewal, nothing sticky survives a restart: an agent started without a watchdog withdraws
+//! the promise at its next renewal.
+//!
+//! The same write carries the agent's runtime inventory (the UIDs of the pods that still have
+//! a container in its runtime) and the machine's boot ID: the positive proofs recovery needs
+//! before it lifts a storage fence or the out-of-service taint.
+//!
+//! Everything here is plain data with no I/O; parsing is strict: a malformed value reads as
+//! absent, and an absent promise is never trusted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// Lease annotation: seconds without a renewal after which the agent self-fences, counted from
+/// the moment the last successful renewal *request was sent*.
+pub const SELF_FENCE_AFTER: &str = "palisade.dev/self-fence-after-seconds";
+/// Lease annotation: the armed hardware watchdog's timeout in seconds (absent: no watchdog).
+pub const WATCHDOG_TIMEOUT: &str = "palisade.dev/watchdog-timeout-seconds";
+/// Lease annotation: `"true"` when the watchdog driver is `nowayout` (cannot be disarmed).
+pub const WATCHDOG_NOWAYOUT: &str = "palisade.dev/watchdog-nowayout";
+/// Lease annotation: which pods a self-fence kills: `all` or `stateful` (pods with a PVC).
+pub const SELF_FENCE_SCOPE: &str = "palisade.dev/self-fence-scope";
+/// Lease annotation: the agent's version.
+pub const AGENT_VERSION: &str = "palisade.dev/agent-version";
+/// Lease annotation: the machine's boot ID (`/proc/sys/kernel/random/boot_id`).
+pub const BOOT_ID: &str = "palisade.dev/boot-id";
+/// Lease annotation: comma-separated UIDs of the pods with at least one container (process,
+/// or state the agent has not yet confirmed dead) in the agent's runtime at this renewal.
+pub const RUNTIME_PODS: &str = "palisade.dev/runtime-pods";
+/// Lease annotation: `"true"` once the agent has scanned its runtime since it started, so
+/// [`RUNTIME_PODS`] is complete (absent or anything else: the inventory proves nothing).
+pub const RUNTIME_COMPLETE: &str = "palisade.dev/runtime-complete";
+
+/// Which pods a self-fence kills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SelfFenceScope {
+    /// Every pod on the node.
+    All,
+    /// Only pods that mount a PersistentVolumeClaim.
+    Stateful,
+}
+
+impl SelfFenceScope {
+    /// The annotation value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SelfFenceScope::All => "all",
+            SelfFenceScope::Stateful => "stateful",
+        }
+    }
+
+    /// Parses an annotation value (`None` for anything unknown).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim() {
+            "all" => Some(SelfFenceScope::All),
+            "stateful" => Some(SelfFenceScope::Stateful),
+            _ => None,
+        }
+    }
+}
+
+/// An armed hardware watchdog, as advertised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watchdog {
+    /// The timeout set on the device.
+    pub timeout: Duration,
+    /// Whether the driver refuses the magic close.
+    pub nowayout: bool,
+}
+
+/// What one renewal advertises.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Advertisement {
+    /// The self-fence timeout, if the agent self-fences at all.
+    pub self_fence_after: Option<Duration>,
+    /// The armed watchdog, if any.
+    pub watchdog: Option<Watchdog>,
+    /// What a self-fence kills (`None`: unknown, which covers nothing).
+    pub scope: Option<SelfFenceScope>,
+    /// The agent's version.
+    pub version: Option<String>,
+    /// The machine's boot ID.
+    pub boot_id: Option<String>,
+    /// The runtime inventory, only when complete.
+    pub runtime_pods: Option<BTreeSet<String>>,
+}
+
+fn secs(annotations: &BTreeMap<String, String>, key: &str) -> Option<Duration> {
+    annotations
+        .get(key)
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs)
+}
+
+impl Advertisement {
+    /// Reads an advertisement from Lease annotations. Malformed values read as absent.
+    pub fn from_annotations(a: &BTreeMap<String, String>) -> Self {
+        let watchdog = secs(a, WATCHDOG_TIMEOUT).map(|timeout| Watchdog {
+            timeout,
+            nowayout: a.get(WATCHDOG_NOWAYOUT).is_some_and(|v| v.trim() == "true"),
+        });
+        let runtime_pods = (a.get(RUNTIME_COMPLETE).map(|v| v.trim()) == Some("true")).then(|| {
+            a.get(RUNTIME_PODS)
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default()
+        });
+        Advertisement {
+            self_fence_after: secs(a, SELF_FENCE_AFTER),
+            watchdog,
+            scope: a
+                .get(SELF_FENCE_SCOPE)
+                .and_then(|v| SelfFenceScope::parse(v)),
+            version: a.get(AGENT_VERSION).cloned(),
+            boot_id: a
+                .get(BOOT_ID)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty()),
+            runtime_pods,
+        }
+    }
+
+    /// The annotations this advertisement writes (every key of this module, so a renewal that
+    /// no longer has a watchdog removes the old value: absent keys map to `None`, which a
+    /// JSON merge patch turns into a deletion).
+    pub fn to_annotations(&self) -> BTreeMap<String, Option<String>> {
+        let mut out = BTreeMap::new();
+        let mut put = |k: &str, v: Option<String>| {
+            out.insert(k.to_string(), v);
+        };
+        put(
+            SELF_FENCE_AFTER,
+            self.self_fence_after.map(|d| d.as_secs().to_string()),
+        );
+        put(
+            WATCHDOG_TIMEOUT,
+            self.watchdog.map(|w| w.timeout.as_secs().to_string()),
+        );
+        put(
+            WATCHDOG_NOWAYOUT,
+            self.watchdog.map(|w| w.nowayout.to_string()),
+        );
+        put(SELF_FENCE_SCOPE, self.scope.map(|s| s.as_str().to_string()));
+        put(AGENT_VERSION, self.version.clone());
+        put(BOOT_ID, self.boot_id.clone());
+        put(
+            RUNTIME_PODS,
+            self.runtime_pods
+                .as_ref()
+                .map(|p| p.iter().cloned().collect::<Vec<_>>().join(",")),
+        );
+        put(
+            RUNTIME_COMPLETE,
+            self.runtime_pods.as_ref().map(|_| "true".to_string()),
+        );
+        out
+    }
+
+    /// How long after the last renewal the controller may count the node as self-fenced, or
+    /// `None` when the advertisement does not earn trust.
+    ///
+    /// Guarantees: `Some` only with a self-fence timeout, an armed `nowayout` watchdog and a
+    /// known scope; the wait is the self-fence timeout plus the watchdog timeout plus `margin`,
+    /// so that even an agent that hangs right after its last renewal (and so never kills
+    /// anything) is reset by its watchdog before the wait ends.
+    ///
+    /// Assumptions: the agent stops petting the watchdog no later than its self-fence timeout
+    /// after the last renewal it sent, and the watchdog resets the machine within its timeout
+    /// of the last pet.
+    pub fn trust_wait(&self, margin: Duration) -> Option<Duration> {
+        let after = self.self_fence_after?;
+        let wd = self.watchdog.filter(|w| w.nowayout)?;
+        self.scope?;
+        Some(after + wd.timeout + margin)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn trust_needs_a_nowayout_watchdog_a_timeout_and_a_scope() {
+        let full = a(&[
+            (SELF_FENCE_AFTER, "10"),
+            (WATCHDOG_TIMEOUT, "5"),
+            (WATCHDOG_NOWAYOUT, "true"),
+            (SELF_FENCE_SCOPE, "all"),
+        ]);
+        let ad = Advertisement::from_annotations(&full);
+        assert_eq!(
+            ad.trust_wait(Duration::from_secs(2)),
+            Some(Duration::from_secs(17))
+        );
+        for missing in [
+            SELF_FENCE_AFTER,
+            WATCHDOG_TIMEOUT,
+            WATCHDOG_NOWAYOUT,
+            SELF_FENCE_SCOPE,
+        ] {
+            let mut m = full.clone();
+            m.remove(missing);
+            assert_eq!(
+                Advertisement::from_annotations(&m).trust_wait(Duration::ZERO),
+                None,
+                "{missing} missing must withdraw trust"
+            );
+        }
+        let mut bad = full.clone();
+        bad.insert(WATCHDOG_TIMEOUT.into(), "soon".into());
+        assert_eq!(
+            Advertisement::from_annotations(&bad).trust_wait(Duration::ZERO),
+            None
+        );
+        let mut off = full;
+        off.insert(WATCHDOG_NOWAYOUT.into(), "false".into());
+        assert_eq!(
+            Advertisement::from_annotations(&off).trust_wait(Duration::ZERO),
+            None
+        );
+    }
+
+    #[test]
+    fn inventory_counts_only_when_complete() {
+        let inc = a(&[(RUNTIME_PODS, "u1,u2")]);
+        assert_eq!(Advertisement::from_annotations(&inc).runtime_pods, None);
+        let done = a(&[(RUNTIME_PODS, "u1, u2,"), (RUNTIME_COMPLETE, "true")]);
+        let pods = Advertisement::from_annotations(&done).runtime_pods.unwrap();
+        assert_eq!(pods.len(), 2);
+        let empty = a(&[(RUNTIME_COMPLETE, "true")]);
+        assert_eq!(
+            Advertisement::from_annotations(&empty).runtime_pods,
+            Some(BTreeSet::new())
+        );
+    }
+
+    #[test]
+    fn annotations_round_trip_and_withdraw() {
+        let ad = Advertisement {
+            self_fence_after: Some(Duration::from_secs(10)),
+            watchdog: Some(Watchdog {
+                timeout: Duration::from_secs(6),
+                nowayout: true,
+            }),
+            scope: Some(SelfFenceScope::All),
+            version: Some("0.1.0".into()),
+            boot_id: Some("b".into()),
+            runtime_pods: Some(["x".to_string()].into_iter().collect()),
+        };
+        let written: BTreeMap<String, String> = ad
+            .to_annotations()
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .collect();
+        assert_eq!(Advertisement::from_annotations(&written), ad);
+        let none = Advertisement::default().to_annotations();
+        assert!(none.get(WATCHDOG_TIMEOUT).is_some_and(|v| v.is_none()));
+    }
+}
