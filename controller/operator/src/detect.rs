@@ -70,9 +70,11 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
     for node in &nodes {
         let name = node.name_any();
         let hb = heartbeat(ctx, node);
-        if detector.observe(&name, hb, now.mono) == Observed::Changed {
-            // The advertisement that came with this renewal: trust is judged on what the node
-            // said when the controller last saw it alive, never on what appears later.
+        let seen = detector.observe(&name, hb, now.mono);
+        if seen != Observed::Unchanged {
+            // The advertisement that came with this renewal (or with the marker the detector's
+            // clock starts from): trust is judged on what the node said when the controller
+            // last saw it alive, never on what appears later.
             let lease = ctx
                 .cache
                 .leases
@@ -82,6 +84,8 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(name.clone(), ad);
+        }
+        if seen == Observed::Changed {
             ctx.changed_at
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())

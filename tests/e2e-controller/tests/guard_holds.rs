@@ -220,13 +220,33 @@ fn unfenceable_nodes(sim: &Sim<'_>, ctl: &Controller) {
 }
 
 fn trusted_self_fence(sim: &Sim<'_>, ctl: &Controller) {
+    use palisade_model::advertise as ad;
     eprintln!("== scenario: trusted self-fence (no hardware level)");
     let labels = [("palisade.test/scenario", "trust")];
+    // A renewal that advertises a self-fence backed by an armed, nowayout watchdog.
+    let armed = [
+        (ad::SELF_FENCE_AFTER, "8"),
+        (ad::WATCHDOG_TIMEOUT, "3"),
+        (ad::WATCHDOG_NOWAYOUT, "true"),
+        (ad::SELF_FENCE_SCOPE, "all"),
+    ];
     let nodes = [
         SimNode {
             labels: &labels,
-            annotations: &[("palisade.dev/self-fence-after-seconds", "8")],
+            lease_annotations: &armed,
             ..SimNode::new("trust-self", None)
+        },
+        // Self-fences, but no watchdog backs it: a hung agent would never kill anything.
+        SimNode {
+            labels: &labels,
+            lease_annotations: &[(ad::SELF_FENCE_AFTER, "8"), (ad::SELF_FENCE_SCOPE, "all")],
+            ..SimNode::new("trust-nowd", None)
+        },
+        // The old sticky Node annotation alone earns nothing.
+        SimNode {
+            labels: &labels,
+            annotations: &[("palisade.dev/self-fence-after-seconds", "8")],
+            ..SimNode::new("trust-sticky", None)
         },
         SimNode {
             labels: &labels,
@@ -246,28 +266,67 @@ fn trusted_self_fence(sim: &Sim<'_>, ctl: &Controller) {
     sim.wait_event("trust-self", "FenceHeldNoFenceTarget", HELD);
     ctl.wait_ticks(4);
     assert!(sim.fences("trust-self").is_empty());
-    // Trusted: it counts as fenced once its advertised 8 s plus the 2 s margin have passed
-    // since its last observed heartbeat, and never before (the fence starts earlier, at
-    // Unhealthy, and waits).
+    // Trusted by the policy, but not every advertisement earns trust.
     sim.patch_policy("trust", json!({"trustSelfFence": {"enabled": true}}));
+    sim.silence("trust-nowd");
+    sim.silence("trust-sticky");
+    for n in ["trust-nowd", "trust-sticky"] {
+        let m = sim.wait_event(n, "FenceHeldSelfFenceNotTrusted", HELD);
+        assert!(
+            m.contains("watchdog") || m.contains("self-fence timeout"),
+            "{m}"
+        );
+        assert!(sim.fences(n).is_empty(), "{n} must not be fenced on trust");
+    }
+    let m = sim.wait_event("trust-nowd", "FenceHeldSelfFenceNotTrusted", HELD);
+    assert!(m.contains("no armed hardware watchdog"), "{m}");
+    // Flap: once the fence waits, the node renews once and goes silent again. Its own fence
+    // clock restarts at that renewal, so the controller's wait restarts too.
+    let waiting = sim.wait_fence_phase("trust-self", Phase::Fencing, FENCED);
+    let first = waiting
+        .status
+        .as_ref()
+        .expect("status")
+        .plan
+        .as_ref()
+        .expect("plan")
+        .levels[0]
+        .silent_since
+        .clone()
+        .expect("silentSince")
+        .0;
+    sim.revive("trust-self");
+    sim.wait_event(
+        &waiting.metadata.name.clone().unwrap(),
+        "SelfFenceWaitRestarted",
+        HELD,
+    );
+    sim.silence("trust-self");
+    // It counts as fenced once its advertised 8 s, plus the watchdog's 3 s, plus the 2 s
+    // margin have passed since its last observed renewal, and never before.
     let nf = sim.wait_fence_phase("trust-self", Phase::Released, FENCED);
     let st = nf.status.as_ref().expect("status");
     let level = &st.plan.as_ref().expect("plan").levels[0];
     assert_eq!(level.kind, palisade_model::nodefence::LevelKind::SelfFence);
+    assert_eq!(level.trust_wait_seconds, Some(13));
+    let since = level.silent_since.as_ref().expect("silentSince").0;
+    assert!(since > first, "the wait restarted from the later renewal");
     let trusted_after = level.trusted_after.as_ref().expect("trusted_after").0;
     let ev = st
         .evidence
         .iter()
         .find(|e| e.kind == palisade_model::nodefence::EvidenceKind::SelfFenceTimeout)
         .expect("self-fence evidence");
-    let started = common::sim::phase_at(&nf, Phase::Fencing).expect("Fencing");
     eprintln!(
-        "fencing from {started}, trusted after {trusted_after}, verified at {}",
+        "silent since {since} (first {first}), trusted after {trusted_after}, verified at {}",
         ev.at.0
     );
     assert!(
-        started < trusted_after,
-        "the fence waited for the trust time"
+        trusted_after
+            >= since
+                .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(13))
+                .unwrap(),
+        "the trust time counts the whole wait from the last renewal"
     );
     assert!(
         ev.at.0 >= trusted_after,

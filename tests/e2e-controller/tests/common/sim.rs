@@ -100,6 +100,8 @@ pub struct SimNode<'a> {
     pub labels: &'a [(&'a str, &'a str)],
     /// Node annotations.
     pub annotations: &'a [(&'a str, &'a str)],
+    /// Lease annotations (what a node agent advertises with each renewal; kept by renewals).
+    pub lease_annotations: &'a [(&'a str, &'a str)],
     /// Index of the lab machine whose BMC is this node's only fencing level.
     pub machine: Option<usize>,
 }
@@ -111,6 +113,7 @@ impl<'a> SimNode<'a> {
             name,
             labels: &[],
             annotations: &[],
+            lease_annotations: &[],
             machine,
         }
     }
@@ -156,7 +159,7 @@ impl<'l> Sim<'l> {
             .unwrap_or_else(|e| panic!("create Node {}: {e}", n.name));
         let leases: Api<Lease> = Api::namespaced(self.c.clone(), LEASE_NS);
         let lease: Lease = serde_json::from_value(json!({
-            "metadata": {"name": n.name, "namespace": LEASE_NS},
+            "metadata": {"name": n.name, "namespace": LEASE_NS, "annotations": map(n.lease_annotations)},
             "spec": {"holderIdentity": n.name, "leaseDurationSeconds": 40,
                      "renewTime": MicroTime(Timestamp::now())},
         }))
