@@ -1,0 +1,159 @@
+//! Release is never wider than the fence: a verified storage block covers only the pods that
+//! mount a claim. A volume-less StatefulSet pod on the same node may still run (it is only
+//! cut off from the storage), so it is held, `NotCoveredByFence`, never force-deleted, and
+//! no second copy of its identity starts elsewhere.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
+use palisade_lab::Cut;
+use palisade_model::nodefence::{Coverage, Phase};
+use serde_json::json;
+
+/// The marker in the volume-less pod's command line, to find its process on the machine.
+const MARKER: &str = "4242421";
+
+fn web_statefulset() -> StatefulSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "app"},
+        "spec": {
+            "replicas": 1, "serviceName": "web",
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "automountServiceAccountToken": false,
+                    "terminationGracePeriodSeconds": 5,
+                    "volumes": [{"name": "scratch", "emptyDir": {}}],
+                    "containers": [{"name": "app", "image": "host",
+                                    "command": ["/bin/sh", "-c", format!("exec sleep {MARKER}")]}]
+                }
+            }
+        }
+    }))
+    .unwrap()
+}
+
+/// Whether a process of machine `i` (in its PID namespace) runs the volume-less pod's command.
+fn web_process_alive(lab: &palisade_lab::Lab, i: usize) -> bool {
+    let ns_of = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+    let host_ns = ns_of("self");
+    let Some(machine_ns) = lab.machines()[i]
+        .processes()
+        .iter()
+        .filter_map(|p| ns_of(&p.to_string()))
+        .find(|ns| Some(ns) != host_ns.as_ref())
+    else {
+        return false;
+    };
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|pid| pid.chars().all(|c| c.is_ascii_digit()))
+        .any(|pid| {
+            ns_of(&pid).as_ref() == Some(&machine_ns)
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .map(|c| String::from_utf8_lossy(&c).contains(MARKER))
+                    .unwrap_or(false)
+        })
+}
+
+#[test]
+fn a_storage_only_fence_holds_a_volume_less_statefulset_pod_whose_process_still_runs() {
+    let (lab, rt, c) = lab_ready(3, false);
+    let storage = palisade_scenario::Storage::start(&lab, &["db"]).expect("storage server");
+    let ctl = start_controller(&lab, "ctl-scope");
+    policy(&c, &rt);
+    // m0's only level: the storage firewall.
+    secret(
+        &c,
+        &rt,
+        "storage-m0",
+        &[("caBundle", &storage.ca_pem), ("token", &storage.token)],
+    );
+    fence_target(
+        &c,
+        &rt,
+        "m0",
+        vec![(
+            "storage",
+            vec![palisade_scenario::device(
+                &storage.fence_url(),
+                "Storage",
+                "storage-m0",
+            )],
+        )],
+    );
+
+    cordon(&c, &rt, "m1", true);
+    cordon(&c, &rt, "m2", true);
+    let sts_api: Api<StatefulSet> = Api::namespaced(c.clone(), "app");
+    rt.block_on(sts_api.create(&PostParams::default(), &web_statefulset()))
+        .expect("create StatefulSet");
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
+    let old = eventually("web-0 Running on m0", Duration::from_secs(120), || {
+        let p = rt.block_on(pods.get_opt("web-0")).ok().flatten()?;
+        let on_m0 = p.spec.as_ref()?.node_name.as_deref() == Some("m0");
+        (on_m0 && pod_phase(&p) == "Running").then_some(p)
+    });
+    let old_uid = old.uid().unwrap();
+    cordon(&c, &rt, "m1", false);
+    cordon(&c, &rt, "m2", false);
+    assert!(
+        web_process_alive(&lab, 0),
+        "web-0 runs on m0 before the cut"
+    );
+
+    lab.partition(0, Cut::All).unwrap();
+    let nf = eventually("m0's NodeFence Released", Duration::from_secs(180), || {
+        fences_for(&c, &rt, "m0").into_iter().find(|f| {
+            f.status
+                .as_ref()
+                .is_some_and(|s| s.phase == Phase::Released)
+        })
+    });
+    let st = nf.status.as_ref().unwrap();
+    eprintln!(
+        "released {:?}, held {:?}",
+        st.release.pods.iter().map(|p| &p.name).collect::<Vec<_>>(),
+        st.release.held.iter().map(|p| &p.name).collect::<Vec<_>>()
+    );
+    assert_eq!(st.verified_fence().unwrap().coverage(), Coverage::Stateful);
+    assert!(
+        st.release.pods.iter().all(|p| p.uid != old_uid),
+        "web-0 must not be released on a storage-only fence"
+    );
+    assert!(
+        st.release.held.iter().any(|p| p.uid == old_uid),
+        "web-0 is recorded as held"
+    );
+    assert!(
+        st.release.tainted_at.is_none(),
+        "no out-of-service taint while an uncovered pod is bound to the node"
+    );
+    let ev = events(&c, &rt, "default", &nf.name_any(), "NotCoveredByFence");
+    assert!(
+        ev.iter()
+            .any(|e| e.message.as_deref().unwrap_or("").contains("web-0")),
+        "a NotCoveredByFence Event names web-0"
+    );
+    // Some time later: the old process still runs on the partitioned m0, its pod object is
+    // still bound there, and no second web-0 exists anywhere.
+    ctl.wait_ticks(12);
+    assert!(web_process_alive(&lab, 0), "web-0 still runs on m0");
+    let now = rt.block_on(pods.get("web-0")).expect("web-0 still exists");
+    assert_eq!(now.uid().as_deref(), Some(old_uid.as_str()));
+    assert_eq!(
+        now.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some("m0")
+    );
+    assert!(!web_process_alive(&lab, 1) && !web_process_alive(&lab, 2));
+}
