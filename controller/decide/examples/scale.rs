@@ -44,6 +44,7 @@ fn main() {
                 },
                 exclusion: None,
                 advertisement: Default::default(),
+                heartbeat_marker: None,
                 fence_target: Some(FenceTargetSpec {
                     levels: vec![FenceLevel {
                         name: "bridge".into(),

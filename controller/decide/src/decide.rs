@@ -356,6 +356,7 @@ fn self_fence_level(
         silent_since: node.last_heartbeat_change,
         wait,
         scope,
+        marker: node.heartbeat_marker.clone(),
     })
 }
 

@@ -23,6 +23,18 @@ pub struct Heartbeat {
     pub ready_heartbeat: Option<String>,
 }
 
+impl Heartbeat {
+    /// Both markers as one opaque string, for equality checks that must survive a controller
+    /// restart (they are persisted).
+    pub fn marker(&self) -> String {
+        format!(
+            "lease={};ready={}",
+            self.lease_renew_time.as_deref().unwrap_or("-"),
+            self.ready_heartbeat.as_deref().unwrap_or("-")
+        )
+    }
+}
+
 /// Health of a node as the controller sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Health {
@@ -155,6 +167,12 @@ impl Detector {
     /// When a heartbeat change was last observed for `node`.
     pub fn last_change(&self, node: &str) -> Option<Mono> {
         self.nodes.get(node).map(|c| c.last_change)
+    }
+
+    /// The node's last observed heartbeat markers as one opaque string (compared only for
+    /// equality: a different marker means the node wrote a heartbeat since).
+    pub fn marker(&self, node: &str) -> Option<String> {
+        self.nodes.get(node).map(|c| c.last.marker())
     }
 
     /// The node's health at `now`, `None` if never observed.

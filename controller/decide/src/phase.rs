@@ -60,6 +60,9 @@ pub struct Observations<'a> {
     /// When the controller last observed the node renew (a heartbeat change), converted to
     /// wall time; `None` if it never saw one.
     pub last_renewal: Option<Timestamp>,
+    /// The node's current heartbeat marker ([`crate::detector::Detector::marker`]); `None` if
+    /// the controller does not see the node's heartbeat at all.
+    pub heartbeat_marker: Option<String>,
     /// The self-fence wait the node's latest observed advertisement earns ([`palisade_model::advertise::Advertisement::trust_wait`]
     /// with the policy's margin); `None` when it earns no trust.
     pub self_fence_wait: Option<std::time::Duration>,
@@ -201,6 +204,8 @@ pub enum Step {
         silent_since: Timestamp,
         /// The new trust time.
         trusted_after: Timestamp,
+        /// The heartbeat marker of that renewal.
+        marker: Option<String>,
     },
     /// Fencing: conclude a level as failed without acting (a self-fence the node's newest
     /// advertisement no longer earns, or a plan that predates the re-checked trust rule).
@@ -400,7 +405,27 @@ fn self_fence_level(
             why: "the self-fence level records no silence start or wait; not trusted".into(),
         };
     };
-    if let Some(renewed) = obs.last_renewal.filter(|r| *r > since) {
+    let Some(marker) = planned.silent_marker.as_ref() else {
+        return Step::FailLevel {
+            level,
+            why: "the self-fence level records no heartbeat marker; not trusted".into(),
+        };
+    };
+    let Some(current) = obs.heartbeat_marker.as_ref() else {
+        return Step::FailLevel {
+            level,
+            why: "the node's heartbeat can no longer be read; silence cannot be confirmed".into(),
+        };
+    };
+    // A renewal this controller observed, or a marker that changed while no controller
+    // watched (a restart in between): the renewal time is then unknown, so the wait restarts
+    // from now, the latest it can have been.
+    let renewed = match obs.last_renewal.filter(|r| *r > since) {
+        Some(r) => Some(r),
+        None if current != marker => Some(obs.now.wall),
+        None => None,
+    };
+    if let Some(renewed) = renewed {
         let Some(new_wait) = obs.self_fence_wait else {
             return Step::FailLevel {
                 level,
@@ -413,6 +438,7 @@ fn self_fence_level(
             level,
             silent_since: renewed,
             trusted_after: restarted,
+            marker: obs.heartbeat_marker.clone(),
         };
     }
     if obs.now.wall >= trusted_after {
@@ -442,11 +468,14 @@ fn returned_after_self_fence(
     if !proof.is_self_fence(status.plan.as_ref()) {
         return false;
     }
-    let since = usize::try_from(proof.level())
+    let planned = usize::try_from(proof.level())
         .ok()
-        .and_then(|i| status.plan.as_ref()?.levels.get(i))
-        .and_then(|l| l.silent_since.as_ref())
-        .map(|t| t.0);
+        .and_then(|i| status.plan.as_ref()?.levels.get(i));
+    let marker = planned.and_then(|l| l.silent_marker.as_ref());
+    if marker.is_none() || obs.heartbeat_marker.as_ref() != marker {
+        return true;
+    }
+    let since = planned.and_then(|l| l.silent_since.as_ref()).map(|t| t.0);
     match (since, obs.last_renewal) {
         (Some(since), Some(r)) => r > since,
         // No recorded start: never trust more than what is already done.

@@ -43,6 +43,8 @@ pub struct NodeSnapshot {
     pub labels: BTreeMap<String, String>,
     /// When the detector last observed a heartbeat change ([`crate::detector::Detector::last_change`]).
     pub last_heartbeat_change: crate::clock::Mono,
+    /// The heartbeat marker observed at `last_heartbeat_change` ([`crate::detector::Detector::marker`]).
+    pub heartbeat_marker: Option<String>,
     /// Exclusions read from the node's annotations.
     pub exclusion: Option<Exclusion>,
     /// The self-fence advertisement the node agent wrote with its last renewal the

@@ -170,6 +170,9 @@ pub enum PlanLevel {
         wait: Duration,
         /// What the agent advertised its self-fence kills.
         scope: Coverage,
+        /// The heartbeat marker of that renewal (persisted: a restarted controller compares it
+        /// with the Lease to learn whether the node renewed while it was down).
+        marker: Option<String>,
     },
 }
 
@@ -189,11 +192,13 @@ impl FencePlan {
                         silent_since: None,
                         trust_wait_seconds: None,
                         self_fence_scope: None,
+                        silent_marker: None,
                     },
                     PlanLevel::SelfFence {
                         silent_since,
                         wait,
                         scope,
+                        marker,
                     } => nodefence::PlannedLevel {
                         name: "self-fence".into(),
                         kind: LevelKind::SelfFence,
@@ -204,6 +209,7 @@ impl FencePlan {
                             i64::try_from(wait.as_secs().max(1)).unwrap_or(i64::MAX),
                         ),
                         self_fence_scope: Some(*scope),
+                        silent_marker: marker.clone(),
                     },
                 })
                 .collect(),

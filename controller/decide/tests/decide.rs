@@ -593,6 +593,7 @@ fn self_fence_plan_trusts_after_timeout_plus_margin() {
             silent_since: Mono::from_secs(DEAD),
             wait: Duration::from_secs(15 + 10 + 5),
             scope: palisade_model::nodefence::Coverage::All,
+            marker: Some("lease=1;ready=-".into()),
         }]
     );
     // Persisted in wall-clock terms relative to the round's clocks.

@@ -90,6 +90,7 @@ struct World {
     node_healthy: bool,
     agent_clean: bool,
     last_renewal: Option<Timestamp>,
+    marker: Option<String>,
     self_fence_wait: Option<Duration>,
     taint: bool,
     recovery: Recovery,
@@ -107,6 +108,7 @@ impl World {
             node_healthy: false,
             agent_clean: false,
             last_renewal: None,
+            marker: Some("renew-0".into()),
             self_fence_wait: None,
             taint: false,
             recovery: Recovery {
@@ -135,6 +137,7 @@ impl World {
             attach_records: self.attach_records.clone(),
             node_healthy: self.node_healthy,
             last_renewal: self.last_renewal,
+            heartbeat_marker: self.marker.clone(),
             self_fence_wait: self.self_fence_wait,
             clean_proof: self
                 .agent_clean
@@ -204,8 +207,10 @@ fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn
             level,
             silent_since,
             trusted_after,
+            marker,
         } => {
             let l = &mut st.plan.as_mut().unwrap().levels[*level as usize];
+            l.silent_marker = marker.clone();
             l.silent_since = Some(MicroTime(*silent_since));
             l.trusted_after = Some(MicroTime(*trusted_after));
         }
@@ -535,6 +540,7 @@ fn self_fence_level_waits_for_its_trust_time() {
         silent_since: Mono::from_secs(1000),
         wait: Duration::from_secs(20),
         scope: Coverage::All,
+        marker: Some("renew-0".into()),
     }];
     w.verdict = Some(Verdict::Fence(p));
     let mut st = created();
@@ -576,6 +582,7 @@ fn self_fenced_world(scope: Coverage) -> (NodeFenceSpec, NodeFenceStatus, World)
         silent_since: Mono::from_secs(1000),
         wait: Duration::from_secs(20),
         scope,
+        marker: Some("renew-0".into()),
     }];
     w.verdict = Some(Verdict::Fence(p));
     w.last_renewal = Some(wall(0));
@@ -593,13 +600,15 @@ fn a_renewal_during_the_self_fence_wait_restarts_it_from_that_renewal() {
     // The node renews once at t=15 (it was not dead), then goes silent again.
     w.now = 16;
     w.last_renewal = Some(wall(15));
+    w.marker = Some("renew-15".into());
     let step = next_step(&sp, &st, &w.obs());
     assert_eq!(
         step,
         Step::RestartSelfFenceWait {
             level: 0,
             silent_since: wall(15),
-            trusted_after: wall(35)
+            trusted_after: wall(35),
+            marker: Some("renew-15".into()),
         }
     );
     apply(&step, &mut st, &mut w, &|_| true);
@@ -620,10 +629,37 @@ fn a_renewal_during_the_self_fence_wait_restarts_it_from_that_renewal() {
 }
 
 #[test]
+fn a_renewal_no_controller_saw_restarts_the_wait_from_now() {
+    // Found by the deterministic simulation: the controller crashed during the wait, the node
+    // renewed while it was down and went silent again; the new controller never observed that
+    // renewal (its detector starts empty), so only the persisted marker reveals it.
+    let (sp, st, mut w) = self_fenced_world(Coverage::All);
+    w.now = 30;
+    w.last_renewal = None;
+    w.marker = Some("renew-24".into());
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::RestartSelfFenceWait {
+            level: 0,
+            silent_since: wall(30),
+            trusted_after: wall(50),
+            marker: Some("renew-24".into()),
+        }
+    );
+    // The heartbeat cannot be read at all: silence cannot be confirmed, no trust.
+    w.marker = None;
+    assert!(matches!(
+        next_step(&sp, &st, &w.obs()),
+        Step::FailLevel { level: 0, .. }
+    ));
+}
+
+#[test]
 fn a_restarted_wait_is_never_shorter_and_a_withdrawn_advertisement_fails_the_level() {
     let (sp, st, mut w) = self_fenced_world(Coverage::All);
     w.now = 5;
     w.last_renewal = Some(wall(1));
+    w.marker = Some("renew-1".into());
     // The new advertisement promises a shorter wait: the longer one stands.
     w.self_fence_wait = Some(Duration::from_secs(3));
     assert_eq!(
@@ -631,7 +667,8 @@ fn a_restarted_wait_is_never_shorter_and_a_withdrawn_advertisement_fails_the_lev
         Step::RestartSelfFenceWait {
             level: 0,
             silent_since: wall(1),
-            trusted_after: wall(21)
+            trusted_after: wall(21),
+            marker: Some("renew-1".into()),
         }
     );
     // The renewal no longer advertises a watchdog: no trust at all.
@@ -659,6 +696,7 @@ fn a_node_that_renews_after_a_trusted_self_fence_is_not_released_further() {
     assert_eq!(st.phase, Phase::Releasing);
     // The agent comes back mid-release: it would restart what it killed.
     w.last_renewal = Some(wall(21));
+    w.marker = Some("renew-21".into());
     assert_eq!(
         next_step(&sp, &st, &w.obs()),
         Step::Fail(FailureReason::NodeReturned)

@@ -36,6 +36,7 @@ fn main() -> anyhow::Result<()> {
                 silent_since: None,
                 trust_wait_seconds: None,
                 self_fence_scope: None,
+                silent_marker: None,
             },
             PlannedLevel {
                 name: "self-fence".into(),
@@ -45,6 +46,7 @@ fn main() -> anyhow::Result<()> {
                 silent_since: Some(MicroTime(t(13_000)?)),
                 trust_wait_seconds: Some(17),
                 self_fence_scope: Some(palisade_model::nodefence::Coverage::All),
+                silent_marker: Some("lease=2026-11-24T10:00:13.000000Z;ready=-".into()),
             },
         ],
     });

@@ -303,6 +303,11 @@ pub struct PlannedLevel {
     /// `Stateful`: the pods that mount a PersistentVolumeClaim).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_fence_scope: Option<Coverage>,
+    /// For a self-fence level: the node's heartbeat marker (its Lease `renewTime`) at
+    /// `silentSince`. Any other marker later means the node renewed since, even if the
+    /// controller that saw it was restarted in between.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silent_marker: Option<String>,
 }
 
 /// What a verified level proves about the node's pods.
@@ -899,6 +904,7 @@ mod tests {
                     silent_since: None,
                     trust_wait_seconds: None,
                     self_fence_scope: None,
+                    silent_marker: None,
                 })
                 .collect(),
         }
@@ -974,6 +980,7 @@ mod tests {
                 silent_since: None,
                 trust_wait_seconds: None,
                 self_fence_scope: None,
+                silent_marker: None,
             }],
         });
         st.transition(Phase::Fencing, ts(10), "go").unwrap();

@@ -311,6 +311,7 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
             NodeSnapshot {
                 labels: n.labels().clone(),
                 last_heartbeat_change: detector.last_change(&name).unwrap_or(now.mono),
+                heartbeat_marker: detector.marker(&name),
                 exclusion: Exclusion::from_annotations(&annotations),
                 advertisement: ctx
                     .advertised

@@ -428,6 +428,11 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             attach_records,
             node_healthy,
             last_renewal,
+            heartbeat_marker: ctx
+                .detector
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .marker(&node),
             self_fence_wait,
             clean_proof,
             taint_present,
@@ -648,6 +653,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 level,
                 silent_since,
                 trusted_after,
+                marker,
             } => {
                 let planned = status.plan.as_mut().and_then(|p| {
                     p.levels
@@ -657,6 +663,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                     return Ok(());
                 };
                 planned.silent_since = Some(MicroTime(silent_since));
+                planned.silent_marker = marker;
                 planned.trusted_after = Some(MicroTime(trusted_after));
                 persist(&api, &nf, status, label).await?;
                 event(

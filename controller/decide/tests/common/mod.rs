@@ -88,6 +88,7 @@ pub fn node(name: &str, zone: &str) -> NodeSnapshot {
         last_heartbeat_change: Mono::from_secs(NOW),
         exclusion: None,
         advertisement: Default::default(),
+        heartbeat_marker: Some("lease=1;ready=-".into()),
         fence_target: Some(target(vec![vec![(
             format!("ipmi://bmc-{name}"),
             DeviceKind::Power,

@@ -1,0 +1,914 @@
+//! The simulated world and the harness that performs the pure core's steps in it.
+//!
+//! The harness mirrors what the I/O controller (`palisade-controller`'s `detect` and
+//! `reconcile`) does with each step: the same observations, the same records in the status.
+//! Simplifications, each on the side of the adversary: the API has no watch lag (the
+//! controller sees renewals at once), one controller runs at a time (a crash loses its memory
+//! and a restart takes a higher token), and agents self-fence on Lease age alone (no peer
+//! check, so an API outage costs availability, never safety).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use palisade_decide::detector::{Detector, Health, Heartbeat, Observed, Thresholds};
+use palisade_decide::phase::{clean_proof, NodePod, ObjectRef, Observations, Step};
+use palisade_decide::snapshot::{
+    FenceState, NodeSnapshot, PodSnapshot, PolicySnapshot, Snapshot, Tolerance,
+};
+use palisade_decide::{decide, next_step, Clocks, Mono, Verdict};
+use palisade_model::advertise::{Advertisement, SelfFenceScope, Watchdog};
+use palisade_model::nodefence::{
+    Evidence, EvidenceKind, NodeFenceSpec, NodeFenceStatus, Phase, ReleasedObject, RequestedBy,
+};
+use palisade_model::policy::FencingPolicySpec;
+use palisade_model::target::{DeviceKind, FenceDevice, FenceLevel, FenceTargetSpec, SecretRef};
+
+use crate::faults::{DeviceMode, Fault, Fencing, Schedule};
+use crate::rng::Rng;
+
+/// A known mistake planted in the harness, to prove the checker catches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bug {
+    /// Count a device command as verified without reading the device back.
+    TrustCommand,
+    /// Release the node's pods as soon as fencing starts, before any level is verified.
+    ReleaseUnverified,
+    /// Release every pod, also those the verified fence does not cover.
+    ReleaseUncovered,
+    /// Trust a self-fence that no armed watchdog backs.
+    TrustWithoutWatchdog,
+}
+
+impl Bug {
+    /// Every planted bug.
+    pub const ALL: [Bug; 4] = [
+        Bug::TrustCommand,
+        Bug::ReleaseUnverified,
+        Bug::ReleaseUncovered,
+        Bug::TrustWithoutWatchdog,
+    ];
+
+    /// Parses a bug's name (as printed by `{:?}`).
+    pub fn parse(s: &str) -> Option<Bug> {
+        Bug::ALL.into_iter().find(|b| format!("{b:?}") == s)
+    }
+}
+
+/// An invariant broken.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// Simulated time (milliseconds).
+    pub at_ms: u64,
+    /// What broke.
+    pub what: String,
+    /// The last events of the history before it broke.
+    pub history: Vec<String>,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// The first violation, if any.
+    pub violation: Option<Violation>,
+    /// NodeFences created.
+    pub fences: u64,
+    /// Pods released.
+    pub released: u64,
+    /// Pods held as not covered.
+    pub held: u64,
+    /// The whole history of the run.
+    pub history: Vec<String>,
+}
+
+const TICK_MS: u64 = 250;
+const RENEW_MS: u64 = 1_000;
+const SETTLE: SignedDuration = SignedDuration::from_secs(2);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Agent {
+    Running,
+    Hung,
+    Crashed,
+}
+
+#[derive(Debug, Clone)]
+struct Machine {
+    name: String,
+    powered: bool,
+    boot: u64,
+    agent: Agent,
+    cut_api: bool,
+    cut_all: bool,
+    storage_blocked: bool,
+    last_renew_sent: Option<u64>,
+    watchdog_armed: bool,
+    last_pet: u64,
+    containers: BTreeSet<String>,
+    power_mode: DeviceMode,
+    storage_mode: DeviceMode,
+}
+
+#[derive(Debug, Clone)]
+struct Pod {
+    uid: String,
+    identity: usize,
+    node: usize,
+    deleted: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Fence {
+    name: String,
+    node: usize,
+    spec: NodeFenceSpec,
+    status: NodeFenceStatus,
+}
+
+struct Controller {
+    up: bool,
+    token: i64,
+    detector: Detector,
+    advertised: HashMap<String, Advertisement>,
+    changed_at: HashMap<String, Mono>,
+}
+
+/// The world of one run.
+pub struct World<'s> {
+    s: &'s Schedule,
+    bug: Option<Bug>,
+    rng: Rng,
+    now: u64,
+    machines: Vec<Machine>,
+    leases: Vec<(u64, Advertisement)>,
+    pods: Vec<Pod>,
+    identities: Vec<(String, bool)>,
+    fences: Vec<Fence>,
+    tainted: Vec<bool>,
+    api_up: bool,
+    ctl: Controller,
+    policy: FencingPolicySpec,
+    next_event: usize,
+    uid_counter: u64,
+    history: Vec<String>,
+    out: Outcome,
+}
+
+fn epoch() -> Timestamp {
+    Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+impl<'s> World<'s> {
+    /// The initial world of `s`.
+    pub fn new(s: &'s Schedule, bug: Option<Bug>) -> Self {
+        let machines = (0..s.nodes.len())
+            .map(|i| Machine {
+                name: format!("m{i}"),
+                powered: true,
+                boot: 1,
+                agent: Agent::Running,
+                cut_api: false,
+                cut_all: false,
+                storage_blocked: false,
+                last_renew_sent: None,
+                watchdog_armed: s.nodes[i].watchdog.is_some(),
+                last_pet: 0,
+                containers: BTreeSet::new(),
+                power_mode: s.nodes[i].power_mode,
+                storage_mode: s.nodes[i].storage_mode,
+            })
+            .collect();
+        let policy: FencingPolicySpec = serde_json::from_value(serde_json::json!({
+            "detection": {"suspectAfterSeconds": 2, "unhealthyAfterSeconds": 4},
+            "forgiveness": {"respectTolerations": false, "defaultSeconds": 0},
+            "fenceWhen": "Always",
+            "trustSelfFence": {"enabled": s.trust_self_fence, "marginSeconds": 1},
+            "recovery": {"powerOn": s.power_on, "untaintWhen": "NodeReady"},
+            "escalation": {"cooldownSeconds": 0},
+        }))
+        .unwrap_or_default();
+        World {
+            s,
+            bug,
+            rng: Rng::new(s.seed ^ 0xD1CE),
+            now: 0,
+            leases: vec![(0, Advertisement::default()); s.nodes.len()],
+            machines,
+            pods: Vec::new(),
+            identities: vec![
+                ("db".into(), true),
+                ("ledger".into(), true),
+                ("web".into(), false),
+                ("queue".into(), true),
+                ("cache".into(), false),
+            ],
+            fences: Vec::new(),
+            tainted: vec![false; s.nodes.len()],
+            api_up: true,
+            ctl: Controller {
+                up: true,
+                token: 1,
+                detector: Detector::new(),
+                advertised: HashMap::new(),
+                changed_at: HashMap::new(),
+            },
+            policy,
+            next_event: 0,
+            uid_counter: 0,
+            history: Vec::new(),
+            out: Outcome::default(),
+        }
+    }
+
+    fn log(&mut self, what: String) {
+        self.history
+            .push(format!("[{:>7.2}s] {what}", self.now as f64 / 1000.0));
+    }
+
+    fn wall(&self) -> Timestamp {
+        epoch()
+            .checked_add(SignedDuration::from_millis(self.now as i64))
+            .unwrap_or(epoch())
+    }
+
+    fn clocks(&self) -> Clocks {
+        Clocks {
+            mono: Mono(Duration::from_millis(self.now)),
+            wall: self.wall(),
+        }
+    }
+
+    /// Runs the whole schedule, checking the invariants after every tick.
+    pub fn run(mut self) -> Outcome {
+        while self.now <= self.s.length_ms {
+            self.faults();
+            for i in 0..self.machines.len() {
+                self.agent(i);
+                self.watchdog(i);
+            }
+            self.statefulsets();
+            if self.ctl.up && self.api_up && self.now % 500 == 0 {
+                self.controller();
+            }
+            if let Some(v) = self.check() {
+                self.out.violation = Some(v);
+                self.out.history = self.history;
+                return self.out;
+            }
+            self.now += TICK_MS;
+        }
+        self.out.history = self.history;
+        self.out
+    }
+
+    fn faults(&mut self) {
+        while let Some((at, f)) = self.s.events.get(self.next_event).cloned() {
+            if at > self.now {
+                return;
+            }
+            self.next_event += 1;
+            self.log(format!("fault: {f:?}"));
+            match f {
+                Fault::CutApi(i) => self.machines[i].cut_api = true,
+                Fault::CutAll(i) => self.machines[i].cut_all = true,
+                Fault::Heal(i) => {
+                    self.machines[i].cut_api = false;
+                    self.machines[i].cut_all = false;
+                }
+                Fault::HangAgent(i) => {
+                    if self.machines[i].agent == Agent::Running {
+                        self.machines[i].agent = Agent::Hung;
+                    }
+                }
+                Fault::ResumeAgent(i) => {
+                    if self.machines[i].agent == Agent::Hung {
+                        self.machines[i].agent = Agent::Running;
+                    }
+                }
+                Fault::CrashAgent(i) => {
+                    let m = &mut self.machines[i];
+                    m.agent = Agent::Crashed;
+                    // A watchdog that is not nowayout is disarmed by a clean stop.
+                    if !self.s.nodes[i].nowayout {
+                        m.watchdog_armed = false;
+                    }
+                }
+                Fault::RestartAgent(i) => {
+                    if self.machines[i].powered && self.machines[i].agent != Agent::Running {
+                        self.start_agent(i);
+                    }
+                }
+                Fault::ControllerCrash => self.ctl.up = false,
+                Fault::ControllerStart => {
+                    if !self.ctl.up {
+                        self.ctl = Controller {
+                            up: true,
+                            token: self.ctl.token + 1,
+                            detector: Detector::new(),
+                            advertised: HashMap::new(),
+                            changed_at: HashMap::new(),
+                        };
+                    }
+                }
+                Fault::ApiDown => self.api_up = false,
+                Fault::ApiUp => self.api_up = true,
+                Fault::PowerDevice(i, m) => self.machines[i].power_mode = m,
+                Fault::StorageDevice(i, m) => self.machines[i].storage_mode = m,
+                Fault::OperatorPowerOn(i) => self.power_on(i),
+            }
+        }
+    }
+
+    /// An agent (re)starts: a stale renewal record means it was partitioned or down longer
+    /// than its self-fence timeout, so it kills every container it finds first.
+    fn start_agent(&mut self, i: usize) {
+        let after = self.s.nodes[i].self_fence_after * 1000;
+        let now = self.now;
+        let m = &mut self.machines[i];
+        m.agent = Agent::Running;
+        m.watchdog_armed = self.s.nodes[i].watchdog.is_some();
+        m.last_pet = now;
+        let stale = m
+            .last_renew_sent
+            .is_none_or(|t| now.saturating_sub(t) > after);
+        if stale && !m.containers.is_empty() {
+            m.containers.clear();
+        }
+    }
+
+    fn power_on(&mut self, i: usize) {
+        if self.machines[i].powered {
+            return;
+        }
+        let m = &mut self.machines[i];
+        m.powered = true;
+        m.boot += 1;
+        m.containers.clear();
+        self.start_agent(i);
+        self.log(format!("m{i} powered on (boot {})", self.machines[i].boot));
+    }
+
+    fn power_off(&mut self, i: usize) {
+        let m = &mut self.machines[i];
+        if m.powered {
+            m.powered = false;
+            m.containers.clear();
+            self.log(format!("m{i} powered off"));
+        }
+    }
+
+    fn agent(&mut self, i: usize) {
+        let cfg = &self.s.nodes[i];
+        let now = self.now;
+        let api_up = self.api_up;
+        let m = &mut self.machines[i];
+        if !m.powered || m.agent != Agent::Running {
+            return;
+        }
+        let reaches = api_up && !m.cut_api && !m.cut_all;
+        if reaches {
+            if m.last_renew_sent.is_none_or(|t| now - t >= RENEW_MS) {
+                let ad = Advertisement {
+                    self_fence_after: Some(Duration::from_secs(cfg.self_fence_after)),
+                    watchdog: cfg.watchdog.filter(|_| m.watchdog_armed).map(|w| Watchdog {
+                        timeout: Duration::from_secs(w),
+                        nowayout: cfg.nowayout,
+                    }),
+                    scope: Some(SelfFenceScope::All),
+                    version: None,
+                    boot_id: Some(format!("{}-boot-{}", m.name, m.boot)),
+                    // Taken from the runtime at this renewal, before this tick's kills.
+                    runtime_pods: Some(m.containers.clone()),
+                };
+                self.leases[i].0 += 1;
+                self.leases[i].1 = ad;
+                m.last_renew_sent = Some(now);
+                m.last_pet = now;
+            }
+            // Sync with the API: run what is bound here, kill what is not.
+            let want: BTreeSet<String> = self
+                .pods
+                .iter()
+                .filter(|p| p.node == i && !p.deleted)
+                .map(|p| p.uid.clone())
+                .collect();
+            m.containers.retain(|c| want.contains(c));
+            m.containers.extend(want);
+        } else {
+            let age = now.saturating_sub(m.last_renew_sent.unwrap_or(0));
+            if age > cfg.self_fence_after * 1000 {
+                m.containers.clear();
+            } else {
+                m.last_pet = now;
+            }
+        }
+    }
+
+    fn watchdog(&mut self, i: usize) {
+        let Some(w) = self.s.nodes[i].watchdog else {
+            return;
+        };
+        let now = self.now;
+        let m = &mut self.machines[i];
+        if m.powered && m.watchdog_armed && now.saturating_sub(m.last_pet) > w * 1000 {
+            m.containers.clear();
+            m.boot += 1;
+            self.log(format!("m{i} reset by its watchdog"));
+            self.start_agent(i);
+        }
+    }
+
+    /// The StatefulSet controller and the scheduler: an identity without a pod object gets a
+    /// new pod, bound to a node that looks usable.
+    fn statefulsets(&mut self) {
+        if !self.api_up {
+            return;
+        }
+        for id in 0..self.identities.len() {
+            if self.pods.iter().any(|p| p.identity == id && !p.deleted) {
+                continue;
+            }
+            let usable: Vec<usize> = (0..self.machines.len())
+                .filter(|&i| {
+                    let m = &self.machines[i];
+                    m.powered && !m.cut_api && !m.cut_all && !self.tainted[i]
+                })
+                .collect();
+            if usable.is_empty() {
+                continue;
+            }
+            // The first placement spreads the identities over every node; later ones are random.
+            let node = if self.now == 0 {
+                usable[id % usable.len()]
+            } else {
+                usable[self.rng.below(usable.len() as u64) as usize]
+            };
+            self.uid_counter += 1;
+            let uid = format!("{}-0-u{}", self.identities[id].0, self.uid_counter);
+            self.log(format!("pod {uid} created on m{node}"));
+            self.pods.push(Pod {
+                uid,
+                identity: id,
+                node,
+                deleted: false,
+            });
+        }
+    }
+
+    /// The invariants.
+    fn check(&self) -> Option<Violation> {
+        for (id, (name, claim)) in self.identities.iter().enumerate() {
+            let mut live: BTreeMap<&str, usize> = BTreeMap::new();
+            for (i, m) in self.machines.iter().enumerate() {
+                if !m.powered {
+                    continue;
+                }
+                let harmful = if *claim {
+                    !m.storage_blocked && !m.cut_all
+                } else {
+                    true
+                };
+                for c in &m.containers {
+                    let ours = self.pods.iter().any(|p| &p.uid == c && p.identity == id);
+                    if ours && harmful {
+                        live.insert(c, i);
+                    }
+                }
+            }
+            if live.len() > 1 {
+                return Some(self.violation(format!(
+                    "at-most-one broken for {name}-0: live copies {live:?} (uid → machine)"
+                )));
+            }
+        }
+        None
+    }
+
+    fn violation(&self, what: String) -> Violation {
+        let from = self.history.len().saturating_sub(40);
+        Violation {
+            at_ms: self.now,
+            what,
+            history: self.history[from..].to_vec(),
+        }
+    }
+
+    fn target(&self, i: usize) -> Option<FenceTargetSpec> {
+        let dev = |url: &str, kind| FenceDevice {
+            url: url.into(),
+            kind,
+            credentials_secret_ref: Some(SecretRef {
+                name: "device".into(),
+                namespace: "palisade-system".into(),
+                keys: BTreeMap::new(),
+            }),
+            timeout_seconds: 10,
+        };
+        let power = dev(&format!("ipmi://bmc-m{i}:623"), DeviceKind::Power);
+        let storage = dev("storagefw+https://array:8443/", DeviceKind::Storage);
+        let devices = match self.s.nodes[i].fencing {
+            Fencing::Power => vec![power],
+            Fencing::Storage => vec![storage],
+            Fencing::PowerAndStorage => vec![power, storage],
+            Fencing::None => return None,
+        };
+        Some(FenceTargetSpec {
+            levels: vec![FenceLevel {
+                name: "level".into(),
+                devices,
+            }],
+        })
+    }
+
+    fn controller(&mut self) {
+        let clocks = self.clocks();
+        // Observe heartbeats.
+        for i in 0..self.machines.len() {
+            let name = self.machines[i].name.clone();
+            let hb = Heartbeat {
+                lease_renew_time: Some(self.leases[i].0.to_string()),
+                ready_heartbeat: None,
+            };
+            let seen = self.ctl.detector.observe(&name, hb, clocks.mono);
+            if seen != Observed::Unchanged {
+                let mut ad = self.leases[i].1.clone();
+                if self.bug == Some(Bug::TrustWithoutWatchdog) && ad.self_fence_after.is_some() {
+                    ad.watchdog = Some(Watchdog {
+                        timeout: Duration::from_secs(1),
+                        nowayout: true,
+                    });
+                }
+                self.ctl.advertised.insert(name.clone(), ad);
+            }
+            if seen == Observed::Changed {
+                self.ctl.changed_at.insert(name, clocks.mono);
+            }
+        }
+        // Decide.
+        let snapshot = self.snapshot(clocks);
+        let verdicts: HashMap<String, Verdict> = decide(&snapshot)
+            .into_iter()
+            .map(|d| (d.node, d.verdict))
+            .collect();
+        for (node, v) in &verdicts {
+            let Some(i) = self.machines.iter().position(|m| &m.name == node) else {
+                continue;
+            };
+            let open = self
+                .fences
+                .iter()
+                .any(|f| f.node == i && !f.status.phase.is_terminal());
+            if matches!(v, Verdict::Fence(_)) && !open {
+                let mut status = NodeFenceStatus::default();
+                let _ = status.transition(Phase::Pending, self.wall(), "requested");
+                let name = format!("{node}-nf{}", self.fences.len());
+                self.log(format!("NodeFence {name} created"));
+                self.out.fences += 1;
+                self.fences.push(Fence {
+                    name,
+                    node: i,
+                    spec: NodeFenceSpec {
+                        node_name: node.clone(),
+                        reason: "silent".into(),
+                        requested_by: RequestedBy::Controller,
+                        overrides: Default::default(),
+                    },
+                    status,
+                });
+            }
+        }
+        // Reconcile every unfinished fence.
+        for f in 0..self.fences.len() {
+            for _ in 0..16 {
+                if self.fences[f].status.phase.is_terminal() {
+                    break;
+                }
+                let node = self.fences[f].node;
+                let verdict = verdicts.get(&self.machines[node].name).cloned();
+                let step = {
+                    let obs = self.observations(f, verdict.as_ref());
+                    next_step(&self.fences[f].spec, &self.fences[f].status, &obs)
+                };
+                if matches!(
+                    step,
+                    Step::Nothing | Step::Wait { .. } | Step::Hold(_) | Step::Refuse { .. }
+                ) {
+                    break;
+                }
+                self.apply(f, step);
+            }
+        }
+    }
+
+    fn snapshot(&self, now: Clocks) -> Snapshot {
+        let nodes = (0..self.machines.len())
+            .map(|i| {
+                let name = self.machines[i].name.clone();
+                let mut fence = FenceState::None;
+                let mut past = Vec::new();
+                for f in self.fences.iter().filter(|f| f.node == i) {
+                    match f.status.phase {
+                        Phase::Pending => fence = FenceState::Pending { manual: None },
+                        Phase::Fencing | Phase::Fenced | Phase::Releasing => {
+                            fence = FenceState::InFlight
+                        }
+                        Phase::Released | Phase::Recovering => fence = FenceState::Settled,
+                        Phase::Done | Phase::Failed => {
+                            past.extend(f.status.transitions.last().map(|t| t.at.0))
+                        }
+                    }
+                }
+                NodeSnapshot {
+                    labels: BTreeMap::new(),
+                    last_heartbeat_change: self.ctl.detector.last_change(&name).unwrap_or(now.mono),
+                    heartbeat_marker: self.ctl.detector.marker(&name),
+                    exclusion: None,
+                    advertisement: self.ctl.advertised.get(&name).cloned().unwrap_or_default(),
+                    fence_target: self.target(i),
+                    pods: self
+                        .pods
+                        .iter()
+                        .filter(|p| p.node == i && !p.deleted)
+                        .map(|p| PodSnapshot {
+                            namespace: "app".into(),
+                            name: format!("{}-0", self.identities[p.identity].0),
+                            labels: BTreeMap::new(),
+                            priority: 0,
+                            unreachable: Tolerance::from_tolerations(&[]),
+                            uses_rwo_volume: self.identities[p.identity].1,
+                        })
+                        .collect(),
+                    fence,
+                    past_fences: past,
+                    name,
+                }
+            })
+            .collect();
+        Snapshot {
+            now,
+            policies: vec![PolicySnapshot {
+                name: "sim".into(),
+                spec: self.policy.clone(),
+            }],
+            nodes,
+            pdbs: vec![],
+        }
+    }
+
+    fn observations<'a>(&'a self, f: usize, verdict: Option<&'a Verdict>) -> Observations<'a> {
+        let fence = &self.fences[f];
+        let i = fence.node;
+        let name = &self.machines[i].name;
+        let now = self.clocks();
+        let st = &fence.status;
+        let changed = self.ctl.changed_at.get(name).copied();
+        let last_renewal = changed.map(|c| now.to_wall(c));
+        let since = st
+            .verified_fence()
+            .map(|v| v.at())
+            .or_else(|| st.transitions.first().map(|t| t.at.0))
+            .unwrap_or(now.wall);
+        let healthy =
+            self.ctl
+                .detector
+                .health(name, now.mono, Thresholds::from(&self.policy.detection))
+                == Some(Health::Healthy);
+        let settled = since.checked_add(SETTLE).unwrap_or(since);
+        let node_healthy = healthy && last_renewal.is_some_and(|r| r > settled);
+        let advertised = self.ctl.advertised.get(name).cloned().unwrap_or_default();
+        let margin = Duration::from_secs(
+            u64::try_from(self.policy.trust_self_fence.margin_seconds).unwrap_or(0),
+        );
+        let clean = match st.entered_at().filter(|_| st.phase == Phase::Recovering) {
+            Some(at) => clean_proof(
+                st,
+                &advertised,
+                last_renewal,
+                at.checked_add(SETTLE).unwrap_or(at),
+            ),
+            None => None,
+        };
+        let released: BTreeSet<&str> = st.release.pods.iter().map(|p| p.uid.as_str()).collect();
+        let pods_on_node = if st.phase == Phase::Releasing {
+            self.pods
+                .iter()
+                .filter(|p| p.node == i && !p.deleted && !released.contains(p.uid.as_str()))
+                .map(|p| NodePod {
+                    pod: ObjectRef {
+                        namespace: "app".into(),
+                        name: format!("{}-0", self.identities[p.identity].0),
+                        uid: p.uid.clone(),
+                    },
+                    mounts_claim: self.identities[p.identity].1,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Observations {
+            now,
+            token: self.ctl.token,
+            verdict,
+            recovery: Some(&self.policy.recovery),
+            pods_on_node,
+            attachments: vec![],
+            attach_records: vec![],
+            node_healthy,
+            last_renewal,
+            heartbeat_marker: self.ctl.detector.marker(name),
+            self_fence_wait: advertised.trust_wait(margin),
+            clean_proof: clean,
+            taint_present: self.tainted[i],
+        }
+    }
+
+    fn released(&self, o: &ObjectRef) -> ReleasedObject {
+        ReleasedObject {
+            namespace: o.namespace.clone(),
+            name: o.name.clone(),
+            uid: o.uid.clone(),
+            at: MicroTime(self.wall()),
+        }
+    }
+
+    fn release_pod(&mut self, f: usize, pod: &ObjectRef) {
+        if let Some(p) = self.pods.iter_mut().find(|p| p.uid == pod.uid) {
+            p.deleted = true;
+        }
+        let r = self.released(pod);
+        self.fences[f].status.release.pods.push(r);
+        self.out.released += 1;
+        self.log(format!("{}: released pod {}", self.fences[f].name, pod.uid));
+    }
+
+    fn apply(&mut self, f: usize, step: Step) {
+        let wall = self.wall();
+        let i = self.fences[f].node;
+        let label = step.label();
+        let name = self.fences[f].name.clone();
+        match step {
+            Step::Nothing | Step::Wait { .. } | Step::Hold(_) | Step::Refuse { .. } => {}
+            Step::RecordToken(t) => self.fences[f].status.fencing_token = Some(t),
+            Step::Cancel => {
+                let _ = self.fences[f]
+                    .status
+                    .transition(Phase::Done, wall, "cancelled");
+            }
+            Step::StartFencing { plan, token } => {
+                let boot = self
+                    .ctl
+                    .advertised
+                    .get(&self.machines[i].name)
+                    .and_then(|a| a.boot_id.clone());
+                let st = &mut self.fences[f].status;
+                st.plan = Some(plan);
+                st.fencing_token = Some(token);
+                st.recovery.boot_id_at_fence = boot;
+                let _ = st.transition(Phase::Fencing, wall, "fencing");
+                if self.bug == Some(Bug::ReleaseUnverified) {
+                    let bound: Vec<ObjectRef> = self
+                        .pods
+                        .iter()
+                        .filter(|p| p.node == i && !p.deleted)
+                        .map(|p| ObjectRef {
+                            namespace: "app".into(),
+                            name: String::new(),
+                            uid: p.uid.clone(),
+                        })
+                        .collect();
+                    for p in bound {
+                        self.release_pod(f, &p);
+                    }
+                }
+            }
+            Step::RunLevel { level, devices } => {
+                let mut evidence = Vec::new();
+                let mut ok = true;
+                for d in &devices {
+                    let (mode, kind) = match d.kind {
+                        DeviceKind::Power => (self.machines[i].power_mode, EvidenceKind::PowerOff),
+                        DeviceKind::Storage => {
+                            (self.machines[i].storage_mode, EvidenceKind::StorageBlocked)
+                        }
+                    };
+                    if mode == DeviceMode::Fails {
+                        ok = false;
+                        continue;
+                    }
+                    if mode == DeviceMode::Works {
+                        match d.kind {
+                            DeviceKind::Power => self.power_off(i),
+                            DeviceKind::Storage => self.machines[i].storage_blocked = true,
+                        }
+                    }
+                    let verified = match d.kind {
+                        DeviceKind::Power => !self.machines[i].powered,
+                        DeviceKind::Storage => self.machines[i].storage_blocked,
+                    };
+                    if verified || self.bug == Some(Bug::TrustCommand) {
+                        evidence.push(Evidence {
+                            level,
+                            device: d.url.clone(),
+                            kind,
+                            observed: "read back".into(),
+                            at: MicroTime(wall),
+                        });
+                    } else {
+                        ok = false;
+                    }
+                }
+                let st = &mut self.fences[f].status;
+                if ok && !evidence.is_empty() {
+                    let _ = st.record_level_verified(level, evidence, wall, "verified");
+                    self.log(format!("{name}: level {level} verified"));
+                } else {
+                    let _ = st.record_level_failed(level, wall, "failed");
+                    self.log(format!("{name}: level {level} failed"));
+                }
+            }
+            Step::TrustSelfFence { level } => {
+                let e = Evidence {
+                    level,
+                    device: String::new(),
+                    kind: EvidenceKind::SelfFenceTimeout,
+                    observed: "silent past the advertised time".into(),
+                    at: MicroTime(wall),
+                };
+                let _ =
+                    self.fences[f]
+                        .status
+                        .record_level_verified(level, vec![e], wall, "trusted");
+                self.log(format!("{name}: self-fence trusted"));
+            }
+            Step::Enter(p) => {
+                let _ = self.fences[f].status.transition(p, wall, p.as_str());
+                self.log(format!("{name}: {}", p.as_str()));
+            }
+            Step::Fail(r) => {
+                let _ = self.fences[f].status.fail(r, wall, r.as_str());
+                self.log(format!("{name}: failed {}", r.as_str()));
+            }
+            Step::RestartSelfFenceWait {
+                level,
+                silent_since,
+                trusted_after,
+                marker,
+            } => {
+                if let Some(l) = self.fences[f].status.plan.as_mut().and_then(|p| {
+                    p.levels
+                        .get_mut(usize::try_from(level).unwrap_or(usize::MAX))
+                }) {
+                    l.silent_since = Some(MicroTime(silent_since));
+                    l.silent_marker = marker;
+                    l.trusted_after = Some(MicroTime(trusted_after));
+                }
+            }
+            Step::FailLevel { level, why } => {
+                let _ = self.fences[f].status.record_level_failed(level, wall, why);
+            }
+            Step::HoldPod(pod) => {
+                if self.bug == Some(Bug::ReleaseUncovered) {
+                    self.release_pod(f, &pod);
+                } else {
+                    let r = self.released(&pod);
+                    self.fences[f].status.release.held.push(r);
+                    self.out.held += 1;
+                    self.log(format!("{name}: held pod {} (not covered)", pod.uid));
+                }
+            }
+            Step::RecordCleanProof(p) => {
+                self.fences[f].status.recovery.clean_proof = Some(p.clone());
+                self.log(format!("{name}: clean proof: {p}"));
+            }
+            Step::ApplyTaint(_) => {
+                self.tainted[i] = true;
+                self.fences[f].status.release.tainted_at = Some(MicroTime(wall));
+            }
+            Step::ReleasePod(_, pod) => self.release_pod(f, &pod),
+            Step::DeleteAttachment(..) | Step::ClearAttachRecord(..) => {}
+            Step::PowerOn(_) => {
+                if self.machines[i].power_mode == DeviceMode::Works {
+                    self.power_on(i);
+                }
+                if self.machines[i].power_mode != DeviceMode::Fails {
+                    self.fences[f].status.recovery.powered_on_at = Some(MicroTime(wall));
+                }
+            }
+            Step::Unfence(_) => {
+                if self.machines[i].storage_mode == DeviceMode::Works {
+                    self.machines[i].storage_blocked = false;
+                }
+                if self.machines[i].storage_mode != DeviceMode::Fails {
+                    self.fences[f].status.recovery.unfenced_at = Some(MicroTime(wall));
+                    self.log(format!("{name}: storage unfenced"));
+                }
+            }
+            Step::RemoveTaint => {
+                self.tainted[i] = false;
+                self.fences[f].status.recovery.untainted_at = Some(MicroTime(wall));
+            }
+        }
+        let _ = label;
+    }
+}
