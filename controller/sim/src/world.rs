@@ -85,6 +85,9 @@ pub struct Outcome {
 const TICK_MS: u64 = 250;
 const RENEW_MS: u64 = 1_000;
 const SETTLE: SignedDuration = SignedDuration::from_secs(2);
+/// The longest watch lag simulated. The controller's settle time (2 s) must exceed it: a
+/// renewal written before the fence and delivered late must not count as the node's return.
+const MAX_WATCH_LAG_MS: u64 = 1_500;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Agent {
@@ -142,6 +145,9 @@ pub struct World<'s> {
     now: u64,
     machines: Vec<Machine>,
     leases: Vec<(u64, Advertisement)>,
+    /// Every Lease write (time, renewal count, advertisement), for watch lag: the controller
+    /// sees each Lease as it was up to [`MAX_WATCH_LAG_MS`] ago.
+    lease_log: Vec<Vec<(u64, u64, Advertisement)>>,
     pods: Vec<Pod>,
     identities: Vec<(String, bool)>,
     fences: Vec<Fence>,
@@ -194,6 +200,7 @@ impl<'s> World<'s> {
             rng: Rng::new(s.seed ^ 0xD1CE),
             now: 0,
             leases: vec![(0, Advertisement::default()); s.nodes.len()],
+            lease_log: vec![vec![(0, 0, Advertisement::default())]; s.nodes.len()],
             machines,
             pods: Vec::new(),
             identities: vec![
@@ -382,7 +389,8 @@ impl<'s> World<'s> {
                     runtime_pods: Some(m.containers.clone()),
                 };
                 self.leases[i].0 += 1;
-                self.leases[i].1 = ad;
+                self.leases[i].1 = ad.clone();
+                self.lease_log[i].push((now, self.leases[i].0, ad));
                 m.last_renew_sent = Some(now);
                 m.last_pet = now;
             }
@@ -523,16 +531,24 @@ impl<'s> World<'s> {
 
     fn controller(&mut self) {
         let clocks = self.clocks();
-        // Observe heartbeats.
+        // Observe heartbeats, through a watch that lags by up to MAX_WATCH_LAG_MS.
+        let lag = self.rng.below(MAX_WATCH_LAG_MS + 1);
+        let seen_at = self.now.saturating_sub(lag);
         for i in 0..self.machines.len() {
             let name = self.machines[i].name.clone();
+            let (count, lease_ad) = self.lease_log[i]
+                .iter()
+                .rev()
+                .find(|(t, _, _)| *t <= seen_at)
+                .map(|(_, c, a)| (*c, a.clone()))
+                .unwrap_or_default();
             let hb = Heartbeat {
-                lease_renew_time: Some(self.leases[i].0.to_string()),
+                lease_renew_time: Some(count.to_string()),
                 ready_heartbeat: None,
             };
             let seen = self.ctl.detector.observe(&name, hb, clocks.mono);
             if seen != Observed::Unchanged {
-                let mut ad = self.leases[i].1.clone();
+                let mut ad = lease_ad;
                 if self.bug == Some(Bug::TrustWithoutWatchdog) && ad.self_fence_after.is_some() {
                     ad.watchdog = Some(Watchdog {
                         timeout: Duration::from_secs(1),
