@@ -3,6 +3,7 @@
 //! (fencing through the firmware-bridge, release, recovery elsewhere, the at-most-one checker)
 //! or nothing (the pod stays stuck; what Kubernetes alone does).
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -86,6 +87,26 @@ pub struct Options {
     pub palisade: bool,
     /// Without Palisade: how long to watch the stuck pod after the cut.
     pub watch_without: Duration,
+    /// Fence through the storage firewall only (no power level): m0 keeps running, its old
+    /// writer cut off from the volume.
+    pub storage_only: bool,
+    /// How m0 is cut off.
+    pub cut: Cut,
+    /// After the replacement writes: heal m0 and wait until the fence is lifted (which needs
+    /// the positive proof that the old writer is gone), then judge the writes again.
+    pub recover: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            palisade: true,
+            watch_without: Duration::ZERO,
+            storage_only: false,
+            cut: Cut::All,
+            recover: false,
+        }
+    }
 }
 
 fn short(uid: &str) -> &str {
@@ -119,7 +140,7 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
         "data-db-0",
     ))?;
     let palisade = if opts.palisade {
-        Some(start_palisade(lab, c, t, &storage)?)
+        Some(start_palisade(lab, c, t, &storage, opts.storage_only)?)
     } else {
         t.say("no Palisade in this run: nothing fences m0");
         None
@@ -188,8 +209,11 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
 
     // The partition.
     t.print("");
-    t.say("cutting m0 off the network (its link goes down; its processes keep running)");
-    lab.partition(0, Cut::All)?;
+    t.say(match opts.cut {
+        Cut::All => "cutting m0 off the network (its link goes down; its processes keep running)",
+        Cut::ControlPlane => "cutting m0 off the control plane only (it still reaches the storage and its peers; its processes keep running)",
+    });
+    lab.partition(0, opts.cut)?;
     let cut = Instant::now();
     let since = |i: Instant| format!("+{:.2}s", i.duration_since(cut).as_secs_f64());
 
@@ -311,6 +335,10 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
         read_or_empty(&new_acks).lines().count()
     ));
 
+    if opts.recover {
+        recover(lab, c, t, &new_acks, cut)?;
+    }
+
     // The verdict.
     t.print("");
     let checker = palisade_lab::bin_path("palisade-checker")?;
@@ -375,13 +403,49 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
     Ok(report)
 }
 
+/// Heals m0 and waits until its fence is lifted: the storage block and the taint go only after
+/// positive proof that the released writer's container is gone from m0 (a new boot ID, or the
+/// node agent's runtime inventory), and the replacement keeps writing meanwhile.
+fn recover(lab: &Lab, c: &Cluster, t: &Timeline, new_acks: &Path, cut: Instant) -> Result<()> {
+    t.say("healing m0 (its old writer may still run: the fence stays until that is disproved)");
+    lab.heal(0)?;
+    let done = eventually("m0's NodeFence Done", Duration::from_secs(240), || {
+        fences_for(&c.client, &c.rt, "m0")
+            .into_iter()
+            .find(|f| f.status.as_ref().is_some_and(|s| s.phase == Phase::Done))
+    })?;
+    let st = done.status.unwrap_or_default();
+    let proof = st
+        .recovery
+        .clean_proof
+        .clone()
+        .context("recovery recorded no positive proof")?;
+    t.say(format!(
+        "+{:.2}s fence lifted after proof: {proof}",
+        cut.elapsed().as_secs_f64()
+    ));
+    let before = read_or_empty(new_acks).lines().count();
+    eventually(
+        "the replacement keeps writing after the fence is lifted",
+        Duration::from_secs(60),
+        || (read_or_empty(new_acks).lines().count() >= before + 20).then_some(()),
+    )?;
+    Ok(())
+}
+
 /// The management network and the controller: a running bridge and controller.
 struct Palisade {
     bridge: FirmwareBridge,
     _controller: Proc,
 }
 
-fn start_palisade(lab: &Lab, c: &Cluster, t: &Timeline, storage: &Storage) -> Result<Palisade> {
+fn start_palisade(
+    lab: &Lab,
+    c: &Cluster,
+    t: &Timeline,
+    storage: &Storage,
+    storage_only: bool,
+) -> Result<Palisade> {
     // The firmware-bridge holds every BMC, PDU and storage credential; the cluster holds
     // none, only the controller's client certificate.
     let bridge = FirmwareBridge::start(
@@ -409,18 +473,11 @@ fn start_palisade(lab: &Lab, c: &Cluster, t: &Timeline, storage: &Storage) -> Re
     )?;
     for m in lab.machines() {
         let url = bridge.url(m.name());
-        fence_target(
-            &c.client,
-            &c.rt,
-            m.name(),
-            vec![(
-                "bridge",
-                vec![
-                    json!({"url": url, "kind": "Power"}),
-                    json!({"url": url, "kind": "Storage"}),
-                ],
-            )],
-        )?;
+        let mut devices = vec![json!({"url": url, "kind": "Storage"})];
+        if !storage_only {
+            devices.insert(0, json!({"url": url, "kind": "Power"}));
+        }
+        fence_target(&c.client, &c.rt, m.name(), vec![("bridge", devices)])?;
     }
     t.say("palisade-controller running; FencingPolicy 'lab' (unhealthy after 4 s); FenceTargets: bridge://…/<machine> for power and storage (no credential in the cluster)");
     Ok(Palisade {

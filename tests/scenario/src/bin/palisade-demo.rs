@@ -22,10 +22,7 @@ fn main() -> Result<()> {
         lab.id(),
         lab.dir().display()
     ));
-    let opts = Options {
-        palisade: true,
-        watch_without: std::time::Duration::ZERO,
-    };
+    let opts = Options::default();
     let result = headline::run(&lab, &c, &t, opts);
     if let Err(e) = &result {
         println!("\nthe demo failed: {e:#}\nlogs: {}", lab.dir().display());

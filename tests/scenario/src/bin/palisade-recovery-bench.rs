@@ -43,6 +43,7 @@ fn one(palisade: bool, watch: Duration) -> Result<Report> {
         Options {
             palisade,
             watch_without: watch,
+            ..Options::default()
         },
     )
 }
