@@ -22,6 +22,7 @@ pub mod cgroup;
 pub mod env;
 pub mod grace;
 pub mod grpc_health;
+pub mod inventory;
 pub mod ktime;
 pub mod metrics;
 pub mod mounts;

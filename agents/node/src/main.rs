@@ -261,11 +261,31 @@ async fn run(args: Args) -> anyhow::Result<()> {
         fence_tx,
         metrics.clone(),
     ));
+    let advertise: node::Advertiser = {
+        let runtime = ctx.runtime.clone();
+        let after = args.self_fence_after;
+        let scope = if args.self_fence_all_pods {
+            palisade_model::advertise::SelfFenceScope::All
+        } else {
+            palisade_model::advertise::SelfFenceScope::Stateful
+        };
+        std::sync::Arc::new(move || palisade_model::advertise::Advertisement {
+            self_fence_after: Some(after),
+            // No watchdog is advertised until the agent sets the device's timeout itself and
+            // knows it is nowayout; without one, the controller never trusts the self-fence.
+            watchdog: None,
+            scope: Some(scope),
+            version: Some(env!("CARGO_PKG_VERSION").to_string()),
+            boot_id: node::boot_id(),
+            runtime_pods: Some(palisade_node::inventory::live_pods(runtime.as_ref())),
+        })
+    };
     tokio::spawn(node::lease_loop(
         client.clone(),
         ncfg.clone(),
         renew_tx,
         metrics.clone(),
+        advertise,
     ));
     tokio::spawn(node::status_loop(
         client.clone(),

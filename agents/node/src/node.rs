@@ -1,6 +1,7 @@
 //! Registration and heartbeats: the Node object (capacity, addresses, Ready condition,
-//! volumesInUse, the self-fencing annotation), the Lease in `kube-node-lease`, and the
-//! self-fence monitor that turns a stale Lease into [`FenceState::active`].
+//! volumesInUse), the Lease in `kube-node-lease` with the self-fence advertisement written on
+//! every renewal ([`palisade_model::advertise`]), and the self-fence monitor that turns a
+//! stale Lease into [`FenceState::active`].
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -18,13 +19,21 @@ use kube::{Api, Client};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use palisade_model::advertise::Advertisement;
+
 use crate::backoff::RetryBackoff;
 use crate::metrics::Metrics;
 use crate::pod_worker::{Ctx, FenceState};
 use crate::source::ManagerCmd;
 
-/// The annotation advertising self-fencing and its timeout.
-pub const SELF_FENCE_ANNOTATION: &str = "palisade.dev/self-fence-after-seconds";
+/// The self-fence timeout annotation. The agent writes it only on its Lease, with every
+/// renewal; registration removes it from the Node object, where an older agent wrote it once
+/// and never withdrew it.
+pub const SELF_FENCE_ANNOTATION: &str = palisade_model::advertise::SELF_FENCE_AFTER;
+
+/// Builds the advertisement written with each renewal (called once per renewal, so what it
+/// reads — the runtime's containers, the boot ID, the watchdog — is current).
+pub type Advertiser = Arc<dyn Fn() -> Advertisement + Send + Sync>;
 
 /// Errors talking to the API about the Node and its Lease.
 #[derive(Debug, thiserror::Error)]
@@ -122,10 +131,6 @@ pub fn node_object(cfg: &NodeConfig) -> Node {
         "volumes.kubernetes.io/controller-managed-attach-detach".to_string(),
         "true".to_string(),
     );
-    annotations.insert(
-        SELF_FENCE_ANNOTATION.to_string(),
-        cfg.self_fence_after.as_secs_f64().to_string(),
-    );
     Node {
         metadata: ObjectMeta {
             name: Some(cfg.name.clone()),
@@ -214,20 +219,40 @@ pub fn node_status(
                 .unwrap_or_default(),
             os_image: "palisade".into(),
             machine_id: cfg.name.clone(),
-            system_uuid: cfg.name.clone(),
-            boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-                .unwrap_or_default()
-                .trim()
-                .to_string(),
+            system_uuid: system_uuid().unwrap_or_else(|| cfg.name.clone()),
+            boot_id: boot_id().unwrap_or_default(),
             ..Default::default()
         }),
-        volumes_in_use: if volumes_in_use.is_empty() {
-            None
-        } else {
-            Some(volumes_in_use)
-        },
+        // Always written, also when empty: a merge patch that omits the field leaves the old
+        // list on the Node, and the attach-detach controller then waits 6 minutes for volumes
+        // this node no longer uses.
+        volumes_in_use: Some(volumes_in_use),
         ..Default::default()
     }
+}
+
+/// The file the boot ID is read from: `PALISADE_BOOT_ID_FILE` when set (the lab's namespace
+/// machines give each boot its own ID there), else the kernel's.
+pub fn boot_id_file() -> std::path::PathBuf {
+    std::env::var_os("PALISADE_BOOT_ID_FILE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/proc/sys/kernel/random/boot_id".into())
+}
+
+/// The machine's boot ID (changes on every boot), if readable.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string(boot_id_file())
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// The machine's SMBIOS system UUID, if readable.
+pub fn system_uuid() -> Option<String> {
+    std::fs::read_to_string("/sys/class/dmi/id/product_uuid")
+        .ok()
+        .map(|s| s.trim().to_lowercase())
+        .filter(|s| !s.is_empty())
 }
 
 /// Creates or updates the Node object.
@@ -251,7 +276,9 @@ pub async fn register(client: &Client, cfg: &NodeConfig) -> Result<(), NodeError
             source: kube::Error::Api(s),
             ..
         }) if s.code == 409 => {
-            let patch = serde_json::json!({"metadata": {"labels": want.metadata.labels, "annotations": want.metadata.annotations}});
+            let mut annotations = serde_json::json!(want.metadata.annotations);
+            annotations[SELF_FENCE_ANNOTATION] = serde_json::Value::Null;
+            let patch = serde_json::json!({"metadata": {"labels": want.metadata.labels, "annotations": annotations}});
             bounded(
                 "update node",
                 &cfg.name,
@@ -336,12 +363,18 @@ pub async fn status_loop(
     }
 }
 
-/// Renews the Lease forever; publishes the instant of the last success on `renewed`.
+/// Renews the Lease forever, writing `advertise()` with every renewal; publishes on
+/// `renewed` the instant each successful renewal request was *sent*.
+///
+/// Guarantees: the self-fence clock counts from when the request left, never from when the
+/// answer arrived, so a slow answer cannot extend it: the API server recorded the renewal no
+/// earlier than the send, and the controller's clock for the node starts no earlier than that.
 pub async fn lease_loop(
     client: Client,
     cfg: NodeConfig,
     renewed: watch::Sender<Instant>,
     metrics: Arc<Metrics>,
+    advertise: Advertiser,
 ) {
     let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let nodes: Api<Node> = Api::all(client);
@@ -351,10 +384,11 @@ pub async fn lease_loop(
     );
     let timeout = cfg.renew_interval.max(Duration::from_millis(500));
     loop {
-        let res = renew_once(&api, &nodes, &cfg, timeout).await;
+        let sent = Instant::now();
+        let res = renew_once(&api, &nodes, &cfg, timeout, &advertise()).await;
         match res {
             Ok(()) => {
-                renewed.send_replace(Instant::now());
+                renewed.send_replace(sent);
                 metrics
                     .lease_renewals
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -373,16 +407,32 @@ pub async fn lease_loop(
     }
 }
 
+/// Sets the advertisement's keys in `annotations` (removing those it leaves out).
+pub fn apply_advertisement(annotations: &mut BTreeMap<String, String>, ad: &Advertisement) {
+    for (k, v) in ad.to_annotations() {
+        match v {
+            Some(v) => {
+                annotations.insert(k, v);
+            }
+            None => {
+                annotations.remove(&k);
+            }
+        }
+    }
+}
+
 async fn renew_once(
     api: &Api<Lease>,
     nodes: &Api<Node>,
     cfg: &NodeConfig,
     timeout: Duration,
+    ad: &Advertisement,
 ) -> Result<(), NodeError> {
     let now = crate::ktime::micro_now();
     let dur = i32::try_from(cfg.lease_duration.as_secs().max(1)).unwrap_or(40);
     match bounded("get lease", &cfg.name, timeout, api.get_opt(&cfg.name)).await? {
         Some(mut l) => {
+            apply_advertisement(l.metadata.annotations.get_or_insert_with(BTreeMap::new), ad);
             let spec = l.spec.get_or_insert_with(LeaseSpec::default);
             spec.holder_identity = Some(cfg.name.clone());
             spec.lease_duration_seconds = Some(dur);
@@ -401,8 +451,11 @@ async fn renew_once(
             let node_uid = bounded("get node", &cfg.name, timeout, nodes.get_opt(&cfg.name))
                 .await?
                 .and_then(|n| n.metadata.uid);
+            let mut annotations = BTreeMap::new();
+            apply_advertisement(&mut annotations, ad);
             let l = Lease {
                 metadata: ObjectMeta {
+                    annotations: Some(annotations),
                     name: Some(cfg.name.clone()),
                     namespace: Some("kube-node-lease".into()),
                     owner_references: node_uid.as_deref().map(|uid| {
@@ -528,10 +581,10 @@ mod tests {
     }
 
     #[test]
-    fn node_advertises_self_fencing_and_attach_detach() {
+    fn the_node_object_carries_no_sticky_self_fence_promise() {
         let n = node_object(&cfg());
         let a = n.metadata.annotations.unwrap();
-        assert_eq!(a.get(SELF_FENCE_ANNOTATION).map(String::as_str), Some("20"));
+        assert_eq!(a.get(SELF_FENCE_ANNOTATION), None);
         assert_eq!(
             a.get("volumes.kubernetes.io/controller-managed-attach-detach")
                 .map(String::as_str),
@@ -563,6 +616,37 @@ mod tests {
             s.volumes_in_use.unwrap(),
             vec!["kubernetes.io/csi/d^h".to_string()]
         );
+        // The last volume unmounted: an empty list, which a merge patch writes (an absent
+        // field would leave the old list on the Node forever).
+        let s = node_status(&cfg(), vec![], &crate::ktime::now());
+        let patch = serde_json::json!({ "status": s });
+        assert_eq!(patch["status"]["volumesInUse"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn the_advertisement_replaces_the_previous_one_on_the_lease() {
+        use palisade_model::advertise as ad;
+        let mut a: BTreeMap<String, String> = [
+            (ad::WATCHDOG_TIMEOUT.to_string(), "10".to_string()),
+            ("other".to_string(), "kept".to_string()),
+        ]
+        .into();
+        let now = Advertisement {
+            self_fence_after: Some(Duration::from_secs(8)),
+            scope: Some(ad::SelfFenceScope::All),
+            runtime_pods: Some(["u1".to_string()].into()),
+            ..Default::default()
+        };
+        apply_advertisement(&mut a, &now);
+        assert_eq!(
+            a.get(ad::WATCHDOG_TIMEOUT),
+            None,
+            "a withdrawn watchdog is removed"
+        );
+        assert_eq!(a.get(ad::SELF_FENCE_AFTER).map(String::as_str), Some("8"));
+        assert_eq!(a.get(ad::RUNTIME_PODS).map(String::as_str), Some("u1"));
+        assert_eq!(a.get("other").map(String::as_str), Some("kept"));
+        assert_eq!(Advertisement::from_annotations(&a), now);
     }
 
     #[test]

@@ -217,7 +217,7 @@ pub(crate) fn write_files(f: &MachineFiles<'_>) -> Result<()> {
          \x20 startcmd \"/bin/sh {boot}\"\n\
          \x20 startnow true\n\
          \x20 poweroff_wait 1\n\
-         \x20 kill_wait 1\n\
+         \x20 kill_wait 20\n\
          \x20 user 1 true \"\" \"\" user 10 none md2 md5 straight\n\
          \x20 user 2 true \"{user}\" \"{password}\" admin 10 none md2 md5 straight\n\
          \x20 user 3 true \"operator\" \"{password}\" operator 10 none md2 md5 straight\n",
@@ -249,13 +249,24 @@ pub(crate) fn write_files(f: &MachineFiles<'_>) -> Result<()> {
     for (k, v) in f.extra_env {
         env.push_str(&format!("export {k}='{v}'\n"));
     }
+    // The BMC watches this script's process: it reports the power off once the script exits.
+    // On SIGTERM (IPMI power off) the script kills the machine's PID 1 and waits for `unshare`,
+    // which returns only once the kernel has reaped every process of the PID namespace, so
+    // "off" is never reported while a process of the machine lives (ipmi_sim's kill_wait, the
+    // delay before its SIGKILL, leaves 20 s for that). Every boot gets a new boot ID.
     let boot = format!(
         "#!/bin/sh\n\
          # Boots lab machine {name}: started by its BMC (ipmi_sim startcmd).\n\
          echo $$ > '{dir}/boot.pid'\n\
+         cat /proc/sys/kernel/random/uuid > '{dir}/boot_id'\n\
          {env}\
-         exec ip netns exec '{netns}' unshare --pid --fork --kill-child --mount-proc --uts \\\n\
-         \x20 '{bin}' machine-init --hostname '{name}' -- /bin/sh '{dir}/command.sh' >> '{dir}/console.log' 2>&1\n",
+         export PALISADE_BOOT_ID_FILE='{dir}/boot_id'\n\
+         ip netns exec '{netns}' unshare --pid --fork --kill-child --mount-proc --uts \\\n\
+         \x20 '{bin}' machine-init --hostname '{name}' -- /bin/sh '{dir}/command.sh' >> '{dir}/console.log' 2>&1 &\n\
+         child=$!\n\
+         off() {{ init=$(pgrep -P \"$child\" | head -n1); if [ -n \"$init\" ]; then kill -KILL \"$init\"; else kill -KILL \"$child\"; fi; wait \"$child\"; exit 0; }}\n\
+         trap off TERM INT\n\
+         wait \"$child\"\n",
         name = m.name,
         dir = dir.display(),
         netns = m.netns,

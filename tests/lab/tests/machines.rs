@@ -36,20 +36,28 @@ fn bmc_power_off_kills_every_process_and_power_on_boots_again() {
         "Chassis Power is on"
     );
 
+    let boot_id = |m: &palisade_lab::Machine| {
+        std::fs::read_to_string(m.dir().join("boot_id")).unwrap_or_default()
+    };
+    let first_boot = boot_id(m);
+    assert!(!first_boot.trim().is_empty(), "each boot has a boot ID");
     let off = ipmitool(&lab, 0, &["chassis", "power", "off"]);
     assert!(off.status.success(), "{off:?}");
-    m.wait_power(false, Duration::from_secs(15))
-        .expect("machine powers off");
-    for pid in &before {
-        assert!(
-            !palisade_lab::process::alive(*pid),
-            "process {pid} survived power off"
-        );
-    }
-    eventually("BMC reports off", Duration::from_secs(5), || {
+    // The moment the BMC says off, every process of the machine is already gone (the BMC
+    // must never report off while a process of the machine still runs).
+    eventually("BMC reports off", Duration::from_secs(30), || {
         (stdout(&ipmitool(&lab, 0, &["chassis", "power", "status"])) == "Chassis Power is off")
             .then_some(())
     });
+    for pid in &before {
+        assert!(
+            !palisade_lab::process::alive(*pid),
+            "process {pid} outlived the BMC's \"off\""
+        );
+    }
+    assert!(m.processes().is_empty(), "no machine process outlives off");
+    m.wait_power(false, Duration::from_secs(15))
+        .expect("machine powers off");
 
     assert!(ipmitool(&lab, 0, &["chassis", "power", "on"])
         .status
@@ -69,6 +77,7 @@ fn bmc_power_off_kills_every_process_and_power_on_boots_again() {
         m.processes().iter().all(|p| !before.contains(p)),
         "a booted machine runs new processes"
     );
+    assert_ne!(boot_id(m), first_boot, "a new boot has a new boot ID");
 }
 
 #[test]
