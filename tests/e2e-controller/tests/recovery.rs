@@ -65,6 +65,10 @@ fn released_machine_is_powered_on_rejoins_and_is_untainted() {
         ]
     );
     assert!(st.recovery.powered_on_at.is_some() && st.recovery.untainted_at.is_some());
+    // Untainted only on positive proof that the released pods are gone: the power cycle gave
+    // the machine a new boot ID.
+    let proof = st.recovery.clean_proof.clone().unwrap_or_default();
+    assert!(proof.contains("boot ID changed"), "proof: {proof:?}");
     assert!(lab.machines()[0].is_powered());
     // The rejoin is the new boot's agent: its Lease renewal is later than the power-on (one
     // host, one clock).
