@@ -14,7 +14,10 @@
 //!   evidence* can produce, so release is unreachable without a verified fence;
 //! - when every level has failed the step is `Fail(AllLevelsFailed)` and nothing was released
 //!   (release begins only after Fenced);
-//! - a phase whose time budget has run out fails; terminal phases yield [`Step::Nothing`].
+//! - a phase whose time budget has run out fails; terminal phases yield [`Step::Nothing`];
+//! - a fence acts only on the node it pinned first (name and Node UID): an edited
+//!   `spec.nodeName` or a replaced Node fails it (`SpecChanged`, `NodeReplaced`), and of two
+//!   unfinished fences for one node only the older acts (the younger is `Superseded`).
 
 use k8s_openapi::jiff::Timestamp;
 use palisade_model::nodefence::{
@@ -71,6 +74,11 @@ pub struct Observations<'a> {
     pub clean_proof: Option<String>,
     /// The out-of-service taint is present on the node.
     pub taint_present: bool,
+    /// The UID of the Node object named by `spec.nodeName` now (`None`: no such Node).
+    pub node_uid: Option<String>,
+    /// The oldest *other* unfinished `NodeFence` for the same node, if it is older than this
+    /// one (by creation time, then name): then this one is superseded.
+    pub older_sibling: Option<String>,
 }
 
 /// A pod bound to the node, as release sees it.
@@ -158,6 +166,10 @@ pub enum Step {
     },
     /// Persist our (higher) token in the status before any action.
     RecordToken(i64),
+    /// Pin the node this fence acts on (name and Node UID), before anything else.
+    PinNode(palisade_model::nodefence::PinnedNode),
+    /// Another, older unfinished `NodeFence` for the node acts; this one fails as superseded.
+    Supersede(String),
     /// Pending and the decision holds: record the reason, emit an Event, stay.
     Hold(HoldReason),
     /// Nothing to do before `until` (if known); requeue.
@@ -243,6 +255,8 @@ impl Step {
             Step::Nothing => "nothing",
             Step::Refuse { .. } => "refuse_stale_token",
             Step::RecordToken(_) => "record_token",
+            Step::PinNode(_) => "pin_node",
+            Step::Supersede(_) => "supersede",
             Step::Hold(_) => "hold",
             Step::Wait { .. } => "wait",
             Step::Cancel => "cancel",
@@ -293,6 +307,25 @@ pub fn next_step(spec: &NodeFenceSpec, status: &NodeFenceStatus, obs: &Observati
                 ours: obs.token,
                 recorded,
             };
+        }
+    }
+    if let Some(older) = &obs.older_sibling {
+        return Step::Supersede(older.clone());
+    }
+    match &status.pinned {
+        None => {
+            return Step::PinNode(palisade_model::nodefence::PinnedNode {
+                name: spec.node_name.clone(),
+                uid: obs.node_uid.clone().unwrap_or_default(),
+            })
+        }
+        Some(p) if p.name != spec.node_name => return Step::Fail(FailureReason::SpecChanged),
+        Some(p) => {
+            if let Some(uid) = &obs.node_uid {
+                if !p.uid.is_empty() && *uid != p.uid {
+                    return Step::Fail(FailureReason::NodeReplaced);
+                }
+            }
         }
     }
     if phase == Phase::Pending {

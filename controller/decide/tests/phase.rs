@@ -16,7 +16,7 @@ use palisade_decide::{Clocks, HoldReason, Mono, Verdict, WaitReason};
 use palisade_model::advertise::Advertisement;
 use palisade_model::nodefence::{
     Coverage, Evidence, EvidenceKind, FailureReason, NodeFenceSpec, NodeFenceStatus, Phase,
-    PlannedDevice, ReleasedObject, RequestedBy,
+    PinnedNode, PlannedDevice, ReleasedObject, RequestedBy,
 };
 use palisade_model::policy::{Recovery, UntaintWhen};
 use palisade_model::target::DeviceKind;
@@ -93,6 +93,8 @@ struct World {
     marker: Option<String>,
     self_fence_wait: Option<Duration>,
     taint: bool,
+    node_uid: Option<String>,
+    older_sibling: Option<String>,
     recovery: Recovery,
     verdict: Option<Verdict>,
 }
@@ -111,6 +113,8 @@ impl World {
             marker: Some("renew-0".into()),
             self_fence_wait: None,
             taint: false,
+            node_uid: Some("uid-m0".into()),
+            older_sibling: None,
             recovery: Recovery {
                 power_on: true,
                 untaint_when: UntaintWhen::NodeReady,
@@ -143,6 +147,8 @@ impl World {
                 .agent_clean
                 .then(|| "the agent's runtime lists none of the released pods".to_string()),
             taint_present: self.taint,
+            node_uid: self.node_uid.clone(),
+            older_sibling: self.older_sibling.clone(),
         }
     }
 }
@@ -163,6 +169,12 @@ fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn
     match step {
         Step::Nothing | Step::Hold(_) | Step::Wait { .. } | Step::Refuse { .. } => {}
         Step::RecordToken(t) => st.fencing_token = Some(*t),
+        Step::PinNode(p) => st.pinned = Some(p.clone()),
+        Step::Supersede(o) => {
+            st.superseded_by = Some(o.clone());
+            st.fail(FailureReason::Superseded, at, "superseded")
+                .unwrap();
+        }
         Step::Cancel => st.transition(Phase::Done, at, "node recovered").unwrap(),
         Step::StartFencing { plan, token } => {
             st.plan = Some(plan.clone());
@@ -242,7 +254,17 @@ fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn
     }
 }
 
+/// A new fence, its node already pinned (the controller's first step).
 fn created() -> NodeFenceStatus {
+    let mut st = unpinned();
+    st.pinned = Some(PinnedNode {
+        name: "m0".into(),
+        uid: "uid-m0".into(),
+    });
+    st
+}
+
+fn unpinned() -> NodeFenceStatus {
     let mut st = NodeFenceStatus::default();
     st.transition(Phase::Pending, wall(0), "created").unwrap();
     st
@@ -794,6 +816,47 @@ fn clean_proof_needs_a_new_boot_id_or_an_inventory_without_the_released_pods() {
         .unwrap()
         .contains("boot-b"));
     assert_eq!(clean_proof(&st, &rebooted, None, since), None);
+}
+
+#[test]
+fn a_fence_acts_only_on_the_node_it_pinned() {
+    let sp = spec(RequestedBy::Controller);
+    let mut w = World::new();
+    let mut st = unpinned();
+    // The first step pins the node's name and UID.
+    let step = next_step(&sp, &st, &w.obs());
+    assert!(matches!(&step, Step::PinNode(p) if p.name == "m0" && p.uid == "uid-m0"));
+    apply(&step, &mut st, &mut w, &|_| true);
+    let fencing = next_step(&sp, &st, &w.obs());
+    assert!(matches!(fencing, Step::StartFencing { .. }));
+    apply(&fencing, &mut st, &mut w, &|_| true);
+    // spec.nodeName edited to another node: fail, never apply m0's proof to it.
+    let mut edited = sp.clone();
+    edited.node_name = "m1".into();
+    assert_eq!(
+        next_step(&edited, &st, &w.obs()),
+        Step::Fail(FailureReason::SpecChanged)
+    );
+    // The Node deleted and registered again (another UID): fail.
+    w.node_uid = Some("uid-m0-reborn".into());
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Fail(FailureReason::NodeReplaced)
+    );
+}
+
+#[test]
+fn of_two_unfinished_fences_for_one_node_only_the_older_acts() {
+    let sp = spec(RequestedBy::Manual);
+    let mut w = World::new();
+    w.older_sibling = Some("m0-older".into());
+    let mut st = created();
+    let step = next_step(&sp, &st, &w.obs());
+    assert_eq!(step, Step::Supersede("m0-older".into()));
+    apply(&step, &mut st, &mut w, &|_| true);
+    assert_eq!(st.phase, Phase::Failed);
+    assert_eq!(st.superseded_by.as_deref(), Some("m0-older"));
+    assert_eq!(next_step(&sp, &st, &w.obs()), Step::Nothing);
 }
 
 #[test]

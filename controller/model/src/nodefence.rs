@@ -231,6 +231,15 @@ pub struct NodeFenceStatus {
     /// Current phase.
     #[serde(default)]
     pub phase: Phase,
+    /// The node this fence acts on, pinned by the controller's first step: its name and the
+    /// UID of its Node object. A fence whose `spec.nodeName` changes later, or whose Node is
+    /// replaced by one with another UID, fails and does nothing more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<PinnedNode>,
+    /// When this fence was superseded: the name of the older unfinished `NodeFence` for the
+    /// same node, which alone acts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<String>,
     /// The highest leadership fencing token that has acted on this fence. Device actions carry
     /// it; a leader holding a lower token must act on nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -265,6 +274,17 @@ pub struct NodeFenceStatus {
     /// Derived from `phase` on every transition; never written independently.
     #[serde(default)]
     pub conditions: Vec<Condition>,
+}
+
+/// The node identity a fence acts on.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PinnedNode {
+    /// `spec.nodeName` when pinned.
+    pub name: String,
+    /// The Node object's UID when pinned (empty if the Node did not exist then).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
 }
 
 /// The fencing plan persisted at Pending → Fencing.
@@ -568,6 +588,13 @@ pub enum FailureReason {
     /// covered pod was released: its agent is alive and may restart what it had killed, so
     /// nothing more is released on the self-fence proof.
     NodeReturned,
+    /// `spec.nodeName` changed after the fence pinned its node: nothing more is done.
+    SpecChanged,
+    /// The Node was deleted and registered again with another UID: nothing more is done.
+    NodeReplaced,
+    /// An older unfinished `NodeFence` for the same node exists (`supersededBy`); only that one
+    /// acts.
+    Superseded,
 }
 
 impl FailureReason {
@@ -579,6 +606,9 @@ impl FailureReason {
             Self::NoVerifiedFence => "NoVerifiedFence",
             Self::NoPlan => "NoPlan",
             Self::NodeReturned => "NodeReturned",
+            Self::SpecChanged => "SpecChanged",
+            Self::NodeReplaced => "NodeReplaced",
+            Self::Superseded => "Superseded",
         }
     }
 }

@@ -134,6 +134,28 @@ fn renewal_of(ctx: &Ctx, node: &str) -> (Option<Timestamp>, Advertisement) {
     (changed.map(|c| now.to_wall(c)), ad)
 }
 
+/// The oldest other unfinished `NodeFence` for the same node, if older than `nf` (creation
+/// time, then name): the one that acts.
+fn older_sibling(ctx: &Ctx, nf: &NodeFence) -> Option<String> {
+    let key = |f: &NodeFence| {
+        (
+            f.metadata.creation_timestamp.clone().map(|t| t.0),
+            f.name_any(),
+        )
+    };
+    let ours = key(nf);
+    ctx.cache
+        .fences
+        .state()
+        .into_iter()
+        .filter(|f| f.spec.node_name == nf.spec.node_name && f.name_any() != nf.name_any())
+        .filter(|f| !crate::detect::phase_of(f).is_terminal())
+        .map(|f| key(&f))
+        .filter(|k| *k < ours)
+        .min()
+        .map(|(_, name)| name)
+}
+
 /// Annotation a person sets on a `NodeFence` to confirm, after checking the machine, that none
 /// of the released pods runs there any more (the value says who and how); it stands in for the
 /// positive proof recovery otherwise waits for.
@@ -436,6 +458,12 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             self_fence_wait,
             clean_proof,
             taint_present,
+            node_uid: ctx
+                .cache
+                .nodes
+                .get(&StoreRef::new(&node))
+                .and_then(|n| n.metadata.uid.clone()),
+            older_sibling: older_sibling(ctx, &nf),
         };
         let step = next_step(&nf.spec, &status, &obs);
         let label = step.label();
@@ -446,6 +474,24 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
         let wall = now_wall();
         match step {
             Step::Nothing => return Ok(()),
+            Step::PinNode(pinned) => {
+                status.pinned = Some(pinned);
+                persist(&api, &nf, status, label).await?;
+            }
+            Step::Supersede(older) => {
+                let msg = format!(
+                    "NodeFence {older} for node {node} is older and unfinished: only it acts; this one does nothing"
+                );
+                status.superseded_by = Some(older);
+                status
+                    .fail(FailureReason::Superseded, wall, msg.clone())
+                    .map_err(|source| Error::Status {
+                        name: name.into(),
+                        source,
+                    })?;
+                persist(&api, &nf, status, label).await?;
+                event(ctx, &nf, Kind::Warning, "Superseded", &msg).await;
+            }
             Step::Refuse { ours, recorded } => {
                 tracing::warn!(
                     nodefence = name,

@@ -736,6 +736,8 @@ impl<'s> World<'s> {
             self_fence_wait: advertised.trust_wait(margin),
             clean_proof: clean,
             taint_present: self.tainted[i],
+            node_uid: Some(format!("uid-{name}")),
+            older_sibling: None,
         }
     }
 
@@ -766,6 +768,15 @@ impl<'s> World<'s> {
         match step {
             Step::Nothing | Step::Wait { .. } | Step::Hold(_) | Step::Refuse { .. } => {}
             Step::RecordToken(t) => self.fences[f].status.fencing_token = Some(t),
+            Step::PinNode(p) => self.fences[f].status.pinned = Some(p),
+            Step::Supersede(older) => {
+                self.fences[f].status.superseded_by = Some(older);
+                let _ = self.fences[f].status.fail(
+                    palisade_model::nodefence::FailureReason::Superseded,
+                    wall,
+                    "superseded",
+                );
+            }
             Step::Cancel => {
                 let _ = self.fences[f]
                     .status
