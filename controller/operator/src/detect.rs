@@ -41,6 +41,18 @@ pub async fn run(ctx: Arc<Ctx>) {
         interval.tick().await;
         let now = ctx.now();
         observe(&ctx, now);
+        // Tokens only go up: never act below a token some NodeFence already recorded (the
+        // leader Lease may have been deleted with its namespace, or restored from a backup).
+        if let Some(highest) = ctx
+            .cache
+            .fences
+            .state()
+            .iter()
+            .filter_map(|f| f.status.as_ref()?.fencing_token)
+            .max()
+        {
+            ctx.leader.raise_floor(highest);
+        }
         let token = ctx.leader.token();
         ctx.metrics.tick(token.is_some());
         let Some(token) = token else {

@@ -183,6 +183,9 @@ async fn bounded<T>(
             AttemptOutcome::TimedOut,
             format!("no verified {what} within {budget:?}"),
         )),
+        // A bridge that has seen a newer token refuses: that is not a device failure but a
+        // deposed (or restarted-from-scratch) leader, and is reported as such.
+        Ok(Err(e)) if e.ends_with("(stale_fencing_token)") => Err((AttemptOutcome::StaleToken, e)),
         Ok(Err(e)) => Err((AttemptOutcome::Failed, e)),
         Ok(Ok(v)) => Ok(v),
     }

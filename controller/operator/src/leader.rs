@@ -41,6 +41,10 @@ struct State {
 #[derive(Clone)]
 pub struct Leadership {
     state: Arc<watch::Sender<State>>,
+    /// The highest token known to have been used anywhere (NodeFence statuses, a bridge's
+    /// refusal): every new term starts above it, so tokens only go up even when the leader
+    /// Lease was deleted (namespace removed, reinstall).
+    floor: Arc<std::sync::atomic::AtomicI64>,
     client: Client,
     namespace: String,
     name: String,
@@ -52,6 +56,7 @@ impl Leadership {
     pub fn new(client: Client, namespace: &str, name: &str, identity: &str) -> Self {
         Self {
             state: Arc::new(watch::channel(State::default()).0),
+            floor: Arc::new(std::sync::atomic::AtomicI64::new(0)),
             client,
             namespace: namespace.to_string(),
             name: name.to_string(),
@@ -102,6 +107,42 @@ impl Leadership {
 
     fn step_down(&self) {
         self.state.send_replace(State::default());
+    }
+
+    /// Gives up the current term now (a device refused our token as stale); the next round
+    /// re-elects this replica, if the Lease allows, with a higher token.
+    pub fn resign(&self) {
+        if self.state.borrow().token.is_some() {
+            tracing::warn!(identity = %self.identity, "resigning the current term");
+        }
+        self.step_down();
+    }
+
+    /// Records that `token` was used somewhere. If our term's token is below it, we step down
+    /// at once; the next election round takes a token above it.
+    ///
+    /// Guarantees: after `raise_floor(t)`, no term of this replica acts with a token below
+    /// `t`, and every term it starts from then on has a token above `t`.
+    pub fn raise_floor(&self, token: i64) {
+        let before = self
+            .floor
+            .fetch_max(token, std::sync::atomic::Ordering::SeqCst);
+        if token > before {
+            tracing::info!(floor = token, "fencing token floor raised");
+        }
+        if self.state.borrow().token.is_some_and(|t| t < token) {
+            tracing::warn!(
+                floor = token,
+                "our fencing token is not above one already used: stepping down to re-elect with a higher one"
+            );
+            self.step_down();
+        }
+    }
+
+    fn next_token(&self, after: i64) -> i64 {
+        after
+            .max(self.floor.load(std::sync::atomic::Ordering::SeqCst))
+            .saturating_add(1)
     }
 
     /// Runs the election forever: acquire, renew every `renew_interval`, step down when a
@@ -157,7 +198,7 @@ impl Leadership {
                     namespace: Some(self.namespace.clone()),
                     annotations: Some(BTreeMap::from([(
                         TOKEN_ANNOTATION.to_string(),
-                        "1".to_string(),
+                        self.next_token(0).to_string(),
                     )])),
                     ..Default::default()
                 },
@@ -170,8 +211,9 @@ impl Leadership {
                     ..Default::default()
                 }),
             };
+            let first = token_of(&lease);
             return match api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(Some(1)),
+                Ok(_) => Ok(Some(first)),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
                 Err(e) => Err(Error::kube("creating leader lease", e)),
             };
@@ -209,7 +251,7 @@ impl Leadership {
             if !(holder.is_empty() || holder == self.identity || expired) {
                 return Ok(None);
             }
-            new_token = token.saturating_add(1);
+            new_token = self.next_token(token);
             spec_new.holder_identity = Some(self.identity.clone());
             spec_new.acquire_time = Some(now.clone());
             spec_new.renew_time = Some(now);

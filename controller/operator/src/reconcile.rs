@@ -268,10 +268,7 @@ async fn recovery_action(
     let step = step_name(nf, token, &status);
     let (attempts, result) =
         crate::devices::recover(ctx, &nf.spec.node_name, level, devices, token, &step).await;
-    if attempts
-        .iter()
-        .any(|a| a.outcome == AttemptOutcome::StaleToken)
-    {
+    if stale_token(ctx, nf, token, &attempts).await {
         return Ok(false);
     }
     status.attempts.extend(attempts);
@@ -308,6 +305,50 @@ fn boot_id(ctx: &Ctx, node: &str) -> Option<String> {
             })
             .filter(|b| !b.is_empty())
     })
+}
+
+/// Whether an attempt was refused for a stale token. If so, nothing of the step is persisted;
+/// the refusal raises the leader's token floor (to the bridge's floor when it says it), so
+/// this replica steps down and the next term starts above every token already used: a
+/// controller that restarted from scratch (its leader Lease deleted) recovers on its own
+/// instead of failing every fence against the bridge.
+async fn stale_token(
+    ctx: &Ctx,
+    nf: &NodeFence,
+    token: i64,
+    attempts: &[palisade_model::nodefence::DeviceAttempt],
+) -> bool {
+    let Some(refused) = attempts
+        .iter()
+        .find(|a| a.outcome == AttemptOutcome::StaleToken)
+    else {
+        return false;
+    };
+    let floor = seen_token(&refused.message).unwrap_or(token).max(token);
+    tracing::warn!(nodefence = %nf.name_any(), token, floor, message = %refused.message, "fencing token refused as stale; persisting nothing, re-electing above it");
+    event(
+        ctx,
+        nf,
+        Kind::Warning,
+        "StaleFencingToken",
+        &format!(
+            "token {token} refused ({}); this controller steps down and the next term starts above token {floor}",
+            refused.message
+        ),
+    )
+    .await;
+    ctx.leader.raise_floor(floor);
+    ctx.leader.resign();
+    true
+}
+
+/// The newer token a bridge's refusal names ("... has already seen token N ...").
+fn seen_token(message: &str) -> Option<i64> {
+    let rest = message.split("already seen token ").nth(1)?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Drives one `NodeFence` until it waits, finishes, or we lose leadership.
@@ -584,15 +625,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 let step = step_name(&nf, token, &status);
                 let run =
                     crate::devices::run_level(ctx, &node, level, &devices, token, &step).await;
-                if run
-                    .attempts
-                    .iter()
-                    .any(|a| a.outcome == AttemptOutcome::StaleToken)
-                {
-                    tracing::warn!(
-                        nodefence = name,
-                        "leadership lost during a level; persisting nothing"
-                    );
+                if stale_token(ctx, &nf, token, &run.attempts).await {
                     return Ok(());
                 }
                 status.attempts.extend(run.attempts);
