@@ -82,6 +82,9 @@ pub struct Ctx {
     pub changed_at: Mutex<HashMap<String, Mono>>,
     /// The self-fence advertisement observed with each node's latest observed renewal.
     pub advertised: Mutex<HashMap<String, palisade_model::advertise::Advertisement>>,
+    /// Held while a worker counts fences in flight and records its own start, so two workers
+    /// never both see room under `maxConcurrent` and both start.
+    pub start_gate: tokio::sync::Mutex<()>,
     /// `NodeFence`s that have a running worker.
     pub workers: Mutex<HashSet<String>>,
     start: Instant,
@@ -106,6 +109,7 @@ impl Ctx {
             verdicts: Mutex::new(HashMap::new()),
             changed_at: Mutex::new(HashMap::new()),
             advertised: Mutex::new(HashMap::new()),
+            start_gate: tokio::sync::Mutex::new(()),
             workers: Mutex::new(HashSet::new()),
             start: Instant::now(),
         })

@@ -134,6 +134,59 @@ fn renewal_of(ctx: &Ctx, node: &str) -> (Option<Timestamp>, Advertisement) {
     (changed.map(|c| now.to_wall(c)), ad)
 }
 
+/// Whether starting `nf` now would exceed the policy's `maxConcurrent` or its per-domain
+/// limit, counted from a fresh LIST of NodeFences (the decision counted from the cache, which
+/// can lag behind fences another worker just started).
+async fn at_limit(
+    ctx: &Ctx,
+    api: &Api<NodeFence>,
+    nf: &NodeFence,
+    policy: &palisade_model::FencingPolicySpec,
+) -> Result<Option<String>, Error> {
+    let all = api
+        .list(&Default::default())
+        .await
+        .map_err(|e| Error::kube("listing NodeFences before starting a fence", e))?;
+    let in_flight: Vec<&NodeFence> = all
+        .items
+        .iter()
+        .filter(|f| f.name_any() != nf.name_any())
+        .filter(|f| {
+            matches!(
+                crate::detect::phase_of(f),
+                Phase::Fencing | Phase::Fenced | Phase::Releasing
+            )
+        })
+        .collect();
+    let max = usize::try_from(policy.limits.max_concurrent).unwrap_or(0);
+    if in_flight.len() >= max {
+        return Ok(Some(format!(
+            "{} fence(s) in flight, maxConcurrent is {max}",
+            in_flight.len()
+        )));
+    }
+    let key = &policy.limits.per_domain.topology_key;
+    let domain_of = |node: &str| {
+        ctx.cache
+            .nodes
+            .get(&StoreRef::new(node))
+            .and_then(|n| n.labels().get(key).cloned())
+            .unwrap_or_default()
+    };
+    let ours = domain_of(&nf.spec.node_name);
+    let in_domain = in_flight
+        .iter()
+        .filter(|f| domain_of(&f.spec.node_name) == ours)
+        .count();
+    let per = usize::try_from(policy.limits.per_domain.max_concurrent).unwrap_or(0);
+    if in_domain >= per {
+        return Ok(Some(format!(
+            "{in_domain} fence(s) in flight in domain {ours:?}, perDomain.maxConcurrent is {per}"
+        )));
+    }
+    Ok(None)
+}
+
 /// The oldest other unfinished `NodeFence` for the same node, if older than `nf` (creation
 /// time, then name): the one that acts.
 fn older_sibling(ctx: &Ctx, nf: &NodeFence) -> Option<String> {
@@ -605,6 +658,13 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 .await;
             }
             Step::StartFencing { plan, token: t } => {
+                let _gate = ctx.start_gate.lock().await;
+                if let Some(p) = policy.as_ref() {
+                    if let Some(why) = at_limit(ctx, &api, &nf, p).await? {
+                        tracing::info!(nodefence = name, %why, "not starting: limit reached (counted from the API)");
+                        return Ok(());
+                    }
+                }
                 let levels: Vec<String> = plan.levels.iter().map(|l| l.name.clone()).collect();
                 status.plan = Some(plan);
                 status.recovery.boot_id_at_fence = boot_id(ctx, &node);
