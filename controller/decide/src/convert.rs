@@ -8,31 +8,46 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use k8s_openapi::jiff::fmt::strtime;
 
 use crate::detector::Heartbeat;
 use palisade_model::advertise::Advertisement;
 
 use crate::snapshot::{Exclusion, PdbSnapshot, PodSnapshot, Tolerance, TolerationSnapshot};
 
-/// The heartbeat markers of a node: its Lease `renewTime` and its Ready condition's
-/// `lastHeartbeatTime`, as opaque strings (compared only for change; never as times).
+/// The heartbeat markers of a node, as opaque strings (compared only for change; never as
+/// times).
+///
+/// Only the node's own writes count as life. The node lifecycle controller rewrites the Ready
+/// condition of a silent node (status `Unknown` after its grace period), so when the node has
+/// a Lease with a `renewTime`, the Lease alone is the heartbeat and the Ready condition is
+/// ignored entirely. Without one, the Ready condition's `lastHeartbeatTime` (which the
+/// lifecycle controller preserves when it marks the node `Unknown`) is the marker, whatever
+/// the condition's status.
+///
+/// Guarantees: a change of the Ready condition made by anyone but the node itself never
+/// changes the marker of a node that has a Lease. Assumptions: the Lease passed is the node's
+/// own (namespace `kube-node-lease`, named after the node), read from the same cache on every
+/// tick; the marker strings are persisted, so their format must stay stable.
 pub fn heartbeat(node: &Node, lease: Option<&Lease>) -> Heartbeat {
-    let fmt = |t: k8s_openapi::jiff::Timestamp| {
-        strtime::format("%Y-%m-%dT%H:%M:%S%.fZ", t).unwrap_or_default()
-    };
+    let lease_renew_time = lease
+        .and_then(|l| l.spec.as_ref())
+        .and_then(|s| s.renew_time.as_ref())
+        .map(|t| t.0.to_string());
+    if lease_renew_time.is_some() {
+        return Heartbeat {
+            lease_renew_time,
+            ready_heartbeat: None,
+        };
+    }
     Heartbeat {
-        lease_renew_time: lease
-            .and_then(|l| l.spec.as_ref())
-            .and_then(|s| s.renew_time.as_ref())
-            .map(|t| fmt(t.0)),
+        lease_renew_time: None,
         ready_heartbeat: node
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
             .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
             .and_then(|c| c.last_heartbeat_time.as_ref())
-            .map(|t| fmt(t.0)),
+            .map(|t| t.0.to_string()),
     }
 }
 
@@ -62,23 +77,45 @@ pub fn pod_is_terminal(pod: &Pod) -> bool {
     )
 }
 
-/// Whether a claim is ReadWriteOnce or ReadWriteOncePod (from its status once bound, else spec).
+/// Whether a claim may be written by one node only (ReadWriteOnce or ReadWriteOncePod), which
+/// makes the pods mounting it stateful: they need a fence that covers storage users.
+///
+/// The access modes are read from the status once the claim is bound (what the volume
+/// actually grants), else from the spec (what was asked for).
+///
+/// Guarantees (fail safe): a claim whose access modes cannot be read (neither status nor spec
+/// lists any) counts as `true`, stateful.
 pub fn claim_is_rwo(pvc: &PersistentVolumeClaim) -> bool {
     let modes = pvc
         .status
         .as_ref()
         .and_then(|s| s.access_modes.as_ref())
-        .or_else(|| pvc.spec.as_ref().and_then(|s| s.access_modes.as_ref()));
-    modes.is_some_and(|m| {
+        .filter(|m| !m.is_empty())
+        .or_else(|| {
+            pvc.spec
+                .as_ref()
+                .and_then(|s| s.access_modes.as_ref())
+                .filter(|m| !m.is_empty())
+        });
+    modes.is_none_or(|m| {
         m.iter()
             .any(|a| a == "ReadWriteOnce" || a == "ReadWriteOncePod")
     })
 }
 
-/// The pod as the decision sees it. `claim_is_rwo(namespace, claim_name)` answers from the
-/// caller's PVC cache (see [`claim_is_rwo`]); an unknown claim should answer `true` (fail safe:
-/// treat the pod as stateful).
-pub fn pod_snapshot(pod: &Pod, claim_is_rwo: impl Fn(&str, &str) -> bool) -> PodSnapshot {
+/// The pod as the decision sees it.
+///
+/// `find_claim(namespace, claim_name)` answers from the caller's PVC cache.
+///
+/// Guarantees (fail safe): the pod counts as using a single-writer volume
+/// (`uses_rwo_volume`, stateful) if any of its claims is ReadWriteOnce or ReadWriteOncePod
+/// (see [`claim_is_rwo`]), *or is unknown* (`find_claim` returns `None`: not yet in the
+/// cache, deleted, or unreadable). A stateful pod is released only after a fence that covers
+/// storage users, so a wrong "stateful" can only delay a release, never cause a second writer.
+pub fn pod_snapshot<C>(pod: &Pod, find_claim: impl Fn(&str, &str) -> Option<C>) -> PodSnapshot
+where
+    C: std::ops::Deref<Target = PersistentVolumeClaim>,
+{
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let spec = pod.spec.as_ref();
     let tolerations: Vec<TolerationSnapshot> = spec
@@ -97,7 +134,7 @@ pub fn pod_snapshot(pod: &Pod, claim_is_rwo: impl Fn(&str, &str) -> bool) -> Pod
         .into_iter()
         .flatten()
         .filter_map(|v| v.persistent_volume_claim.as_ref())
-        .any(|c| claim_is_rwo(&namespace, &c.claim_name));
+        .any(|c| find_claim(&namespace, &c.claim_name).is_none_or(|pvc| claim_is_rwo(&pvc)));
     PodSnapshot {
         name: pod.metadata.name.clone().unwrap_or_default(),
         namespace,
@@ -153,8 +190,8 @@ mod tests {
     use super::*;
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use k8s_openapi::api::core::v1::{
-        NodeCondition, NodeStatus, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
-        PodSpec, PodStatus, Toleration, Volume,
+        NodeCondition, NodeStatus, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus,
+        PersistentVolumeClaimVolumeSource, PodSpec, PodStatus, Toleration, Volume,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
     use k8s_openapi::jiff::Timestamp;
@@ -164,9 +201,8 @@ mod tests {
         Timestamp::from_millisecond(1_800_000_000_000 + ms).unwrap()
     }
 
-    #[test]
-    fn heartbeat_reads_lease_and_ready_condition() {
-        let node = Node {
+    fn node_ready(status: &str, heartbeat_ms: i64) -> Node {
+        Node {
             status: Some(NodeStatus {
                 conditions: Some(vec![
                     NodeCondition {
@@ -177,38 +213,93 @@ mod tests {
                     },
                     NodeCondition {
                         type_: "Ready".into(),
-                        status: "True".into(),
-                        last_heartbeat_time: Some(Time(ts(5000))),
+                        status: status.into(),
+                        last_heartbeat_time: Some(Time(ts(heartbeat_ms))),
                         ..Default::default()
                     },
                 ]),
                 ..Default::default()
             }),
             ..Default::default()
-        };
-        let lease = Lease {
+        }
+    }
+
+    fn lease_renewed(ms: Option<i64>) -> Lease {
+        Lease {
             spec: Some(LeaseSpec {
-                renew_time: Some(MicroTime(ts(1234))),
+                renew_time: ms.map(|ms| MicroTime(ts(ms))),
                 ..Default::default()
             }),
             ..Default::default()
-        };
-        let a = heartbeat(&node, Some(&lease));
-        assert_eq!(a.ready_heartbeat.as_deref(), Some("2027-01-15T08:00:05Z"));
+        }
+    }
+
+    #[test]
+    fn heartbeat_is_the_lease_alone_when_there_is_one_else_the_ready_heartbeat() {
+        let l = |ms| Some(lease_renewed(Some(ms)));
+        // (node, lease, expected lease marker, expected ready marker)
+        type Row = (
+            Node,
+            Option<Lease>,
+            Option<&'static str>,
+            Option<&'static str>,
+        );
+        let table: Vec<Row> = vec![
+            // A Lease: the Ready condition is ignored entirely, whatever its status.
+            (
+                node_ready("True", 5000),
+                l(1234),
+                Some("2027-01-15T08:00:01.234Z"),
+                None,
+            ),
+            (
+                node_ready("Unknown", 9000),
+                l(1234),
+                Some("2027-01-15T08:00:01.234Z"),
+                None,
+            ),
+            (Node::default(), l(0), Some("2027-01-15T08:00:00Z"), None),
+            // No Lease (or one never renewed): the Ready condition's lastHeartbeatTime.
+            (
+                node_ready("True", 5000),
+                None,
+                None,
+                Some("2027-01-15T08:00:05Z"),
+            ),
+            (
+                node_ready("Unknown", 5000),
+                Some(lease_renewed(None)),
+                None,
+                Some("2027-01-15T08:00:05Z"),
+            ),
+            (Node::default(), None, None, None),
+        ];
+        for (i, (node, lease, renew, ready)) in table.iter().enumerate() {
+            let hb = heartbeat(node, lease.as_ref());
+            assert_eq!(hb.lease_renew_time.as_deref(), *renew, "row {i}");
+            assert_eq!(hb.ready_heartbeat.as_deref(), *ready, "row {i}");
+        }
+    }
+
+    #[test]
+    fn lifecycle_controller_marking_ready_unknown_is_not_a_heartbeat() {
+        let lease = lease_renewed(Some(1234));
+        // The lifecycle controller flips Ready to Unknown and stamps a new transition: with a
+        // Lease, the marker does not move.
         assert_eq!(
-            a.lease_renew_time.as_deref(),
-            Some("2027-01-15T08:00:01.234Z")
+            heartbeat(&node_ready("True", 5000), Some(&lease)),
+            heartbeat(&node_ready("Unknown", 7000), Some(&lease))
+        );
+        // Without a Lease, it preserves lastHeartbeatTime: the status alone is no change.
+        assert_eq!(
+            heartbeat(&node_ready("True", 5000), None),
+            heartbeat(&node_ready("Unknown", 5000), None)
         );
         // A renewal 1 ms later is a change.
-        let later = Lease {
-            spec: Some(LeaseSpec {
-                renew_time: Some(MicroTime(ts(1235))),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        assert_ne!(heartbeat(&node, Some(&later)), a);
-        assert_eq!(heartbeat(&Node::default(), None), Heartbeat::default());
+        assert_ne!(
+            heartbeat(&Node::default(), Some(&lease_renewed(Some(1235)))),
+            heartbeat(&Node::default(), Some(&lease))
+        );
     }
 
     #[test]
@@ -280,8 +371,23 @@ mod tests {
         }
     }
 
+    fn pvc(spec: Option<&[&str]>, status: Option<&[&str]>) -> PersistentVolumeClaim {
+        let modes = |m: &[&str]| Some(m.iter().map(|s| s.to_string()).collect());
+        PersistentVolumeClaim {
+            spec: spec.map(|m| PersistentVolumeClaimSpec {
+                access_modes: modes(m),
+                ..Default::default()
+            }),
+            status: status.map(|m| PersistentVolumeClaimStatus {
+                access_modes: modes(m),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
     #[test]
-    fn pod_snapshot_reads_priority_tolerations_and_rwo_claims() {
+    fn pod_snapshot_reads_priority_and_tolerations() {
         let tol = Toleration {
             key: Some("node.kubernetes.io/unreachable".into()),
             operator: Some("Exists".into()),
@@ -289,46 +395,81 @@ mod tests {
             toleration_seconds: Some(7),
             ..Default::default()
         };
-        let pod = pod_with(&["data", "shared"], vec![tol], "Running");
-        let s = pod_snapshot(&pod, |ns, claim| ns == "db" && claim == "data");
+        let pod = pod_with(&[], vec![tol], "Running");
+        let s = pod_snapshot(&pod, |_, _| None::<&PersistentVolumeClaim>);
         assert_eq!(
             (s.namespace.as_str(), s.name.as_str(), s.priority),
             ("db", "db-0", 1000)
         );
         assert_eq!(s.unreachable, Tolerance::For(Duration::from_secs(7)));
-        assert!(s.uses_rwo_volume);
-        let s = pod_snapshot(&pod, |_, claim| claim == "other");
-        assert!(!s.uses_rwo_volume);
+        assert!(!s.uses_rwo_volume, "no claim: stateless");
         assert!(!pod_is_terminal(&pod));
         assert!(pod_is_terminal(&pod_with(&[], vec![], "Succeeded")));
+        assert!(pod_is_terminal(&pod_with(&[], vec![], "Failed")));
         assert_eq!(
-            pod_snapshot(&pod_with(&[], vec![], "Running"), |_, _| true).unreachable,
+            pod_snapshot(&pod_with(&[], vec![], "Running"), |_, _| None::<
+                &PersistentVolumeClaim,
+            >)
+            .unreachable,
             Tolerance::None
         );
     }
 
     #[test]
-    fn claim_access_modes() {
-        let pvc = |spec: &[&str], status: Option<&[&str]>| PersistentVolumeClaim {
-            spec: Some(PersistentVolumeClaimSpec {
-                access_modes: Some(spec.iter().map(|s| s.to_string()).collect()),
-                ..Default::default()
-            }),
-            status: status.map(
-                |st| k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
-                    access_modes: Some(st.iter().map(|s| s.to_string()).collect()),
-                    ..Default::default()
-                },
+    fn a_pod_is_stateful_if_any_claim_is_single_writer_or_unknown() {
+        let rwo = pvc(Some(&["ReadWriteOnce"]), None);
+        let rwx = pvc(Some(&["ReadWriteMany"]), None);
+        // (claims of the pod, claims in the cache (namespace db), stateful?)
+        type Cache<'a> = Vec<(&'a str, &'a PersistentVolumeClaim)>;
+        let table: Vec<(&[&str], Cache, bool)> = vec![
+            (&[], vec![], false),
+            (&["data"], vec![("data", &rwo)], true),
+            (&["shared"], vec![("shared", &rwx)], false),
+            (
+                &["data", "shared"],
+                vec![("data", &rwo), ("shared", &rwx)],
+                true,
             ),
-            ..Default::default()
-        };
-        assert!(claim_is_rwo(&pvc(&["ReadWriteOnce"], None)));
-        assert!(claim_is_rwo(&pvc(&["ReadWriteOncePod"], None)));
-        assert!(!claim_is_rwo(&pvc(&["ReadWriteMany"], None)));
-        assert!(!claim_is_rwo(&pvc(
-            &["ReadWriteOnce"],
-            Some(&["ReadOnlyMany"])
-        )));
+            // Fail safe: a claim missing from the cache counts as stateful.
+            (&["gone"], vec![], true),
+            (&["shared", "gone"], vec![("shared", &rwx)], true),
+        ];
+        for (i, (claims, cache, stateful)) in table.into_iter().enumerate() {
+            let pod = pod_with(claims, vec![], "Running");
+            let s = pod_snapshot(&pod, |ns, name| {
+                assert_eq!(ns, "db", "claims are looked up in the pod's namespace");
+                cache.iter().find(|(n, _)| *n == name).map(|(_, p)| *p)
+            });
+            assert_eq!(s.uses_rwo_volume, stateful, "row {i}: {claims:?}");
+        }
+    }
+
+    #[test]
+    fn claim_access_modes_come_from_status_then_spec_and_unknown_is_single_writer() {
+        // (spec modes, status modes, single writer?)
+        type Modes = Option<&'static [&'static str]>;
+        let table: &[(Modes, Modes, bool)] = &[
+            (Some(&["ReadWriteOnce"]), None, true),
+            (Some(&["ReadWriteOncePod"]), None, true),
+            (Some(&["ReadWriteMany"]), None, false),
+            (Some(&["ReadOnlyMany", "ReadWriteOnce"]), None, true),
+            // Bound: the status (what the volume grants) wins over the spec.
+            (Some(&["ReadWriteOnce"]), Some(&["ReadOnlyMany"]), false),
+            (Some(&["ReadWriteMany"]), Some(&["ReadWriteOnce"]), true),
+            // An empty status list is not an answer: fall back to the spec.
+            (Some(&["ReadWriteMany"]), Some(&[]), false),
+            // Unreadable (no modes anywhere): fail safe, single writer.
+            (None, None, true),
+            (Some(&[]), None, true),
+            (Some(&[]), Some(&[]), true),
+        ];
+        for (i, (spec, status, rwo)) in table.iter().enumerate() {
+            assert_eq!(
+                claim_is_rwo(&pvc(*spec, *status)),
+                *rwo,
+                "row {i}: spec {spec:?} status {status:?}"
+            );
+        }
     }
 
     #[test]

@@ -234,8 +234,13 @@ impl Default for PdbRule {
 /// Which silent nodes are worth fencing.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum FenceWhen {
-    /// Only nodes running a pod that uses a ReadWriteOnce volume: those are the pods Kubernetes
-    /// cannot move without proof that the node is fenced.
+    /// Only nodes running a stateful pod: one that mounts a claim that is ReadWriteOnce or
+    /// ReadWriteOncePod (read from the claim's status once bound, else its spec). Those are the
+    /// pods Kubernetes cannot move without proof that the node is fenced.
+    ///
+    /// Fail safe: a claim the controller cannot read (not in its cache, deleted, or listing no
+    /// access modes) counts as ReadWriteOnce, so its pod is stateful: its node is fenced, and
+    /// the pod is released only by a fence that covers storage users.
     #[default]
     StatefulOnly,
     /// Every silent node.

@@ -22,7 +22,6 @@ use kube::{Api, ResourceExt};
 use palisade_decide::detector::{Heartbeat, Observed};
 use palisade_decide::snapshot::{
     Exclusion, FenceState, NodeSnapshot, PdbSnapshot, PodSnapshot, PolicySnapshot, Snapshot,
-    Tolerance, TolerationSnapshot,
 };
 use palisade_decide::{decide, Clocks, Verdict};
 use palisade_model::nodefence::{NodeFenceSpec, Overrides, Phase, RequestedBy};
@@ -106,43 +105,14 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
     }
 }
 
+/// The node's heartbeat markers from the Lease cache (see [`palisade_decide::convert::heartbeat`]
+/// for which writes count as life).
 fn heartbeat(ctx: &Ctx, node: &Node) -> Heartbeat {
-    let name = node.name_any();
     let lease = ctx
         .cache
         .leases
-        .get(&ObjectRef::new(&name).within(crate::cache::NODE_LEASE_NAMESPACE));
-    let lease_renew_time = lease
-        .and_then(|l| l.spec.clone())
-        .and_then(|s| s.renew_time)
-        .map(|t| t.0.to_string());
-    heartbeat_markers(lease_renew_time, node)
-}
-
-/// The markers compared by the detector.
-///
-/// Only the node's own writes may count as life. The node lifecycle controller rewrites the
-/// Ready condition of a silent node (status Unknown after its grace period), so when the node
-/// has a Lease the Lease alone is the heartbeat; without one, the Ready condition's
-/// `lastHeartbeatTime` (which the lifecycle controller preserves) is used, whatever its status.
-pub fn heartbeat_markers(lease_renew_time: Option<String>, node: &Node) -> Heartbeat {
-    if lease_renew_time.is_some() {
-        return Heartbeat {
-            lease_renew_time,
-            ready_heartbeat: None,
-        };
-    }
-    let ready_heartbeat = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .and_then(|c| c.last_heartbeat_time.as_ref())
-        .map(|t| t.0.to_string());
-    Heartbeat {
-        lease_renew_time: None,
-        ready_heartbeat,
-    }
+        .get(&ObjectRef::new(&node.name_any()).within(crate::cache::NODE_LEASE_NAMESPACE));
+    palisade_decide::convert::heartbeat(node, lease.as_deref())
 }
 
 /// The phase of a fence (a missing status is Pending).
@@ -185,46 +155,12 @@ fn fence_state(
     (state, past)
 }
 
+/// The pod as the decision sees it, its claims read from the PVC cache (an unknown claim
+/// counts as stateful: see [`palisade_decide::convert::pod_snapshot`]).
 fn pod_snapshot(ctx: &Ctx, pod: &Pod) -> PodSnapshot {
-    let spec = pod.spec.clone().unwrap_or_default();
-    let ns = pod.namespace().unwrap_or_default();
-    let tolerations: Vec<TolerationSnapshot> = spec
-        .tolerations
-        .iter()
-        .flatten()
-        .map(|t| TolerationSnapshot {
-            key: t.key.clone().unwrap_or_default(),
-            operator: t.operator.clone().unwrap_or_else(|| "Equal".into()),
-            effect: t.effect.clone().unwrap_or_default(),
-            toleration_seconds: t.toleration_seconds,
-        })
-        .collect();
-    let uses_rwo_volume = spec.volumes.iter().flatten().any(|v| {
-        let Some(claim) = v.persistent_volume_claim.as_ref() else {
-            return false;
-        };
-        ctx.cache
-            .pvcs
-            .get(&ObjectRef::new(&claim.claim_name).within(&ns))
-            .is_some_and(|pvc| {
-                let modes = pvc
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.access_modes.clone())
-                    .unwrap_or_default();
-                modes
-                    .iter()
-                    .any(|m| m == "ReadWriteOnce" || m == "ReadWriteOncePod")
-            })
-    });
-    PodSnapshot {
-        namespace: ns,
-        name: pod.name_any(),
-        labels: pod.labels().clone(),
-        priority: spec.priority.unwrap_or(0),
-        unreachable: Tolerance::from_tolerations(&tolerations),
-        uses_rwo_volume,
-    }
+    palisade_decide::convert::pod_snapshot(pod, |namespace, claim| {
+        ctx.cache.pvcs.get(&ObjectRef::new(claim).within(namespace))
+    })
 }
 
 /// Unfinished pods by the node they are bound to, indexed once per round (one pass over the
@@ -232,10 +168,7 @@ fn pod_snapshot(ctx: &Ctx, pod: &Pod) -> PodSnapshot {
 pub fn pods_by_node(ctx: &Ctx) -> HashMap<String, Vec<Arc<Pod>>> {
     let mut by_node: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
     for p in ctx.cache.pods.state() {
-        let finished = matches!(
-            p.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded") | Some("Failed")
-        );
+        let finished = palisade_decide::convert::pod_is_terminal(&p);
         if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
             if !finished {
                 by_node.entry(node).or_default().push(p);
@@ -501,29 +434,6 @@ mod tests {
         let p = pdb_snapshot(false, "ns".into(), "p".into(), &labelled);
         assert!(p.selector.is_some());
         assert_eq!(p.disruptions_allowed, Some(1));
-    }
-
-    #[test]
-    fn lifecycle_controller_marking_ready_unknown_is_not_a_heartbeat() {
-        let node = |status: &str| -> Node {
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "n"},
-                "status": {"conditions": [{"type": "Ready", "status": status,
-                    "lastHeartbeatTime": "2026-01-01T00:00:00Z"}]}
-            }))
-            .unwrap()
-        };
-        // With a Lease, the Ready condition is ignored entirely.
-        let lease = Some("2026-01-01T00:00:01Z".to_string());
-        assert_eq!(
-            heartbeat_markers(lease.clone(), &node("True")),
-            heartbeat_markers(lease, &node("Unknown"))
-        );
-        // Without one, the preserved lastHeartbeatTime is the marker, whatever the status.
-        assert_eq!(
-            heartbeat_markers(None, &node("True")),
-            heartbeat_markers(None, &node("Unknown"))
-        );
     }
 
     #[test]
