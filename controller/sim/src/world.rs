@@ -732,7 +732,22 @@ impl<'s> World<'s> {
             attach_records: vec![],
             node_healthy,
             last_renewal,
-            heartbeat_marker: self.ctl.detector.marker(name),
+            // While a self-fence may be trusted or released on, the controller reads the Lease
+            // fresh from the API (a quorum read): watch lag must not hide a renewal.
+            heartbeat_marker: if matches!(
+                st.phase,
+                Phase::Fencing | Phase::Fenced | Phase::Releasing
+            ) {
+                Some(
+                    Heartbeat {
+                        lease_renew_time: Some(self.leases[i].0.to_string()),
+                        ready_heartbeat: None,
+                    }
+                    .marker(),
+                )
+            } else {
+                self.ctl.detector.marker(name)
+            },
             self_fence_wait: advertised.trust_wait(margin),
             clean_proof: clean,
             taint_present: self.tainted[i],
