@@ -1,9 +1,58 @@
 //! Verification: the only place that can construct [`VerifiedOff`] (and [`VerifiedOn`]).
 //!
 //! A power fence counts only when the device *reports* the power off after the command.
-//! [`verify_off`] polls a [`StatusProbe`] until it reports [`PowerState::Off`], bounded by a
-//! timeout, and only then hands out the evidence. The evidence types have private fields and
-//! no public constructor, so no other code can claim "fenced" without going through here.
+//! `verify_off` polls a [`StatusProbe`] until it reports [`PowerState::Off`], bounded by a
+//! timeout, and only then hands out the evidence; `off_from_bridge` turns a firmware-bridge's
+//! answer into evidence only when the bridge itself read the state back as off.
+//!
+//! Every constructor is private to this crate (`pub(crate)`): the evidence types have private
+//! fields, and the functions that return them (`verify_off`, `verify_on`, `off_from_bridge`,
+//! `on_from_bridge`) and the command timestamp they need (`Commanded::now`) are reachable only
+//! from the device backends of this crate, which call them after sending a real command. Other
+//! crates receive evidence only from [`crate::PowerDevice`] methods, and can read it, clone
+//! it and pass it on, never make it:
+//!
+//! ```
+//! use palisade_fence::VerifiedOff;
+//! fn device_of(evidence: &VerifiedOff) -> &str {
+//!     evidence.device()
+//! }
+//! ```
+//!
+//! A struct literal does not compile outside this module (private fields):
+//!
+//! ```compile_fail,E0451
+//! let _ = palisade_fence::VerifiedOff {
+//!     device: "bmc".into(),
+//!     commanded_at: std::time::SystemTime::now(),
+//!     verified_at: std::time::SystemTime::now(),
+//!     command_to_verified: std::time::Duration::ZERO,
+//!     polls: 1,
+//!     bridge_evidence: None,
+//! };
+//! ```
+//!
+//! Nor does taking a command timestamp (the first thing every constructor needs):
+//!
+//! ```compile_fail,E0624
+//! let _ = palisade_fence::verify::Commanded::now();
+//! ```
+//!
+//! Nor claiming a bridge's answer as evidence:
+//!
+//! ```compile_fail,E0603
+//! use palisade_fence::verify::off_from_bridge;
+//! ```
+//!
+//! Nor polling a hand-written probe that always says "off":
+//!
+//! ```compile_fail,E0603
+//! use palisade_fence::verify::verify_off;
+//! ```
+//!
+//! (Stable rustdoc does not check the error code of a `compile_fail` example, so the unit test
+//! `compile_fail_examples_compile_inside_this_crate` holds the same code, word for word, and
+//! shows that privacy is the only reason these fail.)
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -27,8 +76,9 @@ pub struct Commanded {
 }
 
 impl Commanded {
-    /// Records "the command is being sent now".
-    pub fn now() -> Self {
+    /// Records "the command is being sent now". Crate-private: only a backend about to send a
+    /// real command may take one.
+    pub(crate) fn now() -> Self {
         Self {
             wall: SystemTime::now(),
             mono: Instant::now(),
@@ -38,8 +88,10 @@ impl Commanded {
 
 /// Evidence that a device reported the power of its machine off after an off command.
 ///
-/// Guarantees: constructed only by [`verify_off`], after a status read that returned
-/// [`PowerState::Off`] and was issued after the command was sent.
+/// Guarantees: constructed only in this module, by `verify_off` after a status read that
+/// returned [`PowerState::Off`] and was issued after the command was sent, or by
+/// `off_from_bridge` when a firmware-bridge answered that it read the state back as off.
+/// No other crate can construct it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedOff {
     device: String,
@@ -50,7 +102,8 @@ pub struct VerifiedOff {
     bridge_evidence: Option<String>,
 }
 
-/// Evidence that a device reported the power on after an on command.
+/// Evidence that a device reported the power on after an on command. Constructed only in this
+/// module (`verify_on`, `on_from_bridge`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedOn {
     device: String,
@@ -167,7 +220,7 @@ async fn poll_until(
 /// Guarantees: `Ok` only if a status read started after `commanded` returned
 /// [`PowerState::Off`] within `policy.timeout` of `commanded`. Assumptions: `commanded` was
 /// taken before the off command was sent; `probe` reads the device, not a cache.
-pub async fn verify_off(
+pub(crate) async fn verify_off(
     device: &str,
     commanded: Commanded,
     probe: &mut dyn StatusProbe,
@@ -184,13 +237,17 @@ pub async fn verify_off(
     })
 }
 
-/// Turns a firmware-bridge's answer to an off request into evidence.
+/// Turns a firmware-bridge's answer to an off request into evidence: the one way the bridge
+/// client (`crate::bridge`) rebuilds, on this side of the wire, the proof the bridge made on
+/// its side.
 ///
 /// Guarantees: `Ok` only if the bridge said it verified the target (`verified == true`, i.e.
 /// it read the state back from the devices after commanding them) *and* the state it read is
 /// [`PowerState::Off`]. Anything else is [`FenceError::NotVerified`]. Assumptions: `commanded`
-/// was taken before the request was sent; `verified`/`state` come from the bridge's response.
-pub fn off_from_bridge(
+/// was taken before the request was sent; `verified`/`state` come from the response of a bridge
+/// authenticated by mutual TLS against a pinned CA, which itself returns `verified` only after
+/// its own read-back (the bridge is trusted to do so).
+pub(crate) fn off_from_bridge(
     device: &str,
     commanded: Commanded,
     verified: bool,
@@ -216,7 +273,7 @@ pub fn off_from_bridge(
 }
 
 /// Turns a firmware-bridge's answer to an on request into evidence (verified and on, only).
-pub fn on_from_bridge(
+pub(crate) fn on_from_bridge(
     device: &str,
     commanded: Commanded,
     verified: bool,
@@ -239,7 +296,7 @@ pub fn on_from_bridge(
 }
 
 /// Polls `probe` until it reports on.
-pub async fn verify_on(
+pub(crate) async fn verify_on(
     device: &str,
     commanded: Commanded,
     probe: &mut dyn StatusProbe,
@@ -328,6 +385,25 @@ mod tests {
         }
         assert!(on_from_bridge("b", c, true, Some(PowerState::On)).is_ok());
         assert!(on_from_bridge("b", c, false, Some(PowerState::On)).is_err());
+    }
+
+    /// The `compile_fail` examples of the module docs, word for word: they compile here, so
+    /// outside this crate they fail only because the constructors are private.
+    #[test]
+    #[allow(unused_imports)]
+    fn compile_fail_examples_compile_inside_this_crate() {
+        use crate as palisade_fence;
+        let _ = palisade_fence::VerifiedOff {
+            device: "bmc".into(),
+            commanded_at: std::time::SystemTime::now(),
+            verified_at: std::time::SystemTime::now(),
+            command_to_verified: std::time::Duration::ZERO,
+            polls: 1,
+            bridge_evidence: None,
+        };
+        let _ = palisade_fence::verify::Commanded::now();
+        use palisade_fence::verify::off_from_bridge;
+        use palisade_fence::verify::verify_off;
     }
 
     #[tokio::test(start_paused = true)]

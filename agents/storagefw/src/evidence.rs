@@ -18,7 +18,19 @@ pub struct NodeStatus {
 /// Evidence that the storage reported `node` blocked after a block command.
 ///
 /// Guarantees: constructed only after a status read returned "blocked" for this node on this
-/// endpoint. Fields are private; there is no public constructor.
+/// endpoint. Fields are private to this crate; there is no public constructor, so no other
+/// crate can build one (the same literal compiles inside this crate, in its unit tests):
+///
+/// ```compile_fail,E0451
+/// let _ = palisade_storagefw::VerifiedBlocked {
+///     node: "m0".into(),
+///     addresses: vec![],
+///     endpoint: "https://x".into(),
+///     profile: "lab".into(),
+///     verified_at: std::time::SystemTime::UNIX_EPOCH,
+///     status: serde_json::Value::Null,
+/// };
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct VerifiedBlocked {
     pub(crate) node: String,
@@ -119,8 +131,10 @@ impl WriteAccess {
 mod tests {
     use super::*;
 
+    /// The same literal as the `compile_fail` example of [`VerifiedBlocked`]: it compiles
+    /// here, so outside the crate it fails only because the fields are private.
     fn blocked(node: &str) -> VerifiedBlocked {
-        VerifiedBlocked {
+        crate::VerifiedBlocked {
             node: node.into(),
             addresses: vec![],
             endpoint: "https://x".into(),

@@ -628,6 +628,27 @@ pub struct Transition {
 
 /// Proof that a level was verified with evidence. Only [`NodeFenceStatus::verified_fence`]
 /// constructs it; the release steps require it.
+///
+/// Guarantees: no other code can build one: the fields are private and there is no other
+/// constructor, `Default` or `Deserialize`. Code outside this module can only read it:
+///
+/// ```
+/// use palisade_model::nodefence::{Coverage, VerifiedFence};
+/// fn covers_everything(proof: &VerifiedFence) -> bool {
+///     proof.coverage() == Coverage::All
+/// }
+/// ```
+///
+/// A struct literal does not compile (private fields; the same literal compiles inside the
+/// module, see the unit test `verified_fence_literal_compiles_only_inside_its_module`):
+///
+/// ```compile_fail,E0451
+/// let _ = palisade_model::nodefence::VerifiedFence {
+///     level: 0,
+///     at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+///     coverage: palisade_model::nodefence::Coverage::All,
+/// };
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedFence {
     level: i32,
@@ -1119,5 +1140,20 @@ mod tests {
         assert!(json.contains(".123456Z"), "{json}");
         let back: NodeFenceStatus = serde_json::from_str(&json).unwrap();
         assert_eq!(back, st);
+    }
+}
+
+#[cfg(test)]
+mod proof_privacy {
+    /// The `compile_fail` example of [`super::VerifiedFence`]'s docs, word for word: it compiles
+    /// here, so outside this module it fails only because the fields are private.
+    #[test]
+    fn verified_fence_literal_compiles_only_inside_its_module() {
+        use crate as palisade_model;
+        let _ = palisade_model::nodefence::VerifiedFence {
+            level: 0,
+            at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            coverage: palisade_model::nodefence::Coverage::All,
+        };
     }
 }

@@ -8,7 +8,7 @@
 //! operation, so a retried request never acts twice on the device.
 //!
 //! Guarantees: [`BridgeDevice::off`] returns [`VerifiedOff`] only when the bridge answered
-//! `verified: true` with state `off` (see [`crate::verify::off_from_bridge`]).
+//! `verified: true` with state `off` (see `verify::off_from_bridge`).
 
 use std::path::Path;
 use std::time::Duration;
