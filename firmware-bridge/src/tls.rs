@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
@@ -20,9 +21,9 @@ pub enum TlsError {
     Pem {
         /// The file.
         path: PathBuf,
-        /// The I/O error.
+        /// The I/O or PEM parse error.
         #[source]
-        source: std::io::Error,
+        source: pem::Error,
     },
     /// A PEM file held nothing usable.
     #[error("PEM file {path} contains no {what}")]
@@ -59,9 +60,8 @@ pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError>
         path: path.to_path_buf(),
         source,
     };
-    let data = std::fs::read(path).map_err(pem_err)?;
-    let certs = rustls_pemfile::certs(&mut data.as_slice())
-        .collect::<Result<Vec<_>, _>>()
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
         .map_err(pem_err)?;
     if certs.is_empty() {
         return Err(TlsError::Empty {
@@ -78,13 +78,13 @@ pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
         path: path.to_path_buf(),
         source,
     };
-    let data = std::fs::read(path).map_err(pem_err)?;
-    rustls_pemfile::private_key(&mut data.as_slice())
-        .map_err(pem_err)?
-        .ok_or(TlsError::Empty {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| match e {
+        pem::Error::NoItemsFound => TlsError::Empty {
             path: path.to_path_buf(),
             what: "private key",
-        })
+        },
+        other => pem_err(other),
+    })
 }
 
 /// Reads a CA bundle into a root store.
@@ -146,4 +146,71 @@ pub fn identity_from_cert(der: &[u8]) -> Option<ClientIdentity> {
         }
     }
     Some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(e: &TlsError) -> String {
+        let mut s = e.to_string();
+        let mut source = std::error::Error::source(e);
+        while let Some(cause) = source {
+            s.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        s
+    }
+
+    #[test]
+    fn missing_garbage_and_empty_pem_files_are_errors_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.pem");
+        let garbage = dir.path().join("garbage.pem");
+        std::fs::write(
+            &garbage,
+            "-----BEGIN CERTIFICATE-----\n!!not base64!!\n-----END CERTIFICATE-----\n\
+             -----BEGIN PRIVATE KEY-----\n!!not base64!!\n-----END PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let text = dir.path().join("text.pem");
+        std::fs::write(&text, "just some text, no PEM section\n").unwrap();
+
+        for path in [&missing, &garbage] {
+            let name = path.display().to_string();
+            let e = read_certs(path).unwrap_err();
+            assert!(matches!(e, TlsError::Pem { .. }), "{}", message(&e));
+            assert!(message(&e).contains(&name), "{}", message(&e));
+            let e = read_key(path).unwrap_err();
+            assert!(matches!(e, TlsError::Pem { .. }), "{}", message(&e));
+            assert!(message(&e).contains(&name), "{}", message(&e));
+        }
+        let name = text.display().to_string();
+        let e = read_certs(&text).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TlsError::Empty {
+                    what: "certificate",
+                    ..
+                }
+            ),
+            "{}",
+            message(&e)
+        );
+        assert!(message(&e).contains(&name));
+        let e = read_key(&text).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TlsError::Empty {
+                    what: "private key",
+                    ..
+                }
+            ),
+            "{}",
+            message(&e)
+        );
+        assert!(message(&e).contains(&name));
+    }
 }

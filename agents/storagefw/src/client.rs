@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -74,7 +76,7 @@ fn tls_err(what: &str, reason: impl ToString) -> StorageFwError {
 fn build_tls(cfg: &StorageFwConfig) -> Result<rustls::ClientConfig, StorageFwError> {
     let mut roots = rustls::RootCertStore::empty();
     let mut n = 0;
-    for cert in rustls_pemfile::certs(&mut cfg.ca_pem.as_slice()) {
+    for cert in CertificateDer::pem_slice_iter(&cfg.ca_pem) {
         let cert = cert.map_err(|e| tls_err("CA bundle", e))?;
         roots.add(cert).map_err(|e| tls_err("CA bundle", e))?;
         n += 1;
@@ -91,12 +93,16 @@ fn build_tls(cfg: &StorageFwConfig) -> Result<rustls::ClientConfig, StorageFwErr
     let mut config = match &cfg.client_identity {
         None => builder.with_no_client_auth(),
         Some((chain_pem, key_pem)) => {
-            let chain = rustls_pemfile::certs(&mut chain_pem.as_slice())
+            let chain = CertificateDer::pem_slice_iter(chain_pem)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| tls_err("client certificate", e))?;
-            let key = rustls_pemfile::private_key(&mut key_pem.expose().as_bytes())
-                .map_err(|e| tls_err("client key", e))?
-                .ok_or_else(|| tls_err("client key", "no private key in PEM"))?;
+            let key =
+                PrivateKeyDer::from_pem_slice(key_pem.expose().as_bytes()).map_err(
+                    |e| match e {
+                        pem::Error::NoItemsFound => tls_err("client key", "no private key in PEM"),
+                        other => tls_err("client key", other),
+                    },
+                )?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| tls_err("client certificate", e))?

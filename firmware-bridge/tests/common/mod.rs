@@ -16,6 +16,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// The secret values placed in credentials; tests grep logs for them.
 pub const BMC_PASSWORD: &str = "bmc-s3cret-9f1c2e";
@@ -292,19 +294,17 @@ pub async fn raw_request(
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     install_provider();
     let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pemfile::certs(&mut server_ca_pem.as_bytes()) {
+    for c in CertificateDer::pem_slice_iter(server_ca_pem.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
     }
     let b = rustls::ClientConfig::builder().with_root_certificates(roots);
     let cfg = match client {
         None => b.with_no_client_auth(),
         Some((cert, key)) => {
-            let certs = rustls_pemfile::certs(&mut cert.as_bytes())
+            let certs = CertificateDer::pem_slice_iter(cert.as_bytes())
                 .collect::<Result<Vec<_>, _>>()
                 .unwrap();
-            let key = rustls_pemfile::private_key(&mut key.as_bytes())
-                .unwrap()
-                .unwrap();
+            let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
             b.with_client_auth_cert(certs, key).unwrap()
         }
     };

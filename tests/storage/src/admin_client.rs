@@ -5,6 +5,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use palisade_storagefw::Secret;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 use serde_json::{json, Value};
 
 use crate::error::AdminError;
@@ -24,7 +26,7 @@ impl AdminClient {
             reason: e.to_string(),
         };
         let mut roots = rustls::RootCertStore::empty();
-        for c in rustls_pemfile::certs(&mut &ca_pem[..]) {
+        for c in CertificateDer::pem_slice_iter(ca_pem) {
             roots
                 .add(c.map_err(|e| setup(&e))?)
                 .map_err(|e| setup(&e))?;

@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 use serde::{Deserialize, Serialize};
@@ -226,14 +227,14 @@ pub struct BridgeClient {
 fn tls_config(s: &ClientSettings) -> Result<ClientConfig, ClientError> {
     let setup = |what: &str, e: &dyn std::fmt::Display| ClientError::Setup(format!("{what}: {e}"));
     let mut roots = RootCertStore::empty();
-    for c in rustls_pemfile::certs(&mut s.ca_pem.as_slice()) {
+    for c in CertificateDer::pem_slice_iter(&s.ca_pem) {
         let c = c.map_err(|e| setup("CA PEM", &e))?;
         roots.add(c).map_err(|e| setup("CA certificate", &e))?;
     }
     if roots.is_empty() {
         return Err(ClientError::Setup("CA PEM holds no certificate".into()));
     }
-    let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut s.cert_pem.as_slice())
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&s.cert_pem)
         .collect::<Result<_, _>>()
         .map_err(|e| setup("client certificate PEM", &e))?;
     if certs.is_empty() {
@@ -241,9 +242,10 @@ fn tls_config(s: &ClientSettings) -> Result<ClientConfig, ClientError> {
             "client certificate PEM holds no certificate".into(),
         ));
     }
-    let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut s.key_pem.as_slice())
-        .map_err(|e| setup("client key PEM", &e))?
-        .ok_or_else(|| ClientError::Setup("client key PEM holds no key".into()))?;
+    let key = PrivateKeyDer::from_pem_slice(&s.key_pem).map_err(|e| match e {
+        pem::Error::NoItemsFound => ClientError::Setup("client key PEM holds no key".into()),
+        other => setup("client key PEM", &other),
+    })?;
     let mut cfg = ClientConfig::builder_with_provider(std::sync::Arc::new(
         rustls::crypto::ring::default_provider(),
     ))

@@ -2,6 +2,9 @@
 
 use std::sync::Arc;
 
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
 use crate::error::ServerError;
 
 fn tls(what: &str, reason: impl ToString) -> ServerError {
@@ -20,15 +23,16 @@ pub fn server_config(
     client_ca_pem: Option<&[u8]>,
 ) -> Result<rustls::ServerConfig, ServerError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let chain = rustls_pemfile::certs(&mut &cert_pem[..])
+    let chain = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| tls("server certificate", e))?;
     if chain.is_empty() {
         return Err(tls("server certificate", "no certificate in PEM"));
     }
-    let key = rustls_pemfile::private_key(&mut &key_pem[..])
-        .map_err(|e| tls("server key", e))?
-        .ok_or_else(|| tls("server key", "no private key in PEM"))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| match e {
+        pem::Error::NoItemsFound => tls("server key", "no private key in PEM"),
+        other => tls("server key", other),
+    })?;
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| tls("protocol versions", e))?;
@@ -36,7 +40,7 @@ pub fn server_config(
         None => builder.with_no_client_auth(),
         Some(ca) => {
             let mut roots = rustls::RootCertStore::empty();
-            for c in rustls_pemfile::certs(&mut &ca[..]) {
+            for c in CertificateDer::pem_slice_iter(ca) {
                 roots
                     .add(c.map_err(|e| tls("client CA", e))?)
                     .map_err(|e| tls("client CA", e))?;
