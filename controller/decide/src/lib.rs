@@ -11,6 +11,8 @@
 //!   self-fence trust rule, cooldown, dry run);
 //! - [`convert`]: pure conversions from cached Kubernetes objects (Node, Lease, Pod, PVC, PDB)
 //!   to the snapshot types;
+//! - [`guard`]: the last checks before a fence starts (never the leader's own node, limits
+//!   from counts read from the API);
 //! - [`phase`]: the `NodeFence` state machine, `next_step(spec, status, observations) -> Step`,
 //!   which never repeats an unsafe step and cannot release without a verified fence.
 //!
@@ -21,6 +23,7 @@ pub mod clock;
 pub mod convert;
 pub mod decide;
 pub mod detector;
+pub mod guard;
 pub mod phase;
 pub mod selector;
 pub mod snapshot;

@@ -1,5 +1,13 @@
 //! Installs the Palisade CRDs at start (server-side apply of the types' generated CRDs, the
 //! same documents as `controller/manifests/crds.yaml`) and waits until they are Established.
+//!
+//! `NodeFence.spec.nodeName` carries no `x-kubernetes-validations: self == oldSelf` rule: the
+//! API servers Palisade supports (1.20) do not know the field, and their server-side apply
+//! rejects the whole CRD ("field not declared in schema"; a plain create silently drops it),
+//! so the rule would either break installation or protect nothing. The controller enforces the
+//! pin itself instead: it records the node's name and Node UID at a fence's first step and
+//! fails the fence (`SpecChanged` / `NodeReplaced`) before any action if either changes. On a
+//! 1.25+ server the rule can be added to the manifests by hand as a second line of defence.
 
 use std::time::Duration;
 

@@ -45,6 +45,8 @@ pub struct Leadership {
     /// refusal): every new term starts above it, so tokens only go up even when the leader
     /// Lease was deleted (namespace removed, reinstall).
     floor: Arc<std::sync::atomic::AtomicI64>,
+    /// Until when this replica does not take the Lease (it handed leadership over).
+    yield_until: Arc<std::sync::Mutex<Option<Instant>>>,
     client: Client,
     namespace: String,
     name: String,
@@ -57,6 +59,7 @@ impl Leadership {
         Self {
             state: Arc::new(watch::channel(State::default()).0),
             floor: Arc::new(std::sync::atomic::AtomicI64::new(0)),
+            yield_until: Arc::new(std::sync::Mutex::new(None)),
             client,
             namespace: namespace.to_string(),
             name: name.to_string(),
@@ -139,6 +142,54 @@ impl Leadership {
         }
     }
 
+    /// Hands leadership over: steps down at once, releases the Lease (empty holder, the token
+    /// annotation kept so the next term's token is higher), and does not take the Lease again
+    /// for `pause`, so a replica on another node becomes the leader.
+    ///
+    /// Guarantees: when this returns, this replica acts on nothing under `token` (it stepped
+    /// down before the release was sent); the Lease is released only if it still named us with
+    /// `token` (compare-and-swap on its `resourceVersion`).
+    /// Assumptions: another replica runs elsewhere; if none does, this replica takes the Lease
+    /// again after `pause` (with a higher token) and the caller hands over again.
+    pub async fn hand_over(&self, token: i64, pause: Duration) -> Result<(), Error> {
+        *self.yield_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + pause);
+        self.step_down();
+        tracing::warn!(identity = %self.identity, token, "handing leadership over");
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+        let Some(mut lease) = api
+            .get_opt(&self.name)
+            .await
+            .map_err(|e| Error::kube(format!("reading leader lease {}", self.name), e))?
+        else {
+            return Ok(());
+        };
+        let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
+        if holder.as_deref() != Some(self.identity.as_str()) || token_of(&lease) != token {
+            return Ok(());
+        }
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.holder_identity = None;
+            spec.renew_time = None;
+            spec.acquire_time = None;
+        }
+        match api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(Error::kube("releasing leader lease", e)),
+        }
+    }
+
+    /// Whether this replica is still leaving the Lease to others after [`Self::hand_over`].
+    fn yielding(&self) -> bool {
+        self.yield_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|until| Instant::now() < until)
+    }
+
     fn next_token(&self, after: i64) -> i64 {
         after
             .max(self.floor.load(std::sync::atomic::Ordering::SeqCst))
@@ -182,6 +233,9 @@ impl Leadership {
         lease_duration: Duration,
         observed: &mut Option<(String, Instant)>,
     ) -> Result<Option<i64>, Error> {
+        if self.yielding() {
+            return Ok(None);
+        }
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
         let now = MicroTime(Timestamp::now());
         let secs = i32::try_from(lease_duration.as_secs())

@@ -58,6 +58,10 @@ pub struct Settings {
     /// The client identity (pinned CA, client certificate and key) for `bridge://` devices;
     /// `None` when this controller does not fence through a firmware-bridge.
     pub bridge: Option<palisade_fence::bridge::BridgeIdentity>,
+    /// The node this replica runs on (the downward API's `spec.nodeName`); the leader hands
+    /// leadership over instead of fencing it. `None` when the controller runs outside the
+    /// cluster.
+    pub node_name: Option<String>,
 }
 
 /// Everything the loops share.

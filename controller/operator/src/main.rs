@@ -29,6 +29,10 @@ struct Args {
     /// This replica's identity (default: the host name and process id).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// The node this replica runs on (from the downward API's `spec.nodeName`): the leader
+    /// never fences it, it hands leadership over first.
+    #[arg(long, env = "PALISADE_NODE_NAME")]
+    node_name: Option<String>,
     /// Leader Lease duration.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     lease_duration: Duration,
@@ -136,6 +140,7 @@ async fn main() -> anyhow::Result<()> {
         renew_interval: args.renew_interval,
         tick: args.resync,
         bridge,
+        node_name: args.node_name.clone().filter(|n| !n.is_empty()),
     };
     let ctx = Ctx::new(client, settings, cache, leadership.clone());
     let election = tokio::spawn(leadership.run(args.lease_duration, args.renew_interval));

@@ -159,12 +159,6 @@ async fn at_limit(
         })
         .collect();
     let max = usize::try_from(policy.limits.max_concurrent).unwrap_or(0);
-    if in_flight.len() >= max {
-        return Ok(Some(format!(
-            "{} fence(s) in flight, maxConcurrent is {max}",
-            in_flight.len()
-        )));
-    }
     let key = &policy.limits.per_domain.topology_key;
     let domain_of = |node: &str| {
         ctx.cache
@@ -179,12 +173,10 @@ async fn at_limit(
         .filter(|f| domain_of(&f.spec.node_name) == ours)
         .count();
     let per = usize::try_from(policy.limits.per_domain.max_concurrent).unwrap_or(0);
-    if in_domain >= per {
-        return Ok(Some(format!(
-            "{in_domain} fence(s) in flight in domain {ours:?}, perDomain.maxConcurrent is {per}"
-        )));
-    }
-    Ok(None)
+    Ok(
+        palisade_decide::guard::start_limit(in_flight.len(), max, &ours, in_domain, per)
+            .map(|why| why.to_string()),
+    )
 }
 
 /// The oldest other unfinished `NodeFence` for the same node, if older than `nf` (creation
@@ -658,6 +650,20 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 .await;
             }
             Step::StartFencing { plan, token: t } => {
+                if palisade_decide::guard::own_node(&node, ctx.settings.node_name.as_deref())
+                    == palisade_decide::guard::OwnNode::HandOver
+                {
+                    let msg = format!(
+                        "node {node} runs this leader ({}): handing leadership over before anything is fenced",
+                        ctx.settings.identity
+                    );
+                    tracing::warn!(nodefence = name, "{msg}");
+                    event(ctx, &nf, Kind::Warning, "LeaderOnTarget", &msg).await;
+                    ctx.leader
+                        .hand_over(t, ctx.settings.lease_duration.saturating_mul(2))
+                        .await?;
+                    return Ok(());
+                }
                 let _gate = ctx.start_gate.lock().await;
                 if let Some(p) = policy.as_ref() {
                     if let Some(why) = at_limit(ctx, &api, &nf, p).await? {
