@@ -13,7 +13,20 @@
 //! the power off after the command) or `palisade_storagefw::VerifiedBlocked` (the storage reported
 //! the node blocked); a commanded but unverified action is a failed attempt. Before every device
 //! action the leadership is re-checked against the Lease with the fencing token
-//! ([`crate::leader::Leadership::check`]).
+//! ([`crate::leader::Leadership::check`]), and the term is re-checked on the local monotonic
+//! clock once more immediately before a direct (non-bridge) command is sent, after the
+//! credentials and the node's addresses were read.
+//!
+//! The remaining window (deposed leaders): a direct device (IPMI, SNMP PDU, storage firewall)
+//! knows nothing of tokens, so a leader deposed *after* its last check (a process pause between
+//! the check and the packet, or a command still in flight when the term ends) can still reach
+//! it. The window is the time from the last local check to the device acting: normally
+//! milliseconds, but unbounded under a process freeze. A late power off only fences more; a
+//! late power on or storage unblock could lift a newer fence. Devices reached through the
+//! firmware-bridge close it: every bridge action, fence and recovery alike (power off and on,
+//! storage block and unblock), carries the token, and the bridge refuses a token below the
+//! highest it has seen ([`AttemptOutcome::StaleToken`]). Recovery through a direct device is
+//! safe only while a person or the deployment guarantees a single controller process.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -248,11 +261,24 @@ async fn act(
         .map_err(|e| (AttemptOutcome::StaleToken, e.to_string()))?;
     let budget = Duration::from_secs(u64::try_from(d.timeout_seconds).unwrap_or(20).max(1));
     let fence = direction == Direction::Fence;
+    // The last check before a direct command, after the API reads that precede it: our term
+    // must still be valid on our own clock (no round trip, so the window stays small).
+    let still_leading = || {
+        if ctx.leader.token() == Some(token) {
+            Ok(())
+        } else {
+            Err((
+                AttemptOutcome::StaleToken,
+                format!("term {token} ended before the command was sent"),
+            ))
+        }
+    };
     let scheme = DeviceScheme::of(&d.url);
     match (d.kind, scheme) {
         (DeviceKind::Power, Some(DeviceScheme::Ipmi | DeviceScheme::SnmpPdu)) => {
             let secret = secret_for(ctx, node, &d.url).await.map_err(failed)?;
             let device = power_device(&d.url, &secret).map_err(failed)?;
+            still_leading()?;
             if !fence {
                 let v = bounded(budget, "power on", async {
                     device.on().await.map_err(fence_error)
@@ -322,6 +348,7 @@ async fn act(
             let secret = secret_for(ctx, node, &d.url).await.map_err(failed)?;
             let client = storage_client(&d.url, &secret).map_err(failed)?;
             let noderef = storage_node(ctx, node).await.map_err(failed)?;
+            still_leading()?;
             if !fence {
                 bounded(budget, "unblock", async {
                     client.unblock(&noderef).await.map_err(|e| e.to_string())
