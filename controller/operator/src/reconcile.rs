@@ -179,6 +179,41 @@ async fn at_limit(
     )
 }
 
+/// Whether a self-fence may be trusted or released on in this phase: then the node's heartbeat
+/// is read fresh from the API rather than from the watch cache.
+fn self_fence_pending(status: &NodeFenceStatus) -> bool {
+    matches!(
+        status.phase,
+        Phase::Fencing | Phase::Fenced | Phase::Releasing
+    ) && status.plan.as_ref().is_some_and(|p| {
+        p.levels
+            .iter()
+            .any(|l| l.kind == palisade_model::nodefence::LevelKind::SelfFence)
+    })
+}
+
+/// The node's heartbeat marker read from the API itself (a quorum read, not the watch cache).
+///
+/// Guarantees: a renewal the API server has stored before this read is seen, whatever the
+/// watch's lag: without it, a node that renewed (and so restarted the pods its self-fence had
+/// killed) a moment before its trust time could be trusted as silent. Found by the
+/// deterministic simulation (`palisade-sim`, watch lag up to 1.5 s).
+async fn fresh_marker(ctx: &Ctx, node: &str) -> Result<Option<String>, Error> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(ctx.client.clone(), crate::cache::NODE_LEASE_NAMESPACE);
+    let lease = leases
+        .get_opt(node)
+        .await
+        .map_err(|e| Error::kube(format!("reading node {node}'s Lease"), e))?;
+    let n = ctx
+        .cache
+        .nodes
+        .get(&StoreRef::new(node))
+        .map(|n| (*n).clone())
+        .unwrap_or_default();
+    Ok(lease.map(|l| palisade_decide::convert::heartbeat(&n, Some(&l)).marker()))
+}
+
 /// The oldest other unfinished `NodeFence` for the same node, if older than `nf` (creation
 /// time, then name): the one that acts.
 fn older_sibling(ctx: &Ctx, nf: &NodeFence) -> Option<String> {
@@ -536,11 +571,14 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             attach_records,
             node_healthy,
             last_renewal,
-            heartbeat_marker: ctx
-                .detector
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .marker(&node),
+            heartbeat_marker: if self_fence_pending(&status) {
+                fresh_marker(ctx, &node).await?
+            } else {
+                ctx.detector
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .marker(&node)
+            },
             self_fence_wait,
             clean_proof,
             taint_present,
