@@ -5,6 +5,9 @@
 #     Net-SNMP (snmpd + tools), ClusterLabs fence-agents (benchmark peers), iproute2, openssl.
 #   - kube-apiserver, kube-controller-manager and kube-scheduler 1.20.2, built from Debian's
 #     `kubernetes` source package and cached outside the repo.
+#   - For the lab's QEMU machines: qemu-system-x86, busybox-static, cpio, kmod, and Debian's
+#     standard amd64 kernel, extracted (never installed) into the cache: its module tree
+#     (depmod'ed) and the uncompressed `vmlinux` that QEMU boots directly (PVH entry).
 set -euo pipefail
 
 say() { printf '[install-deps] %s\n' "$*"; }
@@ -19,7 +22,8 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 PACKAGES=(etcd-server golang-go rsync openipmi ipmitool snmp snmpd fence-agents
           iproute2 openssl procps psmisc util-linux curl ca-certificates dpkg-dev
-          build-essential pkg-config golang-github-modern-go-reflect2-dev)
+          build-essential pkg-config golang-github-modern-go-reflect2-dev
+          qemu-system-x86 busybox-static cpio kmod)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -91,6 +95,43 @@ else
   done
   rm -rf "$K8S_BIN_DIR"; mv "$K8S_BIN_DIR.tmp" "$K8S_BIN_DIR"
   say "Kubernetes $K8S_VERSION binaries cached in $K8S_BIN_DIR"
+fi
+
+# Guest kernel for QEMU lab machines. The cache directory is complete only once `vmlinux`
+# exists (it is written last), so an interrupted run is redone rather than half-trusted.
+GUEST_KERNEL_DIR="$CACHE_DIR/guest-kernel"
+if [ -s "$GUEST_KERNEL_DIR/vmlinux" ] && [ -s "$GUEST_KERNEL_DIR/version" ]; then
+  say "guest kernel $(cat "$GUEST_KERNEL_DIR/version") cached in $GUEST_KERNEL_DIR"
+else
+  # The standard flavour: the cloud flavour lacks i6300esb, IPMI and 9p.
+  kpkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9].*-amd64/{print $2; exit}')
+  [ -n "$kpkg" ] || { say "no linux-image-*-amd64 package known to apt"; exit 1; }
+  say "extracting guest kernel $kpkg into $GUEST_KERNEL_DIR"
+  kwork="$CACHE_DIR/kernel.$$"
+  rm -rf "$kwork" "$GUEST_KERNEL_DIR"; mkdir -p "$kwork/tree"
+  ( cd "$kwork" && apt-get download -qq "$kpkg" >/dev/null 2>&1 || apt-get download -qq "$kpkg" )
+  dpkg-deb -x "$kwork"/"$kpkg"_*.deb "$kwork/tree"
+  kv=$(ls "$kwork/tree/lib/modules")
+  depmod -b "$kwork/tree" "$kv"
+  # The bzImage payload is xz; QEMU boots the uncompressed ELF (PVH), skipping SeaBIOS and
+  # the in-guest decompression (seconds under TCG).
+  python3 - "$kwork/tree/boot/vmlinuz-$kv" "$kwork/vmlinux" <<'PY'
+import lzma, sys
+d = open(sys.argv[1], 'rb').read()
+i = d.find(b'\xfd7zXZ\x00')
+if i < 0:
+    sys.exit('no xz payload in ' + sys.argv[1])
+open(sys.argv[2], 'wb').write(lzma.LZMADecompressor().decompress(d[i:]))
+PY
+  if ! readelf -n "$kwork/vmlinux" | grep -q '(0x00000012)'; then  # XEN_ELFNOTE_PHYS32_ENTRY
+    say "extracted vmlinux has no PVH entry note"; rm -rf "$kwork"; exit 1
+  fi
+  rm -rf "$GUEST_KERNEL_DIR.tmp"; mkdir -p "$GUEST_KERNEL_DIR.tmp"
+  mv "$kwork/tree/lib" "$GUEST_KERNEL_DIR.tmp/lib"
+  echo "$kv" > "$GUEST_KERNEL_DIR.tmp/version"
+  mv "$kwork/vmlinux" "$GUEST_KERNEL_DIR.tmp/vmlinux"
+  rm -rf "$kwork" "$GUEST_KERNEL_DIR"; mv "$GUEST_KERNEL_DIR.tmp" "$GUEST_KERNEL_DIR"
+  say "guest kernel $kv cached in $GUEST_KERNEL_DIR"
 fi
 
 "$K8S_BIN_DIR/kube-apiserver" --version
