@@ -14,6 +14,7 @@
 //! - [`env`] resolves container environments (fieldRef, configMap/secret keys, envFrom);
 //! - [`volumes`] prepares pod volumes and [`mounts`] mounts them at their `mountPath`;
 //!   [`server`] serves `/metrics` and `/healthz`;
+//!   [`self_fence`] kills fence-eligible containers straight from the runtime;
 //!   [`watchdog`] pets a hardware watchdog while the Lease is renewed;
 //!   [`grpc_health`] is the gRPC health-check client of grpc probes.
 
@@ -31,6 +32,7 @@ pub mod pod_worker;
 pub mod probe;
 pub mod reporter;
 pub mod runtime;
+pub mod self_fence;
 pub mod server;
 pub mod shim;
 pub mod source;

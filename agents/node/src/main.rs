@@ -214,6 +214,27 @@ async fn run(args: Args) -> anyhow::Result<()> {
             age_s = age.as_secs(),
             "last Lease renewal is older than --self-fence-after: self-fencing until it is renewed"
         );
+        // Before anything else (no LIST, no worker): kill every container the runtime still
+        // holds. Without the API the agent cannot tell which pods use a PVC, so every
+        // container counts as eligible; workers restart the others once the API confirms them.
+        let out = palisade_node::self_fence::sweep(
+            ctx.runtime.as_ref(),
+            &|_: &palisade_node::runtime::ContainerInfo| true,
+            &metrics,
+        )
+        .await;
+        tracing::warn!(
+            killed = out.killed.len(),
+            unconfirmed = out.unconfirmed.len(),
+            "stale Lease at start: killed the containers found in the runtime"
+        );
+        if !out.complete() {
+            // No watchdog has been opened yet, so none is petted; say so loudly.
+            tracing::error!(
+                containers = ?out.unconfirmed,
+                "stale Lease at start: some containers could not be confirmed dead"
+            );
+        }
     }
     let (renew_tx, renew_rx) = tokio::sync::watch::channel(node::initial_renewal(
         last_renewal,

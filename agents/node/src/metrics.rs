@@ -15,6 +15,8 @@ pub struct Metrics {
     pub start_latency_us_sum: AtomicU64,
     /// Pods self-fenced.
     pub self_fences: AtomicU64,
+    /// Fence-eligible containers a self-fence could not confirm dead.
+    pub self_fence_kill_failures: AtomicU64,
     /// Successful Lease renewals.
     pub lease_renewals: AtomicU64,
     /// Failed Lease renewals.
@@ -96,6 +98,12 @@ impl Metrics {
             "counter",
             "Pods self-fenced.",
             g(&self.self_fences).to_string(),
+        );
+        line(
+            "palisade_node_self_fence_kill_failures_total",
+            "counter",
+            "Fence-eligible containers a self-fence could not confirm dead.",
+            g(&self.self_fence_kill_failures).to_string(),
         );
         line(
             "palisade_node_lease_renewals_total",

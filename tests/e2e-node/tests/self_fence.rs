@@ -7,33 +7,48 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use kube::api::PostParams;
 use kube::Api;
 use palisade_lab::Cut;
 use serde_json::json;
 
-#[test]
-fn partitioned_machine_kills_pvc_pods_within_self_fence_after_and_keeps_others() {
+/// Whether any process has exactly this command line.
+fn pid_of(n: &str) -> Option<i32> {
+    let want = format!("sleep\0{}\0", if n == "stateful" { 100001 } else { 100002 });
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .ok()
+            .filter(|c| c == want.as_bytes())
+            .map(|_| pid)
+    })
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+/// A one-machine lab running a PVC pod (`stateful`) and a pod without one (`stateless`) on
+/// m0; returns the lab, runtime, client and the two containers' host pids.
+fn lab_with_two_pods(
+    ns: &str,
+) -> (
+    palisade_lab::Lab,
+    tokio::runtime::Runtime,
+    kube::Client,
+    i32,
+    i32,
+) {
     let lab = start_lab(1);
     let rt = rt();
     let c = client(&lab, &rt);
     wait_nodes_ready(&lab, &c, &rt);
-    let nodes: Api<Node> = Api::all(c.clone());
-    let node = rt.block_on(nodes.get("m0")).unwrap();
-    assert_eq!(
-        node.metadata
-            .annotations
-            .unwrap()
-            .get("palisade.dev/self-fence-after-seconds")
-            .map(String::as_str),
-        Some("4"),
-        "self-fencing is advertised on the Node"
-    );
-    namespace(&c, &rt, "fence");
-    let dir = scratch(&lab, "fence");
+    namespace(&c, &rt, ns);
+    let dir = scratch(&lab, ns);
     let pv: PersistentVolume = serde_json::from_value(json!({
-        "metadata": {"name": "pv-fence"},
+        "metadata": {"name": format!("pv-{ns}")},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "manual",
                  "hostPath": {"path": dir.join("pv").display().to_string()}}
     }))
@@ -46,7 +61,7 @@ fn partitioned_machine_kills_pvc_pods_within_self_fence_after_and_keeps_others()
     }))
     .unwrap();
     rt.block_on(
-        Api::<PersistentVolumeClaim>::namespaced(c.clone(), "fence")
+        Api::<PersistentVolumeClaim>::namespaced(c.clone(), ns)
             .create(&PostParams::default(), &pvc),
     )
     .unwrap();
@@ -60,7 +75,7 @@ fn partitioned_machine_kills_pvc_pods_within_self_fence_after_and_keeps_others()
     create_pod(
         &c,
         &rt,
-        "fence",
+        ns,
         json!({"metadata": {"name": "stateful"}, "spec": {"nodeName": "m0",
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
             "containers": [{"name": "main", "image": "host", "command": ["/bin/sh", "-c", run("stateful")]}]}}),
@@ -68,32 +83,46 @@ fn partitioned_machine_kills_pvc_pods_within_self_fence_after_and_keeps_others()
     create_pod(
         &c,
         &rt,
-        "fence",
+        ns,
         json!({"metadata": {"name": "stateless"}, "spec": {"nodeName": "m0",
             "containers": [{"name": "main", "image": "host", "command": ["/bin/sh", "-c", run("stateless")]}]}}),
     );
-    // Containers get a clean environment (no lab marker), so look at every process.
-    let pid_of = |n: &str| -> Option<i32> {
-        let want = format!("sleep\0{}\0", if n == "stateful" { 100001 } else { 100002 });
-        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .ok()
-                .filter(|c| c == want.as_bytes())
-                .map(|_| pid)
-        })
-    };
-    let alive = |pid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
-    };
     for n in ["stateful", "stateless"] {
         eventually(&format!("{n} running"), Duration::from_secs(90), || {
-            let p = get_pod(&c, &rt, "fence", n)?;
+            let p = get_pod(&c, &rt, ns, n)?;
             (p.status?.phase.as_deref() == Some("Running")).then_some(())?;
             pid_of(n).filter(|p| alive(*p))
         });
     }
     let (stateful, stateless) = (pid_of("stateful").unwrap(), pid_of("stateless").unwrap());
+    (lab, rt, c, stateful, stateless)
+}
+
+#[test]
+fn partitioned_machine_kills_pvc_pods_within_self_fence_after_and_keeps_others() {
+    let (lab, rt, c, stateful, stateless) = lab_with_two_pods("fence");
+    let nodes: Api<Node> = Api::all(c.clone());
+    let node = rt.block_on(nodes.get("m0")).unwrap();
+    assert_eq!(
+        node.metadata
+            .annotations
+            .unwrap_or_default()
+            .get("palisade.dev/self-fence-after-seconds"),
+        None,
+        "no sticky self-fence promise on the Node"
+    );
+    let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-node-lease");
+    let lease = rt.block_on(leases.get("m0")).unwrap();
+    assert_eq!(
+        lease
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get("palisade.dev/self-fence-after-seconds")
+            .map(String::as_str),
+        Some("4"),
+        "self-fencing is advertised on the Lease"
+    );
     let cut_at = now_s();
     lab.partition(0, Cut::ControlPlane).unwrap();
     let killed_at = eventually("PVC pod killed", Duration::from_secs(30), || {
@@ -121,4 +150,40 @@ fn partitioned_machine_kills_pvc_pods_within_self_fence_after_and_keeps_others()
     assert!(alive(stateless), "the pod without a PVC was never touched");
     let log = agent_log(&lab, 0);
     assert!(log.contains("self-fencing"), "agent logged the self-fence");
+}
+
+/// An agent restarted while cut off from the API never completes its first LIST, so no pod
+/// worker exists for the containers it adopts; with a stale Lease record it must kill them
+/// from its runtime before anything else.
+#[test]
+fn an_agent_restarted_while_partitioned_with_a_stale_lease_kills_its_containers() {
+    let (lab, _rt, _c, stateful, stateless) = lab_with_two_pods("restart");
+    stop_agent(&lab, 0);
+    lab.partition(0, Cut::ControlPlane).unwrap();
+    let stopped_at = now_s();
+    // Let the last recorded renewal grow older than --self-fence-after.
+    eventually(
+        "the last renewal is older than --self-fence-after",
+        Duration::from_secs(60),
+        || (now_s() - stopped_at > SELF_FENCE_AFTER_S + 2.0).then_some(()),
+    );
+    assert!(alive(stateful), "the stopped agent killed nothing");
+    start_agent(&lab, 0);
+    eventually(
+        "the PVC pod's container killed by the restarted agent",
+        Duration::from_secs(60),
+        || (!alive(stateful)).then_some(()),
+    );
+    // Without the API the agent cannot tell which pods use a PVC: it kills every one.
+    eventually(
+        "the other pod's container killed too",
+        Duration::from_secs(60),
+        || (!alive(stateless)).then_some(()),
+    );
+    let log = agent_log(&lab, 0);
+    assert!(
+        log.contains("stale Lease at start: killed the containers found in the runtime"),
+        "the agent logged the start-up sweep"
+    );
+    lab.heal(0).unwrap();
 }
