@@ -60,8 +60,9 @@ pub struct Observations<'a> {
     pub attach_records: Vec<ObjectRef>,
     /// The detector sees the node Healthy again (fresh Lease renewals observed).
     pub node_healthy: bool,
-    /// When the controller last observed the node renew (a heartbeat change), converted to
-    /// wall time; `None` if it never saw one.
+    /// When the controller observed the renewal that wrote [`Self::heartbeat_marker`], in wall
+    /// time; `None` if it did not observe that very renewal (then a restarted wait counts from
+    /// now).
     pub last_renewal: Option<Timestamp>,
     /// The node's current heartbeat marker ([`crate::detector::Detector::marker`]); `None` if
     /// the controller does not see the node's heartbeat at all.
@@ -450,14 +451,15 @@ fn self_fence_level(
             why: "the node's heartbeat can no longer be read; silence cannot be confirmed".into(),
         };
     };
-    // A renewal this controller observed, or a marker that changed while no controller
-    // watched (a restart in between): the renewal time is then unknown, so the wait restarts
-    // from now, the latest it can have been.
-    let renewed = match obs.last_renewal.filter(|r| *r > since) {
-        Some(r) => Some(r),
-        None if current != marker => Some(obs.now.wall),
-        None => None,
-    };
+    // The marker alone says whether the node renewed since (timestamps are compared only to
+    // place the restart): the renewal's observed time when the controller saw this very
+    // renewal, else (a controller restart in between, or the watch behind the fresh read)
+    // now, the latest it can have been.
+    let renewed = (current != marker).then(|| {
+        obs.last_renewal
+            .filter(|r| *r > since)
+            .unwrap_or(obs.now.wall)
+    });
     if let Some(renewed) = renewed {
         let Some(new_wait) = obs.self_fence_wait else {
             return Step::FailLevel {
@@ -504,17 +506,9 @@ fn returned_after_self_fence(
     let planned = usize::try_from(proof.level())
         .ok()
         .and_then(|i| status.plan.as_ref()?.levels.get(i));
+    // No recorded marker: never trust more than what is already done.
     let marker = planned.and_then(|l| l.silent_marker.as_ref());
-    if marker.is_none() || obs.heartbeat_marker.as_ref() != marker {
-        return true;
-    }
-    let since = planned.and_then(|l| l.silent_since.as_ref()).map(|t| t.0);
-    match (since, obs.last_renewal) {
-        (Some(since), Some(r)) => r > since,
-        // No recorded start: never trust more than what is already done.
-        (None, _) => true,
-        (Some(_), None) => false,
-    }
+    marker.is_none() || obs.heartbeat_marker.as_ref() != marker
 }
 
 /// Guarantees: a pod is released only when the proof's [`palisade_model::nodefence::Coverage`]

@@ -651,6 +651,27 @@ fn a_renewal_during_the_self_fence_wait_restarts_it_from_that_renewal() {
 }
 
 #[test]
+fn only_a_new_heartbeat_marker_restarts_the_wait_not_clock_jitter() {
+    // The persisted silence start has microsecond precision; the observed time of the same
+    // renewal, recomputed from the monotonic clock, can read a little later. Without a new
+    // marker nothing renewed: the wait must not restart (it once looped every step).
+    let (sp, st, mut w) = self_fenced_world(Coverage::All);
+    w.now = 5;
+    w.last_renewal = Some(
+        wall(0)
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_nanos(700))
+            .unwrap(),
+    );
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::SelfFence,
+            until: Some(wall(20))
+        }
+    );
+}
+
+#[test]
 fn a_renewal_no_controller_saw_restarts_the_wait_from_now() {
     // Found by the deterministic simulation: the controller crashed during the wait, the node
     // renewed while it was down and went silent again; the new controller never observed that

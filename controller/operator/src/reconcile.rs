@@ -511,6 +511,16 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             Vec::new()
         };
         let (last_renewal, advertised) = renewal_of(ctx, &node);
+        let watched_marker = ctx
+            .detector
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .marker(&node);
+        let heartbeat_marker = if self_fence_pending(&status) {
+            fresh_marker(ctx, &node).await?
+        } else {
+            watched_marker.clone()
+        };
         let margin = std::time::Duration::from_secs(
             policy
                 .as_ref()
@@ -570,15 +580,10 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             attachments,
             attach_records,
             node_healthy,
-            last_renewal,
-            heartbeat_marker: if self_fence_pending(&status) {
-                fresh_marker(ctx, &node).await?
-            } else {
-                ctx.detector
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .marker(&node)
-            },
+            // The observed time belongs to the marker only when the watch has caught up
+            // with the fresh read.
+            last_renewal: last_renewal.filter(|_| heartbeat_marker == watched_marker),
+            heartbeat_marker,
             self_fence_wait,
             clean_proof,
             taint_present,

@@ -722,22 +722,10 @@ impl<'s> World<'s> {
         } else {
             Vec::new()
         };
-        Observations {
-            now,
-            token: self.ctl.token,
-            verdict,
-            recovery: Some(&self.policy.recovery),
-            pods_on_node,
-            attachments: vec![],
-            attach_records: vec![],
-            node_healthy,
-            last_renewal,
-            // While a self-fence may be trusted or released on, the controller reads the Lease
-            // fresh from the API (a quorum read): watch lag must not hide a renewal.
-            heartbeat_marker: if matches!(
-                st.phase,
-                Phase::Fencing | Phase::Fenced | Phase::Releasing
-            ) {
+        // While a self-fence may be trusted or released on, the controller reads the Lease
+        // fresh from the API (a quorum read): watch lag must not hide a renewal.
+        let fresh_or_watched =
+            if matches!(st.phase, Phase::Fencing | Phase::Fenced | Phase::Releasing) {
                 Some(
                     Heartbeat {
                         lease_renew_time: Some(self.leases[i].0.to_string()),
@@ -747,7 +735,20 @@ impl<'s> World<'s> {
                 )
             } else {
                 self.ctl.detector.marker(name)
-            },
+            };
+        Observations {
+            now,
+            token: self.ctl.token,
+            verdict,
+            recovery: Some(&self.policy.recovery),
+            pods_on_node,
+            attachments: vec![],
+            attach_records: vec![],
+            node_healthy,
+            // The observed time belongs to the marker only when the watch has caught up.
+            last_renewal: last_renewal
+                .filter(|_| fresh_or_watched == self.ctl.detector.marker(name)),
+            heartbeat_marker: fresh_or_watched,
             self_fence_wait: advertised.trust_wait(margin),
             clean_proof: clean,
             taint_present: self.tainted[i],
