@@ -1237,9 +1237,24 @@ impl Worker {
         }
         let all = futures::future::join_all(futs);
         tokio::pin!(all);
+        // A self-fence overrides the grace period: a pod already terminating is killed now.
+        let mut fence = Some(self.ctx.fence.clone());
+        if let Some(f) = fence.as_mut() {
+            f.mark_changed();
+        }
         loop {
             tokio::select! {
                 _ = &mut all => break,
+                r = async { match fence.as_mut() { Some(f) => f.changed().await, None => std::future::pending().await } } => {
+                    let active = match (r, fence.as_mut()) {
+                        (Ok(()), Some(f)) => f.borrow_and_update().active,
+                        _ => { fence = None; false }
+                    };
+                    if active && self.fence_eligible() {
+                        tracing::warn!("self-fencing a terminating pod: SIGKILL without waiting for its grace period");
+                        kill_by.send_replace(Some(Instant::now()));
+                    }
+                }
                 r = async { match pod_rx.as_mut() { Some(rx) => rx.changed().await, None => std::future::pending().await } } => {
                     if r.is_err() { pod_rx = None; continue; }
                     if let Some(rx) = pod_rx.as_mut() {

@@ -68,7 +68,13 @@ fn lab_with_two_pods(
     // Each container is a `sleep` with its own duration, so the test finds its host pid.
     let run = |n: &str| {
         format!(
-            "exec sleep {}",
+            "{}sleep {}",
+            // The PVC pod ignores SIGTERM (inherited by its sleep), so only a SIGKILL ends it.
+            if n == "stateful" {
+                "trap '' TERM; "
+            } else {
+                "exec "
+            },
             if n == "stateful" { 100001 } else { 100002 }
         )
     };
@@ -76,7 +82,7 @@ fn lab_with_two_pods(
         &c,
         &rt,
         ns,
-        json!({"metadata": {"name": "stateful"}, "spec": {"nodeName": "m0",
+        json!({"metadata": {"name": "stateful"}, "spec": {"nodeName": "m0", "terminationGracePeriodSeconds": 600,
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
             "containers": [{"name": "main", "image": "host", "command": ["/bin/sh", "-c", run("stateful")]}]}}),
     );
@@ -184,6 +190,31 @@ fn an_agent_restarted_while_partitioned_with_a_stale_lease_kills_its_containers(
     assert!(
         log.contains("stale Lease at start: killed the containers found in the runtime"),
         "the agent logged the start-up sweep"
+    );
+    lab.heal(0).unwrap();
+}
+
+/// A pod already terminating (a long grace period, SIGTERM ignored) is killed by the
+/// self-fence, not left to run out its grace period.
+#[test]
+fn a_terminating_pvc_pod_is_killed_by_the_self_fence() {
+    let (lab, rt, c, stateful, _stateless) = lab_with_two_pods("term");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(c.clone(), "term");
+    rt.block_on(pods.delete("stateful", &Default::default()))
+        .unwrap();
+    eventually("the pod is terminating", Duration::from_secs(30), || {
+        get_pod(&c, &rt, "term", "stateful")?
+            .metadata
+            .deletion_timestamp
+            .map(|_| ())
+    });
+    assert!(alive(stateful), "SIGTERM is ignored: the grace period runs");
+    lab.partition(0, Cut::ControlPlane).unwrap();
+    // The grace period is 600 s: only the self-fence can end it within this deadline.
+    eventually(
+        "the terminating PVC pod killed by the self-fence",
+        Duration::from_secs(90),
+        || (!alive(stateful)).then_some(()),
     );
     lab.heal(0).unwrap();
 }
