@@ -272,6 +272,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 dev,
                 renew_rx.clone(),
                 shutdown_rx,
+                {
+                    // Disarm only once no container has a live process (every container
+                    // counts: the runtime alone cannot tell which pods use a PVC).
+                    let runtime = ctx.runtime.clone();
+                    Arc::new(move || {
+                        palisade_node::inventory::live_pods(runtime.as_ref()).is_empty()
+                    })
+                },
             )))
         }
         None => None,

@@ -68,15 +68,19 @@ pub fn open(path: &Path) -> Result<std::fs::File, WatchdogError> {
 }
 
 /// Pets `dev` every `cfg.interval` while the Lease (last renewal on `renewed`) is fresh, until
-/// `shutdown` turns true; then writes the magic close and closes the device.
+/// `shutdown` turns true; then closes the device, disarming it with the magic close only when
+/// `may_disarm()` says no fence-eligible container runs any more.
 ///
 /// Guarantees: no write happens while the last renewal is older than `cfg.max_lease_age`;
-/// a clean shutdown always ends with [`MAGIC_CLOSE`] as the last byte written.
+/// [`MAGIC_CLOSE`] is written only at shutdown and only when `may_disarm()` returned true, so
+/// a clean stop with containers still running leaves the watchdog armed (the machine resets
+/// at its timeout unless a new agent pets it).
 pub async fn run(
     cfg: WatchdogConfig,
     mut dev: std::fs::File,
     renewed: watch::Receiver<Instant>,
     mut shutdown: watch::Receiver<bool>,
+    may_disarm: std::sync::Arc<dyn Fn() -> bool + Send + Sync>,
 ) -> Result<(), WatchdogError> {
     let io = |what| {
         let path = cfg.path.clone();
@@ -112,6 +116,13 @@ pub async fn run(
             dev.write_all(PET).map_err(io("pet"))?;
             dev.flush().map_err(io("pet"))?;
         }
+    }
+    if !may_disarm() {
+        drop(dev);
+        tracing::warn!(
+            "fence-eligible containers still run: leaving the watchdog armed (no magic close)"
+        );
+        return Ok(());
     }
     dev.write_all(MAGIC_CLOSE).map_err(io("magic close"))?;
     dev.flush().map_err(io("magic close"))?;
@@ -160,7 +171,13 @@ mod tests {
         };
         let (renew_tx, renew_rx) = watch::channel(Instant::now());
         let (stop_tx, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(run(cfg, open(&path).unwrap(), renew_rx, stop_rx));
+        let task = tokio::spawn(run(
+            cfg,
+            open(&path).unwrap(),
+            renew_rx,
+            stop_rx,
+            std::sync::Arc::new(|| true),
+        ));
 
         // Renewed at t=0: pets at t=0, 1, 2; at t=3 the Lease is 3 s old (> 2.5 s).
         tokio::time::sleep(Duration::from_millis(10_500)).await;
@@ -177,5 +194,35 @@ mod tests {
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(bytes.last(), Some(&MAGIC_CLOSE[0]), "{bytes:?}");
         assert_eq!(bytes.iter().filter(|b| **b == MAGIC_CLOSE[0]).count(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_clean_stop_with_containers_running_leaves_the_watchdog_armed() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("watchdog");
+        std::fs::write(&path, b"").unwrap();
+        let cfg = WatchdogConfig {
+            path: path.clone(),
+            interval: Duration::from_secs(1),
+            max_lease_age: Duration::from_secs(5),
+        };
+        let (_renew_tx, renew_rx) = watch::channel(Instant::now());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(run(
+            cfg,
+            open(&path).unwrap(),
+            renew_rx,
+            stop_rx,
+            std::sync::Arc::new(|| false),
+        ));
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        stop_tx.send_replace(true);
+        task.await.unwrap().unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(pets(&path) > 0, "{bytes:?}");
+        assert!(
+            !bytes.contains(&MAGIC_CLOSE[0]),
+            "never disarmed while containers run: {bytes:?}"
+        );
     }
 }
