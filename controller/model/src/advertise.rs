@@ -92,6 +92,10 @@ pub struct Advertisement {
     pub runtime_pods: Option<BTreeSet<String>>,
 }
 
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
 fn secs(annotations: &BTreeMap<String, String>, key: &str) -> Option<Duration> {
     annotations
         .get(key)
@@ -141,13 +145,14 @@ impl Advertisement {
         let mut put = |k: &str, v: Option<String>| {
             out.insert(k.to_string(), v);
         };
+        // Whole seconds, rounded up: a promise may only be advertised longer than it is.
         put(
             SELF_FENCE_AFTER,
-            self.self_fence_after.map(|d| d.as_secs().to_string()),
+            self.self_fence_after.map(|d| ceil_secs(d).to_string()),
         );
         put(
             WATCHDOG_TIMEOUT,
-            self.watchdog.map(|w| w.timeout.as_secs().to_string()),
+            self.watchdog.map(|w| ceil_secs(w.timeout).to_string()),
         );
         put(
             WATCHDOG_NOWAYOUT,
@@ -272,6 +277,13 @@ mod tests {
             .filter_map(|(k, v)| v.map(|v| (k, v)))
             .collect();
         assert_eq!(Advertisement::from_annotations(&written), ad);
+        // A fractional timeout is advertised rounded up, never down.
+        let half = Advertisement {
+            self_fence_after: Some(Duration::from_millis(4_500)),
+            ..Default::default()
+        }
+        .to_annotations();
+        assert_eq!(half[SELF_FENCE_AFTER].as_deref(), Some("5"));
         let none = Advertisement::default().to_annotations();
         assert!(none.get(WATCHDOG_TIMEOUT).is_some_and(|v| v.is_none()));
     }
