@@ -158,8 +158,14 @@ impl<'l> Sim<'l> {
             .block_on(nodes.create(&PostParams::default(), &node))
             .unwrap_or_else(|e| panic!("create Node {}: {e}", n.name));
         let leases: Api<Lease> = Api::namespaced(self.c.clone(), LEASE_NS);
+        // A simulated node runs no process: its "agent" advertises a complete, empty runtime
+        // inventory (recovery's positive proof that released pods are gone).
+        let mut annotations = map(n.lease_annotations);
+        annotations
+            .entry(palisade_model::advertise::RUNTIME_COMPLETE.to_string())
+            .or_insert_with(|| "true".to_string());
         let lease: Lease = serde_json::from_value(json!({
-            "metadata": {"name": n.name, "namespace": LEASE_NS, "annotations": map(n.lease_annotations)},
+            "metadata": {"name": n.name, "namespace": LEASE_NS, "annotations": annotations},
             "spec": {"holderIdentity": n.name, "leaseDurationSeconds": 40,
                      "renewTime": MicroTime(Timestamp::now())},
         }))
