@@ -45,6 +45,7 @@ fn main() {
                 exclusion: None,
                 advertisement: Default::default(),
                 heartbeat_marker: None,
+                hosts_bridge: false,
                 fence_target: Some(FenceTargetSpec {
                     levels: vec![FenceLevel {
                         name: "bridge".into(),

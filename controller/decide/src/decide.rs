@@ -271,10 +271,25 @@ fn gate<'a>(
                     problems: problems.len(),
                 });
             }
-            target
+            // The node that hosts the firmware-bridge cannot be fenced through the bridge:
+            // fencing it stops the bridge half-way. Only levels with no `bridge://` device run.
+            let usable: Vec<(usize, &palisade_model::target::FenceLevel)> = target
                 .levels
                 .iter()
                 .enumerate()
+                .filter(|(_, l)| {
+                    !node.hosts_bridge
+                        || l.devices.iter().all(|d| {
+                            palisade_model::target::DeviceScheme::of(&d.url)
+                                != Some(palisade_model::target::DeviceScheme::Bridge)
+                        })
+                })
+                .collect();
+            if usable.is_empty() {
+                return hold(HoldReason::BridgeHost);
+            }
+            usable
+                .into_iter()
                 .map(|(i, l)| PlanLevel::Hardware {
                     name: if l.name.is_empty() {
                         format!("level-{i}")

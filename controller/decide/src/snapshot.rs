@@ -50,6 +50,9 @@ pub struct NodeSnapshot {
     /// The self-fence advertisement the node agent wrote with its last renewal the
     /// controller observed (read from the Lease, never from the Node object).
     pub advertisement: palisade_model::advertise::Advertisement,
+    /// The node hosts the firmware-bridge (then no level that goes through the bridge may
+    /// fence it).
+    pub hosts_bridge: bool,
     /// The node's `FenceTarget` spec, if one exists.
     pub fence_target: Option<FenceTargetSpec>,
     /// Non-terminal pods bound to the node.

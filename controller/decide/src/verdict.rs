@@ -105,6 +105,9 @@ pub enum HoldReason {
         /// What was missing, in words.
         why: String,
     },
+    /// The node hosts the firmware-bridge and every level of its FenceTarget goes through the
+    /// bridge: fencing it would stop the fencer half-way.
+    BridgeHost,
     /// The node's `FenceTarget` is malformed.
     InvalidFenceTarget {
         /// Number of validation problems.
@@ -235,6 +238,7 @@ impl HoldReason {
             HoldReason::NotStateful => "not_stateful",
             HoldReason::NoFenceTarget => "no_fence_target",
             HoldReason::SelfFenceNotTrusted { .. } => "self_fence_not_trusted",
+            HoldReason::BridgeHost => "bridge_host",
             HoldReason::InvalidFenceTarget { .. } => "invalid_fence_target",
             HoldReason::ConcurrencyLimit { .. } => "concurrency_limit",
             HoldReason::DomainLimit { .. } => "domain_limit",
@@ -243,7 +247,7 @@ impl HoldReason {
     }
 
     /// Every hold label, for pre-registering metric series.
-    pub const LABELS: [&'static str; 18] = [
+    pub const LABELS: [&'static str; 19] = [
         "no_policy",
         "conflicting_policies",
         "invalid_policy",
@@ -258,6 +262,7 @@ impl HoldReason {
         "not_stateful",
         "no_fence_target",
         "self_fence_not_trusted",
+        "bridge_host",
         "invalid_fence_target",
         "concurrency_limit",
         "domain_limit",
@@ -282,6 +287,7 @@ impl fmt::Display for HoldReason {
             HoldReason::NotStateful => write!(f, "fenceWhen is StatefulOnly and no pod on the node uses a ReadWriteOnce volume"),
             HoldReason::NoFenceTarget => write!(f, "no FenceTarget level for this node and no trusted self-fence"),
             HoldReason::SelfFenceNotTrusted { why } => write!(f, "no FenceTarget level for this node, and its self-fence is not trusted: {why}"),
+            HoldReason::BridgeHost => write!(f, "this node hosts the firmware-bridge and every level of its FenceTarget goes through the bridge; give it a direct level (IPMI, PDU or storage firewall)"),
             HoldReason::InvalidFenceTarget { problems } => write!(f, "the node's FenceTarget is invalid ({problems} problem(s))"),
             HoldReason::ConcurrencyLimit { in_flight, max } => write!(f, "{in_flight} fence(s) in flight, maxConcurrent is {max}"),
             HoldReason::DomainLimit { domain, in_flight, max } => write!(f, "{in_flight} fence(s) in flight in domain {domain:?}, perDomain.maxConcurrent is {max}"),
@@ -406,6 +412,7 @@ mod tests {
             HoldReason::SelfFenceNotTrusted {
                 why: "no watchdog".into(),
             },
+            HoldReason::BridgeHost,
             HoldReason::InvalidFenceTarget { problems: 1 },
             HoldReason::ConcurrencyLimit {
                 in_flight: 1,

@@ -261,6 +261,18 @@ const CASES: &[Case] = &[
         "hold_no_fence_target",
     ),
     (
+        "the bridge's own host with only bridge levels",
+        |s| {
+            let n = node_mut(s, "m0");
+            n.hosts_bridge = true;
+            n.fence_target = Some(target(vec![vec![(
+                "bridge://fw:9443/m0".into(),
+                DeviceKind::Power,
+            )]]));
+        },
+        "hold_bridge_host",
+    ),
+    (
         "self-fence advertised but trust disabled",
         |s| {
             let n = node_mut(s, "m0");
@@ -573,6 +585,30 @@ fn verdict_details_carry_the_numbers() {
         "{:?}",
         verdict_of(&s, "m0")
     );
+}
+
+#[test]
+fn the_bridge_host_is_fenced_only_through_direct_levels() {
+    let mut s = world();
+    let n = node_mut(&mut s, "m0");
+    n.hosts_bridge = true;
+    n.fence_target = Some(target(vec![
+        vec![("bridge://fw:9443/m0".into(), DeviceKind::Power)],
+        vec![("ipmi://bmc-m0:623".into(), DeviceKind::Power)],
+    ]));
+    let Some(Verdict::Fence(plan)) = verdict_of(&s, "m0") else {
+        panic!("expected fence through the direct level")
+    };
+    assert_eq!(plan.levels.len(), 1);
+    assert!(
+        matches!(&plan.levels[0], PlanLevel::Hardware { devices, .. } if devices[0].url.starts_with("ipmi://"))
+    );
+    // Any other node still uses the bridge.
+    node_mut(&mut s, "m0").hosts_bridge = false;
+    let Some(Verdict::Fence(plan)) = verdict_of(&s, "m0") else {
+        panic!("expected fence")
+    };
+    assert_eq!(plan.levels.len(), 2);
 }
 
 #[test]

@@ -257,6 +257,7 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
                 labels: n.labels().clone(),
                 last_heartbeat_change: detector.last_change(&name).unwrap_or(now.mono),
                 heartbeat_marker: detector.marker(&name),
+                hosts_bridge: ctx.settings.bridge_node.as_deref() == Some(name.as_str()),
                 exclusion: Exclusion::from_annotations(&annotations),
                 advertisement: ctx
                     .advertised

@@ -62,6 +62,9 @@ pub struct Settings {
     /// leadership over instead of fencing it. `None` when the controller runs outside the
     /// cluster.
     pub node_name: Option<String>,
+    /// The node that hosts the firmware-bridge, when it runs in the cluster: it is fenced only
+    /// through levels that do not go through the bridge.
+    pub bridge_node: Option<String>,
 }
 
 /// Everything the loops share.

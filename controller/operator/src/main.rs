@@ -33,6 +33,11 @@ struct Args {
     /// never fences it, it hands leadership over first.
     #[arg(long, env = "PALISADE_NODE_NAME")]
     node_name: Option<String>,
+    /// The node that hosts the firmware-bridge, when it runs in the cluster: it is fenced only
+    /// through levels with no `bridge://` device (fencing it through the bridge would stop the
+    /// bridge half-way).
+    #[arg(long, env = "PALISADE_BRIDGE_NODE")]
+    bridge_node: Option<String>,
     /// Leader Lease duration.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     lease_duration: Duration,
@@ -141,6 +146,7 @@ async fn main() -> anyhow::Result<()> {
         tick: args.resync,
         bridge,
         node_name: args.node_name.clone().filter(|n| !n.is_empty()),
+        bridge_node: args.bridge_node.clone().filter(|n| !n.is_empty()),
     };
     let ctx = Ctx::new(client, settings, cache, leadership.clone());
     let election = tokio::spawn(leadership.run(args.lease_duration, args.renew_interval));

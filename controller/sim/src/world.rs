@@ -639,6 +639,7 @@ impl<'s> World<'s> {
                     labels: BTreeMap::new(),
                     last_heartbeat_change: self.ctl.detector.last_change(&name).unwrap_or(now.mono),
                     heartbeat_marker: self.ctl.detector.marker(&name),
+                    hosts_bridge: false,
                     exclusion: None,
                     advertisement: self.ctl.advertised.get(&name).cloned().unwrap_or_default(),
                     fence_target: self.target(i),

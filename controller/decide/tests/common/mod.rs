@@ -89,6 +89,7 @@ pub fn node(name: &str, zone: &str) -> NodeSnapshot {
         exclusion: None,
         advertisement: Default::default(),
         heartbeat_marker: Some("lease=1;ready=-".into()),
+        hosts_bridge: false,
         fence_target: Some(target(vec![vec![(
             format!("ipmi://bmc-{name}"),
             DeviceKind::Power,
