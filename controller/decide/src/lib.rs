@@ -3,6 +3,8 @@
 //! The controller's loop is detect → decide → fence → release → recover. This crate holds the
 //! parts of it that can be decided from facts alone:
 //!
+//! - [`acceptance`]: whether each policy and target is accepted (the same rules decide uses),
+//!   reported as soon as they change;
 //! - [`detector`]: per-node Healthy / Suspect / Unhealthy from the controller's own monotonic
 //!   observations of heartbeat *changes* ([`clock::Mono`]), never from node clocks;
 //! - [`mod@decide`]: from a cluster [`snapshot::Snapshot`] to one typed [`verdict::Verdict`] per
@@ -19,6 +21,7 @@
 //! The I/O controller builds the inputs from its caches, performs the returned step, records
 //! the result with the `palisade-model` status methods, and asks again.
 
+pub mod acceptance;
 pub mod clock;
 pub mod convert;
 pub mod decide;

@@ -151,7 +151,14 @@ pub enum WaitFor {
     ManualUntaint,
     /// Recovering: no policy covers the node now.
     Policy,
+    /// Pending: no Node of this name exists; the fence fails with `NodeNotFound` at `until`
+    /// unless one registers.
+    NodeExists,
 }
+
+/// How long a `NodeFence` waits in Pending for its Node to exist before it fails with
+/// `NodeNotFound` (long enough for a Node that is registering, or a cache that is catching up).
+pub const NODE_NOT_FOUND_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The one next step.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -330,7 +337,7 @@ pub fn next_step(spec: &NodeFenceSpec, status: &NodeFenceStatus, obs: &Observati
         }
     }
     if phase == Phase::Pending {
-        return pending(spec, obs);
+        return pending(spec, status, obs);
     }
     if status.fencing_token != Some(obs.token) {
         return Step::RecordToken(obs.token);
@@ -371,7 +378,25 @@ pub fn next_step(spec: &NodeFenceSpec, status: &NodeFenceStatus, obs: &Observati
     }
 }
 
-fn pending(spec: &NodeFenceSpec, obs: &Observations<'_>) -> Step {
+/// Pending: fail a fence whose Node does not exist after [`NODE_NOT_FOUND_GRACE`] (nothing was
+/// done; the request names nothing to fence), else cancel, hold, wait or start as decided.
+fn pending(spec: &NodeFenceSpec, status: &NodeFenceStatus, obs: &Observations<'_>) -> Step {
+    if obs.node_uid.is_none() {
+        let created = status
+            .transitions
+            .iter()
+            .find(|t| t.phase == Phase::Pending)
+            .map(|t| t.at.0);
+        if let Some(deadline) = created.and_then(|c| c.checked_add(NODE_NOT_FOUND_GRACE).ok()) {
+            if obs.now.wall > deadline {
+                return Step::Fail(FailureReason::NodeNotFound);
+            }
+            return Step::Wait {
+                why: WaitFor::NodeExists,
+                until: Some(deadline),
+            };
+        }
+    }
     if spec.requested_by == RequestedBy::Controller && obs.node_healthy {
         return Step::Cancel;
     }

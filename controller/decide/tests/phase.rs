@@ -450,6 +450,46 @@ fn pending_follows_the_decision() {
     );
 }
 
+#[test]
+fn a_fence_for_a_node_that_does_not_exist_fails_after_the_grace_and_only_in_pending() {
+    let mut w = World::new();
+    w.node_uid = None;
+    let mut st = NodeFenceStatus::default();
+    st.transition(Phase::Pending, wall(0), "created").unwrap();
+    st.pinned = Some(PinnedNode {
+        name: "m0".into(),
+        uid: String::new(),
+    });
+    let grace = palisade_decide::phase::NODE_NOT_FOUND_GRACE.as_secs() as i64;
+    assert_eq!(
+        next_step(&spec(RequestedBy::Manual), &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::NodeExists,
+            until: Some(wall(grace))
+        }
+    );
+    w.now = grace + 1;
+    assert_eq!(
+        next_step(&spec(RequestedBy::Manual), &st, &w.obs()),
+        Step::Fail(FailureReason::NodeNotFound)
+    );
+    // The Node registers in time: the fence follows the decision as usual.
+    w.node_uid = Some("uid-m0".into());
+    assert!(matches!(
+        next_step(&spec(RequestedBy::Manual), &st, &w.obs()),
+        Step::StartFencing { .. }
+    ));
+    // Once fencing began, a Node object that disappears never fails the fence half-way: the
+    // machine is still there and the fence must finish.
+    let mut fencing = fencing_status(1);
+    fencing.pinned = st.pinned.clone();
+    w.node_uid = None;
+    assert!(!matches!(
+        next_step(&spec(RequestedBy::Manual), &fencing, &w.obs()),
+        Step::Fail(FailureReason::NodeNotFound)
+    ));
+}
+
 fn fencing_status(token: i64) -> NodeFenceStatus {
     let mut st = created();
     st.plan = Some(plan().to_status(&World::new().clocks()));

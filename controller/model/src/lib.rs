@@ -4,6 +4,8 @@
 //!   limits, forgiveness, PDB urgency, the self-fence trust rule, recovery, cooldown), with
 //!   documented defaults and [`policy::FencingPolicySpec::validate`].
 //! - [`target`]: `FenceTarget`, one node's ordered fencing levels and devices.
+//! - [`acceptance`]: the status of policies and targets (`Accepted`, problems, covered nodes,
+//!   overlaps), written by the controller as soon as they change;
 //! - [`nodefence`]: `NodeFence`, one fencing operation, whose status is the persisted state
 //!   machine (an explicit [`nodefence::Phase`] with budgets, evidence, attempts, the fencing
 //!   token, what was released and a timestamp per transition).
@@ -12,6 +14,7 @@
 //! kept structural so that a 1.20 API server accepts them. The decision logic that reads these
 //! types lives in `palisade-decide`; the controller that does I/O depends on both.
 
+pub mod acceptance;
 pub mod advertise;
 pub mod nodefence;
 pub mod policy;

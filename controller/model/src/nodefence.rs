@@ -595,6 +595,9 @@ pub enum FailureReason {
     /// An older unfinished `NodeFence` for the same node exists (`supersededBy`); only that one
     /// acts.
     Superseded,
+    /// No Node of the requested name existed while the fence was Pending (after a short
+    /// grace); nothing was done.
+    NodeNotFound,
 }
 
 impl FailureReason {
@@ -609,6 +612,7 @@ impl FailureReason {
             Self::SpecChanged => "SpecChanged",
             Self::NodeReplaced => "NodeReplaced",
             Self::Superseded => "Superseded",
+            Self::NodeNotFound => "NodeNotFound",
         }
     }
 }

@@ -25,10 +25,16 @@ pub const DEFAULT_TOPOLOGY_KEY: &str = "topology.kubernetes.io/zone";
     kind = "FencingPolicy",
     plural = "fencingpolicies",
     shortname = "fpol",
+    status = "crate::acceptance::ConfigStatus",
     derive = "PartialEq",
     crates(kube_core = "::kube_core"),
     printcolumn(name = "Paused", type_ = "boolean", json_path = ".spec.paused"),
     printcolumn(name = "DryRun", type_ = "boolean", json_path = ".spec.dryRun"),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -111,7 +117,7 @@ pub struct Limits {
     /// controller's side is probably the partitioned one, so nothing is fenced. A count (`2`) or
     /// a percentage of covered nodes (`"40%"`, rounded down). Default `"40%"`.
     #[serde(default = "default_max_unhealthy")]
-    #[schemars(schema_with = "int_or_string_schema")]
+    #[schemars(schema_with = "max_unhealthy_schema")]
     pub max_unhealthy: IntOrString,
     /// Fences in flight at once, cluster-wide. Default 1.
     #[serde(default = "default_max_concurrent")]
@@ -122,9 +128,16 @@ pub struct Limits {
     pub per_domain: PerDomain,
 }
 
-/// `x-kubernetes-int-or-string` without `nullable` (null would not deserialize).
-fn int_or_string_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({ "x-kubernetes-int-or-string": true, "nullable": false })
+/// `x-kubernetes-int-or-string` without `nullable` (null would not deserialize): a count
+/// (`minimum` applies to numbers only) or a percentage from `0%` to `100%` (`pattern` applies to
+/// strings only), the same grammar [`MaxUnhealthy::parse`] accepts.
+fn max_unhealthy_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "nullable": false,
+        "minimum": 0,
+        "pattern": "^(100|[1-9]?[0-9])%$"
+    })
 }
 
 fn default_max_unhealthy() -> IntOrString {

@@ -21,9 +21,15 @@ use serde::{Deserialize, Serialize};
     kind = "FenceTarget",
     plural = "fencetargets",
     shortname = "ftgt",
+    status = "crate::acceptance::ConfigStatus",
     derive = "PartialEq",
     crates(kube_core = "::kube_core"),
     printcolumn(name = "Levels", type_ = "string", json_path = ".spec.levels[*].name"),
+    printcolumn(
+        name = "Accepted",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Accepted\")].status"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -32,8 +38,8 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "camelCase")]
 pub struct FenceTargetSpec {
-    /// Fencing levels, tried in order until one is verified.
-    #[schemars(length(min = 1))]
+    /// Fencing levels, tried in order until one is verified (at most 16).
+    #[schemars(length(min = 1, max = 16))]
     pub levels: Vec<FenceLevel>,
 }
 
@@ -43,9 +49,10 @@ pub struct FenceTargetSpec {
 pub struct FenceLevel {
     /// A name for Events and status (for example `ipmi` or `pdu+storage`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 63))]
     pub name: String,
-    /// The devices of this level.
-    #[schemars(length(min = 1))]
+    /// The devices of this level (at most 16).
+    #[schemars(length(min = 1, max = 16))]
     pub devices: Vec<FenceDevice>,
 }
 
@@ -55,7 +62,13 @@ pub struct FenceLevel {
 pub struct FenceDevice {
     /// Address, for example `ipmi://10.0.0.5:623`, `snmp+pdu://pdu1:161/outlets/3,4`,
     /// `storagefw+https://storage:8443/nodes/m0`, or `bridge://fw-bridge.mgmt:8443/rack1-m0`.
-    #[schemars(regex(pattern = r"^(ipmi|snmp\+pdu|storagefw\+https|bridge)://[^\s]+$"))]
+    ///
+    /// A URL never carries credentials (`user:password@` is refused by the schema and by
+    /// [`FenceTargetSpec::validate`]): they belong in `credentialsSecretRef`.
+    #[schemars(
+        regex(pattern = r"^(ipmi|snmp\+pdu|storagefw\+https|bridge)://[^\s/@]+(/[^\s]*)?$"),
+        length(max = 2048)
+    )]
     pub url: String,
     /// What fencing through this device proves.
     pub kind: DeviceKind,
@@ -88,10 +101,10 @@ pub enum DeviceKind {
 #[serde(rename_all = "camelCase")]
 pub struct SecretRef {
     /// Secret name.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 253))]
     pub name: String,
     /// Secret namespace.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 63))]
     pub namespace: String,
     /// Role to key within the Secret, for example `username: user`, `password: pass`,
     /// `community: rw`, `caBundle: ca.crt`. Empty means the agent's conventional key names.
@@ -191,6 +204,17 @@ pub enum TargetError {
         /// What is wrong.
         problem: &'static str,
     },
+    /// A URL with a `user:password@` part. The URL shown is redacted ([`redact_url`]); the
+    /// device is never used.
+    #[error("levels[{level}].devices[{device}].url {url:?} carries credentials; put them in a Secret named by credentialsSecretRef")]
+    CredentialsInUrl {
+        /// Level index.
+        level: usize,
+        /// Device index.
+        device: usize,
+        /// The URL, with the credentials replaced by `REDACTED`.
+        url: String,
+    },
     /// A timeout outside 1..=600 s.
     #[error("levels[{level}].devices[{device}].timeoutSeconds {value} must be in 1..=600")]
     Timeout {
@@ -205,6 +229,42 @@ pub enum TargetError {
 
 /// Whether `url` is `bridge://<host>:<port>/<target-id>` (host a name, an IPv4 address or a
 /// bracketed IPv6 address; port 1-65535; target id of letters, digits, `.`, `_`, `-`).
+/// The part of a URL between `://` and the first `/` (host, port and any userinfo).
+fn authority(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    Some(rest.split_once('/').map_or(rest, |(a, _)| a))
+}
+
+/// True when the URL carries a userinfo part (`user@` or `user:password@`) before its host.
+pub fn has_userinfo(url: &str) -> bool {
+    authority(url).is_some_and(|a| a.contains('@'))
+}
+
+/// The URL with any userinfo replaced by `REDACTED`, safe for logs, Events and status.
+///
+/// Guarantees: nothing between `://` and the last `@` of the authority survives; a URL without
+/// `://` that contains `@` is replaced whole.
+pub fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (auth, path) = match rest.split_once('/') {
+                Some((a, p)) => (a, Some(p)),
+                None => (rest, None),
+            };
+            let host = match auth.rsplit_once('@') {
+                Some((_, host)) => format!("REDACTED@{host}"),
+                None => auth.to_string(),
+            };
+            match path {
+                Some(p) => format!("{scheme}://{host}/{p}"),
+                None => format!("{scheme}://{host}"),
+            }
+        }
+        None if url.contains('@') => "REDACTED".to_string(),
+        None => url.to_string(),
+    }
+}
+
 fn is_bridge_url(url: &str) -> bool {
     let Some(rest) = url.strip_prefix("bridge://") else {
         return false;
@@ -240,11 +300,19 @@ impl FenceTargetSpec {
                 errors.push(TargetError::EmptyLevel { level });
             }
             for (device, d) in l.devices.iter().enumerate() {
+                if has_userinfo(&d.url) || (!d.url.contains("://") && d.url.contains('@')) {
+                    errors.push(TargetError::CredentialsInUrl {
+                        level,
+                        device,
+                        url: redact_url(&d.url),
+                    });
+                    continue;
+                }
                 let Some(scheme) = DeviceScheme::of(&d.url) else {
                     errors.push(TargetError::UnknownScheme {
                         level,
                         device,
-                        url: d.url.clone(),
+                        url: redact_url(&d.url),
                     });
                     continue;
                 };
@@ -259,7 +327,7 @@ impl FenceTargetSpec {
                     errors.push(TargetError::BridgeUrl {
                         level,
                         device,
-                        url: d.url.clone(),
+                        url: redact_url(&d.url),
                     });
                 }
                 match (scheme, &d.credentials_secret_ref) {
@@ -358,6 +426,41 @@ mod tests {
         ] {
             assert!(!is_bridge_url(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn credentials_in_urls_are_refused_and_never_echoed() {
+        let secret_word = "s3cr3t-pw";
+        for url in [
+            format!("ipmi://admin:{secret_word}@127.0.0.1:623"),
+            format!("snmp+pdu://{secret_word}@pdu:161/outlets/1"),
+            format!("bridge://x:{secret_word}@h:9443/m0"),
+            format!("ftp://u:{secret_word}@host/x"),
+            format!("u:{secret_word}@host"),
+        ] {
+            assert!(redact_url(&url).contains("REDACTED"), "{url}");
+            assert!(!redact_url(&url).contains(secret_word), "{url}");
+            let spec = FenceTargetSpec {
+                levels: vec![FenceLevel {
+                    name: "a".into(),
+                    devices: vec![device(&url, DeviceKind::Power, secret())],
+                }],
+            };
+            let errors = spec.validate().unwrap_err();
+            assert!(
+                matches!(errors[..], [TargetError::CredentialsInUrl { .. }]),
+                "{url}: {errors:?}"
+            );
+            let shown: String = errors.iter().map(|e| format!("{e} {e:?}")).collect();
+            assert!(!shown.contains(secret_word), "{shown}");
+        }
+        // An `@` in the path is not userinfo.
+        assert!(!has_userinfo("storagefw+https://fw:8443/nodes/a@b"));
+        assert_eq!(
+            redact_url("storagefw+https://fw:8443/nodes/a@b"),
+            "storagefw+https://fw:8443/nodes/a@b"
+        );
+        assert_eq!(redact_url("ipmi://127.0.0.1:623"), "ipmi://127.0.0.1:623");
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub async fn run(ctx: Arc<Ctx>) {
     let mut interval = tokio::time::interval(ctx.settings.tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut reported: HashMap<String, String> = HashMap::new();
+    let mut announced = crate::config::Announced::new();
     loop {
         interval.tick().await;
         let now = ctx.now();
@@ -56,8 +57,10 @@ pub async fn run(ctx: Arc<Ctx>) {
         ctx.metrics.tick(token.is_some());
         let Some(token) = token else {
             reported.clear();
+            announced.clear();
             continue;
         };
+        crate::config::report(&ctx, &mut announced).await;
         if let Err(e) = decide_round(&ctx, now, &mut reported).await {
             tracing::warn!(error = %e, "decision round failed");
         }

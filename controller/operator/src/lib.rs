@@ -8,6 +8,7 @@
 //! - [`cache`]: reflectors for Nodes, node Leases, Pods, PVCs, PDBs (`policy/v1`, or
 //!   `policy/v1beta1` on older servers, found by discovery), VolumeAttachments and the Palisade
 //!   resources;
+//! - [`config`]: the acceptance status of policies and targets, an Event on every change;
 //! - [`leader`]: leader election on a coordination Lease with a monotonic fencing token stored
 //!   in the Lease; a deposed leader acts on nothing;
 //! - [`detect`]: the periodic tick (dead nodes send no events): observe heartbeats on our own
@@ -19,6 +20,7 @@
 //! - [`events`], [`metrics`], [`server`]: Kubernetes Events, Prometheus text, `/healthz`.
 
 pub mod cache;
+pub mod config;
 pub mod crashpoint;
 pub mod crds;
 pub mod detect;

@@ -20,6 +20,7 @@ struct Inner {
     decisions: BTreeMap<String, u64>,
     ticks: u64,
     leader: bool,
+    rejected: BTreeMap<String, u64>,
 }
 
 impl Metrics {
@@ -49,6 +50,12 @@ impl Metrics {
         let e = g.phase_seconds.entry(phase.into()).or_default();
         e.0 += seconds;
         e.1 += 1;
+    }
+
+    /// How many configuration objects are not accepted now, by `kind/reason` (a gauge,
+    /// replaced whole on every report).
+    pub fn set_rejected(&self, counts: BTreeMap<String, u64>) {
+        self.lock().rejected = counts;
     }
 
     /// A detection tick ran.
@@ -117,6 +124,17 @@ impl Metrics {
         }
         let _ = writeln!(
             out,
+            "# HELP palisade_config_rejected Configuration objects not accepted now, by kind and reason.\n# TYPE palisade_config_rejected gauge"
+        );
+        for (key, v) in &g.rejected {
+            let (kind, reason) = key.split_once('/').unwrap_or((key.as_str(), ""));
+            let _ = writeln!(
+                out,
+                "palisade_config_rejected{{kind=\"{kind}\",reason=\"{reason}\"}} {v}"
+            );
+        }
+        let _ = writeln!(
+            out,
             "# HELP palisade_ticks_total Detection ticks.\n# TYPE palisade_ticks_total counter\npalisade_ticks_total {}",
             g.ticks
         );
@@ -141,7 +159,14 @@ mod tests {
         m.held("quorum_lost");
         m.phase_duration("Fencing", 1.5);
         m.phase_duration("Fencing", 0.5);
+        m.set_rejected([("FenceTarget/CredentialsInUrl".to_string(), 1)].into());
         let text = m.render();
+        assert!(
+            text.contains(
+                "palisade_config_rejected{kind=\"FenceTarget\",reason=\"CredentialsInUrl\"} 1"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("palisade_fences_total{outcome=\"released\"} 2"),
             "{text}"

@@ -666,7 +666,22 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 }
                 return Ok(());
             }
-            Step::Wait { why, .. } => {
+            Step::Wait { why, until } => {
+                if why == WaitFor::NodeExists {
+                    let label = "node_not_found".to_string();
+                    if status.verdict.as_ref().map(|r| &r.label) != Some(&label) {
+                        let fails_at = until.map(|t| t.to_string()).unwrap_or_default();
+                        let message = format!("no Node named {node} exists; this fence fails with NodeNotFound at {fails_at} unless it registers");
+                        status.verdict = Some(VerdictRecord {
+                            label: label.clone(),
+                            message: message.clone(),
+                            at: MicroTime(wall),
+                        });
+                        persist(&api, &nf, status, &label).await?;
+                        event(ctx, &nf, Kind::Warning, "NodeNotFound", &message).await;
+                    }
+                    return Ok(());
+                }
                 if let (WaitFor::Verdict(label), Some(v)) = (&why, verdict.as_ref()) {
                     if status.verdict.as_ref().map(|r| &r.label) != Some(label) {
                         status.verdict = Some(VerdictRecord {

@@ -142,15 +142,92 @@ pub fn start_controller(lab: &Lab, identity: &str) -> Controller {
 
 /// [`start_controller`] with extra environment (e.g. the firmware-bridge client identity).
 pub fn start_controller_with_env(lab: &Lab, identity: &str, env: &[(&str, String)]) -> Controller {
+    let cp = lab.control_plane().expect("control plane");
+    start_controller_as(lab, identity, cp.admin_kubeconfig(), env)
+}
+
+/// The controller's ServiceAccount, as `controller/manifests/rbac.yaml` names it.
+pub const CONTROLLER_SA: &str = "system:serviceaccount:palisade-system:palisade-controller";
+
+/// Applies `controller/manifests/rbac.yaml` (ServiceAccount, ClusterRole and Role with their
+/// bindings) as the project ships it.
+pub fn apply_rbac(c: &Client, rt: &tokio::runtime::Runtime) {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    const RBAC: &str = include_str!("../../../../controller/manifests/rbac.yaml");
+    fn create<K>(api: kube::Api<K>, doc: serde_json::Value, rt: &tokio::runtime::Runtime)
+    where
+        K: kube::Resource
+            + Clone
+            + k8s_openapi::serde::de::DeserializeOwned
+            + k8s_openapi::serde::Serialize
+            + std::fmt::Debug,
+    {
+        let obj: K = serde_json::from_value(doc).expect("an RBAC object");
+        rt.block_on(api.create(&PostParams::default(), &obj))
+            .expect("create RBAC object");
+    }
+    for text in RBAC.split("\n---") {
+        let doc: serde_json::Value = serde_yaml::from_str(text).expect("rbac.yaml parses");
+        if doc.is_null() {
+            continue;
+        }
+        let ns = doc["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or(SYSTEM_NS)
+            .to_string();
+        match doc["kind"].as_str() {
+            Some("ServiceAccount") => {
+                create::<ServiceAccount>(Api::namespaced(c.clone(), &ns), doc, rt)
+            }
+            Some("ClusterRole") => create::<ClusterRole>(Api::all(c.clone()), doc, rt),
+            Some("ClusterRoleBinding") => {
+                create::<ClusterRoleBinding>(Api::all(c.clone()), doc, rt)
+            }
+            Some("Role") => create::<Role>(Api::namespaced(c.clone(), &ns), doc, rt),
+            Some("RoleBinding") => create::<RoleBinding>(Api::namespaced(c.clone(), &ns), doc, rt),
+            other => panic!("rbac.yaml: unexpected kind {other:?}"),
+        }
+    }
+}
+
+/// A kubeconfig that authenticates as the controller's ServiceAccount (a client certificate
+/// from the lab CA whose common name is [`CONTROLLER_SA`]; RBAC matches ServiceAccount subjects
+/// by that user name), so the controller runs with exactly the shipped permissions.
+pub fn controller_sa_kubeconfig(lab: &Lab) -> PathBuf {
+    use base64::Engine;
+    let cp = lab.control_plane().expect("control plane");
+    let admin = std::fs::read_to_string(cp.admin_kubeconfig()).expect("admin kubeconfig");
+    let mut cfg: serde_json::Value = serde_yaml::from_str(&admin).expect("kubeconfig parses");
+    let id = lab
+        .ca()
+        .issue_client_cert(CONTROLLER_SA, None)
+        .expect("issue the SA certificate");
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+    let user = &mut cfg["users"][0]["user"];
+    user["client-certificate-data"] = b64(&id.cert_pem).into();
+    user["client-key-data"] = b64(&id.key_pem).into();
+    let path = lab.dir().join("controller-sa.kubeconfig");
+    palisade_lab::write_secret(&path, serde_yaml::to_string(&cfg).unwrap().as_bytes())
+        .expect("write the SA kubeconfig");
+    path
+}
+
+/// Starts `palisade-controller` with `kubeconfig` and extra environment.
+pub fn start_controller_as(
+    lab: &Lab,
+    identity: &str,
+    kubeconfig: &std::path::Path,
+    env: &[(&str, String)],
+) -> Controller {
     let bin = palisade_lab::bin_path("palisade-controller")
         .expect("build the controller first: cargo build -p palisade-controller --bins");
-    let cp = lab.control_plane().expect("control plane");
     let log = lab.dir().join(format!("controller-{identity}.log"));
     let out = std::fs::File::create(&log).unwrap();
     let metrics_addr = format!("127.0.0.1:{}", free_port());
     let child = Command::new(bin)
         .arg("--kubeconfig")
-        .arg(cp.admin_kubeconfig())
+        .arg(kubeconfig)
         .args([
             "--namespace",
             SYSTEM_NS,
