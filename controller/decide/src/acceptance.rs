@@ -126,6 +126,77 @@ pub fn target(spec: &FenceTargetSpec) -> Verdict {
     }
 }
 
+/// Admission of a `FencingPolicy` (create or update): every problem `validate()` finds.
+pub fn admit_policy(spec: &palisade_model::policy::FencingPolicySpec) -> Result<(), Vec<String>> {
+    spec.validate()
+        .map_err(|errors| errors.iter().map(ToString::to_string).collect())
+}
+
+/// Admission of a `FenceTarget` (create or update): every problem `validate()` finds, with
+/// any credentials in a URL redacted.
+pub fn admit_target(spec: &FenceTargetSpec) -> Result<(), Vec<String>> {
+    spec.validate()
+        .map_err(|errors| errors.iter().map(ToString::to_string).collect())
+}
+
+/// Admission of a new `NodeFence`: the node must exist and have no unfinished fence.
+///
+/// `node_exists` and `active` (the names of unfinished fences for the same node) come from the
+/// controller's caches, which may lag the API by a moment; a second fence that slips through
+/// is still caught when it runs (the younger of two is `Superseded`).
+pub fn admit_fence_create(
+    spec: &palisade_model::NodeFenceSpec,
+    node_exists: bool,
+    active: &[String],
+) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    if spec.node_name.trim().is_empty() {
+        problems.push("spec.nodeName must name a node".to_string());
+    } else if !node_exists {
+        problems.push(format!("no Node named {:?} exists", spec.node_name));
+    }
+    if let Some(first) = active.first() {
+        problems.push(format!(
+            "node {:?} already has an unfinished NodeFence ({first}); watch that one, or delete it first",
+            spec.node_name
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+/// Admission of an edited `NodeFence`: its spec is a request and never changes once made
+/// (delete it and create another); status updates are not reviewed.
+pub fn admit_fence_update(
+    old: &palisade_model::NodeFenceSpec,
+    new: &palisade_model::NodeFenceSpec,
+) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    if old.node_name != new.node_name {
+        problems.push(format!(
+            "spec.nodeName is immutable (was {:?}, now {:?})",
+            old.node_name, new.node_name
+        ));
+    }
+    if old.requested_by != new.requested_by {
+        problems.push("spec.requestedBy is immutable".to_string());
+    }
+    if old.overrides != new.overrides {
+        problems.push(
+            "spec.overrides is immutable: a request's guards cannot change while it runs"
+                .to_string(),
+        );
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +255,24 @@ mod tests {
         let c = &out["zone-c"];
         assert_eq!(c.reason, Reason::Valid);
         assert_eq!(c.message, "in force for 0 node(s)");
+    }
+
+    #[test]
+    fn fences_are_admitted_only_for_existing_nodes_without_another_and_never_edited() {
+        let spec: palisade_model::NodeFenceSpec = serde_json::from_value(serde_json::json!({
+            "nodeName": "m0", "reason": "test"
+        }))
+        .unwrap();
+        assert_eq!(admit_fence_create(&spec, true, &[]), Ok(()));
+        let missing = admit_fence_create(&spec, false, &[]).unwrap_err();
+        assert!(missing[0].contains("no Node named"), "{missing:?}");
+        let second = admit_fence_create(&spec, true, &["m0-abc".into()]).unwrap_err();
+        assert!(second[0].contains("m0-abc"), "{second:?}");
+        let mut edited = spec.clone();
+        assert_eq!(admit_fence_update(&spec, &edited), Ok(()));
+        edited.node_name = "m1".into();
+        edited.overrides.quorum_guard = true;
+        assert_eq!(admit_fence_update(&spec, &edited).unwrap_err().len(), 2);
     }
 
     #[test]

@@ -60,6 +60,16 @@ struct Args {
     /// PEM of the key of --bridge-cert (a file, never a flag value).
     #[arg(long, env = "PALISADE_BRIDGE_KEY", requires_all = ["bridge_ca", "bridge_cert"])]
     bridge_key: Option<PathBuf>,
+    /// Serve the validating admission webhook (HTTPS) on this address; needs --webhook-cert
+    /// and --webhook-key.
+    #[arg(long, requires_all = ["webhook_cert", "webhook_key"])]
+    webhook_addr: Option<std::net::SocketAddr>,
+    /// The webhook's serving certificate chain (PEM), e.g. a mounted Secret's tls.crt.
+    #[arg(long, requires = "webhook_addr")]
+    webhook_cert: Option<PathBuf>,
+    /// The webhook's private key (PEM), e.g. a mounted Secret's tls.key.
+    #[arg(long, requires = "webhook_addr")]
+    webhook_key: Option<PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -152,6 +162,17 @@ async fn main() -> anyhow::Result<()> {
     let election = tokio::spawn(leadership.run(args.lease_duration, args.renew_interval));
     let ticker = tokio::spawn(detect::run(ctx.clone()));
     let http = tokio::spawn(server::serve(args.metrics_addr, ctx.clone()));
+    if let (Some(addr), Some(cert), Some(key)) =
+        (args.webhook_addr, &args.webhook_cert, &args.webhook_key)
+    {
+        let tls = palisade_controller::webhook::tls_config(cert, key)?;
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            if let Err(e) = palisade_controller::webhook::serve(addr, tls, ctx).await {
+                tracing::error!(error = %e, "the admission webhook stopped");
+            }
+        });
+    }
     tracing::info!(%identity, lease = %args.lease_name, namespace = %args.namespace, "palisade-controller started");
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -21,6 +21,7 @@ struct Inner {
     ticks: u64,
     leader: bool,
     rejected: BTreeMap<String, u64>,
+    denied: BTreeMap<String, u64>,
 }
 
 impl Metrics {
@@ -56,6 +57,11 @@ impl Metrics {
     /// replaced whole on every report).
     pub fn set_rejected(&self, counts: BTreeMap<String, u64>) {
         self.lock().rejected = counts;
+    }
+
+    /// The admission webhook denied an object of `kind`.
+    pub fn admission_denied(&self, kind: &str) {
+        *self.lock().denied.entry(kind.into()).or_default() += 1;
     }
 
     /// A detection tick ran.
@@ -100,6 +106,13 @@ impl Metrics {
             "Verdicts produced, by label.",
             "verdict",
             &g.decisions,
+        );
+        counter(
+            &mut out,
+            "palisade_admission_denied_total",
+            "Objects the admission webhook refused, by kind.",
+            "kind",
+            &g.denied,
         );
         counter(
             &mut out,

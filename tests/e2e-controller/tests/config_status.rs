@@ -37,7 +37,7 @@ fn bad_configuration_is_refused_at_the_door_or_reported_at_once() {
     namespace(&sim.c, &rt, SYSTEM_NS);
     apply_rbac(&sim.c, &rt);
     let kubeconfig = controller_sa_kubeconfig(&lab);
-    let ctl = start_controller_as(&lab, "ctl-config", &kubeconfig, &[]);
+    let ctl = start_controller_as(&lab, "ctl-config", &kubeconfig, &[], &[]);
     // The controller installs the CRDs before its first tick.
     ctl.wait_ticks(2);
     let a = [("palisade.test/zone", "a")];

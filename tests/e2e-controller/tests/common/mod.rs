@@ -127,7 +127,8 @@ impl Drop for Controller {
     }
 }
 
-fn free_port() -> u16 {
+/// A free loopback TCP port.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -143,7 +144,7 @@ pub fn start_controller(lab: &Lab, identity: &str) -> Controller {
 /// [`start_controller`] with extra environment (e.g. the firmware-bridge client identity).
 pub fn start_controller_with_env(lab: &Lab, identity: &str, env: &[(&str, String)]) -> Controller {
     let cp = lab.control_plane().expect("control plane");
-    start_controller_as(lab, identity, cp.admin_kubeconfig(), env)
+    start_controller_as(lab, identity, cp.admin_kubeconfig(), env, &[])
 }
 
 /// The controller's ServiceAccount, as `controller/manifests/rbac.yaml` names it.
@@ -213,12 +214,13 @@ pub fn controller_sa_kubeconfig(lab: &Lab) -> PathBuf {
     path
 }
 
-/// Starts `palisade-controller` with `kubeconfig` and extra environment.
+/// Starts `palisade-controller` with `kubeconfig`, extra environment and extra arguments.
 pub fn start_controller_as(
     lab: &Lab,
     identity: &str,
     kubeconfig: &std::path::Path,
     env: &[(&str, String)],
+    args: &[String],
 ) -> Controller {
     let bin = palisade_lab::bin_path("palisade-controller")
         .expect("build the controller first: cargo build -p palisade-controller --bins");
@@ -244,6 +246,7 @@ pub fn start_controller_as(
             "--resync",
             "250ms",
         ])
+        .args(args)
         .env("RUST_LOG", "info,kube=warn,palisade_controller=debug")
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(Stdio::from(out.try_clone().unwrap()))
@@ -258,6 +261,12 @@ pub fn start_controller_as(
 }
 
 impl Controller {
+    /// Kills it (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Its process id.
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
