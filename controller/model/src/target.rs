@@ -63,10 +63,15 @@ pub struct FenceDevice {
     /// Address, for example `ipmi://10.0.0.5:623`, `snmp+pdu://pdu1:161/outlets/3,4`,
     /// `storagefw+https://storage:8443/nodes/m0`, or `bridge://fw-bridge.mgmt:8443/rack1-m0`.
     ///
-    /// A URL never carries credentials (`user:password@` is refused by the schema and by
-    /// [`FenceTargetSpec::validate`]): they belong in `credentialsSecretRef`.
+    /// A URL never carries credentials: a `user:password@` part is refused by the schema and by
+    /// [`FenceTargetSpec::validate`] (they belong in `credentialsSecretRef`). A bare user name
+    /// is allowed where the agent takes one from the URL: `ipmi://user@host` and an SNMPv3
+    /// user (`snmp+pdu://user@host/...?version=3`); anywhere else a `user@` part is refused too
+    /// (an SNMP community in that place would be a secret).
     #[schemars(
-        regex(pattern = r"^(ipmi|snmp\+pdu|storagefw\+https|bridge)://[^\s/@]+(/[^\s]*)?$"),
+        regex(
+            pattern = r"^(ipmi|snmp\+pdu|storagefw\+https|bridge)://([^\s/@:]+@)?[^\s/@]+(/[^\s]*)?$"
+        ),
         length(max = 2048)
     )]
     pub url: String,
@@ -240,6 +245,26 @@ pub fn has_userinfo(url: &str) -> bool {
     authority(url).is_some_and(|a| a.contains('@'))
 }
 
+/// True when the URL carries credentials: a password (`user:password@`), or a user part where
+/// the scheme takes no user name from the URL (only `ipmi://user@` and an SNMPv3
+/// `snmp+pdu://user@…?version=3` do), or a user part with no `://` at all.
+pub fn has_credentials(url: &str) -> bool {
+    let Some(auth) = authority(url) else {
+        return url.contains('@');
+    };
+    let Some((userinfo, _)) = auth.rsplit_once('@') else {
+        return false;
+    };
+    if userinfo.contains(':') || userinfo.contains('@') {
+        return true;
+    }
+    let snmp_v3 = url.starts_with("snmp+pdu://")
+        && url
+            .split_once('?')
+            .is_some_and(|(_, q)| q.split('&').any(|kv| kv == "version=3"));
+    !(url.starts_with("ipmi://") || snmp_v3)
+}
+
 /// The URL with any userinfo replaced by `REDACTED`, safe for logs, Events and status.
 ///
 /// Guarantees: nothing between `://` and the last `@` of the authority survives; a URL without
@@ -300,7 +325,7 @@ impl FenceTargetSpec {
                 errors.push(TargetError::EmptyLevel { level });
             }
             for (device, d) in l.devices.iter().enumerate() {
-                if has_userinfo(&d.url) || (!d.url.contains("://") && d.url.contains('@')) {
+                if has_credentials(&d.url) {
                     errors.push(TargetError::CredentialsInUrl {
                         level,
                         device,
@@ -434,6 +459,8 @@ mod tests {
         for url in [
             format!("ipmi://admin:{secret_word}@127.0.0.1:623"),
             format!("snmp+pdu://{secret_word}@pdu:161/outlets/1"),
+            format!("snmp+pdu://{secret_word}@pdu:161/outlets/1?version=2c"),
+            format!("storagefw+https://{secret_word}@fw:8443/nodes/m0"),
             format!("bridge://x:{secret_word}@h:9443/m0"),
             format!("ftp://u:{secret_word}@host/x"),
             format!("u:{secret_word}@host"),
@@ -453,6 +480,13 @@ mod tests {
             );
             let shown: String = errors.iter().map(|e| format!("{e} {e:?}")).collect();
             assert!(!shown.contains(secret_word), "{shown}");
+        }
+        // A user name where the agent takes one is not a credential.
+        for ok in [
+            "ipmi://admin@127.0.0.1:623?cipher=3",
+            "snmp+pdu://fencer@pdu:161/outlets/1?version=3",
+        ] {
+            assert!(!has_credentials(ok), "{ok}");
         }
         // An `@` in the path is not userinfo.
         assert!(!has_userinfo("storagefw+https://fw:8443/nodes/a@b"));
