@@ -1,0 +1,98 @@
+//! `kubectl palisade fence NODE` and `cancel NODEFENCE`.
+
+use std::time::Duration;
+
+use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::{Api, Client, ResourceExt};
+use palisade_model::nodefence::{Overrides, Phase, RequestedBy};
+use palisade_model::{NodeFence, NodeFenceSpec};
+
+/// Creates a manual NodeFence and, with `wait`, prints each transition until it ends.
+pub async fn request(
+    c: &Client,
+    node: &str,
+    reason: &str,
+    overrides: Overrides,
+    wait: Option<Duration>,
+) -> anyhow::Result<u8> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(c.clone());
+    if nodes.get_opt(node).await?.is_none() {
+        anyhow::bail!("no Node named {node:?}: nothing requested");
+    }
+    let api: Api<NodeFence> = Api::all(c.clone());
+    let mut nf = NodeFence::new(
+        "",
+        NodeFenceSpec {
+            node_name: node.to_string(),
+            reason: reason.to_string(),
+            requested_by: RequestedBy::Manual,
+            overrides,
+        },
+    );
+    nf.metadata.name = None;
+    nf.metadata.generate_name = Some(format!("{node}-manual-"));
+    let created = api.create(&PostParams::default(), &nf).await?;
+    let name = created.name_any();
+    println!("nodefence/{name} requested for node {node}");
+    let Some(limit) = wait else {
+        return Ok(0);
+    };
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut shown = 0;
+    loop {
+        let f = api.get(&name).await?;
+        if let Some(st) = &f.status {
+            for t in st.transitions.iter().skip(shown) {
+                println!("{}  {:<11} {}", t.at.0, t.phase.as_str(), t.message);
+            }
+            shown = st.transitions.len();
+            if st.phase.is_terminal() || st.phase == Phase::Released {
+                return Ok(if st.phase == Phase::Failed { 1 } else { 0 });
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            println!(
+                "still in progress after {}s: follow it with `kubectl palisade timeline {name}`",
+                limit.as_secs()
+            );
+            return Ok(0);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Deletes a NodeFence that is still Pending (nothing was done); refuses once fencing began.
+pub async fn cancel(c: &Client, name: &str) -> anyhow::Result<u8> {
+    let api: Api<NodeFence> = Api::all(c.clone());
+    let Some(f) = api.get_opt(name).await? else {
+        anyhow::bail!("no NodeFence named {name:?}");
+    };
+    let phase = f.status.as_ref().map_or(Phase::Pending, |s| s.phase);
+    if phase != Phase::Pending {
+        eprintln!(
+            "refused: nodefence/{name} is {}: fencing has begun, and deleting the request would not undo it; \
+             it ends by itself (Released, then Recovering once the node returns with proof)",
+            phase.as_str()
+        );
+        return Ok(crate::REFUSED);
+    }
+    // The UID and resourceVersion preconditions: never delete a fence that moved on meanwhile.
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: f.metadata.uid.clone(),
+            resource_version: f.metadata.resource_version.clone(),
+        }),
+        ..Default::default()
+    };
+    match api.delete(name, &dp).await {
+        Ok(_) => {
+            println!("nodefence/{name} cancelled (it was Pending: nothing had been done)");
+            Ok(0)
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            eprintln!("refused: nodefence/{name} changed while cancelling; look again with `kubectl palisade timeline {name}`");
+            Ok(crate::REFUSED)
+        }
+        Err(e) => Err(e.into()),
+    }
+}

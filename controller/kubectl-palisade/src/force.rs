@@ -1,0 +1,151 @@
+//! `kubectl palisade delete-pod NAMESPACE/POD`: the safe force deletion.
+//!
+//! Guarantees: without `--confirm`, a pod is force-deleted only when a NodeFence for its node
+//! holds a verified fence (power off, trusted self-fence, or a storage block) that covers the
+//! pod (a storage block covers only pods with a claim); otherwise it refuses and says what may
+//! run twice. Either way, who forced it is recorded on the pod (annotation) and in an Event
+//! before the delete, which carries the pod's UID as a precondition.
+
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Api, Client, ResourceExt};
+use palisade_model::nodefence::Coverage;
+use palisade_model::NodeFence;
+
+/// Annotation naming who force-deleted a pod through this command, and on what grounds.
+pub const FORCED_BY: &str = "palisade.dev/force-deleted-by";
+
+/// The user this command acts as, for the record (the local user and the kubeconfig context).
+fn who() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".into());
+    format!("{user} via kubectl-palisade")
+}
+
+/// Runs the command.
+pub async fn run(c: &Client, pod_ref: &str, confirm: bool) -> anyhow::Result<u8> {
+    let Some((ns, name)) = pod_ref.split_once('/') else {
+        anyhow::bail!("give the pod as NAMESPACE/NAME, got {pod_ref:?}");
+    };
+    let pods: Api<Pod> = Api::namespaced(c.clone(), ns);
+    let Some(pod) = pods.get_opt(name).await? else {
+        anyhow::bail!("no pod {ns}/{name}");
+    };
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    let mounts_claim = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .is_some_and(|v| v.iter().any(|v| v.persistent_volume_claim.is_some()));
+    let fences: Api<NodeFence> = Api::all(c.clone());
+    let covering = match &node {
+        None => None,
+        Some(node) => fences
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|f| f.spec.node_name == *node)
+            .find_map(|f| {
+                let proof = f.status.as_ref()?.verified_fence()?;
+                let covers = match proof.coverage() {
+                    Coverage::All => true,
+                    Coverage::Stateful => mounts_claim,
+                };
+                covers.then(|| (f.name_any(), proof.coverage()))
+            }),
+    };
+    let grounds = match (&covering, &node) {
+        (Some((fence, coverage)), Some(node)) => {
+            format!(
+                "node {node} is fenced (verified by nodefence/{fence}, covering {coverage:?} pods)"
+            )
+        }
+        _ => {
+            let claims: Vec<String> = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.volumes.as_ref())
+                .into_iter()
+                .flatten()
+                .filter_map(|v| {
+                    v.persistent_volume_claim
+                        .as_ref()
+                        .map(|c| c.claim_name.clone())
+                })
+                .collect();
+            let warning = format!(
+                "WARNING: node {} is not fenced with a verified fence that covers {ns}/{name}. Its containers may still be running. \
+                 Deleting the pod lets its controller start a replacement at once: two copies of {ns}/{name} may then run together{}.",
+                node.as_deref().unwrap_or("(none)"),
+                if claims.is_empty() { String::new() } else { format!(", both writing to claim(s) {}", claims.join(", ")) }
+            );
+            eprintln!("{warning}");
+            if !confirm {
+                eprintln!("refused: fence the node first (`kubectl palisade fence NODE --reason ...`), or pass --confirm to accept the risk");
+                return Ok(crate::REFUSED);
+            }
+            "confirmed by a person without a verified fence".to_string()
+        }
+    };
+    let record = format!("{} at {}: {grounds}", who(), Timestamp::now());
+    pods.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {FORCED_BY: record}}})),
+    )
+    .await?;
+    let events: Api<Event> = Api::namespaced(c.clone(), ns);
+    let now = Timestamp::now();
+    let ev = Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{name}.")),
+            namespace: Some(ns.to_string()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(name.to_string()),
+            namespace: Some(ns.to_string()),
+            uid: pod.metadata.uid.clone(),
+            ..Default::default()
+        },
+        reason: Some(if covering.is_some() {
+            "ForceDeletedFenced".into()
+        } else {
+            "ForceDeletedUnfenced".into()
+        }),
+        message: Some(record.clone()),
+        type_: Some(if covering.is_some() {
+            "Normal".into()
+        } else {
+            "Warning".into()
+        }),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        count: Some(1),
+        source: Some(EventSource {
+            component: Some("kubectl-palisade".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    if let Err(e) = events.create(&PostParams::default(), &ev).await {
+        eprintln!("note: could not record the Event: {e}");
+    }
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: pod.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    pods.delete(name, &dp).await?;
+    println!("pod {ns}/{name} force-deleted: {grounds}");
+    Ok(0)
+}

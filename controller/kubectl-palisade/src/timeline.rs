@@ -1,0 +1,227 @@
+//! `kubectl palisade timeline NODEFENCE [--svg FILE]`: a fence's story, as text and as a
+//! picture (phases as bands, device attempts, evidence and releases as marks), to the
+//! millisecond from the fence's creation.
+
+use std::fmt::Write;
+use std::path::Path;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::{Api, Client};
+use palisade_model::NodeFence;
+
+use crate::world::secs;
+
+/// One moment of the story.
+#[derive(Debug, Clone)]
+pub struct Mark {
+    /// When.
+    pub at: Timestamp,
+    /// Which lane: `phase`, `device`, `evidence`, `release`, `recovery`.
+    pub lane: &'static str,
+    /// What happened.
+    pub text: String,
+}
+
+/// Every moment of the fence's story, in time order.
+pub fn marks(f: &NodeFence) -> Vec<Mark> {
+    let mut out = Vec::new();
+    let Some(st) = &f.status else {
+        return out;
+    };
+    for t in &st.transitions {
+        out.push(Mark {
+            at: t.at.0,
+            lane: "phase",
+            text: format!("{} — {}", t.phase.as_str(), t.message),
+        });
+    }
+    for a in &st.attempts {
+        out.push(Mark {
+            at: a.at.0,
+            lane: "device",
+            text: format!(
+                "level {} {:?} {} → {:?} (token {}) {}",
+                a.level, a.action, a.device, a.outcome, a.token, a.message
+            ),
+        });
+    }
+    for e in &st.evidence {
+        out.push(Mark {
+            at: e.at.0,
+            lane: "evidence",
+            text: format!(
+                "level {} {:?} from {}: {}",
+                e.level, e.kind, e.device, e.observed
+            ),
+        });
+    }
+    if let Some(t) = &st.release.tainted_at {
+        out.push(Mark {
+            at: t.0,
+            lane: "release",
+            text: "out-of-service taint".into(),
+        });
+    }
+    for (what, list) in [
+        ("pod", &st.release.pods),
+        ("VolumeAttachment", &st.release.attachments),
+        ("attach record", &st.release.attach_records),
+    ] {
+        for o in list {
+            let name = if o.namespace.is_empty() {
+                o.name.clone()
+            } else {
+                format!("{}/{}", o.namespace, o.name)
+            };
+            out.push(Mark {
+                at: o.at.0,
+                lane: "release",
+                text: format!("released {what} {name}"),
+            });
+        }
+    }
+    for o in &st.release.held {
+        out.push(Mark {
+            at: o.at.0,
+            lane: "release",
+            text: format!(
+                "HELD pod {}/{} (not covered by the fence)",
+                o.namespace, o.name
+            ),
+        });
+    }
+    for (what, t) in [
+        ("powered on", &st.recovery.powered_on_at),
+        ("unfenced", &st.recovery.unfenced_at),
+        ("untainted", &st.recovery.untainted_at),
+    ] {
+        if let Some(t) = t {
+            out.push(Mark {
+                at: t.0,
+                lane: "recovery",
+                text: what.to_string(),
+            });
+        }
+    }
+    out.sort_by_key(|m| m.at);
+    out
+}
+
+/// Prints the story; with `svg`, also draws it.
+pub async fn run(c: &Client, name: &str, svg: Option<&Path>) -> anyhow::Result<u8> {
+    let api: Api<NodeFence> = Api::all(c.clone());
+    let Some(f) = api.get_opt(name).await? else {
+        anyhow::bail!("no NodeFence named {name:?}");
+    };
+    let ms = marks(&f);
+    let t0 = f
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .or_else(|| ms.first().map(|m| m.at))
+        .unwrap_or_else(Timestamp::now);
+    println!(
+        "nodefence/{name}: node {}, requested by {:?}: {}",
+        f.spec.node_name, f.spec.requested_by, f.spec.reason
+    );
+    for m in &ms {
+        println!("{:>+9.3}s  {:<9} {}", secs(t0, m.at), m.lane, m.text);
+    }
+    if let Some(st) = &f.status {
+        if let Some(fail) = &st.failure {
+            println!(
+                "FAILED in {}: {} — {}",
+                fail.phase.as_str(),
+                fail.reason.as_str(),
+                fail.message
+            );
+        }
+    }
+    if let Some(path) = svg {
+        std::fs::write(path, render_svg(&f, t0, &ms))
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+        println!("picture: {}", path.display());
+    }
+    Ok(0)
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The picture: a time axis in seconds, one band per phase, one row per other mark.
+pub fn render_svg(f: &NodeFence, t0: Timestamp, ms: &[Mark]) -> String {
+    let end = ms.last().map_or(1.0, |m| secs(t0, m.at)).max(0.001);
+    let (left, width) = (40.0, 760.0);
+    let x = |t: Timestamp| left + width * (secs(t0, t) / end).clamp(0.0, 1.0);
+    let rows: Vec<&Mark> = ms.iter().filter(|m| m.lane != "phase").collect();
+    let height = 120 + 18 * rows.len();
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="1100" height="{height}" font-family="monospace" font-size="11">"#
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{left}" y="16" font-size="13">nodefence/{} — node {}</text>"#,
+        escape(&f.metadata.name.clone().unwrap_or_default()),
+        escape(&f.spec.node_name)
+    );
+    let phases: Vec<&Mark> = ms.iter().filter(|m| m.lane == "phase").collect();
+    let colours = [
+        "#9ecae1", "#fdae6b", "#e6550d", "#74c476", "#31a354", "#bcbddc", "#756bb1", "#969696",
+    ];
+    for (i, p) in phases.iter().enumerate() {
+        let x0 = x(p.at);
+        let x1 = phases.get(i + 1).map_or(left + width, |n| x(n.at));
+        let phase = p.text.split(" — ").next().unwrap_or_default();
+        let _ = writeln!(
+            s,
+            r#"<g class="phase" data-phase="{}"><rect x="{x0:.1}" y="28" width="{:.1}" height="24" fill="{}"/><text x="{:.1}" y="44">{}</text></g>"#,
+            escape(phase),
+            (x1 - x0).max(1.0),
+            colours[i % colours.len()],
+            x0 + 2.0,
+            escape(phase)
+        );
+    }
+    let _ = writeln!(
+        s,
+        r#"<line x1="{left}" y1="60" x2="{}" y2="60" stroke="black"/>"#,
+        left + width
+    );
+    for k in 0..=4 {
+        let t = end * f64::from(k) / 4.0;
+        let xx = left + width * f64::from(k) / 4.0;
+        let _ = writeln!(
+            s,
+            r#"<text x="{xx:.1}" y="74" text-anchor="middle">{t:.3}s</text>"#
+        );
+    }
+    for (i, m) in rows.iter().enumerate() {
+        let y = 96 + 18 * i;
+        let xx = x(m.at);
+        let colour = match m.lane {
+            "device" => "#3182bd",
+            "evidence" => "#31a354",
+            "release" => "#e6550d",
+            _ => "#756bb1",
+        };
+        let _ = writeln!(
+            s,
+            r#"<g class="{}"><circle cx="{xx:.1}" cy="{}" r="4" fill="{colour}"/><text x="{:.1}" y="{}">+{:.3}s {}</text></g>"#,
+            m.lane,
+            y - 4,
+            xx + 8.0,
+            y,
+            secs(t0, m.at),
+            escape(&m.text)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}

@@ -1,0 +1,158 @@
+//! One read of everything the commands look at, from the API server.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ListParams;
+use kube::{Api, Client, ResourceExt};
+use palisade_decide::detector::{Health, Thresholds};
+use palisade_model::policy::Detection;
+use palisade_model::{FenceTarget, FencingPolicy, NodeFence};
+
+/// The cluster as the commands see it.
+pub struct World {
+    pub now: Timestamp,
+    pub nodes: Vec<Node>,
+    pub leases: BTreeMap<String, Lease>,
+    pub policies: Vec<FencingPolicy>,
+    pub targets: BTreeMap<String, FenceTarget>,
+    pub fences: Vec<NodeFence>,
+    pub pods: Vec<Pod>,
+    pub claims: Vec<PersistentVolumeClaim>,
+    pub events: Vec<Event>,
+}
+
+async fn list<K>(api: Api<K>, what: &str) -> anyhow::Result<Vec<K>>
+where
+    K: kube::Resource + Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    Ok(api
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("listing {what}"))?
+        .items)
+}
+
+impl World {
+    /// Reads everything (one LIST per kind).
+    pub async fn read(c: &Client) -> anyhow::Result<World> {
+        Ok(World {
+            now: Timestamp::now(),
+            nodes: list(Api::all(c.clone()), "Nodes").await?,
+            leases: list::<Lease>(Api::namespaced(c.clone(), "kube-node-lease"), "node Leases")
+                .await?
+                .into_iter()
+                .map(|l| (l.name_any(), l))
+                .collect(),
+            policies: list(Api::all(c.clone()), "FencingPolicies").await?,
+            targets: list::<FenceTarget>(Api::all(c.clone()), "FenceTargets")
+                .await?
+                .into_iter()
+                .map(|t| (t.name_any(), t))
+                .collect(),
+            fences: list(Api::all(c.clone()), "NodeFences").await?,
+            pods: list(Api::all(c.clone()), "Pods").await?,
+            claims: list(Api::all(c.clone()), "PersistentVolumeClaims").await?,
+            events: list(Api::namespaced(c.clone(), "default"), "Events").await?,
+        })
+    }
+
+    /// The node named `name`.
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.name_any() == name)
+    }
+
+    /// Seconds since the node's Lease was renewed, by its `renewTime` (the node's clock: the
+    /// controller itself judges on its own clock, from when it *observed* renewals).
+    pub fn heartbeat_age(&self, node: &str) -> Option<f64> {
+        let renewed = self.leases.get(node)?.spec.as_ref()?.renew_time.as_ref()?.0;
+        Some(
+            (self.now - renewed)
+                .total(k8s_openapi::jiff::Unit::Millisecond)
+                .ok()?
+                / 1000.0,
+        )
+    }
+
+    /// The policies whose selector matches `node`.
+    pub fn policies_for(&self, node: &Node) -> Vec<&FencingPolicy> {
+        self.policies
+            .iter()
+            .filter(|p| palisade_decide::selector::matches(&p.spec.node_selector, node.labels()))
+            .collect()
+    }
+
+    /// Health by the heartbeat age and these thresholds.
+    pub fn health(&self, node: &str, detection: &Detection) -> (Health, Option<f64>) {
+        let t = Thresholds::from(detection);
+        match self.heartbeat_age(node) {
+            None => (Health::Unhealthy, None),
+            Some(age) if age >= t.unhealthy_after.as_secs_f64() => (Health::Unhealthy, Some(age)),
+            Some(age) if age >= t.suspect_after.as_secs_f64() => (Health::Suspect, Some(age)),
+            Some(age) => (Health::Healthy, Some(age)),
+        }
+    }
+
+    /// The unfinished NodeFence for `node`, if any.
+    pub fn active_fence(&self, node: &str) -> Option<&NodeFence> {
+        self.fences
+            .iter()
+            .filter(|f| f.spec.node_name == node)
+            .find(|f| !f.status.as_ref().is_some_and(|s| s.phase.is_terminal()))
+    }
+
+    /// Non-terminal pods bound to `node`.
+    pub fn pods_on(&self, node: &str) -> Vec<&Pod> {
+        self.pods
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .filter(|p| !palisade_decide::convert::pod_is_terminal(p))
+            .collect()
+    }
+
+    /// Whether the pod mounts a ReadWriteOnce claim (unknown claims count as such: fail safe).
+    pub fn stateful(&self, pod: &Pod) -> bool {
+        palisade_decide::convert::pod_snapshot(pod, |ns, claim| {
+            self.claims
+                .iter()
+                .find(|c| c.namespace().as_deref() == Some(ns) && c.name_any() == claim)
+        })
+        .uses_rwo_volume
+    }
+
+    /// The controller's latest Event about object `name` whose reason starts with `prefix`.
+    pub fn latest_event(&self, name: &str, prefix: &str) -> Option<&Event> {
+        self.events
+            .iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(name))
+            .filter(|e| e.reason.as_deref().is_some_and(|r| r.starts_with(prefix)))
+            .max_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0))
+    }
+}
+
+/// "12.3s", "4m05s", "2h10m".
+pub fn age(secs: f64) -> String {
+    let s = secs.max(0.0);
+    if s < 60.0 {
+        format!("{s:.1}s")
+    } else if s < 3600.0 {
+        format!("{}m{:02}s", (s / 60.0) as u64, (s % 60.0) as u64)
+    } else {
+        format!(
+            "{}h{:02}m",
+            (s / 3600.0) as u64,
+            ((s % 3600.0) / 60.0) as u64
+        )
+    }
+}
+
+/// Seconds between two timestamps.
+pub fn secs(from: Timestamp, to: Timestamp) -> f64 {
+    (to - from)
+        .total(k8s_openapi::jiff::Unit::Millisecond)
+        .unwrap_or(0.0)
+        / 1000.0
+}

@@ -1,0 +1,204 @@
+//! `kubectl palisade`, run as a real binary against the lab's API server and controller:
+//! `check` finds the unfenceable node, `status` and `explain` say what Palisade sees, the safe
+//! `delete-pod` refuses on an unfenced node (and records who forced it with `--confirm`) and
+//! deletes on a fenced one, `timeline` tells a real fence's story (text and SVG, phases in
+//! order), `fence`/`cancel` request and withdraw a manual fence, and bad input gets a clear
+//! message and exit code.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::sim::{Sim, SimNode};
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use palisade_model::nodefence::Phase;
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn plugin(lab: &palisade_lab::Lab, args: &[&str]) -> Out {
+    let bin = palisade_lab::bin_path("kubectl-palisade")
+        .expect("build the plugin first: cargo build -p kubectl-palisade");
+    let cp = lab.control_plane().expect("control plane");
+    let out = Command::new(bin)
+        .env("KUBECONFIG", cp.admin_kubeconfig())
+        .args(args)
+        .output()
+        .expect("run kubectl-palisade");
+    let o = Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    eprintln!(
+        "$ kubectl palisade {}\n{}{}(exit {})",
+        args.join(" "),
+        o.stdout,
+        o.stderr,
+        o.code
+    );
+    o
+}
+
+#[test]
+fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
+    let lab = common::sim::bare_lab(1);
+    let rt = rt();
+    let sim = Sim::new(&lab, &rt);
+    namespace(&sim.c, &rt, SYSTEM_NS);
+    namespace(&sim.c, &rt, "kp");
+    let ctl = start_controller(&lab, "ctl-plugin");
+    ctl.wait_ticks(2);
+    let labels = [("palisade.test/scenario", "kp")];
+    sim.nodes(&[
+        SimNode {
+            labels: &labels,
+            ..SimNode::new("kp-a", Some(0))
+        },
+        SimNode {
+            labels: &labels,
+            ..SimNode::new("kp-b", None)
+        },
+    ]);
+    sim.policy("kp", common::sim::spec("kp", json!({})));
+    sim.claim("kp", "data-db-0", "ReadWriteOnce");
+    sim.pod_with_claim("kp", "db-0", "kp-a", "data-db-0");
+    sim.pod("kp", "web-0", "kp-b", &[], None);
+
+    // Bad input: clear messages, exit 1, nothing changed.
+    let o = plugin(&lab, &["explain", "no-such-node"]);
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.contains("no Node named"), "{}", o.stderr);
+    let o = plugin(&lab, &["fence", "no-such-node", "--reason", "x"]);
+    assert_eq!(o.code, 1);
+    assert!(sim.fences("no-such-node").is_empty());
+    let o = plugin(&lab, &["delete-pod", "kp/nope"]);
+    assert_eq!(o.code, 1);
+    assert_eq!(plugin(&lab, &["timeline", "nope"]).code, 1);
+
+    // check: kp-b cannot be fenced (no target, no trusted self-fence).
+    let o = plugin(&lab, &["check"]);
+    assert_eq!(o.code, 4, "check reports problems with exit 4");
+    assert!(
+        o.stdout
+            .contains("node kp-b: no FenceTarget and self-fencing is not trusted"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("controller leader ctl-plugin"),
+        "{}",
+        o.stdout
+    );
+
+    let o = plugin(&lab, &["status"]);
+    assert_eq!(o.code, 0);
+    assert!(
+        o.stdout.contains("kp-a") && o.stdout.contains("Healthy"),
+        "{}",
+        o.stdout
+    );
+    let o = plugin(&lab, &["explain", "kp-b"]);
+    assert_eq!(o.code, 0);
+    assert!(o.stdout.contains("policy:      kp "), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("does not trust self-fencing"),
+        "{}",
+        o.stdout
+    );
+
+    // The safe force deletion refuses on an unfenced node and deletes nothing.
+    let pods: Api<Pod> = Api::namespaced(sim.c.clone(), "kp");
+    let o = plugin(&lab, &["delete-pod", "kp/web-0"]);
+    assert_eq!(o.code, 3, "refused");
+    assert!(o.stderr.contains("two copies of kp/web-0"), "{}", o.stderr);
+    assert!(
+        rt.block_on(pods.get_opt("web-0")).unwrap().is_some(),
+        "nothing deleted"
+    );
+    // With --confirm it deletes and records who did it.
+    let o = plugin(&lab, &["delete-pod", "kp/web-0", "--confirm"]);
+    assert_eq!(o.code, 0);
+    eventually("web-0 gone", WAIT, || {
+        rt.block_on(pods.get_opt("web-0"))
+            .unwrap()
+            .is_none()
+            .then_some(())
+    });
+    let ev = common::events(&sim.c, &rt, "kp", "web-0", "ForceDeletedUnfenced");
+    assert_eq!(ev.len(), 1, "the forced deletion is recorded");
+    assert!(ev[0]
+        .message
+        .as_deref()
+        .unwrap_or_default()
+        .contains("kubectl-palisade"));
+
+    // A manual fence of a healthy node waits (held); it can be cancelled while Pending.
+    let o = plugin(&lab, &["fence", "kp-b", "--reason", "suspected"]);
+    assert_eq!(o.code, 0);
+    let manual = eventually("the manual fence", WAIT, || {
+        sim.fences("kp-b").into_iter().next()
+    });
+    let name = manual.metadata.name.clone().unwrap();
+    let o = plugin(&lab, &["cancel", &name]);
+    assert_eq!(o.code, 0, "a Pending fence is cancelled");
+    eventually("the manual fence deleted", WAIT, || {
+        sim.fences("kp-b").is_empty().then_some(())
+    });
+
+    // kp-a goes silent: the controller fences it through its BMC and releases db-0.
+    sim.silence("kp-a");
+    let fenced = sim.wait_fence_phase("kp-a", Phase::Released, WAIT);
+    let fence_name = fenced.metadata.name.clone().unwrap();
+    let o = plugin(&lab, &["cancel", &fence_name]);
+    assert_eq!(o.code, 3, "too late to cancel: fencing has begun");
+    let o = plugin(&lab, &["explain", "kp-a"]);
+    assert!(o.stdout.contains(&fence_name), "{}", o.stdout);
+    assert!(o.stdout.contains("Unhealthy"), "{}", o.stdout);
+
+    // A pod still bound to the fenced node is force-deleted without --confirm.
+    sim.pod("kp", "late-0", "kp-a", &[], None);
+    let o = plugin(&lab, &["delete-pod", "kp/late-0"]);
+    assert_eq!(o.code, 0, "the node is fenced (verified): deleted");
+    assert!(o.stdout.contains(&fence_name), "{}", o.stdout);
+    eventually("late-0 gone", WAIT, || {
+        rt.block_on(pods.get_opt("late-0"))
+            .unwrap()
+            .is_none()
+            .then_some(())
+    });
+
+    // The timeline tells the story in order, as text and as a picture.
+    let svg = lab.dir().join("timeline.svg");
+    let o = plugin(
+        &lab,
+        &["timeline", &fence_name, "--svg", svg.to_str().unwrap()],
+    );
+    assert_eq!(o.code, 0);
+    let at = |text: &str, what: &str| {
+        text.find(what)
+            .unwrap_or_else(|| panic!("{what} missing from:\n{text}"))
+    };
+    let t = &o.stdout;
+    assert!(at(t, "Pending") < at(t, "Fencing") && at(t, "Fencing") < at(t, "Fenced —"));
+    assert!(at(t, "Fenced —") < at(t, "Releasing") && at(t, "Releasing") < at(t, "Released —"));
+    assert!(
+        t.contains("evidence") && t.contains("released pod kp/db-0"),
+        "{t}"
+    );
+    let pic = std::fs::read_to_string(&svg).expect("the SVG was written");
+    assert!(pic.starts_with("<svg"));
+    let p = |phase: &str| at(&pic, &format!("data-phase=\"{phase}\""));
+    assert!(
+        p("Pending") < p("Fencing") && p("Fencing") < p("Fenced") && p("Fenced") < p("Released")
+    );
+}
