@@ -2,7 +2,8 @@
 # Installs everything Palisade's lab, tests and demo need on a Debian bookworm machine.
 # Idempotent: a second run only checks, and takes seconds.
 #   - Debian packages: etcd, Go (to build Kubernetes), OpenIPMI's ipmi_sim, ipmitool,
-#     Net-SNMP (snmpd + tools), ClusterLabs fence-agents (benchmark peers), iproute2, openssl.
+#     Net-SNMP (snmpd + tools), ClusterLabs fence-agents (benchmark peers), iproute2, openssl,
+#     Debian's kubectl 1.20 (kubernetes-client) and Prometheus with promtool (operator tests).
 #   - kube-apiserver, kube-controller-manager and kube-scheduler 1.20.2, built from Debian's
 #     `kubernetes` source package and cached outside the repo.
 #   - For the lab's QEMU machines: qemu-system-x86, busybox-static, cpio, kmod, and Debian's
@@ -23,7 +24,8 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PACKAGES=(etcd-server golang-go rsync openipmi ipmitool snmp snmpd fence-agents
           iproute2 openssl procps psmisc util-linux curl ca-certificates dpkg-dev
           build-essential pkg-config golang-github-modern-go-reflect2-dev
-          qemu-system-x86 busybox-static cpio kmod)
+          qemu-system-x86 busybox-static cpio kmod
+          kubernetes-client prometheus)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -38,7 +40,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   # snmpd and etcd-server would start system services; the lab runs its own instances.
   DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $SUDO apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
-  for svc in snmpd etcd; do
+  for svc in snmpd etcd prometheus; do
     if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; fi
     $SUDO pkill -x "$svc" >/dev/null 2>&1 || true
   done
