@@ -3,7 +3,8 @@
 # Idempotent: a second run only checks, and takes seconds.
 #   - Debian packages: etcd, Go (to build Kubernetes), OpenIPMI's ipmi_sim, ipmitool,
 #     Net-SNMP (snmpd + tools), ClusterLabs fence-agents (benchmark peers), iproute2, openssl,
-#     Debian's kubectl 1.20 (kubernetes-client) and Prometheus with promtool (operator tests).
+#     Prometheus with promtool, and Debian's kubectl 1.20 (`kubernetes-client`, extracted into
+#     the cache, never installed: it must not replace another kubectl the machine has).
 #   - kube-apiserver, kube-controller-manager and kube-scheduler 1.20.2, built from Debian's
 #     `kubernetes` source package and cached outside the repo.
 #   - For the lab's QEMU machines: qemu-system-x86, busybox-static, cpio, kmod, and Debian's
@@ -24,8 +25,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PACKAGES=(etcd-server golang-go rsync openipmi ipmitool snmp snmpd fence-agents
           iproute2 openssl procps psmisc util-linux curl ca-certificates dpkg-dev
           build-essential pkg-config golang-github-modern-go-reflect2-dev
-          qemu-system-x86 busybox-static cpio kmod
-          kubernetes-client prometheus)
+          qemu-system-x86 busybox-static cpio kmod prometheus)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -97,6 +97,20 @@ else
   done
   rm -rf "$K8S_BIN_DIR"; mv "$K8S_BIN_DIR.tmp" "$K8S_BIN_DIR"
   say "Kubernetes $K8S_VERSION binaries cached in $K8S_BIN_DIR"
+fi
+
+# Debian's kubectl 1.20, the version the lab's API server runs (operator-experience tests).
+KUBECTL="$CACHE_DIR/kubectl-1.20/kubectl"
+if [ -x "$KUBECTL" ]; then
+  say "kubectl 1.20 cached at $KUBECTL"
+else
+  kcwork="$CACHE_DIR/kubectl.$$"
+  rm -rf "$kcwork"; mkdir -p "$kcwork/tree" "$(dirname "$KUBECTL")"
+  ( cd "$kcwork" && apt-get download -qq kubernetes-client >/dev/null 2>&1 || apt-get download -qq kubernetes-client )
+  dpkg-deb -x "$kcwork"/kubernetes-client_*.deb "$kcwork/tree"
+  install -m 0755 "$kcwork/tree/usr/bin/kubectl" "$KUBECTL.tmp" && mv "$KUBECTL.tmp" "$KUBECTL"
+  rm -rf "$kcwork"
+  say "kubectl $("$KUBECTL" version --client --short 2>/dev/null || true) cached at $KUBECTL"
 fi
 
 # Guest kernel for QEMU lab machines. The cache directory is complete only once `vmlinux`
