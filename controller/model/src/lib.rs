@@ -45,6 +45,10 @@ pub const OUT_OF_SERVICE_TAINT_KEY: &str = "node.kubernetes.io/out-of-service";
 pub const OUT_OF_SERVICE_TAINT_VALUE: &str = "nodeshutdown";
 /// Taint key whose `tolerationSeconds` gives pod forgiveness.
 pub const UNREACHABLE_TAINT_KEY: &str = "node.kubernetes.io/unreachable";
+/// Pod condition type set on the pods of a node the controller sees silent (Suspect or
+/// Unhealthy), with `status.reason` `NodeSilent` so `kubectl get pods` shows it; cleared when
+/// the node renews again.
+pub const POD_CONDITION_NODE_SILENT: &str = "palisade.dev/NodeSilent";
 /// Pod condition type set on pods released by Palisade.
 pub const POD_CONDITION_FENCED: &str = "palisade.dev/Fenced";
 

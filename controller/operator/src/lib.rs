@@ -17,6 +17,7 @@
 //!   for the one next step, performing it and persisting the result before asking again;
 //! - [`devices`]: fencing devices (IPMI, SNMP PDU, storage firewall) with credentials from
 //!   Secrets; [`release`]: taint, pod release, VolumeAttachment deletion;
+//! - [`silent`]: the `NodeSilent` mark on the pods of silent nodes (`kubectl get pods` shows it);
 //! - [`webhook`]: the validating admission webhook (the same rules, at the door);
 //! - [`events`], [`metrics`], [`server`]: Kubernetes Events, Prometheus text, `/healthz`.
 
@@ -33,6 +34,7 @@ pub mod metrics;
 pub mod reconcile;
 pub mod release;
 pub mod server;
+pub mod silent;
 pub mod webhook;
 
 use std::collections::{HashMap, HashSet};

@@ -161,6 +161,7 @@ async fn main() -> anyhow::Result<()> {
     let ctx = Ctx::new(client, settings, cache, leadership.clone());
     let election = tokio::spawn(leadership.run(args.lease_duration, args.renew_interval));
     let ticker = tokio::spawn(detect::run(ctx.clone()));
+    tokio::spawn(palisade_controller::silent::run(ctx.clone()));
     let http = tokio::spawn(server::serve(args.metrics_addr, ctx.clone()));
     if let (Some(addr), Some(cert), Some(key)) =
         (args.webhook_addr, &args.webhook_cert, &args.webhook_key)

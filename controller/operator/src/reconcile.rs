@@ -71,7 +71,7 @@ fn now_wall() -> Timestamp {
 }
 
 /// The policy covering `node` (exactly one, else `None`).
-fn policy_for(ctx: &Ctx, node: &str) -> Option<palisade_model::FencingPolicySpec> {
+pub(crate) fn policy_for(ctx: &Ctx, node: &str) -> Option<palisade_model::FencingPolicySpec> {
     let n = ctx.cache.nodes.get(&StoreRef::new(node))?;
     let labels = n.labels().clone();
     let matching: Vec<_> = ctx

@@ -3,7 +3,8 @@
 //! `delete-pod` refuses on an unfenced node (and records who forced it with `--confirm`) and
 //! deletes on a fenced one, `timeline` tells a real fence's story (text and SVG, phases in
 //! order), `fence`/`cancel` request and withdraw a manual fence, and bad input gets a clear
-//! message and exit code.
+//! message and exit code. Plain `kubectl get` (Debian's 1.20) shows the fenced NodeFence and,
+//! while a node is silent, its pods' STATUS as `NodeSilent` (withdrawn once it renews).
 
 mod common;
 
@@ -47,6 +48,29 @@ fn plugin(lab: &palisade_lab::Lab, args: &[&str]) -> Out {
         o.code
     );
     o
+}
+
+/// Debian's kubectl 1.20, as `hack/install-deps.sh` caches it.
+fn kubectl(lab: &palisade_lab::Lab, args: &[&str]) -> String {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache")
+        });
+    let bin = cache.join("palisade/kubectl-1.20/kubectl");
+    let cp = lab.control_plane().expect("control plane");
+    let out = Command::new(&bin)
+        .arg("--kubeconfig")
+        .arg(cp.admin_kubeconfig())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "run {} (hack/install-deps.sh caches it): {e}",
+                bin.display()
+            )
+        });
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]
@@ -195,6 +219,27 @@ fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
         t.contains("evidence") && t.contains("released pod kp/db-0"),
         "{t}"
     );
+    // Plain `kubectl get` (Debian's kubectl 1.20) shows the fenced state...
+    let o = kubectl(&lab, &["get", "nodefences"]);
+    let row = o
+        .lines()
+        .find(|l| l.starts_with(&fence_name))
+        .unwrap_or_default();
+    assert!(row.contains("kp-a") && row.contains("Released"), "{o}");
+    // ...and a silent node's pods: STATUS NodeSilent while kp-b is silent, gone once it renews.
+    sim.pod("kp", "web-1", "kp-b", &[], None);
+    sim.silence("kp-b");
+    let status_of = |pod: &str| {
+        let o = kubectl(&lab, &["get", "pods", "-n", "kp", pod, "--no-headers"]);
+        o.split_whitespace().nth(2).unwrap_or_default().to_string()
+    };
+    eventually("kubectl shows web-1 NodeSilent", WAIT, || {
+        (status_of("web-1") == "NodeSilent").then_some(())
+    });
+    sim.revive("kp-b");
+    eventually("kubectl shows web-1 without NodeSilent", WAIT, || {
+        (status_of("web-1") == "Pending").then_some(())
+    });
     let pic = std::fs::read_to_string(&svg).expect("the SVG was written");
     assert!(pic.starts_with("<svg"));
     let p = |phase: &str| at(&pic, &format!("data-phase=\"{phase}\""));
