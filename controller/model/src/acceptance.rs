@@ -75,6 +75,56 @@ pub struct ConfigStatus {
     /// (`ConflictingPolicies`) until the overlap is removed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overlaps: Vec<Overlap>,
+    /// Targets: whether each level and device could fence the node now, from the controller's
+    /// periodic read-only checks (written when it changes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<Readiness>,
+}
+
+/// A FenceTarget's readiness: could the controller fence this node now?
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Readiness {
+    /// At least one level has every device ready.
+    pub ready: bool,
+    /// When `ready` last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+    /// Per level, in order.
+    #[serde(default)]
+    pub levels: Vec<LevelReadiness>,
+}
+
+/// One level's readiness.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LevelReadiness {
+    /// The level's name.
+    pub name: String,
+    /// Every device of the level answered.
+    pub ready: bool,
+    /// Its devices, in order.
+    #[serde(default)]
+    pub devices: Vec<DeviceReadiness>,
+}
+
+/// One device's readiness, from a read-only check (never a power or storage action).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceReadiness {
+    /// The device URL, credentials redacted.
+    pub url: String,
+    /// It answered the last check.
+    pub ready: bool,
+    /// What it reported (for example `power On`), when it answered.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reported: String,
+    /// Why the last check failed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_error: String,
+    /// When this device's `ready` last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
 }
 
 /// What the controller concluded about one object, before it is written as a [`ConfigStatus`].
@@ -144,6 +194,7 @@ impl Verdict {
                     nodes: nodes.iter().take(MAX_LISTED_NODES).cloned().collect(),
                 })
                 .collect(),
+            readiness: previous.and_then(|p| p.readiness.clone()),
         }
     }
 }

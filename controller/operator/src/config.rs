@@ -160,6 +160,8 @@ async fn apply<K: Configured>(
 fn merge_body(status: &ConfigStatus) -> serde_json::Value {
     let mut v = serde_json::to_value(status).unwrap_or_default();
     if let Some(map) = v.as_object_mut() {
+        // Readiness is written by its own loop; a stale copy from the cache must not clobber it.
+        map.remove("readiness");
         for field in [
             "observedGeneration",
             "problems",

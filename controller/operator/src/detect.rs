@@ -376,6 +376,27 @@ pub fn camel(label: &str) -> String {
         .collect()
 }
 
+/// The node's fence readiness history, when its last check found it not ready (the fence is
+/// tried all the same: the device may have recovered).
+fn readiness_note(ctx: &Ctx, node: &str) -> String {
+    let readiness = ctx
+        .cache
+        .targets
+        .get(&ObjectRef::new(node))
+        .and_then(|t| t.status.as_ref()?.readiness.clone());
+    match readiness {
+        Some(r) if !r.ready => format!(
+            "; its fence looked NOT ready since {}: {} (trying every level anyway)",
+            r.since
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default(),
+            crate::readiness::summary(&r)
+        ),
+        _ => String::new(),
+    }
+}
+
 async fn create_fence(ctx: &Ctx, node: &str, message: &str) -> Result<(), Error> {
     let api: Api<NodeFence> = Api::all(ctx.client.clone());
     // The cache may lag behind our own create: ask the API whether one is unfinished.
@@ -415,7 +436,7 @@ async fn create_fence(ctx: &Ctx, node: &str, message: &str) -> Result<(), Error>
             Recorder::reference(&created),
             Kind::Normal,
             "FenceRequested",
-            &format!("node {node}: {message}"),
+            &format!("node {node}: {message}{}", readiness_note(ctx, node)),
         )
         .await;
     Ok(())

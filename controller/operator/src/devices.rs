@@ -518,3 +518,59 @@ mod tests {
         assert_eq!(short("{}"), "{}");
     }
 }
+
+/// A readiness probe of one device: a read only (power state, storage state), never an action.
+/// Returns what the device reported, or why it could not be read.
+///
+/// Guarantees: no power or storage action is ever sent; credentials are read from the
+/// device's Secret as for a fence, and the returned text never contains them.
+pub async fn probe(
+    ctx: &Ctx,
+    node: &str,
+    d: &palisade_model::target::FenceDevice,
+) -> Result<String, String> {
+    use palisade_fence::PowerDevice;
+    let budget = Duration::from_secs(u64::try_from(d.timeout_seconds).unwrap_or(20).clamp(1, 600));
+    let secret = match &d.credentials_secret_ref {
+        Some(r) => read_secret(ctx, r).await.map_err(|e| e.to_string())?,
+        None => BTreeMap::new(),
+    };
+    let scheme = palisade_model::target::DeviceScheme::of(&d.url);
+    let read = async {
+        match (scheme, d.kind) {
+            (Some(palisade_model::target::DeviceScheme::Bridge), DeviceKind::Power) => {
+                let dev = bridge_device(ctx, &d.url, 0)?;
+                dev.status()
+                    .await
+                    .map(|s| format!("power {s:?}"))
+                    .map_err(fence_error)
+            }
+            (Some(palisade_model::target::DeviceScheme::Bridge), DeviceKind::Storage) => {
+                let dev = bridge_device(ctx, &d.url, 0)?;
+                dev.storage_status()
+                    .await
+                    .map(|s| format!("storage {s:?}"))
+                    .map_err(fence_error)
+            }
+            (Some(palisade_model::target::DeviceScheme::StorageFirewall), _) => {
+                let fw = storage_client(&d.url, &secret).map_err(|e| e.to_string())?;
+                let n = storage_node(ctx, node).await?;
+                fw.status(&n)
+                    .await
+                    .map(|s| format!("storage {s:?}"))
+                    .map_err(|e| e.to_string())
+            }
+            _ => {
+                let dev = power_device(&d.url, &secret).map_err(|e| e.to_string())?;
+                dev.status()
+                    .await
+                    .map(|s| format!("power {s:?}"))
+                    .map_err(fence_error)
+            }
+        }
+    };
+    match tokio::time::timeout(budget, read).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {budget:?}")),
+    }
+}

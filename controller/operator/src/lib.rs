@@ -17,6 +17,8 @@
 //!   for the one next step, performing it and persisting the result before asking again;
 //! - [`devices`]: fencing devices (IPMI, SNMP PDU, storage firewall) with credentials from
 //!   Secrets; [`release`]: taint, pod release, VolumeAttachment deletion;
+//! - [`readiness`]: periodic read-only checks of every FenceTarget's devices (status, Events,
+//!   metrics);
 //! - [`silent`]: the `NodeSilent` mark on the pods of silent nodes (`kubectl get pods` shows it);
 //! - [`webhook`]: the validating admission webhook (the same rules, at the door);
 //! - [`events`], [`metrics`], [`server`]: Kubernetes Events, Prometheus text, `/healthz`.
@@ -31,6 +33,7 @@ pub mod error;
 pub mod events;
 pub mod leader;
 pub mod metrics;
+pub mod readiness;
 pub mod reconcile;
 pub mod release;
 pub mod server;

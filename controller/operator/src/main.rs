@@ -60,6 +60,9 @@ struct Args {
     /// PEM of the key of --bridge-cert (a file, never a flag value).
     #[arg(long, env = "PALISADE_BRIDGE_KEY", requires_all = ["bridge_ca", "bridge_cert"])]
     bridge_key: Option<PathBuf>,
+    /// How often the leader checks every FenceTarget's devices (read-only).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    readiness_interval: Duration,
     /// Serve the validating admission webhook (HTTPS) on this address; needs --webhook-cert
     /// and --webhook-key.
     #[arg(long, requires_all = ["webhook_cert", "webhook_key"])]
@@ -162,6 +165,10 @@ async fn main() -> anyhow::Result<()> {
     let election = tokio::spawn(leadership.run(args.lease_duration, args.renew_interval));
     let ticker = tokio::spawn(detect::run(ctx.clone()));
     tokio::spawn(palisade_controller::silent::run(ctx.clone()));
+    tokio::spawn(palisade_controller::readiness::run(
+        ctx.clone(),
+        args.readiness_interval,
+    ));
     let http = tokio::spawn(server::serve(args.metrics_addr, ctx.clone()));
     if let (Some(addr), Some(cert), Some(key)) =
         (args.webhook_addr, &args.webhook_cert, &args.webhook_key)

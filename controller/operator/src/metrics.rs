@@ -22,7 +22,15 @@ struct Inner {
     leader: bool,
     rejected: BTreeMap<String, u64>,
     denied: BTreeMap<String, u64>,
+    target_ready: BTreeMap<(String, String), bool>,
+    without_working_fence: u64,
+    check_buckets: [u64; CHECK_BUCKETS.len()],
+    check_sum: f64,
+    check_count: u64,
 }
+
+/// Upper bounds (seconds) of the device-check latency histogram.
+const CHECK_BUCKETS: [f64; 8] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 impl Metrics {
     /// A fence ended (`released`, `failed`, `done`, `cancelled`).
@@ -57,6 +65,30 @@ impl Metrics {
     /// replaced whole on every report).
     pub fn set_rejected(&self, counts: BTreeMap<String, u64>) {
         self.lock().rejected = counts;
+    }
+
+    /// Whether `node`'s fence `level` answered its last readiness check.
+    pub fn set_target_ready(&self, node: &str, level: &str, ready: bool) {
+        self.lock()
+            .target_ready
+            .insert((node.to_string(), level.to_string()), ready);
+    }
+
+    /// How many covered nodes could not be fenced now.
+    pub fn set_without_working_fence(&self, n: u64) {
+        self.lock().without_working_fence = n;
+    }
+
+    /// One readiness check took `seconds`.
+    pub fn check_latency(&self, seconds: f64) {
+        let mut g = self.lock();
+        for (i, le) in CHECK_BUCKETS.iter().enumerate() {
+            if seconds <= *le {
+                g.check_buckets[i] += 1;
+            }
+        }
+        g.check_sum += seconds;
+        g.check_count += 1;
     }
 
     /// The admission webhook denied an object of `kind`.
@@ -146,6 +178,38 @@ impl Metrics {
                 "palisade_config_rejected{{kind=\"{kind}\",reason=\"{reason}\"}} {v}"
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP palisade_fence_target_ready Whether every device of a node's fence level answered its last read-only check.\n# TYPE palisade_fence_target_ready gauge"
+        );
+        for ((node, level), ready) in &g.target_ready {
+            let _ = writeln!(
+                out,
+                "palisade_fence_target_ready{{node=\"{node}\",level=\"{level}\"}} {}",
+                u8::from(*ready)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP palisade_nodes_without_working_fence Covered nodes that could not be fenced now.\n# TYPE palisade_nodes_without_working_fence gauge\npalisade_nodes_without_working_fence {}",
+            g.without_working_fence
+        );
+        let _ = writeln!(
+            out,
+            "# HELP palisade_fence_check_seconds Latency of read-only device checks.\n# TYPE palisade_fence_check_seconds histogram"
+        );
+        for (i, le) in CHECK_BUCKETS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "palisade_fence_check_seconds_bucket{{le=\"{le}\"}} {}",
+                g.check_buckets[i]
+            );
+        }
+        let _ = writeln!(
+            out,
+            "palisade_fence_check_seconds_bucket{{le=\"+Inf\"}} {}\npalisade_fence_check_seconds_sum {}\npalisade_fence_check_seconds_count {}",
+            g.check_count, g.check_sum, g.check_count
+        );
         let _ = writeln!(
             out,
             "# HELP palisade_ticks_total Detection ticks.\n# TYPE palisade_ticks_total counter\npalisade_ticks_total {}",
