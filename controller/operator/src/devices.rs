@@ -490,35 +490,6 @@ pub async fn recover(
     (run.attempts, run.failure.map_or(Ok(()), Err))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn step_keys_fit_the_bridge_header_and_differ_per_action() {
-        let step = format!(
-            "nf-{}-t{}-a{}",
-            "0f8d3a52-5b1e-4c4a-9d7e-6a1b2c3d4e5f",
-            i64::MAX,
-            99
-        );
-        let off = step_key(&step, 9, 7, DeviceAction::PowerOff);
-        let on = step_key(&step, 9, 7, DeviceAction::PowerOn);
-        assert_ne!(off, on);
-        assert!(off.len() <= 128, "{} characters: {off}", off.len());
-        assert!(off.bytes().all(|c| c.is_ascii_graphic()), "{off}");
-    }
-
-    #[test]
-    fn long_bridge_evidence_is_shortened_on_a_char_boundary() {
-        let long = "é".repeat(700);
-        let s = short(&long);
-        assert_eq!(s.chars().count(), 601);
-        assert!(s.ends_with('…'));
-        assert_eq!(short("{}"), "{}");
-    }
-}
-
 /// A readiness probe of one device: a read only (power state, storage state), never an action.
 /// Returns what the device reported, or why it could not be read.
 ///
@@ -572,5 +543,34 @@ pub async fn probe(
     match tokio::time::timeout(budget, read).await {
         Ok(r) => r,
         Err(_) => Err(format!("no answer within {budget:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_keys_fit_the_bridge_header_and_differ_per_action() {
+        let step = format!(
+            "nf-{}-t{}-a{}",
+            "0f8d3a52-5b1e-4c4a-9d7e-6a1b2c3d4e5f",
+            i64::MAX,
+            99
+        );
+        let off = step_key(&step, 9, 7, DeviceAction::PowerOff);
+        let on = step_key(&step, 9, 7, DeviceAction::PowerOn);
+        assert_ne!(off, on);
+        assert!(off.len() <= 128, "{} characters: {off}", off.len());
+        assert!(off.bytes().all(|c| c.is_ascii_graphic()), "{off}");
+    }
+
+    #[test]
+    fn long_bridge_evidence_is_shortened_on_a_char_boundary() {
+        let long = "é".repeat(700);
+        let s = short(&long);
+        assert_eq!(s.chars().count(), 601);
+        assert!(s.ends_with('…'));
+        assert_eq!(short("{}"), "{}");
     }
 }
