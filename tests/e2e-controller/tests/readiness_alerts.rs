@@ -5,7 +5,8 @@
 //! - the BMC stops answering (its `ipmi_sim` is frozen): the target becomes not ready (status,
 //!   `FenceNotReady` Event), `palisade_fence_target_ready` drops, and Prometheus fires
 //!   `PalisadeNodeWithoutWorkingFence` for the node; the BMC answers again: ready, resolved;
-//! - no check ever powered the machine off.
+//! - no check ever powered the machine off;
+//! - every metric the shipped Grafana dashboard and rules query is exported by the controller.
 
 mod common;
 
