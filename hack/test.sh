@@ -22,8 +22,13 @@ cargo fmt --all -- --check
 say "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
+say "cargo doc -D warnings (broken intra-doc links fail the suite)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
 say "building binaries and tests"
 cargo build --workspace --bins --tests --quiet
+# The benchmark binaries live behind features: build them too, so they cannot rot.
+cargo build --quiet -p palisade-fence -p palisade-node --features bench --bins
 
 # Each lab test brings up its own lab (several run side by side); two at a time suits 2 cores.
 # The node agent's and the controller's end-to-end scenarios check lifecycle timing (backoff,

@@ -2,16 +2,16 @@
 //! and self-fences when it loses the API.
 //!
 //! The layering follows the kubelet:
-//! - pure core: [`grace`] (seed 003's termination arithmetic), [`backoff`] (restart and retry
+//! - pure core: [`grace`] (the termination arithmetic: TERM, the grace period, KILL), [`backoff`] (restart and retry
 //!   backoff), [`status`] (phase and conditions), [`probe`]'s threshold logic;
 //! - [`source`] watches the pods bound to this node and hands each to a [`pod_worker`]
 //!   (`Syncing | Terminating | Terminated`);
 //! - workers drive the [`runtime`] trait ([`runtime::process`]: a process per container,
 //!   launched by the [`shim`], tracked in a [`cgroup`]);
 //! - [`reporter`] patches pod status and records Events;
-//! - [`node`] registers the Node and renews its Lease; [`fence`] kills stateful pods when
-//!   the Lease cannot be renewed; [`state`] keeps what the agent was doing on disk;
-//! - [`env`] resolves container environments (fieldRef, configMap/secret keys, envFrom);
+//! - [`node`] registers the Node and renews its Lease, and its self-fence monitor kills fence-eligible
+//!   pods when the Lease cannot be renewed; [`state`] keeps what the agent was doing on disk;
+//! - [`mod@env`] resolves container environments (fieldRef, configMap/secret keys, envFrom);
 //! - [`volumes`] prepares pod volumes and [`mounts`] mounts them at their `mountPath`;
 //!   [`server`] serves `/metrics` and `/healthz`;
 //!   [`self_fence`] kills fence-eligible containers straight from the runtime;

@@ -1,7 +1,7 @@
 //! Whether the controller accepts each `FencingPolicy` and `FenceTarget`, decided from the
 //! objects and the Node list alone, so the controller can report it as soon as they change.
 //!
-//! Guarantees: the rules are the ones [`crate::decide`] applies when a node goes silent (the
+//! Guarantees: the rules are the ones [`crate::decide()`] applies when a node goes silent (the
 //! same `validate()` functions, the same selector matching), so a policy or target reported
 //! accepted is one a silent node's decision will use, and one reported not accepted is one it
 //! will hold on (`InvalidPolicy`, `ConflictingPolicies`, `InvalidFenceTarget`).

@@ -6,7 +6,7 @@
 //! 1. observes every node's heartbeat markers (Lease `renewTime`, Ready `lastHeartbeatTime`)
 //!    into the detector, on our own monotonic clock (every replica does this, so a new leader
 //!    already has history);
-//! 2. if we lead: builds a [`Snapshot`] from the caches and runs [`palisade_decide::decide`];
+//! 2. if we lead: builds a [`Snapshot`] from the caches and runs [`palisade_decide::decide()`];
 //! 3. creates a `NodeFence` for a `Fence` verdict on a node that has none (one unfinished
 //!    `NodeFence` per node, checked against the API, not only the cache);
 //! 4. reports each held or waiting decision once per change of reason (Event + metric);

@@ -464,7 +464,7 @@ async fn drive(
 }
 
 /// Runs one fencing level: every device must be commanded and verified. Stops at the first
-/// failure. `step` identifies this step of the `NodeFence` (see [`step_key`]).
+/// failure. `step` identifies this step of the `NodeFence` (its idempotency key is derived from it).
 pub async fn run_level(
     ctx: &Ctx,
     node: &str,

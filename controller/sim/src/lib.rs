@@ -1,14 +1,14 @@
 //! A deterministic simulation of Palisade's controller core against a simulated cluster,
 //! judged by the at-most-one checker.
 //!
-//! The pure core runs unchanged: the detector, [`palisade_decide::decide`] and the `NodeFence`
+//! The pure core runs unchanged: the detector, [`palisade_decide::decide()`] and the `NodeFence`
 //! state machine [`palisade_decide::next_step`]. Around it, [`world`] simulates what the I/O
 //! controller talks to — an API (pods, Leases with the agents' advertisements, NodeFences, the
 //! out-of-service taint), machines with power and a storage path, node agents that renew,
 //! start and kill containers and self-fence, hardware watchdogs, BMCs and a storage firewall
 //! that succeed, fail or ignore commands — and a clock the simulation owns. [`faults`] draws a
 //! seeded schedule of faults (partitions, hung, crashed and restarted agents, controller
-//! crashes, API outages, lying devices, flapping); [`check`] asserts the invariants after every
+//! crashes, API outages, lying devices, flapping); the world's checker asserts the invariants after every
 //! tick:
 //!
 //! - at most one live copy of each StatefulSet identity can do harm (a process whose writes
