@@ -1,4 +1,4 @@
-//! Pod lifecycle on real machines: scheduling, termination arithmetic (seed 003), restart
+//! Pod lifecycle on real machines: scheduling, termination arithmetic (TERM, grace period, KILL), restart
 //! backoff, probes, init containers and sidecars, agent restarts.
 //!
 //! One lab (3 machines) is shared by the tests of this file; each test uses its own
