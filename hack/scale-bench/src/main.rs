@@ -1,4 +1,4 @@
-//! `palisade-scale-bench`: the scale benchmark of `palisade-controller` : thousands of simulated nodes renewing against the real API server, a hundred silenced at once.
+//! `palisade-scale-bench`: the scale benchmark of `palisade-controller`: thousands of simulated nodes renewing against the real API server, a hundred silenced at once.
 //!
 //! It starts a lab with the real control plane and no machines, creates N simulated nodes
 //! (a Node with a Ready condition, its `kube-node-lease` Lease and a `FenceTarget` each, with
