@@ -16,6 +16,7 @@
 
 pub mod acceptance;
 pub mod advertise;
+pub mod duration;
 pub mod nodefence;
 pub mod policy;
 pub mod target;

@@ -76,22 +76,7 @@ struct Args {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map(|i| s.split_at(i))
-        .unwrap_or((s, "s"));
-    let n: f64 = num.parse().map_err(|e| format!("{s}: {e}"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" | "" => n,
-        "m" => n * 60.0,
-        other => return Err(format!("{s}: unknown unit {other:?} (ms, s, m)")),
-    };
-    if !(secs.is_finite() && secs > 0.0) {
-        return Err(format!("{s}: must be positive"));
-    }
-    Ok(Duration::from_secs_f64(secs))
+    palisade_model::duration::parse_positive(s)
 }
 
 async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
@@ -208,7 +193,8 @@ mod tests {
         assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
         assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("3h").is_err());
+        assert_eq!(parse_duration("3h"), Ok(Duration::from_secs(3 * 3600)));
+        assert!(parse_duration("3d").is_err());
         assert!(parse_duration("x").is_err());
     }
 }
