@@ -2,6 +2,7 @@
 # Installs everything Palisade's lab, tests and demo need on a Debian bookworm machine.
 # Idempotent: a second run only checks, and takes seconds.
 #   - Debian packages: etcd, Go (to build Kubernetes), OpenIPMI's ipmi_sim, ipmitool,
+#     Pacemaker (pacemaker-fenced and stonith_admin prove the fence-agents contract), xmllint,
 #     Net-SNMP (snmpd + tools), ClusterLabs fence-agents (benchmark peers), iproute2, openssl,
 #     Prometheus with promtool, and Debian's kubectl 1.20 (`kubernetes-client`, extracted into
 #     the cache, never installed: it must not replace another kubectl the machine has).
@@ -25,7 +26,8 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PACKAGES=(etcd-server golang-go rsync openipmi ipmitool snmp snmpd fence-agents
           iproute2 openssl procps psmisc util-linux curl ca-certificates dpkg-dev
           build-essential pkg-config golang-github-modern-go-reflect2-dev
-          qemu-system-x86 busybox-static cpio kmod prometheus)
+          qemu-system-x86 busybox-static cpio kmod prometheus
+          pacemaker pacemaker-cli-utils libxml2-utils)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -40,7 +42,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   # snmpd and etcd-server would start system services; the lab runs its own instances.
   DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $SUDO apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
-  for svc in snmpd etcd prometheus; do
+  for svc in snmpd etcd prometheus pacemaker corosync; do
     if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; fi
     $SUDO pkill -x "$svc" >/dev/null 2>&1 || true
   done
