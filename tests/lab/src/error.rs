@@ -55,6 +55,16 @@ pub enum LabError {
     /// Generating the lab's certificates failed.
     #[error("certificate generation failed: {0}")]
     Pki(#[from] rcgen::Error),
+    /// A QEMU machine's guest could not be built, started or booted.
+    #[error("machine {machine}: {reason} (console: {})", console_log.display())]
+    Guest {
+        /// The machine.
+        machine: String,
+        /// Its serial console log.
+        console_log: PathBuf,
+        /// What went wrong, with what the lab last saw.
+        reason: String,
+    },
     /// A machine index or name that the lab does not have.
     #[error("no machine {0} in this lab")]
     NoSuchMachine(String),

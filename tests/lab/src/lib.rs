@@ -4,8 +4,10 @@
 //! - a real control plane ([`control_plane`]): etcd and kube-apiserver, kube-controller-manager
 //!   and kube-scheduler 1.20.2 on free loopback ports, with a generated CA ([`pki`]);
 //! - simulated bare-metal machines ([`machine`]): each its own network namespace joined to
-//!   the lab's hub bridge ([`netns`]), booted by its BMC (OpenIPMI `ipmi_sim`) into its own
-//!   PID, mount and UTS namespace, so that an IPMI power off kills everything on it;
+//!   the lab's hub bridge ([`netns`]), booted by its BMC (OpenIPMI `ipmi_sim`) either into its
+//!   own PID, mount and UTS namespace, so that an IPMI power off kills everything on it, or,
+//!   with [`MachineKind::Qemu`], as a QEMU virtual machine with its own kernel, boot ID,
+//!   SMBIOS identity and watchdog ([`qemu`]);
 //! - a switched PDU ([`pdu`]): Net-SNMP `snmpd` with an outlet-table handler
 //!   ([`pdu_agent`]); an outlet turned off cuts its machine and the machine's BMC;
 //! - the hub's API front door ([`forwarder`]), which lets machines reach the API server and
@@ -27,6 +29,7 @@ pub mod pdu_agent;
 pub mod pki;
 pub mod ports;
 pub mod process;
+pub mod qemu;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -42,6 +45,7 @@ pub use error::{LabError, Result};
 pub use machine::{BmcInfo, Machine};
 pub use pdu::{Pdu, PduInfo, SnmpCred};
 pub use pki::{Ca, Issued};
+pub use qemu::{MachineKind, QemuConfig, WatchdogAction};
 
 /// The port the hub's API front door listens on, inside the lab.
 pub const API_HUB_PORT: u16 = 6443;
@@ -69,6 +73,12 @@ pub struct LabConfig {
     pub pdu_reboot_delay: Duration,
     /// Keep the lab directory after teardown (also: `PALISADE_KEEP_LAB=1`).
     pub keep_dir: bool,
+    /// What the machines are: namespaces (the default) or QEMU virtual machines. A QEMU
+    /// machine runs `machine_command` inside the guest (busybox `sh`), where the exported
+    /// paths are the guest's (`/machine/...`).
+    pub machine_kind: MachineKind,
+    /// How QEMU machines are built (ignored for namespace machines).
+    pub qemu: QemuConfig,
 }
 
 impl Default for LabConfig {
@@ -83,6 +93,8 @@ impl Default for LabConfig {
             bmc_user: "admin".into(),
             pdu_reboot_delay: Duration::from_secs(1),
             keep_dir: false,
+            machine_kind: MachineKind::Namespace,
+            qemu: QemuConfig::default(),
         }
     }
 }
@@ -206,9 +218,23 @@ impl Lab {
 
         // ipmi_sim keeps at most 16 password bytes (the IPMI 1.5 limit).
         let password = format!("bmc-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+        let assets = match config.machine_kind {
+            MachineKind::Qemu if config.machines > 0 => {
+                let first = self.dir.join("machines").join("m0");
+                Some(qemu::prepare_assets(
+                    &self.dir,
+                    "m0",
+                    &first.join("console.log"),
+                )?)
+            }
+            _ => None,
+        };
         for index in 0..config.machines {
             let name = format!("m{index}");
             let machine = Machine {
+                kind: config.machine_kind,
+                system_uuid: random_uuid(),
+                bmc_guid: random_uuid(),
                 lab_id: self.id.clone(),
                 index,
                 netns: format!("pl{}-{name}", self.id),
@@ -233,19 +259,33 @@ impl Lab {
                 password: &password,
                 command: &config.machine_command,
                 extra_env: &config.machine_env,
+                qemu: assets.as_ref().map(|a| (a, &config.qemu)),
             })?;
             if let Some(cp) = &self.control_plane {
                 cp.write_node_kubeconfig(&self.ca, &machine.name, &machine.node_kubeconfig())?;
             }
             self.machines.push(machine);
         }
-        // Boot every machine through its BMC, then wait for all of them.
-        for m in &self.machines {
-            m.start_bmc()?;
-        }
-        for m in &self.machines {
-            m.wait_power(true, Duration::from_secs(30))?;
-            self.wait_bmc(m)?;
+        match config.machine_kind {
+            // Boot every machine through its BMC, then wait for all of them.
+            MachineKind::Namespace => {
+                for m in &self.machines {
+                    m.start_bmc()?;
+                }
+                for m in &self.machines {
+                    m.wait_power(true, Duration::from_secs(30))?;
+                    self.wait_bmc(m)?;
+                }
+            }
+            // One at a time: a TCG boot takes most of a core for seconds, and boots that
+            // compete for the CPU all take longer.
+            MachineKind::Qemu => {
+                for m in &self.machines {
+                    m.start_bmc()?;
+                    m.wait_booted(None, config.qemu.boot_timeout)?;
+                    self.wait_bmc(m)?;
+                }
+            }
         }
 
         if config.pdu {
@@ -283,6 +323,10 @@ impl Lab {
         Ok(())
     }
 
+    /// Connects a machine's namespace to the hub: a veth whose hub end joins the lab bridge.
+    /// A namespace machine's end is its NIC (with its address and default route); a QEMU
+    /// machine's end is bridged with the tap that QEMU attaches to, and the address lives in
+    /// the guest.
     fn plug(&self, m: &Machine) -> Result<()> {
         netns::add(&m.netns)?;
         netns::ip(&[
@@ -309,6 +353,15 @@ impl Lab {
             "br0",
             "up",
         ])?;
+        if m.kind == MachineKind::Qemu {
+            let ns = m.netns.as_str();
+            netns::ip(&["-n", ns, "link", "add", "br0", "type", "bridge"])?;
+            netns::ip(&["-n", ns, "tuntap", "add", qemu::TAP, "mode", "tap"])?;
+            netns::ip(&["-n", ns, "link", "set", qemu::TAP, "master", "br0", "up"])?;
+            netns::ip(&["-n", ns, "link", "set", "eth0", "master", "br0", "up"])?;
+            netns::ip(&["-n", ns, "link", "set", "br0", "up"])?;
+            return Ok(());
+        }
         netns::ip(&[
             "-n",
             &m.netns,
@@ -539,6 +592,22 @@ where
     });
     rx.recv()
         .expect("the lab runtime stopped while a task was running")
+}
+
+/// A random (version 4) UUID, lower case, 8-4-4-4-12.
+fn random_uuid() -> String {
+    let mut b: [u8; 16] = rand::random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 /// Fails with a clear message if `tool` is not on the PATH.

@@ -1,10 +1,12 @@
 //! Simulated bare-metal machines and their BMCs.
 //!
-//! A machine is a network namespace (its NIC, present whether powered or not) plus, while
-//! powered, a PID, mount and UTS namespace whose first process is `palisade-lab machine-init`
-//! running the caller's command. Its BMC is an OpenIPMI `ipmi_sim` on a loopback UDP port
-//! whose `startcmd` boots the machine: IPMI power off kills the PID namespace, so every process
-//! of the machine dies at once, grandchildren included.
+//! A machine is a network namespace (its NIC, present whether powered or not) plus what its
+//! BMC powers. For a [`MachineKind::Namespace`] machine that is a PID, mount and UTS namespace
+//! whose first process is `palisade-lab machine-init` running the caller's command: IPMI power
+//! off kills the PID namespace, so every process of the machine dies at once, grandchildren
+//! included. For a [`MachineKind::Qemu`] machine it is a QEMU virtual machine ([`crate::qemu`]).
+//! Either way the BMC is an OpenIPMI `ipmi_sim` on a loopback UDP port whose `startcmd` boots
+//! the machine.
 
 use std::fs;
 use std::net::Ipv4Addr;
@@ -17,6 +19,7 @@ use nix::unistd::Pid;
 
 use crate::error::{LabError, Result};
 use crate::process::{self, alive, read_pidfile, MACHINE_ENV};
+use crate::qemu::{self, GuestAssets, MachineKind, QemuConfig};
 use crate::{netns, write_executable, write_secret};
 
 /// How to reach and log in to a machine's BMC. The password is only ever in a file.
@@ -52,6 +55,9 @@ pub struct Machine {
     pub(crate) dir: PathBuf,
     pub(crate) bmc: BmcInfo,
     pub(crate) outlets: Vec<u32>,
+    pub(crate) kind: MachineKind,
+    pub(crate) system_uuid: String,
+    pub(crate) bmc_guid: String,
 }
 
 impl Machine {
@@ -85,9 +91,99 @@ impl Machine {
         self.dir.join("console.log")
     }
 
-    /// The machine's node kubeconfig (exists when the lab has a control plane).
+    /// The machine's node kubeconfig (exists when the lab has a control plane). A QEMU
+    /// machine's is in its guest directory, where the guest reads it as
+    /// `/machine/node.kubeconfig`.
     pub fn node_kubeconfig(&self) -> PathBuf {
-        self.dir.join("node.kubeconfig")
+        match self.kind {
+            MachineKind::Namespace => self.dir.join("node.kubeconfig"),
+            MachineKind::Qemu => self.guest_dir().join("node.kubeconfig"),
+        }
+    }
+
+    /// What kind of machine this is.
+    pub fn kind(&self) -> MachineKind {
+        self.kind
+    }
+
+    /// The directory a QEMU machine's guest sees at `/machine` (over 9p, read-write): its
+    /// command and environment, its node kubeconfig, and what the guest writes back
+    /// (`boot_id`, `product_uuid`, `guest-command.log`). It holds no BMC credentials.
+    pub fn guest_dir(&self) -> PathBuf {
+        self.dir.join("guest")
+    }
+
+    /// The SMBIOS system UUID the lab gave this machine (lower case). A QEMU guest reads it
+    /// in `/sys/class/dmi/id/product_uuid`.
+    pub fn system_uuid(&self) -> &str {
+        &self.system_uuid
+    }
+
+    /// The GUID the lab configured in this machine's BMC (lower case, 8-4-4-4-12 hex), as a
+    /// fencer reads it over IPMI.
+    pub fn bmc_guid(&self) -> &str {
+        &self.bmc_guid
+    }
+
+    /// The boot ID of the machine's current (or last) boot, once the boot has reported it: a
+    /// namespace machine's is written by its boot script, a QEMU guest writes its kernel's
+    /// `/proc/sys/kernel/random/boot_id`. Every boot has a new one.
+    pub fn boot_id(&self) -> Option<String> {
+        let file = match self.kind {
+            MachineKind::Namespace => self.dir.join("boot_id"),
+            MachineKind::Qemu => self.guest_dir().join("boot_id"),
+        };
+        let id = fs::read_to_string(file).ok()?.trim().to_string();
+        (!id.is_empty()).then_some(id)
+    }
+
+    /// The process that is the machine's power: QEMU for a QEMU machine, the boot script
+    /// for a namespace machine. `None` while off.
+    pub fn power_pid(&self) -> Option<i32> {
+        read_pidfile(&self.dir.join("boot.pid")).filter(|p| alive(*p))
+    }
+
+    /// Waits until the machine has booted with a boot ID other than `previous` (any, if
+    /// `None`) and returns it. A QEMU machine has booted once its guest's init has brought up
+    /// the network and the 9p share and written its boot ID.
+    ///
+    /// Fails, naming the machine and its console log, if the machine stays without power for
+    /// 15 s or has not booted within `timeout`.
+    pub fn wait_booted(&self, previous: Option<&str>, timeout: Duration) -> Result<String> {
+        let start = Instant::now();
+        let mut last_powered = start;
+        loop {
+            if let Some(id) = self.boot_id() {
+                if previous != Some(id.as_str()) && self.is_powered() {
+                    return Ok(id);
+                }
+            }
+            let now = Instant::now();
+            if self.is_powered() {
+                last_powered = now;
+            }
+            let reason = if now.duration_since(last_powered) > Duration::from_secs(15) {
+                Some(format!(
+                    "is not running (QEMU or the boot script exited); its log:\n{}",
+                    process::log_tail(&self.dir.join("qemu.log"), 10)
+                ))
+            } else if now.duration_since(start) > timeout {
+                Some(format!(
+                    "did not report a new boot within {timeout:?}; console:\n{}",
+                    process::log_tail(&self.console_log(), 10)
+                ))
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(LabError::Guest {
+                    machine: self.name.clone(),
+                    console_log: self.console_log(),
+                    reason,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// How to reach the machine's BMC.
@@ -189,6 +285,8 @@ pub(crate) struct MachineFiles<'a> {
     pub password: &'a str,
     pub command: &'a str,
     pub extra_env: &'a [(String, String)],
+    /// For a QEMU machine: the guest assets and the VM's settings.
+    pub qemu: Option<(&'a GuestAssets, &'a QemuConfig)>,
 }
 
 /// Writes the BMC config (`lan.conf`, mode 0600: it holds the password), the emulator
@@ -197,9 +295,7 @@ pub(crate) fn write_files(f: &MachineFiles<'_>) -> Result<()> {
     let m = f.machine;
     let dir = &m.dir;
     fs::create_dir_all(dir.join("bmc-state")).map_err(LabError::io(dir))?;
-    let guid: String = (0..32)
-        .map(|_| char::from_digit(rand::random::<u32>() % 16, 16).unwrap_or('0'))
-        .collect();
+    let guid: String = m.bmc_guid.replace('-', "");
     let serial_port = crate::ports::free_port();
     let lan = format!(
         "name \"{name}\"\n\
@@ -216,8 +312,8 @@ pub(crate) fn write_files(f: &MachineFiles<'_>) -> Result<()> {
          \x20 serial 15 127.0.0.1 {serial_port} codec VM\n\
          \x20 startcmd \"/bin/sh {boot}\"\n\
          \x20 startnow true\n\
-         \x20 poweroff_wait 1\n\
-         \x20 kill_wait 20\n\
+         \x20 poweroff_wait {poweroff_wait}\n\
+         \x20 kill_wait {kill_wait}\n\
          \x20 user 1 true \"\" \"\" user 10 none md2 md5 straight\n\
          \x20 user 2 true \"{user}\" \"{password}\" admin 10 none md2 md5 straight\n\
          \x20 user 3 true \"operator\" \"{password}\" operator 10 none md2 md5 straight\n",
@@ -227,6 +323,10 @@ pub(crate) fn write_files(f: &MachineFiles<'_>) -> Result<()> {
         boot = dir.join("boot.sh").display(),
         user = m.bmc.user,
         password = f.password,
+        // A VM powers off through the BMC's link to QEMU at once; the waits only matter if
+        // that link is down (then the BMC sends SIGTERM, then SIGKILL).
+        poweroff_wait = if f.qemu.is_some() { 2 } else { 1 },
+        kill_wait = if f.qemu.is_some() { 5 } else { 20 },
     );
     write_secret(&dir.join("lan.conf"), lan.as_bytes())?;
     write_secret(&m.bmc.password_file, format!("{}\n", f.password).as_bytes())?;
@@ -248,6 +348,10 @@ pub(crate) fn write_files(f: &MachineFiles<'_>) -> Result<()> {
     );
     for (k, v) in f.extra_env {
         env.push_str(&format!("export {k}='{v}'\n"));
+    }
+    if let Some((assets, config)) = f.qemu {
+        write_qemu_files(f, assets, config, serial_port)?;
+        return write_bmc_start(f);
     }
     // The BMC watches this script's process: it reports the power off once the script exits.
     // On SIGTERM (IPMI power off) the script kills the machine's PID 1 and waits for `unshare`,
@@ -273,7 +377,13 @@ pub(crate) fn write_files(f: &MachineFiles<'_>) -> Result<()> {
         bin = f.lab_bin.display(),
     );
     write_executable(&dir.join("boot.sh"), &boot)?;
+    write_bmc_start(f)
+}
 
+/// Writes the script that starts the machine's BMC.
+fn write_bmc_start(f: &MachineFiles<'_>) -> Result<()> {
+    let m = f.machine;
+    let dir = &m.dir;
     let start = format!(
         "#!/bin/sh\n\
          # Starts the BMC of lab machine {name}; it boots the machine (startnow).\n\
@@ -289,4 +399,67 @@ pub(crate) fn write_files(f: &MachineFiles<'_>) -> Result<()> {
     );
     write_executable(&dir.join("bmc-start.sh"), &start)?;
     Ok(())
+}
+
+/// Writes a QEMU machine's guest directory (command, environment) and its boot script, which
+/// execs QEMU through `palisade-lab qemu-exec` (the tap is opened in the machine's namespace).
+fn write_qemu_files(
+    f: &MachineFiles<'_>,
+    assets: &GuestAssets,
+    config: &QemuConfig,
+    bmc_link_port: u16,
+) -> Result<()> {
+    let m = f.machine;
+    let dir = &m.dir;
+    let guest = m.guest_dir();
+    fs::create_dir_all(&guest).map_err(LabError::io(&guest))?;
+    let mut env = format!(
+        "export PALISADE_MACHINE_NAME='{name}'\nexport PALISADE_MACHINE_ADDRESS='{addr}'\nexport PALISADE_MACHINE_DIR=/machine\nexport PALISADE_NODE_KUBECONFIG=/machine/node.kubeconfig\nexport PALISADE_BOOT_ID_FILE=/proc/sys/kernel/random/boot_id\n",
+        name = m.name,
+        addr = m.address(),
+    );
+    for (k, v) in f.extra_env {
+        env.push_str(&format!("export {k}='{v}'\n"));
+    }
+    let env_file = guest.join("guest-env.sh");
+    fs::write(&env_file, env).map_err(LabError::io(&env_file))?;
+    let cmd_file = guest.join("guest-command.sh");
+    fs::write(&cmd_file, format!("{}\n", f.command)).map_err(LabError::io(&cmd_file))?;
+
+    let args = qemu::qemu_args(&qemu::VmSpec {
+        name: &m.name,
+        index: m.index,
+        dir,
+        guest_dir: &guest,
+        address: m.address(),
+        system_uuid: &m.system_uuid,
+        bmc_link_port,
+        assets,
+        config,
+    });
+    let quoted: Vec<String> = args.iter().map(|a| qemu::sh_quote(a)).collect();
+    // `exec` all the way down: the BMC tracks this script's PID, which becomes QEMU's, so
+    // "off" means QEMU is gone. The guest rewrites its boot ID once it has booted.
+    let boot = format!(
+        "#!/bin/sh\n\
+         # Boots QEMU lab machine {name}: started by its BMC (ipmi_sim startcmd).\n\
+         echo $$ > '{dir}/boot.pid'\n\
+         rm -f '{guest}/boot_id' '{guest}/product_uuid'\n\
+         export {lab_env}='{lab}'\n\
+         export {machine_env}='{marker}'\n\
+         exec >> '{dir}/qemu.log' 2>&1 < /dev/null\n\
+         exec '{bin}' qemu-exec --netns '{netns}' --tap {tap} -- {args}\n",
+        name = m.name,
+        dir = dir.display(),
+        guest = guest.display(),
+        lab_env = process::LAB_ENV,
+        lab = f.lab_id,
+        machine_env = MACHINE_ENV,
+        marker = m.marker(),
+        bin = f.lab_bin.display(),
+        netns = m.netns,
+        tap = qemu::TAP,
+        args = quoted.join(" "),
+    );
+    write_executable(&dir.join("boot.sh"), &boot)
 }

@@ -52,6 +52,19 @@ enum Cmd {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// (internal) Boot a QEMU machine: open its tap inside its network namespace, then exec
+    /// QEMU (the command) with the tap's fd.
+    QemuExec {
+        /// The machine's network namespace.
+        #[arg(long)]
+        netns: String,
+        /// The tap's name in that namespace.
+        #[arg(long)]
+        tap: String,
+        /// QEMU and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -59,6 +72,11 @@ fn main() -> Result<()> {
     match cli.command {
         Cmd::PduAgent { state } => Ok(palisade_lab::pdu_agent::serve(&state)?),
         Cmd::MachineInit { hostname, command } => init::run(&hostname, &command),
+        Cmd::QemuExec {
+            netns,
+            tap,
+            command,
+        } => Ok(palisade_lab::qemu::exec_with_tap(&netns, &tap, &command)?),
         Cmd::Demo => {
             init_tracing();
             demo::run()
