@@ -7,7 +7,6 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client, ResourceExt};
 use palisade_decide::acceptance;
-use palisade_decide::snapshot::PolicySnapshot;
 use palisade_model::target::DeviceScheme;
 
 use crate::world::{age, secs, World};
@@ -37,26 +36,10 @@ pub async fn run(c: &Client, controller_ns: &str) -> anyhow::Result<u8> {
         }
     }
     // Policies.
-    let snaps: Vec<PolicySnapshot> = w
-        .policies
-        .iter()
-        .map(|p| PolicySnapshot {
-            name: p.name_any(),
-            spec: p.spec.clone(),
-        })
-        .collect();
-    let nodes: Vec<acceptance::NodeLabels> = w
-        .nodes
-        .iter()
-        .map(|n| acceptance::NodeLabels {
-            name: n.name_any(),
-            labels: n.labels().clone(),
-        })
-        .collect();
     if w.policies.is_empty() {
         bad("no FencingPolicy: Palisade reports silent nodes and never fences any".into());
     }
-    for (name, v) in acceptance::policies(&snaps, &nodes) {
+    for (name, v) in w.policy_verdicts() {
         if !v.accepted() {
             bad(format!(
                 "policy {name}: {} ({})",

@@ -5,7 +5,6 @@
 
 use kube::{Client, ResourceExt};
 use palisade_decide::acceptance;
-use palisade_decide::snapshot::PolicySnapshot;
 use palisade_model::policy::MaxUnhealthy;
 
 use crate::world::{age, World};
@@ -25,23 +24,7 @@ pub async fn run(c: &Client, _controller_ns: &str, node: &str) -> anyhow::Result
             None
         }
         [p] => {
-            let snaps: Vec<PolicySnapshot> = w
-                .policies
-                .iter()
-                .map(|p| PolicySnapshot {
-                    name: p.name_any(),
-                    spec: p.spec.clone(),
-                })
-                .collect();
-            let nodes: Vec<acceptance::NodeLabels> = w
-                .nodes
-                .iter()
-                .map(|n| acceptance::NodeLabels {
-                    name: n.name_any(),
-                    labels: n.labels().clone(),
-                })
-                .collect();
-            let verdict = acceptance::policies(&snaps, &nodes).remove(&p.name_any());
+            let verdict = w.policy_verdicts().remove(&p.name_any());
             match verdict {
                 Some(v) if !v.accepted() => println!(
                     "  policy:      {} is NOT accepted ({}): {}; the node is held",

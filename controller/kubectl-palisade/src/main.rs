@@ -24,7 +24,6 @@ mod world;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 /// Exit code of a refused action.
@@ -130,7 +129,7 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<u8> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = client(cli.kubeconfig.as_ref()).await?;
+    let client = palisade_controller::client(cli.kubeconfig.as_deref()).await?;
     let ns = cli.controller_namespace.as_str();
     match cli.command {
         Command::Status => status::run(&client, ns).await,
@@ -166,20 +165,4 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::DeletePod { pod, confirm } => force::run(&client, &pod, confirm).await,
         Command::Check => check::run(&client, ns).await,
     }
-}
-
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .with_context(|| format!("kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no kubeconfig found (set KUBECONFIG or --kubeconfig)")?,
-    };
-    kube::Client::try_from(config).context("building the API client")
 }

@@ -60,6 +60,27 @@ impl World {
         })
     }
 
+    /// Whether each policy is accepted, by name (the controller's own rules).
+    pub fn policy_verdicts(&self) -> BTreeMap<String, palisade_model::acceptance::Verdict> {
+        let snaps: Vec<palisade_decide::snapshot::PolicySnapshot> = self
+            .policies
+            .iter()
+            .map(|p| palisade_decide::snapshot::PolicySnapshot {
+                name: p.name_any(),
+                spec: p.spec.clone(),
+            })
+            .collect();
+        let nodes: Vec<palisade_decide::acceptance::NodeLabels> = self
+            .nodes
+            .iter()
+            .map(|n| palisade_decide::acceptance::NodeLabels {
+                name: n.name_any(),
+                labels: n.labels().clone(),
+            })
+            .collect();
+        palisade_decide::acceptance::policies(&snaps, &nodes)
+    }
+
     /// The node named `name`.
     pub fn node(&self, name: &str) -> Option<&Node> {
         self.nodes.iter().find(|n| n.name_any() == name)

@@ -49,6 +49,25 @@ use palisade_decide::{Clocks, Mono, Verdict};
 
 pub use error::Error;
 
+/// An API client from `kubeconfig`, or else the usual inference (`$KUBECONFIG`,
+/// `~/.kube/config`, in-cluster service account).
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    use anyhow::Context;
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .with_context(|| format!("kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer().await.context(
+            "no kubeconfig found (set KUBECONFIG or --kubeconfig), and not in a cluster",
+        )?,
+    };
+    kube::Client::try_from(config).context("building the API client")
+}
+
 /// Controller settings (from the command line).
 #[derive(Debug, Clone)]
 pub struct Settings {

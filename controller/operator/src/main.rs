@@ -79,22 +79,6 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     palisade_model::duration::parse_positive(s)
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .with_context(|| format!("kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("inferring the kube config")?,
-    };
-    kube::Client::try_from(config).context("building the kube client")
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -123,7 +107,7 @@ async fn main() -> anyhow::Result<()> {
         ),
         _ => None,
     };
-    let client = client(args.kubeconfig.as_ref()).await?;
+    let client = palisade_controller::client(args.kubeconfig.as_deref()).await?;
     if !args.skip_crd_install {
         crds::ensure(&client, Duration::from_secs(60))
             .await
