@@ -301,6 +301,21 @@ async fn enter(
     Ok(())
 }
 
+/// Persists the status, then records the Event: an Event is only ever sent for a step that is
+/// durable.
+async fn persist_then_tell(
+    ctx: &Ctx,
+    api: &Api<NodeFence>,
+    nf: &NodeFence,
+    status: NodeFenceStatus,
+    step: &str,
+    (kind, reason, message): (Kind, &str, &str),
+) -> Result<NodeFence, Error> {
+    let stored = persist(api, nf, status, step).await?;
+    event(ctx, nf, kind, reason, message).await;
+    Ok(stored)
+}
+
 async fn event(ctx: &Ctx, nf: &NodeFence, kind: Kind, reason: &str, message: &str) {
     ctx.events
         .publish(Recorder::reference(nf), kind, reason, message)
@@ -618,8 +633,15 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                         name: name.into(),
                         source,
                     })?;
-                persist(&api, &nf, status, label).await?;
-                event(ctx, &nf, Kind::Warning, "Superseded", &msg).await;
+                persist_then_tell(
+                    ctx,
+                    &api,
+                    &nf,
+                    status,
+                    label,
+                    (Kind::Warning, "Superseded", &msg),
+                )
+                .await?;
             }
             Step::Refuse { ours, recorded } => {
                 tracing::warn!(
@@ -632,18 +654,22 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             }
             Step::RecordToken(t) => {
                 status.fencing_token = Some(t);
-                persist(&api, &nf, status, label).await?;
-                event(
+                persist_then_tell(
                     ctx,
+                    &api,
                     &nf,
-                    Kind::Normal,
-                    "TokenRecorded",
-                    &format!(
-                        "leader {} resumes with fencing token {t}",
-                        ctx.settings.identity
+                    status,
+                    label,
+                    (
+                        Kind::Normal,
+                        "TokenRecorded",
+                        &format!(
+                            "leader {} resumes with fencing token {t}",
+                            ctx.settings.identity
+                        ),
                     ),
                 )
-                .await;
+                .await?;
             }
             Step::Hold(reason) => {
                 let held = format!("hold_{}", reason.label());
@@ -654,15 +680,19 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                         message: message.clone(),
                         at: MicroTime(wall),
                     });
-                    persist(&api, &nf, status, label).await?;
-                    event(
+                    persist_then_tell(
                         ctx,
+                        &api,
                         &nf,
-                        Kind::Warning,
-                        &format!("Held{}", crate::detect::camel(reason.label())),
-                        &message,
+                        status,
+                        label,
+                        (
+                            Kind::Warning,
+                            &format!("Held{}", crate::detect::camel(reason.label())),
+                            &message,
+                        ),
                     )
-                    .await;
+                    .await?;
                 }
                 return Ok(());
             }
@@ -742,8 +772,15 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 }
                 let msg = format!("fencing node {node} with levels {levels:?} under token {t}");
                 enter(ctx, &nf, &mut status, Phase::Fencing, msg.clone()).await?;
-                persist(&api, &nf, status, label).await?;
-                event(ctx, &nf, Kind::Normal, "Fencing", &msg).await;
+                persist_then_tell(
+                    ctx,
+                    &api,
+                    &nf,
+                    status,
+                    label,
+                    (Kind::Normal, "Fencing", &msg),
+                )
+                .await?;
             }
             Step::RunLevel { level, devices } => {
                 let step = step_name(&nf, token, &status);
@@ -784,8 +821,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                         (Kind::Warning, "LevelFailed", msg)
                     }
                 };
-                persist(&api, &nf, status, label).await?;
-                event(ctx, &nf, kind, reason, &msg).await;
+                persist_then_tell(ctx, &api, &nf, status, label, (kind, reason, &msg)).await?;
             }
             Step::TrustSelfFence { level } => {
                 let observed = format!(
@@ -804,8 +840,15 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                         name: name.into(),
                         source,
                     })?;
-                persist(&api, &nf, status, label).await?;
-                event(ctx, &nf, Kind::Normal, "LevelVerified", &observed).await;
+                persist_then_tell(
+                    ctx,
+                    &api,
+                    &nf,
+                    status,
+                    label,
+                    (Kind::Normal, "LevelVerified", &observed),
+                )
+                .await?;
             }
             Step::Enter(phase) => {
                 let msg = match phase {
@@ -868,15 +911,9 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 planned.silent_since = Some(MicroTime(silent_since));
                 planned.silent_marker = marker;
                 planned.trusted_after = Some(MicroTime(trusted_after));
-                persist(&api, &nf, status, label).await?;
-                event(
-                    ctx,
-                    &nf,
-                    Kind::Normal,
+                persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal,
                     "SelfFenceWaitRestarted",
-                    &format!("node {node} renewed at {silent_since} during the self-fence wait; its self-fence is trusted from {trusted_after} at the earliest"),
-                )
-                .await;
+                    &format!("node {node} renewed at {silent_since} during the self-fence wait; its self-fence is trusted from {trusted_after} at the earliest"))).await?;
             }
             Step::FailLevel { level, why } => {
                 let msg = format!("level {level} failed: {why}");
@@ -886,8 +923,15 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                         name: name.into(),
                         source,
                     })?;
-                persist(&api, &nf, status, label).await?;
-                event(ctx, &nf, Kind::Warning, "LevelFailed", &msg).await;
+                persist_then_tell(
+                    ctx,
+                    &api,
+                    &nf,
+                    status,
+                    label,
+                    (Kind::Warning, "LevelFailed", &msg),
+                )
+                .await?;
             }
             Step::HoldPod(pod) => {
                 let coverage = status
@@ -895,85 +939,84 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                     .map(|v| v.coverage().as_str())
                     .unwrap_or("nothing");
                 status.release.held.push(released(&pod));
-                persist(&api, &nf, status, label).await?;
-                event(
-                    ctx,
-                    &nf,
-                    Kind::Warning,
+                persist_then_tell(ctx, &api, &nf, status, label, (Kind::Warning,
                     "NotCoveredByFence",
                     &format!(
                         "pod {}/{} (uid {}) is NOT released: the verified fence covers {coverage} pods and this pod mounts no PersistentVolumeClaim, so it may still run on {node}",
                         pod.namespace, pod.name, pod.uid
-                    ),
-                )
-                .await;
+                    ))).await?;
             }
             Step::RecordCleanProof(proof) => {
                 status.recovery.clean_proof = Some(proof.clone());
-                persist(&api, &nf, status, label).await?;
-                event(
+                persist_then_tell(
                     ctx,
+                    &api,
                     &nf,
-                    Kind::Normal,
-                    "ReleasedPodsGone",
-                    &format!("node {node}: {proof}"),
+                    status,
+                    label,
+                    (
+                        Kind::Normal,
+                        "ReleasedPodsGone",
+                        &format!("node {node}: {proof}"),
+                    ),
                 )
-                .await;
+                .await?;
             }
             Step::ApplyTaint(proof) => {
                 ctx.leader.check(token).await?;
                 crate::release::apply_taint(&ctx.client, &node, &proof).await?;
                 status.release.tainted_at = Some(MicroTime(now_wall()));
-                persist(&api, &nf, status, label).await?;
-                event(ctx, &nf, Kind::Normal, "Tainted", &format!("node {node} tainted node.kubernetes.io/out-of-service=nodeshutdown:NoExecute")).await;
+                persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal, "Tainted", &format!("node {node} tainted node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"))).await?;
             }
             Step::ReleasePod(proof, pod) => {
                 ctx.leader.check(token).await?;
                 crate::release::release_pod(&ctx.client, &node, &pod, &proof).await?;
                 status.release.pods.push(released(&pod));
-                persist(&api, &nf, status, label).await?;
-                event(
+                persist_then_tell(
                     ctx,
+                    &api,
                     &nf,
-                    Kind::Normal,
-                    "PodReleased",
-                    &format!(
-                        "pod {}/{} (uid {}) marked Failed and deleted with grace 0",
-                        pod.namespace, pod.name, pod.uid
+                    status,
+                    label,
+                    (
+                        Kind::Normal,
+                        "PodReleased",
+                        &format!(
+                            "pod {}/{} (uid {}) marked Failed and deleted with grace 0",
+                            pod.namespace, pod.name, pod.uid
+                        ),
                     ),
                 )
-                .await;
+                .await?;
             }
             Step::DeleteAttachment(proof, va) => {
                 ctx.leader.check(token).await?;
                 crate::release::delete_attachment(&ctx.client, &va, &proof).await?;
                 status.release.attachments.push(released(&va));
-                persist(&api, &nf, status, label).await?;
-                event(
+                persist_then_tell(
                     ctx,
+                    &api,
                     &nf,
-                    Kind::Normal,
-                    "AttachmentReleased",
-                    &format!("VolumeAttachment {} (uid {}) deleted", va.name, va.uid),
+                    status,
+                    label,
+                    (
+                        Kind::Normal,
+                        "AttachmentReleased",
+                        &format!("VolumeAttachment {} (uid {}) deleted", va.name, va.uid),
+                    ),
                 )
-                .await;
+                .await?;
             }
             Step::ClearAttachRecord(proof, record) => {
                 ctx.leader.check(token).await?;
                 crate::release::clear_attach_record(&ctx.client, &node, &record, &proof).await?;
                 status.release.attach_records.push(released(&record));
-                persist(&api, &nf, status, label).await?;
-                event(
-                    ctx,
-                    &nf,
-                    Kind::Normal,
+                persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal,
                     "AttachRecordCleared",
                     &format!(
                         "volume {} removed from node {node}'s volumesInUse (the node is fenced and mounts nothing)",
                         record.name
-                    ),
-                )
-                .await;
+                    ))).await?;
             }
             Step::PowerOn(devices) | Step::Unfence(devices) => {
                 type Mark = fn(&mut NodeFenceStatus) -> &mut Option<MicroTime>;
@@ -1000,15 +1043,19 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 ctx.leader.check(token).await?;
                 crate::release::remove_taint(&ctx.client, &node).await?;
                 status.recovery.untainted_at = Some(MicroTime(now_wall()));
-                persist(&api, &nf, status, label).await?;
-                event(
+                persist_then_tell(
                     ctx,
+                    &api,
                     &nf,
-                    Kind::Normal,
-                    "Untainted",
-                    &format!("out-of-service taint removed from node {node}"),
+                    status,
+                    label,
+                    (
+                        Kind::Normal,
+                        "Untainted",
+                        &format!("out-of-service taint removed from node {node}"),
+                    ),
                 )
-                .await;
+                .await?;
             }
         }
     }
