@@ -13,22 +13,6 @@ use kube::{Api, ResourceExt};
 use palisade_lab::Cut;
 use palisade_model::nodefence::Phase;
 
-fn holder_and_token(lease: &Lease) -> (String, i64) {
-    let holder = lease
-        .spec
-        .as_ref()
-        .and_then(|s| s.holder_identity.clone())
-        .unwrap_or_default();
-    let token = lease
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("palisade.dev/fencing-token"))
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(0);
-    (holder, token)
-}
-
 #[test]
 fn the_leaders_own_node_is_fenced_only_after_leadership_moved() {
     let lab = start_lab(3, false);

@@ -11,22 +11,6 @@ use kube::Api;
 use palisade_lab::Cut;
 use palisade_model::nodefence::Phase;
 
-fn holder_and_token(lease: &Lease) -> (String, i64) {
-    let holder = lease
-        .spec
-        .as_ref()
-        .and_then(|s| s.holder_identity.clone())
-        .unwrap_or_default();
-    let token = lease
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("palisade.dev/fencing-token"))
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(0);
-    (holder, token)
-}
-
 #[test]
 fn standby_takes_over_with_a_higher_token_and_fences_with_it() {
     let lab = start_lab(3, false);

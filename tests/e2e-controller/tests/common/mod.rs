@@ -435,3 +435,20 @@ pub fn print_timeline(nf: &NodeFence, t0: k8s_openapi::jiff::Timestamp) {
         );
     }
 }
+
+/// The holder and fencing token of the controller's leader Lease.
+pub fn holder_and_token(lease: &k8s_openapi::api::coordination::v1::Lease) -> (String, i64) {
+    let holder = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.clone())
+        .unwrap_or_default();
+    let token = lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("palisade.dev/fencing-token"))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0);
+    (holder, token)
+}
