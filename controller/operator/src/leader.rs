@@ -47,6 +47,8 @@ pub struct Leadership {
     floor: Arc<std::sync::atomic::AtomicI64>,
     /// Until when this replica does not take the Lease (it handed leadership over).
     yield_until: Arc<std::sync::Mutex<Option<Instant>>>,
+    /// When an election round last reached the API server.
+    api_ok_at: Arc<std::sync::Mutex<Option<Instant>>>,
     client: Client,
     namespace: String,
     name: String,
@@ -60,11 +62,21 @@ impl Leadership {
             state: Arc::new(watch::channel(State::default()).0),
             floor: Arc::new(std::sync::atomic::AtomicI64::new(0)),
             yield_until: Arc::new(std::sync::Mutex::new(None)),
+            api_ok_at: Arc::new(std::sync::Mutex::new(None)),
             client,
             namespace: namespace.to_string(),
             name: name.to_string(),
             identity: identity.to_string(),
         }
+    }
+
+    /// Whether an election round reached the API server within `within` (what `/readyz`
+    /// reports: a replica that cannot reach the API server can neither lead nor take over).
+    pub fn api_reachable_within(&self, within: Duration) -> bool {
+        self.api_ok_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| at.elapsed() <= within)
     }
 
     /// Our fencing token while we are the (unexpired) leader.
@@ -202,7 +214,11 @@ impl Leadership {
         let mut observed: Option<(String, Instant)> = None;
         loop {
             let started = Instant::now();
-            match self.round(lease_duration, &mut observed).await {
+            let result = self.round(lease_duration, &mut observed).await;
+            if result.is_ok() {
+                *self.api_ok_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(started);
+            }
+            match result {
                 Ok(Some(token)) => {
                     let was = self.state.borrow().token;
                     if was != Some(token) {

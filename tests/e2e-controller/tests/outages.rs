@@ -99,6 +99,11 @@ fn assert_completed_once(lab: &Lab, nf: &NodeFence, token: i64) {
 fn an_api_server_restart_mid_fence_is_survived_and_fences_nothing_else() {
     let (lab, rt, c) = lab_ready(3, false);
     let _ctl = start_controller(&lab, "ctl-a");
+    eventually(
+        "ready once it reaches the API server",
+        Duration::from_secs(30),
+        || (_ctl.readyz() == Some(200)).then_some(()),
+    );
     policy(&c, &rt);
     slow_then_real_target(&lab, &c, &rt);
     running_worker(&c, &rt, "m0");
@@ -110,10 +115,40 @@ fn an_api_server_restart_mid_fence_is_survived_and_fences_nothing_else() {
         .as_ref()
         .and_then(|s| s.fencing_token)
         .unwrap();
+    // /readyz, polled while the API server is down: 503 at some point, 200 again after.
+    let unready_seen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let (seen, stop, addr) = (
+            unready_seen.clone(),
+            stop.clone(),
+            _ctl.metrics_addr.clone(),
+        );
+        std::thread::spawn(move || {
+            for _ in 0..600 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                if readyz_at(&addr) == Some(503) {
+                    seen.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
     lab.control_plane()
         .unwrap()
         .restart_api_server(Duration::from_secs(6))
         .expect("the API server restarts");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    poller.join().unwrap();
+    assert!(
+        unready_seen.load(std::sync::atomic::Ordering::Relaxed),
+        "/readyz said 503 while the API server was down"
+    );
+    eventually("/readyz ready again", Duration::from_secs(60), || {
+        (_ctl.readyz() == Some(200)).then_some(())
+    });
     // A fresh client: the old connections died with the server.
     let c = client(&lab, &rt);
     let nf = wait_released(&c, &rt);

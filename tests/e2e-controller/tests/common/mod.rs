@@ -292,6 +292,11 @@ impl Controller {
         Some(body)
     }
 
+    /// The status code of `GET /readyz`, if it answers.
+    pub fn readyz(&self) -> Option<u16> {
+        readyz_at(&self.metrics_addr)
+    }
+
     /// The `palisade_ticks_total` counter.
     pub fn ticks(&self) -> Option<u64> {
         self.metrics()?
@@ -451,4 +456,19 @@ pub fn holder_and_token(lease: &k8s_openapi::api::coordination::v1::Lease) -> (S
         .and_then(|t| t.parse().ok())
         .unwrap_or(0);
     (holder, token)
+}
+
+/// The status code of `GET /readyz` on a controller's metrics address, if it answers.
+pub fn readyz_at(addr: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut head = String::new();
+    s.read_to_string(&mut head).ok()?;
+    head.split_whitespace().nth(1)?.parse().ok()
 }
