@@ -169,7 +169,7 @@ pub fn apply_rbac(c: &Client, rt: &tokio::runtime::Runtime) {
             .expect("create RBAC object");
     }
     for text in RBAC.split("\n---") {
-        let doc: serde_json::Value = serde_yaml::from_str(text).expect("rbac.yaml parses");
+        let doc: serde_json::Value = serde_yaml_ng::from_str(text).expect("rbac.yaml parses");
         if doc.is_null() {
             continue;
         }
@@ -199,7 +199,7 @@ pub fn controller_sa_kubeconfig(lab: &Lab) -> PathBuf {
     use base64::Engine;
     let cp = lab.control_plane().expect("control plane");
     let admin = std::fs::read_to_string(cp.admin_kubeconfig()).expect("admin kubeconfig");
-    let mut cfg: serde_json::Value = serde_yaml::from_str(&admin).expect("kubeconfig parses");
+    let mut cfg: serde_json::Value = serde_yaml_ng::from_str(&admin).expect("kubeconfig parses");
     let id = lab
         .ca()
         .issue_client_cert(CONTROLLER_SA, None)
@@ -209,7 +209,7 @@ pub fn controller_sa_kubeconfig(lab: &Lab) -> PathBuf {
     user["client-certificate-data"] = b64(&id.cert_pem).into();
     user["client-key-data"] = b64(&id.key_pem).into();
     let path = lab.dir().join("controller-sa.kubeconfig");
-    palisade_lab::write_secret(&path, serde_yaml::to_string(&cfg).unwrap().as_bytes())
+    palisade_lab::write_secret(&path, serde_yaml_ng::to_string(&cfg).unwrap().as_bytes())
         .expect("write the SA kubeconfig");
     path
 }
