@@ -403,6 +403,7 @@ impl Invocation {
                 username,
                 cipher,
                 allow_weak_cipher_suites: truthy(o.get("allow_weak_cipher_suites")),
+                system_guid: o.get("system_guid").map(|g| g.to_ascii_lowercase()),
             })
         };
         Ok(Self {
@@ -469,6 +470,12 @@ pub fn metadata() -> String {
             "boolean",
             "0",
             "Allow IPMI cipher suites 0, 1, 2",
+        ),
+        (
+            "system_guid",
+            "string",
+            "",
+            "IPMI: refuse to act unless the BMC reports this system GUID (Get System GUID)",
         ),
         ("method", "string", "onoff", "Reboot method: onoff or cycle"),
         (

@@ -76,6 +76,17 @@ pub enum FenceError {
         /// How long we polled.
         after: Duration,
     },
+    /// The device is not the one the target pins: it reported another identity (for IPMI,
+    /// the managed system's GUID). Nothing was commanded.
+    #[error("{device}: identity mismatch: pinned {expected}, the device reports {found}; refusing to act")]
+    IdentityMismatch {
+        /// Device description.
+        device: String,
+        /// The pinned identity.
+        expected: String,
+        /// What the device reported.
+        found: String,
+    },
     /// A firmware-bridge refused the request's fencing token: it has already seen a newer
     /// one, so this controller is no longer the leader. Terminal: retrying cannot help; step
     /// down.
@@ -114,6 +125,7 @@ impl FenceError {
             Self::NoAcceptableCipherSuite { .. } => "no_acceptable_cipher_suite",
             Self::NotVerified { .. } => "not_verified",
             Self::StaleFencingToken { .. } => "stale_fencing_token",
+            Self::IdentityMismatch { .. } => "identity_mismatch",
             Self::Config(_) => "config",
         }
     }

@@ -45,6 +45,9 @@ pub struct IpmiTarget {
     pub cipher: Option<u8>,
     /// Accept suites without integrity or confidentiality (0, 1, 2). Off by default.
     pub allow_weak_cipher_suites: bool,
+    /// The managed system's GUID this BMC must report (Get System GUID) before any power
+    /// command or status read is trusted (`?guid=` in the URL); `None`: not pinned.
+    pub system_guid: Option<String>,
 }
 
 /// SNMP protocol version.
@@ -133,12 +136,23 @@ impl Target {
                     get("allow_weak_cipher_suites"),
                     Some("true") | Some("1") | Some("yes")
                 );
+                let system_guid = match get("guid") {
+                    None => None,
+                    Some(g) => {
+                        let hex = g.replace('-', "");
+                        if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                            return Err(bad(s, "guid must be 32 hex digits (dashes allowed)"));
+                        }
+                        Some(g.to_ascii_lowercase())
+                    }
+                };
                 Ok(Self::Ipmi(IpmiTarget {
                     host,
                     port: url.port().unwrap_or(623),
                     username: url.username().to_string(),
                     cipher,
                     allow_weak_cipher_suites,
+                    system_guid,
                 }))
             }
             "snmp+pdu" => {
@@ -250,6 +264,7 @@ mod tests {
                 username: "admin".into(),
                 cipher: Some(3),
                 allow_weak_cipher_suites: false,
+                system_guid: None,
             })
         );
         assert_eq!(t.to_string(), "ipmi://admin@127.0.0.1:6230");

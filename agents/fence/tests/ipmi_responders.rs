@@ -219,6 +219,7 @@ fn device(addr: SocketAddr, allow_weak: bool) -> Device {
             username: "admin".into(),
             cipher: None,
             allow_weak_cipher_suites: allow_weak,
+            system_guid: None,
         }),
         &creds,
         opts,

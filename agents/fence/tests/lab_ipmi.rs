@@ -109,6 +109,7 @@ fn an_operator_account_fences_with_verified_evidence() {
             username: "operator".into(),
             cipher: Some(3),
             allow_weak_cipher_suites: false,
+            system_guid: None,
         }),
         &palisade_fence::Credentials {
             password: Some(palisade_fence::Secret::from_file(&b.password_file).unwrap()),
@@ -118,6 +119,56 @@ fn an_operator_account_fences_with_verified_evidence() {
     )
     .unwrap();
     rt.block_on(dev.off()).expect("verified off");
+    m.wait_power(false, Duration::from_secs(10))
+        .expect("machine is off");
+}
+
+#[test]
+fn a_pinned_system_guid_must_match_before_anything_is_commanded() {
+    let lab = lab(1, false, 1);
+    let rt = rt();
+    let m = &lab.machines()[0];
+    eventually("machine boots", Duration::from_secs(20), || m.is_powered());
+    let b = m.bmc();
+    let device = |guid: &str| {
+        Device::new(
+            palisade_fence::Target::Ipmi(palisade_fence::target::IpmiTarget {
+                host: b.host.to_string(),
+                port: b.port,
+                username: b.user.clone(),
+                cipher: Some(3),
+                allow_weak_cipher_suites: false,
+                system_guid: Some(guid.to_string()),
+            }),
+            &palisade_fence::Credentials {
+                password: Some(palisade_fence::Secret::from_file(&b.password_file).unwrap()),
+                ..Default::default()
+            },
+            options(),
+        )
+        .unwrap()
+    };
+    // Another machine's BMC (a GUID this one does not have): refused, nothing commanded.
+    let wrong = device("00000000-1111-2222-3333-444444444444");
+    let e = rt
+        .block_on(wrong.status())
+        .expect_err("status through the wrong BMC is refused");
+    assert!(
+        matches!(e, palisade_fence::FenceError::IdentityMismatch { .. }),
+        "{e}"
+    );
+    let e = rt
+        .block_on(wrong.off())
+        .expect_err("off through the wrong BMC is refused");
+    assert!(e.to_string().contains("identity mismatch"), "{e}");
+    assert!(m.is_powered(), "nothing was commanded");
+    // The right one (the GUID the lab configured): status and a verified off.
+    let right = device(m.bmc_guid());
+    assert_eq!(
+        rt.block_on(right.status()).unwrap(),
+        palisade_fence::PowerState::On
+    );
+    rt.block_on(right.off()).expect("verified off");
     m.wait_power(false, Duration::from_secs(10))
         .expect("machine is off");
 }

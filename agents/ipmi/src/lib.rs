@@ -26,6 +26,7 @@ pub mod error;
 pub mod get_channel_auth_capabilities;
 pub mod get_channel_cipher_suites;
 pub mod get_chassis_status;
+pub mod get_system_guid;
 pub mod message;
 pub mod open_session;
 pub mod rakp;

@@ -322,6 +322,7 @@ fn ipmi(lab: &Lab, i: usize, cipher: Option<u8>) -> anyhow::Result<Device> {
             username: b.user.clone(),
             cipher,
             allow_weak_cipher_suites: false,
+            system_guid: None,
         }),
         &Credentials {
             password: Some(Secret::from_file(&b.password_file)?),

@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use palisade_ipmi::chassis_control::ChassisControl;
 use palisade_ipmi::cipher_suite::PREFERRED;
 use palisade_ipmi::get_chassis_status::{ChassisStatus, GetChassisStatus};
+use palisade_ipmi::get_system_guid::GetSystemGuid;
 use palisade_ipmi::set_session_privilege_level::SetSessionPrivilegeLevel;
 use palisade_ipmi::{CipherSuite, Privilege};
 
@@ -156,18 +157,45 @@ impl IpmiDevice {
         })
     }
 
-    /// Reads the chassis status in a fresh session.
+    /// When the target pins a system GUID: reads it in session `s` and refuses on a mismatch.
+    ///
+    /// Guarantees: with a pin, nothing is commanded or reported through a BMC that does not
+    /// answer Get System GUID with the pinned GUID (in either byte order).
+    async fn check_identity(&self, s: &mut Session) -> Result<(), FenceError> {
+        let Some(pinned) = &self.target.system_guid else {
+            return Ok(());
+        };
+        let found = s.command_ok(&GetSystemGuid, "Get System GUID").await?;
+        if found.matches(pinned) {
+            Ok(())
+        } else {
+            Err(FenceError::IdentityMismatch {
+                device: self.name.clone(),
+                expected: pinned.clone(),
+                found: found.wire_order(),
+            })
+        }
+    }
+
+    /// Reads the chassis status in a fresh session (after the identity check, when pinned).
     pub async fn chassis_status(&self) -> Result<ChassisStatus, FenceError> {
         let mut s = self.open(Privilege::User).await?;
-        let r = s.command_ok(&GetChassisStatus, "Get Chassis Status").await;
+        let r = match self.check_identity(&mut s).await {
+            Ok(()) => s.command_ok(&GetChassisStatus, "Get Chassis Status").await,
+            Err(e) => Err(e),
+        };
         s.close().await;
         r
     }
 
-    /// Sends one Chassis Control command (no verification) in a fresh session.
+    /// Sends one Chassis Control command (no verification) in a fresh session, after the
+    /// identity check when pinned.
     pub async fn chassis_control(&self, action: ChassisControl) -> Result<(), FenceError> {
         let mut s = self.open(Privilege::Administrator).await?;
-        let r = s.command_ok(&action, "Chassis Control").await;
+        let r = match self.check_identity(&mut s).await {
+            Ok(()) => s.command_ok(&action, "Chassis Control").await,
+            Err(e) => Err(e),
+        };
         s.close().await;
         r
     }
@@ -178,6 +206,10 @@ impl IpmiDevice {
         want: PowerState,
     ) -> Result<Evidence, FenceError> {
         let mut s = self.open(Privilege::Administrator).await?;
+        if let Err(e) = self.check_identity(&mut s).await {
+            s.close().await;
+            return Err(e);
+        }
         let commanded = Commanded::now();
         if let Err(e) = s.command_ok(&action, "Chassis Control").await {
             s.close().await;

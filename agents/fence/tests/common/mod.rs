@@ -55,6 +55,7 @@ pub fn ipmi_target(lab: &Lab, i: usize, cipher: Option<u8>) -> Target {
         username: b.user.clone(),
         cipher,
         allow_weak_cipher_suites: false,
+        system_guid: None,
     })
 }
 
