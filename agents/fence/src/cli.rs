@@ -348,9 +348,11 @@ impl Invocation {
             let profile = o
                 .get("pdu_profile")
                 .cloned()
-                .unwrap_or_else(|| "apc".into());
-            crate::pdu::profile::Profile::by_name(&profile)
-                .map_err(|e| CliError::Invalid(e.to_string()))?;
+                .unwrap_or_else(|| crate::pdu::profile::AUTO.into());
+            if profile != crate::pdu::profile::AUTO {
+                crate::pdu::profile::Profile::by_name(&profile)
+                    .map_err(|e| CliError::Invalid(e.to_string()))?;
+            }
             if version == SnmpVersion::V3 {
                 credentials.v3_auth_password =
                     secret(o, "password", "PALISADE_FENCE_PASSWORD", env_lookup)?;
@@ -487,8 +489,8 @@ pub fn metadata() -> String {
         (
             "pdu_profile",
             "string",
-            "apc",
-            "PDU profile: apc, apc-rpdu, cyberpower",
+            "auto",
+            "PDU profile: auto (from sysObjectID, the default), apc, apc-rpdu, cyberpower",
         ),
         ("community", "string", "private", "SNMP community"),
         ("snmp_version", "string", "1", "SNMP version: 1, 2c, 3"),

@@ -92,7 +92,8 @@ pub struct PduTarget {
     pub port: u16,
     /// Outlet numbers (1-based). Off means every one of them off.
     pub outlets: Vec<u32>,
-    /// Vendor profile name (see [`crate::pdu::profile`]).
+    /// Vendor profile name (see [`crate::pdu::profile`]); `auto` (the default) detects it from
+    /// the device's `sysObjectID`.
     pub profile: String,
     /// SNMP version.
     pub version: SnmpVersion,
@@ -203,8 +204,12 @@ impl Target {
                         return Err(bad(s, "only AES privacy is supported"));
                     }
                 }
-                let profile = get("profile").unwrap_or("apc").to_string();
-                crate::pdu::profile::Profile::by_name(&profile)?;
+                let profile = get("profile")
+                    .unwrap_or(crate::pdu::profile::AUTO)
+                    .to_string();
+                if profile != crate::pdu::profile::AUTO {
+                    crate::pdu::profile::Profile::by_name(&profile)?;
+                }
                 Ok(Self::Pdu(PduTarget {
                     host,
                     port: url.port().unwrap_or(161),

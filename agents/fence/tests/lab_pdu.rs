@@ -123,3 +123,21 @@ fn list_names_the_outlets() {
         "{plugs:?}"
     );
 }
+
+#[test]
+fn pdu_profile_auto_reads_sys_object_id_and_says_what_it_chose() {
+    // The lab's PDU reports an APC rack PDU's sysObjectID (.1.3.6.1.4.1.318.1.3.4.5): the
+    // agent reads it (once) and drives the rPDU tables, as fence_apc_snmp does.
+    let lab = lab(1, true, 1);
+    let outlets = lab.machines()[0].outlets().to_vec();
+    let dev = pdu(&lab, &outlets, "auto", Snmp::V2c);
+    let Device::Pdu(p) = &dev else {
+        panic!("a PDU device");
+    };
+    let rt = rt();
+    assert_eq!(
+        rt.block_on(p.profile()).expect("sysObjectID read").name,
+        "apc-rpdu"
+    );
+    off_on_cycle(&lab, &dev);
+}

@@ -21,7 +21,10 @@ use crate::verify::{self, Commanded, StatusProbe, VerifiedOff, VerifiedOn};
 /// Outlets of a switched PDU feeding one machine.
 pub struct PduDevice {
     target: PduTarget,
-    profile: Profile,
+    /// The profile named in the target; `None`: detected from `sysObjectID` on first use.
+    wanted: Option<Profile>,
+    /// The profile in use once known (named, or detected).
+    resolved: tokio::sync::OnceCell<Profile>,
     name: String,
     credentials: Credentials,
     options: DeviceOptions,
@@ -44,6 +47,7 @@ enum Op<'a> {
 /// A decoded answer, detached from the session buffer.
 enum Answer {
     Int(i64),
+    Oid(Vec<u64>),
     Other,
     Next(Vec<u64>, Option<String>),
     Done,
@@ -56,7 +60,11 @@ impl PduDevice {
         credentials: &Credentials,
         options: DeviceOptions,
     ) -> Result<Self, FenceError> {
-        let profile = Profile::by_name(&target.profile)?;
+        let wanted = if target.profile == profile::AUTO {
+            None
+        } else {
+            Some(Profile::by_name(&target.profile)?)
+        };
         let outlets: Vec<String> = target.outlets.iter().map(u32::to_string).collect();
         let name = format!(
             "snmp+pdu://{}:{}/outlet/{}",
@@ -87,7 +95,8 @@ impl PduDevice {
         }
         Ok(Self {
             target,
-            profile,
+            wanted,
+            resolved: tokio::sync::OnceCell::new(),
             name,
             credentials: credentials.clone(),
             options,
@@ -291,6 +300,9 @@ impl PduDevice {
                 Answer::Next(arcs, text)
             }
             (_, Value::Integer(n)) => Answer::Int(n),
+            (_, Value::ObjectIdentifier(o)) => {
+                Answer::Oid(o.iter().map(|i| i.collect()).unwrap_or_default())
+            }
             (_, Value::OctetString(_)) => Answer::Other,
             (_, Value::NoSuchObject | Value::NoSuchInstance) => {
                 return Ok(Err(FenceError::DeviceRefused {
@@ -308,12 +320,34 @@ impl PduDevice {
         Ok(Ok(answer))
     }
 
+    /// The profile in use: the one the target names, or the one `sysObjectID` selects (read
+    /// once, logged with the rule that chose it).
+    pub async fn profile(&self) -> Result<Profile, FenceError> {
+        if let Some(p) = self.wanted {
+            return Ok(p);
+        }
+        self.resolved
+            .get_or_try_init(|| async {
+                let oid = match self.request(Op::Get(profile::SYS_OBJECT_ID)).await? {
+                    Answer::Oid(arcs) => arcs,
+                    _ => Vec::new(),
+                };
+                let (p, why) = Profile::detect(&oid);
+                let dotted: Vec<String> = oid.iter().map(u64::to_string).collect();
+                tracing::info!(device = %self.name, sys_object_id = %dotted.join("."), profile = p.name, "PDU profile detected: {why}");
+                Ok(p)
+            })
+            .await
+            .copied()
+    }
+
     /// Reads one outlet.
     pub async fn outlet_state(&self, outlet: u32) -> Result<PowerState, FenceError> {
-        let oid = Profile::oid(self.profile.status, outlet);
+        let profile = self.profile().await?;
+        let oid = Profile::oid(profile.status, outlet);
         match self.request(Op::Get(&oid)).await? {
-            Answer::Int(n) if n == self.profile.state_on => Ok(PowerState::On),
-            Answer::Int(n) if n == self.profile.state_off => Ok(PowerState::Off),
+            Answer::Int(n) if n == profile.state_on => Ok(PowerState::On),
+            Answer::Int(n) if n == profile.state_off => Ok(PowerState::Off),
             Answer::Int(_) => Ok(PowerState::Unknown),
             _ => Err(FenceError::Protocol {
                 device: self.name.clone(),
@@ -324,8 +358,9 @@ impl PduDevice {
 
     /// Sets every outlet to `value`.
     async fn set_all(&self, value: i64) -> Result<(), FenceError> {
+        let profile = self.profile().await?;
         for outlet in &self.target.outlets {
-            let oid = Profile::oid(self.profile.control, *outlet);
+            let oid = Profile::oid(profile.control, *outlet);
             self.request(Op::Set(&oid, value)).await?;
         }
         Ok(())
@@ -378,14 +413,14 @@ impl PowerDevice for PduDevice {
 
     async fn off(&self) -> Result<VerifiedOff, FenceError> {
         let commanded = Commanded::now();
-        self.set_all(self.profile.cmd_off).await?;
+        self.set_all(self.profile().await?.cmd_off).await?;
         let mut probe = PduProbe(self, PowerState::Off);
         verify::verify_off(&self.name, commanded, &mut probe, self.options.verify).await
     }
 
     async fn on(&self) -> Result<VerifiedOn, FenceError> {
         let commanded = Commanded::now();
-        self.set_all(self.profile.cmd_on).await?;
+        self.set_all(self.profile().await?.cmd_on).await?;
         let mut probe = PduProbe(self, PowerState::On);
         verify::verify_on(&self.name, commanded, &mut probe, self.options.verify).await
     }
@@ -395,7 +430,7 @@ impl PowerDevice for PduDevice {
     }
 
     async fn list(&self) -> Result<Vec<(String, String)>, FenceError> {
-        let Some(names) = self.profile.names else {
+        let Some(names) = self.profile().await?.names else {
             return Ok(self
                 .target
                 .outlets

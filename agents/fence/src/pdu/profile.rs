@@ -74,7 +74,39 @@ pub const CYBERPOWER: Profile = Profile {
 /// Every built-in profile.
 pub const PROFILES: [Profile; 3] = [APC_SPDU, APC_RPDU, CYBERPOWER];
 
+/// `sysObjectID.0`: what kind of device answers.
+pub const SYS_OBJECT_ID: &[u64] = &[1, 3, 6, 1, 2, 1, 1, 2, 0];
+
+/// The profile name that asks for detection from `sysObjectID`.
+pub const AUTO: &str = "auto";
+
 impl Profile {
+    /// The profile for a device reporting `sys_object_id`, as `fence_apc_snmp` chooses it:
+    /// APC rack PDUs (`.318.1.3.4.5`, `.318.1.3.4.6`) → `apc-rpdu`, other APC units → `apc`,
+    /// CyberPower (`.3808`) → `cyberpower`; an unknown device falls back to `apc` (the
+    /// MasterSwitch table), and the second value says which rule chose.
+    pub fn detect(sys_object_id: &[u64]) -> (Profile, &'static str) {
+        const APC: &[u64] = &[1, 3, 6, 1, 4, 1, 318];
+        const CYBERPOWER_ID: &[u64] = &[1, 3, 6, 1, 4, 1, 3808];
+        let rack = |tail: u64| {
+            let mut p = APC.to_vec();
+            p.extend_from_slice(&[1, 3, 4, tail]);
+            sys_object_id.starts_with(&p)
+        };
+        if rack(5) || rack(6) {
+            (APC_RPDU, "an APC rack PDU")
+        } else if sys_object_id.starts_with(APC) {
+            (APC_SPDU, "an APC unit")
+        } else if sys_object_id.starts_with(CYBERPOWER_ID) {
+            (CYBERPOWER, "a CyberPower unit")
+        } else {
+            (
+                APC_SPDU,
+                "an unknown device: falling back to the APC MasterSwitch table",
+            )
+        }
+    }
+
     /// Looks up a profile by name.
     pub fn by_name(name: &str) -> Result<Profile, FenceError> {
         PROFILES
@@ -93,6 +125,28 @@ impl Profile {
         let mut v = prefix.to_vec();
         v.push(outlet.into());
         v
+    }
+}
+
+#[cfg(test)]
+mod detect_tests {
+    use super::*;
+
+    #[test]
+    fn sys_object_id_chooses_the_profile_like_fence_apc_snmp() {
+        let cases: [(&[u64], &str); 5] = [
+            (&[1, 3, 6, 1, 4, 1, 318, 1, 3, 4, 5], "apc-rpdu"),
+            (&[1, 3, 6, 1, 4, 1, 318, 1, 3, 4, 6, 1], "apc-rpdu"),
+            (&[1, 3, 6, 1, 4, 1, 318, 1, 3, 4, 4], "apc"),
+            (&[1, 3, 6, 1, 4, 1, 3808, 1, 1, 3], "cyberpower"),
+            (&[1, 3, 6, 1, 4, 1, 8072, 3, 2, 10], "apc"),
+        ];
+        for (oid, want) in cases {
+            assert_eq!(Profile::detect(oid).0.name, want, "{oid:?}");
+        }
+        assert!(Profile::detect(&[1, 3, 6, 1, 4, 1, 8072])
+            .1
+            .contains("unknown"));
     }
 }
 
