@@ -24,7 +24,7 @@ pub struct PduDevice {
     /// The profile named in the target; `None`: detected from `sysObjectID` on first use.
     wanted: Option<Profile>,
     /// The profile in use once known (named, or detected).
-    resolved: tokio::sync::OnceCell<Profile>,
+    resolved: Box<tokio::sync::OnceCell<Profile>>,
     name: String,
     credentials: Credentials,
     options: DeviceOptions,
@@ -96,7 +96,7 @@ impl PduDevice {
         Ok(Self {
             target,
             wanted,
-            resolved: tokio::sync::OnceCell::new(),
+            resolved: Box::default(),
             name,
             credentials: credentials.clone(),
             options,
