@@ -27,7 +27,7 @@ PACKAGES=(etcd-server golang-go rsync openipmi ipmitool snmp snmpd fence-agents
           iproute2 openssl procps psmisc util-linux curl ca-certificates dpkg-dev
           build-essential pkg-config golang-github-modern-go-reflect2-dev
           qemu-system-x86 busybox-static cpio kmod prometheus
-          pacemaker pacemaker-cli-utils libxml2-utils)
+          pacemaker pacemaker-cli-utils libxml2-utils librsvg2-bin)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -4,7 +4,7 @@
 //!   decisions and pods on silent nodes;
 //! - `explain NODE`: why Palisade did or did not fence a node, guard by guard;
 //! - `fence NODE --reason ...` (and `--wait`), `cancel NODEFENCE`;
-//! - `timeline NODEFENCE [--svg FILE]`: a fence's story, to the millisecond;
+//! - `timeline NODEFENCE [--svg FILE] [--png FILE]`: a fence's story, to the millisecond;
 //! - `delete-pod NAMESPACE/POD`: the safe force deletion: only when the pod's node is fenced
 //!   (verified, and the fence covers the pod), or with `--confirm` after a warning that says what
 //!   may run twice; who forced it is recorded;
@@ -93,6 +93,9 @@ enum Command {
         /// Also draw it as an SVG picture into FILE.
         #[arg(long)]
         svg: Option<PathBuf>,
+        /// Also draw it as a PNG picture into FILE (rendered with `rsvg-convert`).
+        #[arg(long)]
+        png: Option<PathBuf>,
     },
     /// Force-delete a pod only when its node is fenced (or with --confirm).
     DeletePod {
@@ -159,9 +162,11 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             .await
         }
         Command::Cancel { nodefence } => fence::cancel(&client, &nodefence).await,
-        Command::Timeline { nodefence, svg } => {
-            timeline::run(&client, &nodefence, svg.as_deref()).await
-        }
+        Command::Timeline {
+            nodefence,
+            svg,
+            png,
+        } => timeline::run(&client, &nodefence, svg.as_deref(), png.as_deref()).await,
         Command::DeletePod { pod, confirm } => force::run(&client, &pod, confirm).await,
         Command::Check => check::run(&client, ns).await,
     }

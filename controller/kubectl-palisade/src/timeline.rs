@@ -107,19 +107,23 @@ pub fn marks(f: &NodeFence) -> Vec<Mark> {
     out
 }
 
-/// Prints the story; with `svg`, also draws it.
-pub async fn run(c: &Client, name: &str, svg: Option<&Path>) -> anyhow::Result<u8> {
+/// Prints the story; with `svg` and/or `png`, also draws it.
+pub async fn run(
+    c: &Client,
+    name: &str,
+    svg: Option<&Path>,
+    png: Option<&Path>,
+) -> anyhow::Result<u8> {
     let api: Api<NodeFence> = Api::all(c.clone());
     let Some(f) = api.get_opt(name).await? else {
         anyhow::bail!("no NodeFence named {name:?}");
     };
     let ms = marks(&f);
-    let t0 = f
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0)
-        .or_else(|| ms.first().map(|m| m.at))
+    // Time zero: the request's first recorded moment (creationTimestamp has whole seconds).
+    let t0 = ms
+        .first()
+        .map(|m| m.at)
+        .or_else(|| f.metadata.creation_timestamp.as_ref().map(|t| t.0))
         .unwrap_or_else(Timestamp::now);
     println!(
         "nodefence/{name}: node {}, requested by {:?}: {}",
@@ -138,12 +142,36 @@ pub async fn run(c: &Client, name: &str, svg: Option<&Path>) -> anyhow::Result<u
             );
         }
     }
+    let picture = render_svg(&f, t0, &ms);
     if let Some(path) = svg {
-        std::fs::write(path, render_svg(&f, t0, &ms))
+        std::fs::write(path, &picture)
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
         println!("picture: {}", path.display());
     }
+    if let Some(path) = png {
+        to_png(&picture, path)?;
+        println!("picture: {}", path.display());
+    }
     Ok(0)
+}
+
+/// Renders the SVG to a PNG with `rsvg-convert` (Debian's `librsvg2-bin`), fed on stdin.
+fn to_png(svg: &str, path: &Path) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("rsvg-convert")
+        .args(["--format", "png", "--background-color", "white", "--output"])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("rsvg-convert (install librsvg2-bin) for --png: {e}"))?;
+    child
+        .stdin
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("rsvg-convert: no stdin"))?
+        .write_all(svg.as_bytes())?;
+    let status = child.wait()?;
+    anyhow::ensure!(status.success(), "rsvg-convert failed ({status})");
+    Ok(())
 }
 
 fn escape(s: &str) -> String {
@@ -155,7 +183,8 @@ fn escape(s: &str) -> String {
 
 /// The picture: a time axis in seconds, one band per phase, one row per other mark.
 pub fn render_svg(f: &NodeFence, t0: Timestamp, ms: &[Mark]) -> String {
-    let end = ms.last().map_or(1.0, |m| secs(t0, m.at)).max(0.001);
+    // The axis runs a little past the last moment, so the last phase has a visible band.
+    let end = (ms.last().map_or(1.0, |m| secs(t0, m.at)) * 1.15).max(0.001);
     let (left, width) = (40.0, 760.0);
     let x = |t: Timestamp| left + width * (secs(t0, t) / end).clamp(0.0, 1.0);
     let rows: Vec<&Mark> = ms.iter().filter(|m| m.lane != "phase").collect();
@@ -163,7 +192,7 @@ pub fn render_svg(f: &NodeFence, t0: Timestamp, ms: &[Mark]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="1100" height="{height}" font-family="monospace" font-size="11">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="1400" height="{height}" font-family="monospace" font-size="11">"#
     );
     let _ = writeln!(
         s,
@@ -219,7 +248,7 @@ pub fn render_svg(f: &NodeFence, t0: Timestamp, ms: &[Mark]) -> String {
             xx + 8.0,
             y,
             secs(t0, m.at),
-            escape(&m.text)
+            escape(&m.text.chars().take(100).collect::<String>())
         );
     }
     s.push_str("</svg>\n");

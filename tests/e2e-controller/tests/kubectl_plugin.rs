@@ -203,9 +203,17 @@ fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
 
     // The timeline tells the story in order, as text and as a picture.
     let svg = lab.dir().join("timeline.svg");
+    let png = lab.dir().join("timeline.png");
     let o = plugin(
         &lab,
-        &["timeline", &fence_name, "--svg", svg.to_str().unwrap()],
+        &[
+            "timeline",
+            &fence_name,
+            "--svg",
+            svg.to_str().unwrap(),
+            "--png",
+            png.to_str().unwrap(),
+        ],
     );
     assert_eq!(o.code, 0);
     let at = |text: &str, what: &str| {
@@ -240,6 +248,15 @@ fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
     eventually("kubectl shows web-1 without NodeSilent", WAIT, || {
         (status_of("web-1") == "Pending").then_some(())
     });
+    let raster = std::fs::read(&png).expect("the PNG was written");
+    assert!(
+        raster.starts_with(b"\x89PNG\r\n\x1a\n") && raster.len() > 2000,
+        "a PNG picture"
+    );
+    if let Ok(keep) = std::env::var("PALISADE_KEEP_TIMELINE") {
+        let _ = std::fs::copy(&png, format!("{keep}.png"));
+        let _ = std::fs::copy(&svg, format!("{keep}.svg"));
+    }
     let pic = std::fs::read_to_string(&svg).expect("the SVG was written");
     assert!(pic.starts_with("<svg"));
     let p = |phase: &str| at(&pic, &format!("data-phase=\"{phase}\""));
