@@ -1,6 +1,6 @@
 //! The two backoffs of the agent, both pure.
 //!
-//! - [`RestartBackoff`]: the container restart backoff of seed 000: the first restart is
+//! - [`RestartBackoff`]: the kubelet's container restart backoff: the first restart is
 //!   immediate, then 10 s, 20 s, 40 s … capped at the maximum restart period (default 300 s,
 //!   configurable between 1 s and 300 s; a maximum below 10 s is also the initial delay), and
 //!   reset once a container ran cleanly for 10 minutes.

@@ -1,4 +1,4 @@
-//! Termination grace-period arithmetic, exactly as the kubelet does it (seed 003).
+//! Termination grace-period arithmetic, exactly as the kubelet does it.
 //!
 //! Two functions mirror the two kubelet functions the seed quotes:
 //! - [`effective_pod_grace_period`] is `calculateEffectiveGracePeriod` (pod workers): the

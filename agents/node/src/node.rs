@@ -310,8 +310,8 @@ async fn patch_status(
 }
 
 /// Keeps the Node registered and its status fresh. If the Node object disappears, every pod
-/// is killed first and the Node is registered again afterwards (seed 002's hazard: a
-/// deleted Node means its pods were released).
+/// is killed first and the Node is registered again afterwards (a deleted Node
+/// means its pods were released and may run elsewhere).
 pub async fn status_loop(
     client: Client,
     cfg: NodeConfig,

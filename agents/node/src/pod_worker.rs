@@ -1420,7 +1420,7 @@ impl Worker {
         self.save();
         if !self.gone {
             self.report_final().await;
-            // Only the agent completes a deletion the API asked for (seed 002).
+            // Only the agent completes a deletion the API asked for (a released pod is never restarted).
             if self.pod.metadata.deletion_timestamp.is_some() {
                 loop {
                     match self.ctx.reporter.delete_pod(&self.pref).await {

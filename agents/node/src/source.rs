@@ -21,8 +21,8 @@ use crate::pod_worker::{self, Ctx, WorkerCmd, WorkerHandle};
 /// Commands to the manager.
 #[derive(Debug)]
 pub enum ManagerCmd {
-    /// Kill every pod and forget it (the Node object was deleted: seed 002 says that means
-    /// "permanently partitioned", so nothing may keep running). Replies when done; the
+    /// Kill every pod and forget it (the Node object was deleted: that means "permanently
+    /// partitioned", its pods may run elsewhere, so nothing may keep running here). Replies when done; the
     /// manager then runs no pods until [`ManagerCmd::Resume`].
     KillAll(oneshot::Sender<()>),
     /// Run pods again (after re-registration).

@@ -1,5 +1,5 @@
 //! Pure computation of a pod's phase and conditions from its container statuses, following
-//! the kubelet's `getPhase` and status manager (DESIGN §1.2, seed 000).
+//! the kubelet's `getPhase` and status manager.
 
 use k8s_openapi::api::core::v1::{ContainerStatus, PodCondition, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

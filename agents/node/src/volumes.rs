@@ -5,7 +5,7 @@
 //! `volumeMounts[].mountPath` in the container's own mount namespace; its host path is also
 //! in the environment variable [`env_name`] (`PALISADE_VOLUME_<NAME>`).
 //! A CSI volume is only usable once the VolumeAttachment of this node says `attached: true`
-//! (the attach-detach controller's record, seed 002); its handle and attributes are written to
+//! (the attach-detach controller's record); its handle and attributes are written to
 //! `volume.json` in its directory and exported as `PALISADE_VOLUME_<NAME>_HANDLE`.
 
 use std::collections::BTreeMap;

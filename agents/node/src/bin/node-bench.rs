@@ -420,7 +420,7 @@ fn agent_late_ms(log: &Path, from: u64) -> Option<Vec<f64>> {
     )
 }
 
-/// Creates `n` TERM-ignoring pods, deletes them, and measures each KILL against seed 003.
+/// Creates `n` TERM-ignoring pods, deletes them, and measures each KILL against the grace-period deadline.
 fn kill_error(
     lab: &palisade_lab::Lab,
     rt: &tokio::runtime::Runtime,
