@@ -16,23 +16,7 @@ use palisade_node::runtime::process::ProcessRuntime;
 use palisade_node::{shim, source, state::StateStore};
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, mult) = if let Some(v) = s.strip_suffix("ms") {
-        (v, 0.001)
-    } else if let Some(v) = s.strip_suffix('s') {
-        (v, 1.0)
-    } else if let Some(v) = s.strip_suffix('m') {
-        (v, 60.0)
-    } else {
-        (s, 1.0)
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("bad duration {s:?} (use e.g. 500ms, 10s, 5m)"))?;
-    if !n.is_finite() || n < 0.0 {
-        return Err(format!("bad duration {s:?}"));
-    }
-    Ok(Duration::from_secs_f64(n * mult))
+    palisade_model::duration::parse(s)
 }
 
 /// Palisade's node agent: registers the Node, renews its Lease, runs the pods bound to it as
