@@ -108,7 +108,8 @@ if [ -x "$KUBECTL" ]; then
 else
   kcwork="$CACHE_DIR/kubectl.$$"
   rm -rf "$kcwork"; mkdir -p "$kcwork/tree" "$(dirname "$KUBECTL")"
-  ( cd "$kcwork" && apt-get download -qq kubernetes-client >/dev/null 2>&1 || apt-get download -qq kubernetes-client )
+  ( cd "$kcwork" && { apt-get download -qq kubernetes-client >/dev/null 2>&1 \
+      || { $SUDO apt-get update -qq && apt-get download -qq kubernetes-client; }; } )
   dpkg-deb -x "$kcwork"/kubernetes-client_*.deb "$kcwork/tree"
   install -m 0755 "$kcwork/tree/usr/bin/kubectl" "$KUBECTL.tmp" && mv "$KUBECTL.tmp" "$KUBECTL"
   rm -rf "$kcwork"
