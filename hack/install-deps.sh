@@ -11,6 +11,7 @@
 #   - For the lab's QEMU machines: qemu-system-x86, busybox-static, cpio, kmod, and Debian's
 #     standard amd64 kernel, extracted (never installed) into the cache: its module tree
 #     (depmod'ed) and the uncompressed `vmlinux` that QEMU boots directly (PVH entry).
+#   - Redfish BMCs: sushy-tools (`sushy-emulator`) from PyPI, in a virtualenv in the cache.
 set -euo pipefail
 
 say() { printf '[install-deps] %s\n' "$*"; }
@@ -151,6 +152,31 @@ PY
   mv "$kwork/vmlinux" "$GUEST_KERNEL_DIR.tmp/vmlinux"
   rm -rf "$kwork" "$GUEST_KERNEL_DIR"; mv "$GUEST_KERNEL_DIR.tmp" "$GUEST_KERNEL_DIR"
   say "guest kernel $kv cached in $GUEST_KERNEL_DIR"
+fi
+
+# Redfish BMCs for the lab: sushy-tools' `sushy-emulator` (PyPI) in a virtualenv in the cache.
+# A virtualenv is not relocatable (its scripts name its path), so it is built in place and
+# marked complete (`.palisade-complete`, written last): an interrupted run is redone.
+SUSHY_VERSION=2.2.0
+SUSHY_VENV="$CACHE_DIR/sushy-tools-$SUSHY_VERSION"
+if [ -f "$SUSHY_VENV/.palisade-complete" ] && [ -x "$SUSHY_VENV/bin/sushy-emulator" ]; then
+  say "sushy-tools $SUSHY_VERSION cached in $SUSHY_VENV"
+else
+  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+    say "installing python3-venv (python3 -m venv is missing)"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+  fi
+  say "installing sushy-tools $SUSHY_VERSION from PyPI into $SUSHY_VENV"
+  rm -rf "$SUSHY_VENV"
+  python3 -m venv "$SUSHY_VENV"
+  nice -n 19 "$SUSHY_VENV/bin/pip" install --quiet --disable-pip-version-check \
+    "sushy-tools==$SUSHY_VERSION"
+  # The lab writes bcrypt htpasswd files with the emulator's own bcrypt (sushy accepts no other).
+  "$SUSHY_VENV/bin/python" -c 'import bcrypt, sushy_tools.emulator.main' \
+    || { say "sushy-tools installed but does not import"; exit 1; }
+  touch "$SUSHY_VENV/.palisade-complete"
+  say "sushy-tools $("$SUSHY_VENV/bin/pip" show sushy-tools 2>/dev/null | awk '/^Version:/{print $2}') installed in $SUSHY_VENV"
 fi
 
 "$K8S_BIN_DIR/kube-apiserver" --version
