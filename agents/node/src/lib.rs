@@ -15,7 +15,8 @@
 //! - [`volumes`] prepares pod volumes and [`mounts`] mounts them at their `mountPath`;
 //!   [`server`] serves `/metrics` and `/healthz`;
 //!   [`self_fence`] kills fence-eligible containers straight from the runtime;
-//!   [`watchdog`] pets a hardware watchdog while the Lease is renewed;
+//!   [`watchdog`] pets a hardware watchdog while the Lease is renewed, and
+//!   [`watchdog_device`] sets its timeout and `nowayout` and reads them back;
 //!   [`grpc_health`] is the gRPC health-check client of grpc probes.
 
 pub mod backoff;
@@ -40,3 +41,4 @@ pub mod state;
 pub mod status;
 pub mod volumes;
 pub mod watchdog;
+pub mod watchdog_device;

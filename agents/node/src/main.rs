@@ -1,7 +1,8 @@
 //! The `palisade-node` binary: flags, wiring, and the container shim modes.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use palisade_node::node::{self, NodeConfig};
 use palisade_node::pod_worker::{Ctx, FenceState};
 use palisade_node::reporter::Reporter;
 use palisade_node::runtime::process::ProcessRuntime;
+use palisade_node::watchdog_device::{self, Armed};
 use palisade_node::{shim, source, state::StateStore};
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -68,9 +70,17 @@ struct Args {
     /// hung agent or one that lost the API gets the machine rebooted. Off by default.
     #[arg(long)]
     watchdog: Option<PathBuf>,
-    /// How often to pet the watchdog (keep it well below the device's timeout).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    /// How often to pet the watchdog (less than half of --watchdog-timeout).
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
     watchdog_interval: Duration,
+    /// The timeout the agent sets on the watchdog (whole seconds; the driver may round it, and
+    /// the agent advertises what the driver holds).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    watchdog_timeout: Duration,
+    /// Do not make the watchdog `nowayout`. A watchdog that a magic close can disarm is never
+    /// advertised as one the controller may trust.
+    #[arg(long)]
+    watchdog_allow_disarm: bool,
 }
 
 impl Args {
@@ -92,6 +102,9 @@ impl Args {
         if let Some(w) = &self.watchdog {
             if self.watchdog_interval.is_zero() {
                 bail!("--watchdog-interval must be positive");
+            }
+            if self.watchdog_timeout <= self.watchdog_interval * 2 {
+                bail!("--watchdog-timeout must be more than twice --watchdog-interval");
             }
             if !w.exists() {
                 bail!("--watchdog {} does not exist", w.display());
@@ -242,29 +255,56 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let (mgr_tx, mgr_rx) = tokio::sync::mpsc::channel(4);
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let watchdog_state = Arc::new(std::sync::Mutex::new(None::<Armed>));
     let watchdog = match &args.watchdog {
         Some(path) => {
             let dev = palisade_node::watchdog::open(path)?;
+            // Opening armed it. Set its timeout and nowayout, and advertise only what the
+            // kernel reports back; a watchdog that cannot be armed so is still petted (it is
+            // running), but never advertised, so the controller never trusts it.
+            let ctl = watchdog_device::Linux::new(&dev, path, Path::new("/sys/class/watchdog"));
+            match watchdog_device::arm(
+                &ctl,
+                watchdog_device::ArmRequest {
+                    timeout: args.watchdog_timeout,
+                    nowayout: !args.watchdog_allow_disarm,
+                    interval: args.watchdog_interval,
+                },
+            ) {
+                Ok(armed) => {
+                    tracing::info!(device = %path.display(), timeout = ?armed.timeout, nowayout = armed.nowayout, "watchdog armed");
+                    metrics.watchdog_armed(Some(armed));
+                    *watchdog_state.lock().unwrap_or_else(|p| p.into_inner()) = Some(armed);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "watchdog not armed as asked: the self-fence is not advertised as trustworthy");
+                    metrics
+                        .watchdog_arm_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
             let cfg = palisade_node::watchdog::WatchdogConfig {
                 path: path.clone(),
                 interval: args.watchdog_interval,
                 max_lease_age: args.self_fence_after,
             };
             tracing::info!(device = %path.display(), interval = ?args.watchdog_interval, "petting the watchdog while the Lease is renewed");
-            Some(tokio::spawn(palisade_node::watchdog::run(
-                cfg,
-                dev,
-                renew_rx.clone(),
-                shutdown_rx,
-                {
-                    // Disarm only once no container has a live process (every container
-                    // counts: the runtime alone cannot tell which pods use a PVC).
-                    let runtime = ctx.runtime.clone();
-                    Arc::new(move || {
-                        palisade_node::inventory::live_pods(runtime.as_ref()).is_empty()
-                    })
-                },
-            )))
+            let state = watchdog_state.clone();
+            let m = metrics.clone();
+            let task = palisade_node::watchdog::run(cfg, dev, renew_rx.clone(), shutdown_rx, {
+                // Disarm only once no container has a live process (every container
+                // counts: the runtime alone cannot tell which pods use a PVC).
+                let runtime = ctx.runtime.clone();
+                Arc::new(move || palisade_node::inventory::live_pods(runtime.as_ref()).is_empty())
+            });
+            Some(tokio::spawn(async move {
+                let r = task.await;
+                // The petting loop is gone: stop advertising the watchdog (the machine still
+                // resets at its timeout; what is withdrawn is only the claim).
+                *state.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                m.watchdog_armed(None);
+                r
+            }))
         }
         None => None,
     };
@@ -276,6 +316,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     ));
     let advertise: node::Advertiser = {
         let runtime = ctx.runtime.clone();
+        let watchdog_state = watchdog_state.clone();
         let after = args.self_fence_after;
         let scope = if args.self_fence_all_pods {
             palisade_model::advertise::SelfFenceScope::All
@@ -284,9 +325,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         };
         std::sync::Arc::new(move || palisade_model::advertise::Advertisement {
             self_fence_after: Some(after),
-            // No watchdog is advertised until the agent sets the device's timeout itself and
-            // knows it is nowayout; without one, the controller never trusts the self-fence.
-            watchdog: None,
+            // What the kernel reported when the agent armed it, while the agent pets it.
+            watchdog: watchdog_state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .map(|a| palisade_model::advertise::Watchdog {
+                    timeout: a.timeout,
+                    nowayout: a.nowayout,
+                }),
             scope: Some(scope),
             version: Some(env!("CARGO_PKG_VERSION").to_string()),
             boot_id: node::boot_id(),

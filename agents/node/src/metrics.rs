@@ -27,6 +27,12 @@ pub struct Metrics {
     pub kill_lateness_us_max: AtomicU64,
     /// Seconds since the last Lease renewal, as last computed.
     pub lease_age_ms: AtomicU64,
+    /// Times the watchdog could not be armed as asked (timeout or nowayout refused).
+    pub watchdog_arm_failures: AtomicU64,
+    /// The armed watchdog's timeout in seconds; 0 while none is armed and petted.
+    pub watchdog_timeout_seconds: AtomicU64,
+    /// 1 while the armed watchdog is `nowayout`.
+    pub watchdog_nowayout: AtomicU64,
     recent: Mutex<Vec<u64>>,
 }
 
@@ -42,6 +48,13 @@ impl Metrics {
                 v.remove(0);
             }
         }
+    }
+
+    /// Records the watchdog the agent holds armed and pets (`None`: none).
+    pub fn watchdog_armed(&self, armed: Option<crate::watchdog_device::Armed>) {
+        let (t, n) = armed.map_or((0, 0), |a| (a.timeout.as_secs(), u64::from(a.nowayout)));
+        self.watchdog_timeout_seconds.store(t, Ordering::Relaxed);
+        self.watchdog_nowayout.store(n, Ordering::Relaxed);
     }
 
     /// Records how late a deadline KILL was.
@@ -134,6 +147,24 @@ impl Metrics {
             "gauge",
             "Time since the last successful Lease renewal.",
             format!("{:.3}", g(&self.lease_age_ms) as f64 / 1e3),
+        );
+        line(
+            "palisade_node_watchdog_timeout_seconds",
+            "gauge",
+            "The armed watchdog's timeout as the driver holds it; 0 while none is armed and petted.",
+            g(&self.watchdog_timeout_seconds).to_string(),
+        );
+        line(
+            "palisade_node_watchdog_nowayout",
+            "gauge",
+            "1 while the armed watchdog refuses the magic close.",
+            g(&self.watchdog_nowayout).to_string(),
+        );
+        line(
+            "palisade_node_watchdog_arm_failures_total",
+            "counter",
+            "Times the watchdog could not be armed as asked.",
+            g(&self.watchdog_arm_failures).to_string(),
         );
         s
     }

@@ -13,6 +13,9 @@ trap 'rm -rf "$R"' EXIT
 mkdir -p "$R/bin" "$R/sbin" "$R/proc" "$R/sys" "$R/dev" "$R/etc" "$R/mods" "$R/tmp" "$R/run" \
          "$R/machine" "$R/usr/bin" "$R/usr/sbin"
 cp /bin/busybox "$R/bin/busybox"
+# The host's /usr is mounted over "$R/usr" at boot: /lib and /lib64 lead into it, as on a
+# merged-/usr Debian, so dynamically linked host binaries find their loader and libraries.
+ln -s usr/lib "$R/lib"; ln -s usr/lib64 "$R/lib64"
 for a in $("$R/bin/busybox" --list); do [ "$a" = busybox ] || ln -s busybox "$R/bin/$a"; done
 # Modules in dependency order (modprobe --show-depends lists dependencies first).
 for m in virtio_pci virtio_net i6300esb ipmi_si ipmi_devintf 9pnet_virtio 9p evdev button; do

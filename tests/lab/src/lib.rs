@@ -223,6 +223,7 @@ impl Lab {
                 let first = self.dir.join("machines").join("m0");
                 Some(qemu::prepare_assets(
                     &self.dir,
+                    &config.qemu,
                     "m0",
                     &first.join("console.log"),
                 )?)

@@ -436,6 +436,7 @@ fn write_qemu_files(
         bmc_link_port,
         assets,
         config,
+        bin_dir: f.lab_bin.parent(),
     });
     let quoted: Vec<String> = args.iter().map(|a| qemu::sh_quote(a)).collect();
     // `exec` all the way down: the BMC tracks this script's PID, which becomes QEMU's, so

@@ -14,6 +14,12 @@
 //! command, its environment, the node kubeconfig, and what the guest writes back
 //! (`boot_id`, `product_uuid`, `guest-command.log`). The serial console goes to
 //! `console.log`. An `i6300esb` watchdog resets or powers off a guest that stops petting it.
+//!
+//! Like a diskless node booting its image from the network, the guest mounts the host's
+//! `/usr` and the directory of the lab's binaries (the suite's `target/<profile>`) read-only
+//! over 9p, at the same paths: the very `palisade-node` and workload binaries the suite built
+//! run inside the VM, dynamically linked against the host's libraries, with no second build.
+//! Nothing else of the host is visible (the lab directory, with the BMC credentials, is not).
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, IntoRawFd};
@@ -67,6 +73,8 @@ pub struct QemuConfig {
     pub watchdog_action: WatchdogAction,
     /// How long to wait for a guest to report ready after power on.
     pub boot_timeout: std::time::Duration,
+    /// The guest kernel directory; `None` means [`guest_kernel_dir`].
+    pub guest_kernel: Option<PathBuf>,
 }
 
 impl Default for QemuConfig {
@@ -76,6 +84,7 @@ impl Default for QemuConfig {
             watchdog_seconds: 0,
             watchdog_action: WatchdogAction::Reset,
             boot_timeout: std::time::Duration::from_secs(120),
+            guest_kernel: None,
         }
     }
 }
@@ -123,11 +132,12 @@ pub(crate) struct GuestAssets {
 /// `console_log` name the first machine that needs them, for the error.
 pub(crate) fn prepare_assets(
     lab_dir: &Path,
+    config: &QemuConfig,
     machine: &str,
     console_log: &Path,
 ) -> Result<GuestAssets> {
     crate::require_tool("qemu-system-x86_64")?;
-    let kdir = guest_kernel_dir();
+    let kdir = config.guest_kernel.clone().unwrap_or_else(guest_kernel_dir);
     let vmlinux = kdir.join("vmlinux");
     if !vmlinux.is_file() || !kdir.join("version").is_file() {
         return Err(LabError::Guest {
@@ -165,6 +175,8 @@ pub(crate) struct VmSpec<'a> {
     pub bmc_link_port: u16,
     pub assets: &'a GuestAssets,
     pub config: &'a QemuConfig,
+    /// The directory of the lab's binaries, shared read-only at the same path.
+    pub bin_dir: Option<&'a Path>,
 }
 
 /// The name of the tap that carries a QEMU machine's NIC inside its network namespace.
@@ -177,12 +189,16 @@ pub const TAP_FD: &str = "{tapfd}";
 pub(crate) fn qemu_args(v: &VmSpec<'_>) -> Vec<String> {
     let accel = if kvm_usable() { "kvm" } else { "tcg" };
     let append = format!(
-        "console=ttyS0 panic=-1 quiet no_timer_check pl_name={name} pl_ip={ip}/{prefix} pl_gw={gw} pl_wdt={wdt} pl_9p=machine",
+        "console=ttyS0 panic=-1 quiet no_timer_check pl_name={name} pl_ip={ip}/{prefix} pl_gw={gw} pl_wdt={wdt} pl_9p=machine{bin}",
         name = v.name,
         ip = v.address,
         prefix = crate::netns::PREFIX,
         gw = crate::netns::HUB_ADDR,
         wdt = v.config.watchdog_seconds,
+        bin = v
+            .bin_dir
+            .map(|d| format!(" pl_bin={}", d.display()))
+            .unwrap_or_default(),
     );
     let mut a: Vec<String> = vec![
         "qemu-system-x86_64".into(),
@@ -240,6 +256,19 @@ pub(crate) fn qemu_args(v: &VmSpec<'_>) -> Vec<String> {
             v.guest_dir.display()
         ),
     ];
+    a.extend([
+        "-virtfs".into(),
+        "local,path=/usr,mount_tag=usr,security_model=none,readonly=on,id=usr".into(),
+    ]);
+    if let Some(d) = v.bin_dir {
+        a.extend([
+            "-virtfs".into(),
+            format!(
+                "local,path={},mount_tag=bin,security_model=none,readonly=on,id=bin",
+                d.display()
+            ),
+        ]);
+    }
     if v.config.watchdog_seconds > 0 {
         a.extend([
             "-device".into(),

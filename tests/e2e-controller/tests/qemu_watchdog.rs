@@ -1,0 +1,165 @@
+//! The watchdog is the proof, on a real (emulated) watchdog. m0 is a QEMU VM whose BMC is
+//! `ipmi_sim`, with an i6300esb watchdog whose driver was loaded with a 30 s heartbeat and
+//! `nowayout`; its `palisade-node` (the suite's own binary, run inside the guest) arms the
+//! watchdog itself with a 6 s timeout, reads back what the driver holds, and advertises it
+//! with every Lease renewal. Two simulated nodes keep quorum.
+//!
+//! With `trustSelfFence` on and no FenceTarget, the agent is frozen (SIGSTOP, inside the
+//! guest): nothing pets the watchdog, the VM is powered off by it, and only after that does
+//! the controller, on its own clock (last renewal + self-fence timeout + advertised watchdog
+//! timeout + margin), trust the self-fence and release the pod. The test fails if the agent
+//! advertised a timeout the driver does not hold (the 30 s default would fire after the
+//! release), or if the release came before the VM was gone.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::sim::{phase_at, Sim, SimNode};
+use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use palisade_lab::process::alive;
+use palisade_lab::{Lab, LabConfig, MachineKind, QemuConfig, WatchdogAction};
+use palisade_model::advertise::{WATCHDOG_NOWAYOUT, WATCHDOG_TIMEOUT};
+use palisade_model::nodefence::{EvidenceKind, Phase};
+use serde_json::json;
+
+/// The guest's command: the node agent with the watchdog, frozen when `/machine/freeze`
+/// appears.
+fn agent_command() -> String {
+    let agent = palisade_lab::bin_path("palisade-node").expect("palisade-node is built");
+    format!(
+        r#"mkdir -p /var/lib/palisade-node
+RUST_LOG=info,kube=warn '{agent}' --node-name "$PALISADE_MACHINE_NAME" --kubeconfig "$PALISADE_NODE_KUBECONFIG" \
+  --address "$PALISADE_MACHINE_ADDRESS" --state-dir /var/lib/palisade-node --image-store /var/lib/palisade-node/images \
+  --lease-duration 10s --renew-interval 1s --self-fence-after 4s \
+  --watchdog /dev/watchdog --watchdog-timeout 6s --watchdog-interval 1s \
+  --metrics-addr 127.0.0.1:10255 >> /machine/agent.log 2>&1 &
+echo $! > /machine/agent.pid
+while [ ! -e /machine/freeze ]; do sleep 0.2; done
+kill -STOP "$(cat /machine/agent.pid)" && echo frozen > /machine/frozen"#,
+        agent = agent.display()
+    )
+}
+
+#[test]
+fn a_frozen_agent_is_powered_off_by_its_watchdog_before_the_controller_trusts_its_self_fence() {
+    let lab = Lab::start(LabConfig {
+        machines: 1,
+        control_plane: true,
+        pdu: false,
+        machine_command: agent_command(),
+        machine_kind: MachineKind::Qemu,
+        qemu: QemuConfig {
+            // The driver's own heartbeat: far longer than the controller waits. Only the
+            // agent's WDIOC_SETTIMEOUT makes the watchdog fire in time.
+            watchdog_seconds: 30,
+            watchdog_action: WatchdogAction::Poweroff,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .expect("lab with a QEMU machine starts");
+    let m = &lab.machines()[0];
+    let rt = rt();
+    let c = client(&lab, &rt);
+    wait_nodes_ready(&lab, &c, &rt);
+    namespace(&c, &rt, SYSTEM_NS);
+    namespace(&c, &rt, "app");
+
+    // The machine's identity, as its agent reports it from inside the VM.
+    let node = rt
+        .block_on(Api::<Node>::all(c.clone()).get("m0"))
+        .expect("Node m0");
+    let info = node.status.and_then(|s| s.node_info).expect("nodeInfo");
+    assert_eq!(Some(info.boot_id.as_str()), m.boot_id().as_deref());
+    assert_eq!(info.system_uuid.to_lowercase(), m.system_uuid());
+
+    // What the agent advertises is what the driver holds: 6 s (not the 30 s it was loaded
+    // with), nowayout.
+    let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-node-lease");
+    let ad = eventually(
+        "m0 advertises its armed watchdog",
+        Duration::from_secs(60),
+        || {
+            let l = rt.block_on(leases.get_opt("m0")).ok().flatten()?;
+            let a = l.metadata.annotations.unwrap_or_default();
+            Some((
+                a.get(WATCHDOG_TIMEOUT)?.clone(),
+                a.get(WATCHDOG_NOWAYOUT)?.clone(),
+            ))
+        },
+    );
+    assert_eq!(ad, ("6".to_string(), "true".to_string()), "{ad:?}");
+
+    let sim = Sim::new(&lab, &rt);
+    sim.nodes(&[SimNode::new("s1", None), SimNode::new("s2", None)]);
+    policy_with(
+        &c,
+        &rt,
+        json!({"trustSelfFence": {"enabled": true, "marginSeconds": 1}}),
+    );
+    let _pod = running_worker(&c, &rt, "m0");
+    let _ctl = start_controller(&lab, "ctl-qemu-wd");
+
+    // Watch the VM from the host: the first moment its QEMU process is seen gone.
+    let qemu = m.power_pid().expect("the VM runs");
+    let gone: Arc<Mutex<Option<Timestamp>>> = Arc::default();
+    let watcher = {
+        let gone = gone.clone();
+        std::thread::spawn(move || {
+            // Bounded: 5 minutes of 20 ms polls.
+            for _ in 0..15_000 {
+                if !alive(qemu) {
+                    *gone.lock().unwrap() = Some(Timestamp::now());
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+
+    std::fs::write(m.guest_dir().join("freeze"), b"").unwrap();
+    eventually(
+        "the agent in the guest is frozen",
+        Duration::from_secs(30),
+        || m.guest_dir().join("frozen").exists().then_some(()),
+    );
+
+    let nf = eventually(
+        "m0 released on its trusted self-fence",
+        Duration::from_secs(180),
+        || {
+            fences_for(&c, &rt, "m0")
+                .into_iter()
+                .find(|nf| phase_at(nf, Phase::Releasing).is_some())
+        },
+    );
+    let releasing = phase_at(&nf, Phase::Releasing).unwrap();
+    let evidence: Vec<EvidenceKind> = nf
+        .status
+        .iter()
+        .flat_map(|s| &s.evidence)
+        .map(|e| e.kind)
+        .collect();
+    assert!(
+        evidence.contains(&EvidenceKind::SelfFenceTimeout),
+        "released on the self-fence: {evidence:?}"
+    );
+    watcher.join().unwrap();
+    let gone = gone
+        .lock()
+        .unwrap()
+        .expect("the watchdog powered the VM off");
+    eprintln!("VM gone at {gone}, release began at {releasing}");
+    assert!(
+        gone < releasing,
+        "the VM must be gone before anything is released (gone {gone}, releasing {releasing})"
+    );
+    m.wait_power(false, Duration::from_secs(60))
+        .expect("the BMC reports the VM off");
+}
