@@ -5,6 +5,12 @@
 #       the deterministic simulation of the controller core: N seeded fault schedules
 #       (default 1,000,000); a violation exits 1 with the shrunk schedule, its history and
 #       the command that replays it. --bug plants a known mistake (the run must fail).
+#   hack/chaos.sh --lab [--seed S] [--events N] [--minutes M] [--machines K] [--writers W]
+#       the nemesis on the real lab (as root): one lab of K namespace machines (default 5),
+#       W StatefulSet writers (default 2), N seeded fault events (default 20) applied and
+#       healed while they write, no new event after M minutes (default 60); the history
+#       (JSON lines) and the report go to target/chaos/lab-seed<S>/. Exit 1 on a violation,
+#       3 if a writer did not recover after the last heal; both print the replay command.
 # The report is printed and saved under target/chaos/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,23 +21,52 @@ mode=""
 schedules=1000000
 seed=""
 bug=()
+lab_args=()
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --sim) mode=sim ;;
+    --lab) mode=lab ;;
     --schedules) schedules=$2; shift ;;
     --seed) seed=$2; shift ;;
     --bug) bug=(--bug "$2"); shift ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    --events|--minutes|--machines|--writers) lab_args+=("$1" "$2"); shift ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "hack/chaos.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
-if [ "$mode" != sim ]; then
-  echo "hack/chaos.sh: only --sim is implemented; the nemesis on the real lab is not built yet" >&2
+if [ -z "$mode" ]; then
+  echo "hack/chaos.sh: choose --sim or --lab (see --help)" >&2
+  exit 2
+fi
+if [ "$mode" = sim ] && [ "${#lab_args[@]}" -gt 0 ]; then
+  echo "hack/chaos.sh: ${lab_args[0]} is a --lab option" >&2
   exit 2
 fi
 [ -n "$seed" ] || seed=$(( $(date +%s) % 1000000007 ))
 mkdir -p target/chaos
+if [ "$mode" = lab ]; then
+  if [ "${#bug[@]}" -gt 0 ]; then
+    echo "hack/chaos.sh: --bug is a --sim option (the lab nemesis has no planted bugs yet)" >&2
+    exit 2
+  fi
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "hack/chaos.sh --lab must run as root: the lab creates network and PID namespaces" >&2
+    exit 1
+  fi
+  say "installing dependencies"
+  bash hack/install-deps.sh
+  say "building the nemesis and the binaries the lab runs (debug, as hack/test.sh)"
+  cargo build --quiet --bins -p palisade-nemesis -p palisade-controller -p palisade-node \
+    -p palisade-bridge -p palisade-lab -p palisade-labstore
+  bin_dir="${CARGO_TARGET_DIR:-target}/debug"
+  out="target/chaos/lab-seed$seed"
+  say "nemesis on the lab: seed $seed ${lab_args[*]:-} (history and report in $out)"
+  status=0
+  PALISADE_BIN_DIR="$bin_dir" "$bin_dir/palisade-nemesis" --seed "$seed" "${lab_args[@]}" --out "$out" || status=$?
+  say "report: $out/report.txt"
+  exit "$status"
+fi
 say "building palisade-sim (release)"
 cargo build --release --quiet -p palisade-sim
 say "simulating $schedules schedules from seed $seed ${bug[*]:-}"

@@ -1,0 +1,342 @@
+//! The checks that judge a history. Pure: they read [`Record`]s and return [`Violation`]s, so
+//! each is unit-tested here, including on histories with planted mistakes.
+//!
+//! - **release-without-verified-fence**: a NodeFence status that lists a released pod must, in
+//!   the same status, record a verified level with evidence for it, observed no later than
+//!   the first release;
+//! - **release-outside-fence**: a released pod must have been bound to the fenced node;
+//! - **illegal-transition**: phases follow the state machine (`Phase::can_transition_to`);
+//! - **at-most-one** and **acknowledged-write-lost**: the storage checker's verdict over each
+//!   writer's volume and acknowledgement logs (recorded as [`Record::Writer`]);
+//! - **token-regressed**: a bridge action accepted with a lower fencing token than one it
+//!   accepted earlier for the same target.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use palisade_model::nodefence::Phase;
+
+use crate::history::{FenceSnapshot, Record};
+
+/// One broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Which check found it.
+    pub check: &'static str,
+    /// What it found, naming the objects involved.
+    pub detail: String,
+}
+
+/// Every check over a history.
+pub fn check_all(history: &[Record]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let pods = pod_nodes(history);
+    let mut seen = BTreeSet::new();
+    for r in history {
+        let snap = match r {
+            Record::Phase { snapshot, .. }
+            | Record::Release { snapshot, .. }
+            | Record::FenceFinal { snapshot, .. } => snapshot,
+            Record::Writer {
+                writer,
+                split_brain,
+                lost,
+                report,
+                ..
+            } => {
+                if *split_brain > 0 {
+                    out.push(Violation {
+                        check: "at-most-one",
+                        detail: format!(
+                            "writer {writer}: {split_brain} split-brain write(s)\n{report}"
+                        ),
+                    });
+                }
+                if *lost > 0 {
+                    out.push(Violation {
+                        check: "acknowledged-write-lost",
+                        detail: format!(
+                            "writer {writer}: {lost} acknowledged write(s) lost\n{report}"
+                        ),
+                    });
+                }
+                continue;
+            }
+            _ => continue,
+        };
+        for v in check_snapshot(snap, &pods) {
+            // The same status is observed many times: report each finding once.
+            if seen.insert((v.check, v.detail.clone())) {
+                out.push(v);
+            }
+        }
+    }
+    out.extend(check_tokens(history));
+    out
+}
+
+/// The node each writer pod was seen bound to, by UID.
+fn pod_nodes(history: &[Record]) -> BTreeMap<String, String> {
+    history
+        .iter()
+        .filter_map(|r| match r {
+            Record::Pod { uid, node, .. } => Some((uid.clone(), node.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The checks on one observed NodeFence status.
+pub fn check_snapshot(s: &FenceSnapshot, pod_nodes: &BTreeMap<String, String>) -> Vec<Violation> {
+    let mut out = Vec::new();
+    if let Some(first_release) = s.released.iter().map(|p| p.at_us).min() {
+        let verified_at = s
+            .evidence
+            .iter()
+            .filter(|e| s.verified_levels.contains(&e.level))
+            .map(|e| e.at_us)
+            .min();
+        match verified_at {
+            None => out.push(Violation {
+                check: "release-without-verified-fence",
+                detail: format!(
+                    "NodeFence {} ({}) lists {} released pod(s) ({}) but no verified level with evidence (verified levels {:?}, evidence {:?})",
+                    s.fence,
+                    s.node,
+                    s.released.len(),
+                    names(s),
+                    s.verified_levels,
+                    s.evidence
+                ),
+            }),
+            Some(at) if at > first_release => out.push(Violation {
+                check: "release-without-verified-fence",
+                detail: format!(
+                    "NodeFence {} ({}): first release at {first_release} µs precedes the first verified evidence at {at} µs ({})",
+                    s.fence,
+                    s.node,
+                    names(s)
+                ),
+            }),
+            Some(_) => {}
+        }
+    }
+    for p in &s.released {
+        if let Some(node) = pod_nodes.get(&p.uid) {
+            if node != &s.node {
+                out.push(Violation {
+                    check: "release-outside-fence",
+                    detail: format!(
+                        "NodeFence {} fences {} but released {}/{} (uid {}), which was bound to {node}",
+                        s.fence, s.node, p.namespace, p.name, p.uid
+                    ),
+                });
+            }
+        }
+    }
+    let mut prev: Option<Phase> = None;
+    for (name, _, _) in &s.transitions {
+        let Ok(phase) = serde_json::from_value::<Phase>(serde_json::Value::String(name.clone()))
+        else {
+            out.push(Violation {
+                check: "illegal-transition",
+                detail: format!("NodeFence {}: unknown phase {name}", s.fence),
+            });
+            continue;
+        };
+        if let Some(p) = prev {
+            if p != phase && !p.can_transition_to(phase) {
+                out.push(Violation {
+                    check: "illegal-transition",
+                    detail: format!("NodeFence {} ({}): {p} -> {phase}", s.fence, s.node),
+                });
+            }
+        }
+        prev = Some(phase);
+    }
+    out
+}
+
+fn names(s: &FenceSnapshot) -> String {
+    s.released
+        .iter()
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Per target, the tokens of the bridge's accepted actions never go down.
+fn check_tokens(history: &[Record]) -> Vec<Violation> {
+    let mut highest: BTreeMap<String, i64> = BTreeMap::new();
+    let mut out = Vec::new();
+    for r in history {
+        let Record::Audit { record, .. } = r else {
+            continue;
+        };
+        let action = record["action"].as_str().unwrap_or("");
+        if action.contains("status") || record["result"].as_str() != Some("ok") {
+            continue;
+        }
+        let (Some(target), Some(token)) = (record["target"].as_str(), record["token"].as_i64())
+        else {
+            continue;
+        };
+        let h = highest.entry(target.to_string()).or_insert(token);
+        if token < *h {
+            out.push(Violation {
+                check: "token-regressed",
+                detail: format!(
+                    "bridge accepted {action} on {target} with token {token} after token {h}"
+                ),
+            });
+        } else {
+            *h = token;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{EvidenceRec, ReleasedRec};
+
+    fn snapshot() -> FenceSnapshot {
+        FenceSnapshot {
+            fence: "m0-abcde".into(),
+            uid: "nf-1".into(),
+            node: "m0".into(),
+            phase: "Released".into(),
+            token: Some(3),
+            verified_levels: vec![0],
+            evidence: vec![EvidenceRec {
+                level: 0,
+                device: "bridge://127.0.0.1:1/m0".into(),
+                kind: "PowerOff".into(),
+                observed: "off".into(),
+                at_us: 1_000,
+            }],
+            released: vec![ReleasedRec {
+                namespace: "app".into(),
+                name: "w0-0".into(),
+                uid: "pod-1".into(),
+                at_us: 2_000,
+            }],
+            transitions: ["Pending", "Fencing", "Fenced", "Releasing", "Released"]
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.to_string(), i as i64, String::new()))
+                .collect(),
+            failure: None,
+        }
+    }
+
+    fn release(s: FenceSnapshot) -> Vec<Record> {
+        vec![
+            Record::Pod {
+                t: 0.0,
+                writer: "w0".into(),
+                name: "w0-0".into(),
+                uid: "pod-1".into(),
+                node: "m0".into(),
+            },
+            Record::Release {
+                t: 1.0,
+                pods: s.released.clone(),
+                snapshot: s,
+            },
+        ]
+    }
+
+    #[test]
+    fn a_release_after_verified_evidence_passes() {
+        assert_eq!(check_all(&release(snapshot())), vec![]);
+    }
+
+    #[test]
+    fn a_release_without_any_verified_level_is_a_violation() {
+        let mut s = snapshot();
+        s.verified_levels.clear();
+        let v = check_all(&release(s));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].check, "release-without-verified-fence");
+    }
+
+    #[test]
+    fn a_release_with_a_commanded_but_unevidenced_fence_is_a_violation() {
+        let mut s = snapshot();
+        s.evidence.clear();
+        let v = check_all(&release(s));
+        assert_eq!(v[0].check, "release-without-verified-fence");
+    }
+
+    #[test]
+    fn a_release_before_the_evidence_was_observed_is_a_violation() {
+        let mut s = snapshot();
+        s.evidence[0].at_us = 5_000;
+        let v = check_all(&release(s));
+        assert_eq!(v[0].check, "release-without-verified-fence");
+        assert!(v[0].detail.contains("precedes"), "{}", v[0].detail);
+    }
+
+    #[test]
+    fn releasing_a_pod_of_another_node_is_a_violation() {
+        let mut h = release(snapshot());
+        h[0] = Record::Pod {
+            t: 0.0,
+            writer: "w0".into(),
+            name: "w0-0".into(),
+            uid: "pod-1".into(),
+            node: "m3".into(),
+        };
+        let v = check_all(&h);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].check, "release-outside-fence");
+    }
+
+    #[test]
+    fn a_skipped_verification_phase_is_an_illegal_transition() {
+        let mut s = snapshot();
+        s.transitions.remove(2); // Fencing -> Releasing, never Fenced
+        let v = check_all(&release(s));
+        assert!(v.iter().any(|v| v.check == "illegal-transition"), "{v:?}");
+    }
+
+    #[test]
+    fn the_same_violation_seen_in_many_observations_is_reported_once() {
+        let mut s = snapshot();
+        s.verified_levels.clear();
+        let mut h = release(s.clone());
+        h.push(Record::FenceFinal {
+            t: 2.0,
+            snapshot: s,
+        });
+        assert_eq!(check_all(&h).len(), 1);
+    }
+
+    #[test]
+    fn writer_verdicts_become_violations() {
+        let h = vec![Record::Writer {
+            t: 0.0,
+            writer: "w1".into(),
+            pods: vec![],
+            log_writes: 10,
+            split_brain: 2,
+            lost: 1,
+            report: String::new(),
+        }];
+        let checks: Vec<&str> = check_all(&h).iter().map(|v| v.check).collect();
+        assert_eq!(checks, vec!["at-most-one", "acknowledged-write-lost"]);
+    }
+
+    #[test]
+    fn a_lower_token_accepted_after_a_higher_one_is_a_violation() {
+        let audit = |token: i64, action: &str| Record::Audit {
+            t: 0.0,
+            record: serde_json::json!({"target": "m0", "token": token, "action": action, "result": "ok"}),
+        };
+        assert!(check_all(&[audit(1, "power.off"), audit(2, "power.off")]).is_empty());
+        assert!(check_all(&[audit(2, "power.off"), audit(0, "power.status")]).is_empty());
+        let v = check_all(&[audit(2, "power.off"), audit(1, "storage.block")]);
+        assert_eq!(v[0].check, "token-regressed");
+    }
+}

@@ -1,0 +1,223 @@
+//! Applying and healing faults on the world. Each fault is applied, held for its scheduled
+//! time and healed before [`apply`] returns, so no fault outlives its event; every step is
+//! recorded in the history with the machine, pid or replica it hit.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use palisade_lab::Cut;
+
+use crate::history::{History, Record};
+use crate::schedule::{Event, Fault, Target};
+use crate::world::World;
+
+/// Holds a fault; cut short by a stop request, so the heal still follows.
+fn sleep_ms(ms: u64) {
+    crate::campaign::sleep(Duration::from_millis(ms));
+}
+
+fn signal(pid: i32, sig: Signal) -> String {
+    match kill(Pid::from_raw(pid), sig) {
+        Ok(()) => format!("{sig:?} pid {pid}"),
+        Err(e) => format!("{sig:?} pid {pid} failed: {e}"),
+    }
+}
+
+/// Resolves a target to a machine index: a writer's current node, else a fixed machine.
+pub fn resolve(world: &World, target: Target) -> usize {
+    let n = world.lab.machines().len();
+    match target {
+        Target::Machine(i) => i % n,
+        Target::WriterHost(k) => world
+            .writers
+            .get(k)
+            .and_then(|w| world.writer_pod(w))
+            .and_then(|p| p.spec?.node_name)
+            .and_then(|node| world.machine_index(&node))
+            .unwrap_or(k % n),
+    }
+}
+
+/// Applies the event's fault, holds it, heals it. Errors are lab errors (a command that could
+/// not run), not findings.
+pub fn apply(world: &World, ev: &Event, h: &History) -> Result<()> {
+    let machine = ev.fault.target().map(|t| resolve(world, t));
+    let name = machine.map(|i| world.lab.machines()[i].name().to_string());
+    let fault = |detail: String| Record::Fault {
+        t: h.t(),
+        event: ev.index,
+        fault: ev.fault.clone(),
+        machine: name.clone(),
+        detail,
+    };
+    let heal = |detail: String| Record::Heal {
+        t: h.t(),
+        event: ev.index,
+        detail,
+    };
+    let skip = |reason: String| Record::Skipped {
+        t: h.t(),
+        event: ev.index,
+        reason,
+    };
+    let i = machine.unwrap_or(0);
+    match &ev.fault {
+        Fault::CutAll { hold_ms, .. } | Fault::CutControlPlane { hold_ms, .. } => {
+            let cut = if matches!(ev.fault, Fault::CutAll { .. }) {
+                Cut::All
+            } else {
+                Cut::ControlPlane
+            };
+            world.lab.partition(i, cut)?;
+            h.push(fault(format!("{cut:?} for {hold_ms} ms")));
+            sleep_ms(*hold_ms);
+            world.lab.heal(i)?;
+            h.push(heal("link and control plane restored".into()));
+        }
+        Fault::Flap {
+            cycles,
+            cut_ms,
+            heal_ms,
+            ..
+        } => {
+            h.push(fault(format!(
+                "{cycles} cycles: cut {cut_ms} ms, healed {heal_ms} ms"
+            )));
+            for _ in 0..*cycles {
+                world.lab.partition(i, Cut::All)?;
+                sleep_ms(*cut_ms);
+                world.lab.heal(i)?;
+                sleep_ms(*heal_ms);
+            }
+            h.push(heal("flapping stopped (healed)".into()));
+        }
+        Fault::AgentKill { .. } | Fault::AgentRestart { .. } => {
+            let sig = if matches!(ev.fault, Fault::AgentKill { .. }) {
+                Signal::SIGKILL
+            } else {
+                Signal::SIGTERM
+            };
+            match world.agent_pid(i) {
+                Some(pid) => {
+                    h.push(fault(signal(pid, sig)));
+                    h.push(heal("the supervisor restarts the agent".into()));
+                }
+                None => h.push(skip(format!("no palisade-node on m{i}"))),
+            }
+        }
+        Fault::AgentStop { hold_ms, .. } => match world.agent_pid(i) {
+            Some(pid) => {
+                h.push(fault(signal(pid, Signal::SIGSTOP)));
+                sleep_ms(*hold_ms);
+                h.push(heal(signal(pid, Signal::SIGCONT)));
+            }
+            None => h.push(skip(format!("no palisade-node on m{i}"))),
+        },
+        Fault::AgentRestartWhilePartitioned { hold_ms, .. } => {
+            world.lab.partition(i, Cut::ControlPlane)?;
+            let half = hold_ms / 2;
+            sleep_ms(half);
+            let detail = match world.agent_pid(i) {
+                Some(pid) => signal(pid, Signal::SIGTERM),
+                None => "no palisade-node to restart".into(),
+            };
+            h.push(fault(format!(
+                "ControlPlane cut; after {half} ms: {detail}"
+            )));
+            sleep_ms(hold_ms - half);
+            world.lab.heal(i)?;
+            h.push(heal("control plane restored".into()));
+        }
+        Fault::LeaderKill { down_ms } => match leader_pid(world) {
+            Some((id, _)) => {
+                world.controllers().kill(&id);
+                h.push(fault(format!("SIGKILL leader {id}")));
+                sleep_ms(*down_ms);
+                world.controllers().spawn(&id)?;
+                h.push(heal(format!("{id} started again")));
+            }
+            None => h.push(skip("no leader holds the Lease".into())),
+        },
+        Fault::LeaderStop { hold_ms } => match leader_pid(world) {
+            Some((id, pid)) => {
+                h.push(fault(format!(
+                    "leader {id}: {}",
+                    signal(pid, Signal::SIGSTOP)
+                )));
+                sleep_ms(*hold_ms);
+                h.push(heal(format!("{id}: {}", signal(pid, Signal::SIGCONT))));
+            }
+            None => h.push(skip("no leader holds the Lease".into())),
+        },
+        Fault::LeaderKillDuringCut {
+            hold_ms,
+            kill_after_ms,
+            ..
+        } => {
+            world.lab.partition(i, Cut::All)?;
+            h.push(fault(format!(
+                "All cut for {hold_ms} ms; the leader dies after {kill_after_ms} ms"
+            )));
+            sleep_ms(*kill_after_ms);
+            let killed = leader_pid(world).map(|(id, _)| id);
+            if let Some(id) = &killed {
+                world.controllers().kill(id);
+                h.push(fault(format!("SIGKILL leader {id} during the cut")));
+            }
+            sleep_ms(hold_ms.saturating_sub(*kill_after_ms));
+            world.lab.heal(i)?;
+            if let Some(id) = &killed {
+                world.controllers().spawn(id)?;
+            }
+            h.push(heal(format!(
+                "cut healed; {}",
+                killed.map_or("no leader was found to kill".into(), |id| format!(
+                    "{id} started again"
+                ))
+            )));
+        }
+        Fault::ApiRestart { down_ms } => {
+            let cp = world
+                .lab
+                .control_plane()
+                .ok_or_else(|| anyhow::anyhow!("the lab has no control plane"))?;
+            h.push(fault(format!("kube-apiserver down for {down_ms} ms")));
+            cp.restart_api_server(Duration::from_millis(*down_ms))?;
+            h.push(heal("kube-apiserver ready again".into()));
+        }
+        Fault::BmcFreeze { hold_ms, .. } => match world.bmc_pid(i) {
+            Some(pid) => {
+                h.push(fault(format!("BMC {}", signal(pid, Signal::SIGSTOP))));
+                sleep_ms(*hold_ms);
+                h.push(heal(format!("BMC {}", signal(pid, Signal::SIGCONT))));
+            }
+            None => h.push(skip(format!("m{i}'s BMC is not running"))),
+        },
+        Fault::BmcFrozenDuringCut { hold_ms, .. } => match world.bmc_pid(i) {
+            Some(pid) => {
+                let frozen = signal(pid, Signal::SIGSTOP);
+                world.lab.partition(i, Cut::All)?;
+                h.push(fault(format!("BMC {frozen}; All cut for {hold_ms} ms")));
+                sleep_ms(*hold_ms);
+                world.lab.heal(i)?;
+                // The PDU level may have cut the BMC's power meanwhile: then there is
+                // nothing left to resume.
+                h.push(heal(format!(
+                    "cut healed; BMC {}",
+                    signal(pid, Signal::SIGCONT)
+                )));
+            }
+            None => h.push(skip(format!("m{i}'s BMC is not running"))),
+        },
+    }
+    Ok(())
+}
+
+/// The leading replica and its pid, if one holds the Lease and runs here.
+fn leader_pid(world: &World) -> Option<(String, i32)> {
+    let id = world.leader()?;
+    let pid = world.controllers().pid(&id)?;
+    Some((id, pid))
+}

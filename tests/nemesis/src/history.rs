@@ -1,0 +1,280 @@
+//! The campaign's history: one JSON object per line, in the order the nemesis saw things.
+//!
+//! Every record carries `t`, seconds since the campaign started on the nemesis' clock. Device
+//! and API times (`atUs`) are the controller's own timestamps, in microseconds since the Unix
+//! epoch, so the checks compare times that came from one status object.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::schedule::Fault;
+
+/// One piece of fence evidence, as read from a NodeFence's status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvidenceRec {
+    /// Plan level.
+    pub level: i32,
+    /// Device URL.
+    pub device: String,
+    /// `PowerOff`, `StorageBlocked` or `SelfFenceTimeout`.
+    pub kind: String,
+    /// What the device reported.
+    pub observed: String,
+    /// When, µs since the epoch.
+    pub at_us: i64,
+}
+
+/// A released pod, as read from a NodeFence's status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleasedRec {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// When, µs since the epoch.
+    pub at_us: i64,
+}
+
+/// What one observation of a NodeFence's status said (the whole status is one API object, so
+/// everything here was true at once).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FenceSnapshot {
+    /// The NodeFence's name.
+    pub fence: String,
+    /// Its UID.
+    pub uid: String,
+    /// The node it fences.
+    pub node: String,
+    /// Its phase.
+    pub phase: String,
+    /// Its fencing token.
+    pub token: Option<i64>,
+    /// Levels recorded as verified.
+    pub verified_levels: Vec<i32>,
+    /// Evidence recorded.
+    pub evidence: Vec<EvidenceRec>,
+    /// Pods recorded as released.
+    pub released: Vec<ReleasedRec>,
+    /// Every phase transition so far: (phase, µs since the epoch, message).
+    pub transitions: Vec<(String, i64, String)>,
+    /// Why it failed, if it did.
+    pub failure: Option<String>,
+}
+
+/// One line of the history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "type")]
+pub enum Record {
+    /// The campaign's parameters.
+    Start {
+        /// Seconds since start.
+        t: f64,
+        /// The seed.
+        seed: u64,
+        /// Machines in the lab.
+        machines: usize,
+        /// Writers.
+        writers: usize,
+        /// Events scheduled.
+        events: usize,
+    },
+    /// A fault was applied.
+    Fault {
+        /// Seconds since start.
+        t: f64,
+        /// Event index.
+        event: usize,
+        /// The fault as scheduled.
+        fault: Fault,
+        /// The machine it hit, resolved when applied.
+        machine: Option<String>,
+        /// What was done (pid signalled, controller identity, ...).
+        detail: String,
+    },
+    /// A fault was healed.
+    Heal {
+        /// Seconds since start.
+        t: f64,
+        /// Event index.
+        event: usize,
+        /// What was done.
+        detail: String,
+    },
+    /// A scheduled fault could not be applied (for example, its machine was powered off).
+    Skipped {
+        /// Seconds since start.
+        t: f64,
+        /// Event index.
+        event: usize,
+        /// Why.
+        reason: String,
+    },
+    /// A NodeFence changed phase (one record per transition, with the status at that moment).
+    Phase {
+        /// Seconds since start.
+        t: f64,
+        /// The phase entered.
+        phase: String,
+        /// The transition's message.
+        message: String,
+        /// The status at the time it was observed.
+        snapshot: FenceSnapshot,
+    },
+    /// A NodeFence's status listed newly released pods.
+    Release {
+        /// Seconds since start.
+        t: f64,
+        /// The pods newly listed.
+        pods: Vec<ReleasedRec>,
+        /// The status at the time it was observed.
+        snapshot: FenceSnapshot,
+    },
+    /// A writer pod was first seen bound to a node.
+    Pod {
+        /// Seconds since start.
+        t: f64,
+        /// The StatefulSet (writer) name.
+        writer: String,
+        /// Pod name.
+        name: String,
+        /// Pod UID.
+        uid: String,
+        /// Node it is bound to.
+        node: String,
+    },
+    /// The nemesis itself repaired the lab (a technician's action, outside Palisade).
+    Repair {
+        /// Seconds since start.
+        t: f64,
+        /// What was done.
+        detail: String,
+    },
+    /// The nemesis waited for the lab to settle before the next event.
+    Settle {
+        /// Seconds since start.
+        t: f64,
+        /// Whether it settled before the deadline.
+        settled: bool,
+        /// What it was waiting for, if it did not.
+        waiting_for: String,
+    },
+    /// A NodeFence as it was at the end of the campaign.
+    FenceFinal {
+        /// Seconds since start.
+        t: f64,
+        /// Its final status.
+        snapshot: FenceSnapshot,
+    },
+    /// A writer's acknowledgements and the storage checker's verdict over its volume.
+    Writer {
+        /// Seconds since start.
+        t: f64,
+        /// The writer (StatefulSet) name.
+        writer: String,
+        /// Per pod: (uid, node, acknowledged writes).
+        pods: Vec<(String, String, usize)>,
+        /// Writes the volume accepted.
+        log_writes: usize,
+        /// Split-brain findings.
+        split_brain: usize,
+        /// Acknowledged writes the volume lost.
+        lost: usize,
+        /// The checker's rendering.
+        report: String,
+    },
+    /// One record of the firmware-bridge's audit log, verbatim.
+    Audit {
+        /// Seconds since start.
+        t: f64,
+        /// The audit record.
+        record: serde_json::Value,
+    },
+    /// A violation found by a check.
+    Violation {
+        /// Seconds since start.
+        t: f64,
+        /// Which check.
+        check: String,
+        /// What it found.
+        detail: String,
+    },
+}
+
+/// An append-only history file, shared by the runner and the observer.
+pub struct History {
+    start: Instant,
+    path: PathBuf,
+    file: Mutex<File>,
+    records: Mutex<Vec<Record>>,
+}
+
+impl History {
+    /// Creates (truncates) the history file.
+    pub fn create(path: &Path) -> std::io::Result<History> {
+        Ok(History {
+            start: Instant::now(),
+            path: path.to_path_buf(),
+            file: Mutex::new(File::create(path)?),
+            records: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Seconds since the history was created.
+    pub fn t(&self) -> f64 {
+        (self.start.elapsed().as_millis() as f64) / 1000.0
+    }
+
+    /// Appends a record (and flushes it, so a killed campaign keeps its history).
+    pub fn push(&self, r: Record) {
+        if let Ok(line) = serde_json::to_string(&r) {
+            let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = writeln!(f, "{line}");
+            let _ = f.flush();
+        }
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(r);
+    }
+
+    /// Every record so far.
+    pub fn records(&self) -> Vec<Record> {
+        self.records
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Reads a history file back (lines that do not parse are reported as errors with their
+/// number).
+pub fn read(path: &Path) -> Result<Vec<Record>, String> {
+    let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in BufReader::new(f).lines().enumerate() {
+        let line = line.map_err(|e| format!("{}: {e}", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        out.push(
+            serde_json::from_str(&line)
+                .map_err(|e| format!("{} line {}: {e}", path.display(), i + 1))?,
+        );
+    }
+    Ok(out)
+}

@@ -1,0 +1,129 @@
+//! `palisade-nemesis`: runs one fault campaign on a fresh lab and prints its report. Exit 0 on
+//! PASS, 1 on a safety violation, 3 when no safety rule broke but a writer was not writing
+//! again after the last heal, 2 when the campaign could not run.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use palisade_nemesis::{run, Config};
+
+/// A seeded random fault campaign on the lab, judged by the at-most-one checker.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// The schedule's seed (default: from the clock, printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Fault events to run.
+    #[arg(long, default_value_t = 20)]
+    events: usize,
+    /// Start no new event after this many minutes.
+    #[arg(long, default_value_t = 60)]
+    minutes: u64,
+    /// Machines in the lab (4 to 8).
+    #[arg(long, default_value_t = 5)]
+    machines: usize,
+    /// StatefulSet writers (1 to machines - 2).
+    #[arg(long, default_value_t = 2)]
+    writers: usize,
+    /// Seconds to wait for the lab to settle between events.
+    #[arg(long, default_value_t = 240)]
+    settle_seconds: u64,
+    /// Output directory (history.jsonl, report.txt, logs/ on failure); default
+    /// target/chaos/lab-seed<SEED>.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Turns SIGINT and SIGTERM into a stop request (before any other thread exists, so every
+/// thread inherits the blocked mask and only the waiting thread receives them).
+fn stop_on_signals() -> anyhow::Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    set.thread_block()?;
+    std::thread::spawn(move || {
+        if let Ok(sig) = set.wait() {
+            eprintln!("palisade-nemesis: {sig:?}: healing the current fault, then judging and tearing down");
+            palisade_nemesis::campaign::request_stop();
+        }
+    });
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Err(e) = stop_on_signals() {
+        eprintln!("palisade-nemesis: cannot handle signals: {e}");
+        return ExitCode::from(2);
+    }
+    if !(4..=8).contains(&args.machines) {
+        eprintln!(
+            "palisade-nemesis: --machines must be 4 to 8 (got {})",
+            args.machines
+        );
+        return ExitCode::from(2);
+    }
+    if args.writers == 0 || args.writers + 2 > args.machines {
+        eprintln!(
+            "palisade-nemesis: --writers must be 1 to machines - 2 (got {} with {} machines)",
+            args.writers, args.machines
+        );
+        return ExitCode::from(2);
+    }
+    if args.events == 0 || args.minutes == 0 {
+        eprintln!("palisade-nemesis: --events and --minutes must be positive");
+        return ExitCode::from(2);
+    }
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() % 1_000_000_007)
+            .unwrap_or(1)
+    });
+    let cfg = Config {
+        seed,
+        events: args.events,
+        minutes: args.minutes,
+        machines: args.machines,
+        writers: args.writers,
+        out: args
+            .out
+            .unwrap_or_else(|| PathBuf::from(format!("target/chaos/lab-seed{seed}"))),
+        settle_timeout: Duration::from_secs(args.settle_seconds),
+    };
+    println!(
+        "palisade-nemesis: seed {seed}; replay with: {}",
+        cfg.replay()
+    );
+    match run(&cfg) {
+        Ok(outcome) => {
+            println!("\n{}", outcome.report);
+            if !outcome.safe() {
+                eprintln!(
+                    "palisade-nemesis: VIOLATION with seed {seed}; replay: {}",
+                    cfg.replay()
+                );
+                ExitCode::from(1)
+            } else if !outcome.live {
+                eprintln!(
+                    "palisade-nemesis: a writer did not recover after the last heal (seed {seed}); replay: {}",
+                    cfg.replay()
+                );
+                ExitCode::from(3)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!(
+                "palisade-nemesis: the campaign could not run (seed {seed}): {e:#}\nreplay: {}",
+                cfg.replay()
+            );
+            ExitCode::from(2)
+        }
+    }
+}

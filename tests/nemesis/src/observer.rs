@@ -1,0 +1,132 @@
+//! The observer: polls the API every half second while the campaign runs and records every
+//! NodeFence phase transition and release (with the status they were observed in) and every
+//! writer pod's binding. A poll that fails (the API server is down) is simply retried.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use palisade_model::nodefence::LevelResult;
+use palisade_model::NodeFence;
+use palisade_scenario::Cluster;
+
+use crate::history::{EvidenceRec, FenceSnapshot, History, Record, ReleasedRec};
+use crate::world::APP_NS;
+
+/// What one NodeFence's status says, in the history's terms.
+pub fn snapshot(nf: &NodeFence) -> FenceSnapshot {
+    let st = nf.status.clone().unwrap_or_default();
+    FenceSnapshot {
+        fence: nf.name_any(),
+        uid: nf.uid().unwrap_or_default(),
+        node: nf.spec.node_name.clone(),
+        phase: st.phase.as_str().to_string(),
+        token: st.fencing_token,
+        verified_levels: st
+            .levels
+            .iter()
+            .filter(|l| l.result == LevelResult::Verified)
+            .map(|l| l.level)
+            .collect(),
+        evidence: st
+            .evidence
+            .iter()
+            .map(|e| EvidenceRec {
+                level: e.level,
+                device: e.device.clone(),
+                kind: format!("{:?}", e.kind),
+                observed: e.observed.clone(),
+                at_us: e.at.0.as_microsecond(),
+            })
+            .collect(),
+        released: st
+            .release
+            .pods
+            .iter()
+            .map(|p| ReleasedRec {
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+                at_us: p.at.0.as_microsecond(),
+            })
+            .collect(),
+        transitions: st
+            .transitions
+            .iter()
+            .map(|t| {
+                (
+                    t.phase.as_str().to_string(),
+                    t.at.0.as_microsecond(),
+                    t.message.clone(),
+                )
+            })
+            .collect(),
+        failure: st
+            .failure
+            .map(|f| format!("{:?} in {}: {}", f.reason, f.phase, f.message)),
+    }
+}
+
+/// Every NodeFence, if the API answers.
+pub fn list_fences(c: &Cluster) -> Option<Vec<NodeFence>> {
+    let api: Api<NodeFence> = Api::all(c.client.clone());
+    c.rt.block_on(api.list(&ListParams::default()))
+        .ok()
+        .map(|l| l.items)
+}
+
+/// Polls until `stop` is set. Bounded by the campaign: the runner sets `stop` before it
+/// judges the history.
+pub fn run(c: &Cluster, h: &History, stop: &AtomicBool) {
+    // Per NodeFence UID: transitions and released pods already recorded.
+    let mut seen: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    let mut pods_seen: BTreeSet<String> = BTreeSet::new();
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), APP_NS);
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(fences) = list_fences(c) {
+            for nf in &fences {
+                let s = snapshot(nf);
+                let (t_seen, r_seen) = seen.entry(s.uid.clone()).or_default();
+                for (phase, _, message) in s.transitions.iter().skip(*t_seen) {
+                    h.push(Record::Phase {
+                        t: h.t(),
+                        phase: phase.clone(),
+                        message: message.clone(),
+                        snapshot: s.clone(),
+                    });
+                }
+                *t_seen = (*t_seen).max(s.transitions.len());
+                if s.released.len() > *r_seen {
+                    h.push(Record::Release {
+                        t: h.t(),
+                        pods: s.released[*r_seen..].to_vec(),
+                        snapshot: s.clone(),
+                    });
+                    *r_seen = s.released.len();
+                }
+            }
+        }
+        if let Ok(list) = c.rt.block_on(pods.list(&ListParams::default())) {
+            for p in list.items {
+                let (Some(uid), Some(node)) =
+                    (p.uid(), p.spec.as_ref().and_then(|s| s.node_name.clone()))
+                else {
+                    continue;
+                };
+                if pods_seen.insert(uid.clone()) {
+                    h.push(Record::Pod {
+                        t: h.t(),
+                        writer: p.labels().get("app").cloned().unwrap_or_default(),
+                        name: p.name_any(),
+                        uid,
+                        node,
+                    });
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}

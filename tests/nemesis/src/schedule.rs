@@ -1,0 +1,320 @@
+//! The fault schedule: a pure function of the seed. The same seed, machine count and writer
+//! count always give the same events in the same order, so a failing campaign replays.
+//!
+//! Targets are named by role ([`Target::WriterHost`]: "wherever writer k runs when the fault
+//! is applied") or by index; the runner resolves them against the lab and records the machine
+//! it chose in the history.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// Which machine a fault hits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Target {
+    /// The machine writer `k` runs on when the fault is applied.
+    WriterHost(usize),
+    /// Machine `i` (`m<i>`).
+    Machine(usize),
+}
+
+/// One fault and how long it lasts. Durations are milliseconds of wall-clock time on the
+/// nemesis' side; they drive the fault, they are not assertions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "fault")]
+pub enum Fault {
+    /// The machine's link goes down (it reaches nothing), then comes back.
+    CutAll {
+        /// Whom.
+        target: Target,
+        /// How long.
+        hold_ms: u64,
+    },
+    /// Only the machine's API traffic is black-holed; storage and peers still reachable.
+    CutControlPlane {
+        /// Whom.
+        target: Target,
+        /// How long.
+        hold_ms: u64,
+    },
+    /// Cut and heal repeatedly, each cut shorter than the policy's Unhealthy threshold.
+    Flap {
+        /// Whom.
+        target: Target,
+        /// How many cut/heal cycles.
+        cycles: u32,
+        /// Each cut.
+        cut_ms: u64,
+        /// Each healed interval.
+        heal_ms: u64,
+    },
+    /// The node agent is SIGKILLed (its supervisor restarts it).
+    AgentKill {
+        /// Whom.
+        target: Target,
+    },
+    /// The node agent is SIGSTOPped, then SIGCONTed.
+    AgentStop {
+        /// Whom.
+        target: Target,
+        /// How long it stays stopped.
+        hold_ms: u64,
+    },
+    /// The node agent is restarted gracefully (SIGTERM; its supervisor restarts it).
+    AgentRestart {
+        /// Whom.
+        target: Target,
+    },
+    /// The machine is cut off the control plane and its agent restarted while cut.
+    AgentRestartWhilePartitioned {
+        /// Whom.
+        target: Target,
+        /// How long the cut lasts.
+        hold_ms: u64,
+    },
+    /// The leading controller is SIGKILLed; it is started again after `down_ms`.
+    LeaderKill {
+        /// How long it stays dead.
+        down_ms: u64,
+    },
+    /// The leading controller is SIGSTOPped and resumed later (the standby takes over).
+    LeaderStop {
+        /// How long it stays frozen.
+        hold_ms: u64,
+    },
+    /// A machine is cut off completely, and the leader SIGKILLed while the fence runs.
+    LeaderKillDuringCut {
+        /// Whom.
+        target: Target,
+        /// How long the cut lasts.
+        hold_ms: u64,
+        /// When, after the cut, the leader dies (it is restarted at the heal).
+        kill_after_ms: u64,
+    },
+    /// kube-apiserver is stopped for `down_ms` and started again.
+    ApiRestart {
+        /// How long it is down.
+        down_ms: u64,
+    },
+    /// The machine's BMC (`ipmi_sim`) is SIGSTOPped (it answers nothing), then resumed.
+    BmcFreeze {
+        /// Whom.
+        target: Target,
+        /// How long.
+        hold_ms: u64,
+    },
+    /// The BMC is frozen and the machine cut off: the fence must fall through to the PDU.
+    BmcFrozenDuringCut {
+        /// Whom.
+        target: Target,
+        /// How long.
+        hold_ms: u64,
+    },
+}
+
+impl Fault {
+    /// The fault's class, as counted in the report.
+    pub fn class(&self) -> &'static str {
+        match self {
+            Fault::CutAll { .. } => "cut-all",
+            Fault::CutControlPlane { .. } => "cut-control-plane",
+            Fault::Flap { .. } => "flap",
+            Fault::AgentKill { .. } => "agent-kill",
+            Fault::AgentStop { .. } => "agent-stop",
+            Fault::AgentRestart { .. } => "agent-restart",
+            Fault::AgentRestartWhilePartitioned { .. } => "agent-restart-partitioned",
+            Fault::LeaderKill { .. } => "leader-kill",
+            Fault::LeaderStop { .. } => "leader-stop",
+            Fault::LeaderKillDuringCut { .. } => "leader-kill-during-cut",
+            Fault::ApiRestart { .. } => "api-restart",
+            Fault::BmcFreeze { .. } => "bmc-freeze",
+            Fault::BmcFrozenDuringCut { .. } => "bmc-frozen-during-cut",
+        }
+    }
+
+    /// The machine the fault hits, if it hits one.
+    pub fn target(&self) -> Option<Target> {
+        match self {
+            Fault::CutAll { target, .. }
+            | Fault::CutControlPlane { target, .. }
+            | Fault::Flap { target, .. }
+            | Fault::AgentKill { target }
+            | Fault::AgentStop { target, .. }
+            | Fault::AgentRestart { target }
+            | Fault::AgentRestartWhilePartitioned { target, .. }
+            | Fault::LeaderKillDuringCut { target, .. }
+            | Fault::BmcFreeze { target, .. }
+            | Fault::BmcFrozenDuringCut { target, .. } => Some(*target),
+            Fault::LeaderKill { .. } | Fault::LeaderStop { .. } | Fault::ApiRestart { .. } => None,
+        }
+    }
+
+    /// True when the fault silences a node long enough that a fence is expected (with the
+    /// campaign's policy: Unhealthy after 4 s).
+    pub fn expects_fence(&self) -> bool {
+        matches!(
+            self,
+            Fault::CutAll { .. }
+                | Fault::CutControlPlane { .. }
+                | Fault::AgentRestartWhilePartitioned { .. }
+                | Fault::LeaderKillDuringCut { .. }
+                | Fault::BmcFrozenDuringCut { .. }
+        )
+    }
+}
+
+/// Every fault class with its weight in the draw.
+const CLASSES: &[(&str, u32)] = &[
+    ("cut-all", 3),
+    ("cut-control-plane", 3),
+    ("flap", 2),
+    ("agent-kill", 2),
+    ("agent-stop", 2),
+    ("agent-restart", 1),
+    ("agent-restart-partitioned", 1),
+    ("leader-kill", 2),
+    ("leader-stop", 2),
+    ("leader-kill-during-cut", 2),
+    ("api-restart", 1),
+    ("bmc-freeze", 1),
+    ("bmc-frozen-during-cut", 2),
+];
+
+/// The names of every fault class the nemesis can draw.
+pub fn classes() -> impl Iterator<Item = &'static str> {
+    CLASSES.iter().map(|(c, _)| *c)
+}
+
+/// One scheduled event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    /// Position in the schedule, from 0.
+    pub index: usize,
+    /// What happens.
+    pub fault: Fault,
+}
+
+/// Draws `events` faults for a lab of `machines` machines running `writers` writers.
+///
+/// Guarantees: deterministic in its arguments; every machine index is below `machines`, every
+/// writer index below `writers`; every duration is bounded (no hold longer than 25 s).
+pub fn generate(seed: u64, events: usize, machines: usize, writers: usize) -> Vec<Event> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let total: u32 = CLASSES.iter().map(|(_, w)| w).sum();
+    (0..events)
+        .map(|index| {
+            let mut pick = rng.gen_range(0..total);
+            let class = CLASSES
+                .iter()
+                .find(|(_, w)| {
+                    if pick < *w {
+                        true
+                    } else {
+                        pick -= w;
+                        false
+                    }
+                })
+                .map(|(c, _)| *c)
+                .unwrap_or("cut-all");
+            // Most faults hit a writer's machine: that is where a mistake costs data.
+            let target = if writers > 0 && rng.gen_bool(0.65) {
+                Target::WriterHost(rng.gen_range(0..writers))
+            } else {
+                Target::Machine(rng.gen_range(0..machines.max(1)))
+            };
+            let cut_hold = rng.gen_range(6_000..=20_000);
+            let fault = match class {
+                "cut-all" => Fault::CutAll {
+                    target,
+                    hold_ms: cut_hold,
+                },
+                "cut-control-plane" => Fault::CutControlPlane {
+                    target,
+                    hold_ms: cut_hold,
+                },
+                "flap" => Fault::Flap {
+                    target,
+                    cycles: rng.gen_range(3..=6),
+                    cut_ms: rng.gen_range(800..=2_000),
+                    heal_ms: rng.gen_range(1_000..=3_000),
+                },
+                "agent-kill" => Fault::AgentKill { target },
+                "agent-stop" => Fault::AgentStop {
+                    target,
+                    hold_ms: rng.gen_range(2_000..=10_000),
+                },
+                "agent-restart" => Fault::AgentRestart { target },
+                "agent-restart-partitioned" => Fault::AgentRestartWhilePartitioned {
+                    target,
+                    hold_ms: cut_hold,
+                },
+                "leader-kill" => Fault::LeaderKill {
+                    down_ms: rng.gen_range(1_000..=8_000),
+                },
+                "leader-stop" => Fault::LeaderStop {
+                    hold_ms: rng.gen_range(3_000..=12_000),
+                },
+                "leader-kill-during-cut" => Fault::LeaderKillDuringCut {
+                    target,
+                    hold_ms: cut_hold.max(10_000),
+                    kill_after_ms: rng.gen_range(3_000..=7_000),
+                },
+                "api-restart" => Fault::ApiRestart {
+                    down_ms: rng.gen_range(1_000..=5_000),
+                },
+                "bmc-freeze" => Fault::BmcFreeze {
+                    target,
+                    hold_ms: rng.gen_range(3_000..=15_000),
+                },
+                _ => Fault::BmcFrozenDuringCut {
+                    target,
+                    hold_ms: cut_hold.max(12_000),
+                },
+            };
+            Event { index, fault }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_seed_gives_the_same_schedule_and_another_seed_another() {
+        assert_eq!(generate(7, 50, 5, 2), generate(7, 50, 5, 2));
+        assert_ne!(generate(7, 50, 5, 2), generate(8, 50, 5, 2));
+    }
+
+    #[test]
+    fn targets_and_durations_stay_in_bounds() {
+        for seed in 0..200 {
+            for e in generate(seed, 40, 4, 2) {
+                match e.fault.target() {
+                    Some(Target::Machine(i)) => assert!(i < 4),
+                    Some(Target::WriterHost(k)) => assert!(k < 2),
+                    None => {}
+                }
+                let json = serde_json::to_value(&e.fault).unwrap();
+                for key in ["hold_ms", "holdMs", "downMs", "cutMs", "healMs"] {
+                    if let Some(ms) = json.get(key).and_then(|v| v.as_u64()) {
+                        assert!(ms <= 25_000, "{e:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_campaign_draws_every_class() {
+        let drawn: std::collections::BTreeSet<&str> = generate(1, 500, 5, 2)
+            .iter()
+            .map(|e| e.fault.class())
+            .collect();
+        for c in classes() {
+            assert!(drawn.contains(c), "class {c} never drawn");
+        }
+    }
+}

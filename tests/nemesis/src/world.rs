@@ -1,0 +1,409 @@
+//! The campaign's world: one long-lived lab and everything that runs on it.
+//!
+//! Namespace machines running `palisade-node` (under a supervisor loop that restarts it), the
+//! real control plane, a BMC per machine and a PDU, the lab storage server with its CSI
+//! attacher, the firmware-bridge holding every credential, two controllers (a leader and a
+//! standby) and `writers` StatefulSets `w0`, `w1`, ..., each writing to its own ReadWriteOnce
+//! CSI volume and logging its acknowledgements under `<lab>/acks/<writer>/`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PostParams;
+use kube::Api;
+use palisade_lab::Lab;
+use palisade_scenario::{
+    eventually, fence_target, free_port, lab_with_agents, pod_phase, policy, AgentOptions,
+    BridgeOptions, Cluster, FirmwareBridge, Proc, Storage, STORAGE_DATA, SYSTEM_NS,
+};
+use serde_json::json;
+
+/// The namespace the writers run in.
+pub const APP_NS: &str = "app";
+/// The controllers' Lease (in [`SYSTEM_NS`]).
+pub const LEADER_LEASE: &str = "palisade-controller";
+
+/// The two controller replicas, as child processes the nemesis can kill, freeze and restart.
+pub struct Controllers {
+    lab_id: String,
+    lab_dir: PathBuf,
+    kubeconfig: PathBuf,
+    env: Vec<(&'static str, String)>,
+    replicas: Vec<(String, Option<Child>)>,
+}
+
+impl Controllers {
+    fn start(lab: &Lab, bridge: &FirmwareBridge) -> Result<Controllers> {
+        let cp = lab
+            .control_plane()
+            .context("the lab has no control plane")?;
+        let mut c = Controllers {
+            lab_id: lab.id().to_string(),
+            lab_dir: lab.dir().to_path_buf(),
+            kubeconfig: cp.admin_kubeconfig().to_path_buf(),
+            env: bridge.controller_env(),
+            replicas: vec![("palisade-0".into(), None), ("palisade-1".into(), None)],
+        };
+        for id in ["palisade-0", "palisade-1"] {
+            c.spawn(id)?;
+        }
+        Ok(c)
+    }
+
+    /// Starts (or restarts) replica `identity`; its log is appended to.
+    pub fn spawn(&mut self, identity: &str) -> Result<()> {
+        let bin = palisade_lab::bin_path("palisade-controller")?;
+        let log = self.lab_dir.join(format!("controller-{identity}.log"));
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)?;
+        let metrics = format!("127.0.0.1:{}", free_port());
+        let child = Command::new(bin)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args([
+                "--namespace",
+                SYSTEM_NS,
+                "--lease-name",
+                LEADER_LEASE,
+                "--identity",
+                identity,
+                "--metrics-addr",
+                &metrics,
+                "--lease-duration",
+                "4s",
+                "--renew-interval",
+                "1s",
+                "--resync",
+                "250ms",
+            ])
+            .env("RUST_LOG", "info,kube=warn")
+            // The lab's marker: its reaper kills the replica if the nemesis dies outright.
+            .env(palisade_lab::process::LAB_ENV, &self.lab_id)
+            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out.try_clone()?))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .context("starting palisade-controller")?;
+        if let Some(slot) = self.replicas.iter_mut().find(|(id, _)| id == identity) {
+            if let Some(mut old) = slot.1.replace(child) {
+                let _ = old.kill();
+                let _ = old.wait();
+            }
+        }
+        Ok(())
+    }
+
+    /// The pid of replica `identity`, while it runs.
+    pub fn pid(&mut self, identity: &str) -> Option<i32> {
+        let (_, slot) = self.replicas.iter_mut().find(|(id, _)| id == identity)?;
+        let child = slot.as_mut()?;
+        matches!(child.try_wait(), Ok(None)).then(|| child.id() as i32)
+    }
+
+    /// SIGKILLs replica `identity` and reaps it.
+    pub fn kill(&mut self, identity: &str) {
+        if let Some((_, Some(mut child))) = self
+            .replicas
+            .iter_mut()
+            .find(|(id, _)| id == identity)
+            .map(|(id, c)| (id.clone(), c.take()))
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Replicas that are not running (killed, or exited by themselves).
+    pub fn down(&mut self) -> Vec<String> {
+        let ids: Vec<String> = self.replicas.iter().map(|(id, _)| id.clone()).collect();
+        ids.into_iter()
+            .filter(|id| self.pid(id).is_none())
+            .collect()
+    }
+}
+
+impl Drop for Controllers {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.replicas {
+            if let Some(mut c) = c.take() {
+                // SIGKILL also ends a SIGSTOPped replica.
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+/// What to build.
+#[derive(Clone, Debug)]
+pub struct WorldConfig {
+    /// Machines (namespace kind).
+    pub machines: usize,
+    /// StatefulSet writers.
+    pub writers: usize,
+}
+
+/// The running world. Dropping it tears everything down (the lab last).
+pub struct World {
+    /// The controllers (locked by the fault that kills, freezes or restarts one).
+    pub controllers: Mutex<Controllers>,
+    /// The firmware-bridge.
+    pub bridge: FirmwareBridge,
+    _attacher: Proc,
+    /// The storage server.
+    pub storage: Storage,
+    /// API access.
+    pub cluster: Cluster,
+    /// Writer names (`w0`, `w1`, ...).
+    pub writers: Vec<String>,
+    /// Where the writers' acknowledgement logs are (`<acks>/<writer>/acks-<pod uid>.log`).
+    pub acks: PathBuf,
+    /// The lab.
+    pub lab: Lab,
+}
+
+/// The campaign's FencingPolicy: fast detection, no forgiveness, nodes powered back on after
+/// release, no cooldown or escalation limit (the nemesis fences the same nodes many times).
+pub fn policy_spec() -> serde_json::Value {
+    json!({
+        "detection": {"suspectAfterSeconds": 2, "unhealthyAfterSeconds": 4},
+        "forgiveness": {"respectTolerations": false, "defaultSeconds": 0},
+        "fenceWhen": "Always",
+        "recovery": {"powerOn": true},
+        "escalation": {"cooldownSeconds": 0, "maxFencesPerWindow": 100000, "windowSeconds": 86400},
+    })
+}
+
+impl World {
+    /// Brings the world up and waits until every writer is writing.
+    pub fn start(cfg: &WorldConfig, say: &dyn Fn(&str)) -> Result<World> {
+        say(&format!(
+            "starting a lab of {} namespace machines (control plane, BMCs, PDU)",
+            cfg.machines
+        ));
+        let lab = lab_with_agents(cfg.machines, true, &AgentOptions::default())?;
+        let cluster = Cluster::connect(&lab)?;
+        cluster.wait_nodes_ready(&lab)?;
+        let writers: Vec<String> = (0..cfg.writers).map(|k| format!("w{k}")).collect();
+        let volumes: Vec<&str> = writers.iter().map(String::as_str).collect();
+        let storage = Storage::start(&lab, &volumes)?;
+        let attacher = storage.start_attacher(&lab)?;
+        cluster.namespace(SYSTEM_NS)?;
+        cluster.namespace(APP_NS)?;
+        let bridge = FirmwareBridge::start(
+            &lab,
+            BridgeOptions {
+                wrong_bmc_password: &[],
+                storage: Some(&storage),
+            },
+        )?;
+        let controllers = Controllers::start(&lab, &bridge)?;
+        policy(&cluster.client, &cluster.rt, "lab", policy_spec())?;
+        for m in lab.machines() {
+            let url = bridge.url(m.name());
+            fence_target(
+                &cluster.client,
+                &cluster.rt,
+                m.name(),
+                vec![(
+                    "bridge",
+                    vec![
+                        json!({"url": url, "kind": "Power"}),
+                        json!({"url": url, "kind": "Storage"}),
+                    ],
+                )],
+            )?;
+        }
+        say("storage, CSI attacher, firmware-bridge and two controllers running");
+        let acks = lab.dir().join("acks");
+        let world = World {
+            controllers: Mutex::new(controllers),
+            bridge,
+            _attacher: attacher,
+            storage,
+            cluster,
+            writers,
+            acks,
+            lab,
+        };
+        for w in &world.writers {
+            world.create_writer(w)?;
+        }
+        for w in &world.writers {
+            let pod = eventually(
+                &format!("writer {w} Running"),
+                Duration::from_secs(180),
+                || world.writer_pod(w).filter(|p| pod_phase(p) == "Running"),
+            )?;
+            let node = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
+            eventually(
+                &format!("writer {w} acknowledging writes"),
+                Duration::from_secs(120),
+                || (world.ack_count(w) >= 10).then_some(()),
+            )?;
+            say(&format!("writer {w} Running on {node} and writing"));
+        }
+        Ok(world)
+    }
+
+    fn create_writer(&self, w: &str) -> Result<()> {
+        let c = &self.cluster;
+        let claim = format!("data-{w}-0");
+        c.rt.block_on(palisade_labstore::kube_objects::ensure_volume(
+            &c.client,
+            &format!("pv-{w}"),
+            w,
+            STORAGE_DATA,
+            APP_NS,
+            &claim,
+        ))?;
+        let dir = self.acks.join(w);
+        std::fs::create_dir_all(&dir)?;
+        let writer = palisade_lab::bin_path("palisade-writer")?;
+        let sts: StatefulSet = serde_json::from_value(json!({
+            "metadata": {"name": w, "namespace": APP_NS},
+            "spec": {
+                "replicas": 1, "serviceName": w,
+                "selector": {"matchLabels": {"app": w}},
+                "template": {
+                    "metadata": {"labels": {"app": w, "palisade.dev/nemesis-writer": "true"}},
+                    "spec": {
+                        "automountServiceAccountToken": false,
+                        "terminationGracePeriodSeconds": 5,
+                        "containers": [{
+                            "name": "writer", "image": "host", "command": [writer.display().to_string()],
+                            "env": [
+                                {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+                                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                                {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                                {"name": "STORAGE_SERVER", "value": STORAGE_DATA},
+                                {"name": "STORAGE_VOLUME", "value": w},
+                                {"name": "ACK_LOG", "value": format!("{}/acks-$(POD_UID).log", dir.display())},
+                                {"name": "WRITE_INTERVAL_MS", "value": "50"},
+                                // Longer than any campaign: a writer never stops by itself.
+                                {"name": "WRITE_SECONDS", "value": "864000"}
+                            ],
+                            "volumeMounts": [{"name": "data", "mountPath": self.lab.dir().join(format!("mnt-{w}")).display().to_string()}]
+                        }]
+                    }
+                },
+                "volumeClaimTemplates": [{
+                    "metadata": {"name": "data"},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                             "resources": {"requests": {"storage": "1Gi"}}}
+                }]
+            }
+        }))?;
+        c.rt.block_on(
+            Api::<StatefulSet>::namespaced(c.client.clone(), APP_NS)
+                .create(&PostParams::default(), &sts),
+        )?;
+        Ok(())
+    }
+
+    /// Writer `w`'s pod (`<w>-0`), if it exists.
+    pub fn writer_pod(&self, w: &str) -> Option<Pod> {
+        let pods: Api<Pod> = Api::namespaced(self.cluster.client.clone(), APP_NS);
+        self.cluster
+            .rt
+            .block_on(pods.get_opt(&format!("{w}-0")))
+            .ok()
+            .flatten()
+    }
+
+    /// Acknowledgement logs of writer `w`, one per pod incarnation.
+    pub fn ack_logs(&self, w: &str) -> Vec<PathBuf> {
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(self.acks.join(w))
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        logs.sort();
+        logs
+    }
+
+    /// Acknowledged writes of writer `w` so far (every incarnation).
+    pub fn ack_count(&self, w: &str) -> usize {
+        self.ack_logs(w).iter().map(|p| count_lines(p)).sum()
+    }
+
+    /// The machine index of node `name` (`m<i>`).
+    pub fn machine_index(&self, name: &str) -> Option<usize> {
+        self.lab.machines().iter().position(|m| m.name() == name)
+    }
+
+    /// The identity holding the controllers' Lease, if any.
+    pub fn leader(&self) -> Option<String> {
+        let leases: Api<Lease> = Api::namespaced(self.cluster.client.clone(), SYSTEM_NS);
+        let lease = self
+            .cluster
+            .rt
+            .block_on(leases.get_opt(LEADER_LEASE))
+            .ok()
+            .flatten()?;
+        lease.spec?.holder_identity.filter(|h| !h.is_empty())
+    }
+
+    /// The pid of `palisade-node` on machine `i`, if it runs.
+    pub fn agent_pid(&self, i: usize) -> Option<i32> {
+        self.lab.machines()[i].processes().into_iter().find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm"))
+                .is_ok_and(|c| c.trim() == "palisade-node")
+        })
+    }
+
+    /// The pid of machine `i`'s BMC (`ipmi_sim`), if it runs.
+    pub fn bmc_pid(&self, i: usize) -> Option<i32> {
+        let m = &self.lab.machines()[i];
+        if !m.bmc_running() {
+            return None;
+        }
+        std::fs::read_to_string(m.dir().join("bmc.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Copies the logs worth reading after a failed campaign into `out`.
+    pub fn save_logs(&self, out: &Path) {
+        let dir = out.join("logs");
+        let _ = std::fs::create_dir_all(&dir);
+        let mut files = vec![
+            self.lab.dir().join("controller-palisade-0.log"),
+            self.lab.dir().join("controller-palisade-1.log"),
+            self.bridge.proc.log.clone(),
+            self.bridge.audit_log.clone(),
+            self.storage.proc.log.clone(),
+        ];
+        for m in self.lab.machines() {
+            let agent = m.dir().join("agent.log");
+            let _ = std::fs::copy(&agent, dir.join(format!("{}-agent.log", m.name())));
+        }
+        for f in files.drain(..) {
+            if let Some(name) = f.file_name() {
+                let _ = std::fs::copy(&f, dir.join(name));
+            }
+        }
+    }
+}
+
+fn count_lines(p: &Path) -> usize {
+    std::fs::read(p)
+        .map(|b| b.iter().filter(|c| **c == b'\n').count())
+        .unwrap_or(0)
+}
+
+impl World {
+    /// The controllers, locked.
+    pub fn controllers(&self) -> std::sync::MutexGuard<'_, Controllers> {
+        self.controllers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
