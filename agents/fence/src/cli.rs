@@ -2,8 +2,12 @@
 //! flags or as `name=value` lines on stdin (what Pacemaker's `stonithd` sends), the actions
 //! on, off, reboot, status, monitor, list, metadata and validate-all, and their exit codes.
 //!
-//! The backend is chosen by `agent=` (`ipmilan` or `apc_snmp`, also `fence_ipmilan` /
-//! `fence_apc_snmp`), or else by the presence of a plug (PDU) or not (IPMI). Secrets come from
+//! The backend is chosen by `agent=` (`ipmilan`, `apc_snmp` or `redfish`, also `fence_ipmilan` /
+//! `fence_apc_snmp` / `fence_redfish`), or else by the presence of `systems_uri` (Redfish), a
+//! plug (PDU) or neither (IPMI). Redfish takes `fence_redfish`'s option names (`ip`, `ipport`,
+//! `username`, `password`, `ssl`, `ssl_insecure`, `systems_uri`, `plug`) plus the TLS pin
+//! `ssl_ca_file` or `ssl_fingerprint` (one of them, or `ssl_insecure`, is required) and
+//! `system_uuid`. Secrets come from
 //! stdin (`password=`, `community=`, `snmp_priv_passwd=`), a file (`--password-file`), a
 //! script (`--password-script`), or the environment (`PALISADE_FENCE_PASSWORD`,
 //! `PALISADE_FENCE_COMMUNITY`, `PALISADE_FENCE_SNMP_PRIV_PASSWD`).
@@ -14,7 +18,8 @@ use std::time::Duration;
 use crate::device::{Credentials, DeviceOptions};
 use crate::secret::Secret;
 use crate::target::{
-    IpmiTarget, PduTarget, SnmpAuthProtocol, SnmpSecurityLevel, SnmpVersion, Target,
+    IpmiTarget, PduTarget, RedfishAuth, RedfishTarget, SnmpAuthProtocol, SnmpSecurityLevel,
+    SnmpVersion, Target,
 };
 use crate::verify::VerifyPolicy;
 
@@ -114,12 +119,14 @@ pub fn parse_stdin(text: &str) -> BTreeMap<String, String> {
 /// Parses long options (`--name=value`, `--name value`, or `--flag`) and the short options
 /// fence-agents use most (`-o`, `-a`, `-l`, `-n`, `-P`, `-C`, `-u`).
 pub fn parse_args(args: &[String]) -> Result<BTreeMap<String, String>, CliError> {
-    const FLAGS: [&str; 5] = [
+    const FLAGS: [&str; 7] = [
         "lanplus",
         "verbose",
         "allow_weak_cipher_suites",
         "help",
         "version",
+        "ssl",
+        "ssl_insecure",
     ];
     let mut out = BTreeMap::new();
     let mut i = 0;
@@ -283,11 +290,13 @@ impl Invocation {
         let agent = o
             .get("agent")
             .map(|a| a.trim_start_matches("fence_").to_string());
-        let is_pdu = match agent.as_deref() {
-            Some("ipmilan" | "ipmi" | "ipmilanplus") => false,
-            Some("apc_snmp" | "pdu" | "snmp") => true,
+        let (is_pdu, is_redfish) = match agent.as_deref() {
+            Some("ipmilan" | "ipmi" | "ipmilanplus") => (false, false),
+            Some("apc_snmp" | "pdu" | "snmp") => (true, false),
+            Some("redfish") => (false, true),
             Some(other) => return Err(CliError::Invalid(format!("unknown agent {other}"))),
-            None => o.contains_key("plug"),
+            None if o.contains_key("systems_uri") => (false, true),
+            None => (o.contains_key("plug"), false),
         };
         let ip = o
             .get("ip")
@@ -302,7 +311,54 @@ impl Invocation {
             }
         };
         let mut credentials = Credentials::default();
-        let target = if is_pdu {
+        let target = if is_redfish {
+            let username = o.get("username").cloned().ok_or_else(|| {
+                CliError::Invalid("missing username (--username or login=)".into())
+            })?;
+            credentials.password = secret(o, "password", "PALISADE_FENCE_PASSWORD", env_lookup)?;
+            if credentials.password.is_none() {
+                return Err(CliError::Invalid(
+                    "missing password (password= on stdin, --password-file, --password-script or PALISADE_FENCE_PASSWORD)".into(),
+                ));
+            }
+            if o.contains_key("ssl") && !truthy(o.get("ssl")) {
+                return Err(CliError::Invalid(
+                    "Redfish over plain HTTP (ssl=0) is not supported".into(),
+                ));
+            }
+            let tls = crate::redfish::tls::parse_trust(
+                o.get("ssl_ca_file").map(String::as_str),
+                o.get("ssl_fingerprint").map(String::as_str),
+                o.get("ssl_insecure").map(String::as_str),
+            )
+            .map_err(CliError::Invalid)?;
+            let systems_uri = o
+                .get("systems_uri")
+                .map(|u| crate::redfish::discovery::check_systems_uri(u))
+                .transpose()
+                .map_err(CliError::Invalid)?;
+            let system_uuid = o
+                .get("system_uuid")
+                .map(|u| crate::redfish::discovery::check_uuid(u))
+                .transpose()
+                .map_err(CliError::Invalid)?;
+            let auth = match o.get("redfish_auth").map(String::as_str).unwrap_or("auto") {
+                "auto" => RedfishAuth::Auto,
+                "session" => RedfishAuth::Session,
+                "basic" => RedfishAuth::Basic,
+                v => return Err(CliError::Invalid(format!("bad redfish_auth {v}"))),
+            };
+            Target::Redfish(RedfishTarget {
+                host: ip,
+                port: port_of(443)?,
+                username,
+                systems_uri,
+                system: o.get("plug").cloned(),
+                system_uuid,
+                tls,
+                auth,
+            })
+        } else if is_pdu {
             let plug = o
                 .get("plug")
                 .ok_or_else(|| CliError::Invalid("missing plug (--plug or port=)".into()))?;
@@ -427,7 +483,7 @@ pub fn metadata() -> String {
             "agent",
             "string",
             "",
-            "Backend: ipmilan or apc_snmp (default: apc_snmp if a plug is given)",
+            "Backend: ipmilan, apc_snmp or redfish (default: redfish if systems_uri is given, apc_snmp if a plug is given)",
         ),
         (
             "ip",
@@ -439,7 +495,7 @@ pub fn metadata() -> String {
             "ipport",
             "integer",
             "623",
-            "UDP port (623 for IPMI, 161 for SNMP)",
+            "Port (UDP 623 for IPMI, UDP 161 for SNMP, TCP 443 for Redfish)",
         ),
         (
             "username",
@@ -484,7 +540,44 @@ pub fn metadata() -> String {
             "plug",
             "string",
             "",
-            "PDU outlet number(s), comma separated",
+            "PDU outlet number(s), comma separated; Redfish: the system's Id, Name or UUID",
+        ),
+        ("ssl", "boolean", "1", "Redfish: use HTTPS (always on)"),
+        (
+            "ssl_insecure",
+            "boolean",
+            "0",
+            "Redfish: do not verify the BMC certificate (insecure; logged)",
+        ),
+        (
+            "ssl_ca_file",
+            "string",
+            "",
+            "Redfish: PEM file of the CA that issued the BMC certificate",
+        ),
+        (
+            "ssl_fingerprint",
+            "string",
+            "",
+            "Redfish: SHA-256 fingerprint of the BMC certificate",
+        ),
+        (
+            "systems_uri",
+            "string",
+            "",
+            "Redfish: URI of the ComputerSystem (default: the only one)",
+        ),
+        (
+            "system_uuid",
+            "string",
+            "",
+            "Redfish: refuse to act unless the system reports this UUID",
+        ),
+        (
+            "redfish_auth",
+            "string",
+            "auto",
+            "Redfish: auto (a session when offered, else Basic), session or basic",
         ),
         (
             "pdu_profile",
@@ -534,7 +627,7 @@ pub fn metadata() -> String {
         ("verbose", "boolean", "0", "Verbose mode"),
     ];
     let mut x = String::from(
-        "<?xml version=\"1.0\" ?>\n<resource-agent name=\"palisade-fence\" shortdesc=\"Fence agent for IPMI 2.0 (RMCP+) BMCs and SNMP switched PDUs\">\n<longdesc>palisade-fence powers machines off through their IPMI BMC or switched PDU outlets and reports a fence only after the device reports the power off.</longdesc>\n<vendor-url>https://palisade.dev</vendor-url>\n<parameters>\n",
+        "<?xml version=\"1.0\" ?>\n<resource-agent name=\"palisade-fence\" shortdesc=\"Fence agent for IPMI 2.0 (RMCP+) and Redfish BMCs and SNMP switched PDUs\">\n<longdesc>palisade-fence powers machines off through their IPMI or Redfish BMC or switched PDU outlets and reports a fence only after the device reports the power off.</longdesc>\n<vendor-url>https://palisade.dev</vendor-url>\n<parameters>\n",
     );
     for (name, ty, default, desc) in params {
         let required = matches!(*name, "ip");
@@ -624,6 +717,42 @@ mod tests {
         assert!(Invocation::resolve(&o, &no_env).is_err(), "no password");
         assert!(parse_args(&["--ip".to_string()]).is_err());
         assert!(parse_args(&["-x".to_string()]).is_err());
+    }
+
+    #[test]
+    fn stdin_in_fence_redfish_style_resolves_to_a_redfish_target() {
+        let fp = "ab".repeat(32);
+        let o = parse_stdin(&format!(
+            "agent=fence_redfish\naction=off\nip=127.0.0.1\nipport=8443\nusername=admin\npassword=pw\nssl=1\nssl_fingerprint={fp}\nsystems_uri=/redfish/v1/Systems/1\nplug=node-a\n"
+        ));
+        let inv = Invocation::resolve(&o, &no_env).unwrap();
+        let Some(Target::Redfish(t)) = inv.target else {
+            panic!()
+        };
+        assert_eq!((t.port, t.username.as_str()), (8443, "admin"));
+        assert_eq!(t.systems_uri.as_deref(), Some("/redfish/v1/Systems/1"));
+        assert_eq!(t.system.as_deref(), Some("node-a"));
+        assert_eq!(t.tls, crate::target::RedfishTls::Fingerprint([0xab; 32]));
+        assert_eq!(inv.credentials.password.unwrap().expose(), "pw");
+        // No pin and no explicit ssl_insecure: refused, never an insecure default.
+        let o = parse_stdin("agent=redfish\nip=bmc\nusername=a\npassword=p\n");
+        assert!(Invocation::resolve(&o, &no_env).is_err());
+        let o = parse_stdin("agent=redfish\nip=bmc\nusername=a\npassword=p\nssl_insecure\n");
+        let inv = Invocation::resolve(&o, &no_env).unwrap();
+        let Some(Target::Redfish(t)) = inv.target else {
+            panic!()
+        };
+        assert_eq!((t.port, t.tls), (443, crate::target::RedfishTls::Insecure));
+        let o =
+            parse_stdin("agent=redfish\nip=bmc\nusername=a\npassword=p\nssl=0\nssl_insecure=1\n");
+        assert!(Invocation::resolve(&o, &no_env).is_err(), "no plain HTTP");
+        let o = parse_stdin(
+            "ip=bmc\nusername=a\npassword=p\nsystems_uri=/redfish/v1/Systems/x\nssl_ca_file=/ca.pem\n",
+        );
+        assert!(matches!(
+            Invocation::resolve(&o, &no_env).unwrap().target,
+            Some(Target::Redfish(_))
+        ));
     }
 
     #[test]

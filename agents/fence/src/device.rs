@@ -9,6 +9,7 @@ use crate::error::FenceError;
 use crate::ipmi::IpmiDevice;
 use crate::pdu::PduDevice;
 use crate::power::PowerState;
+use crate::redfish::RedfishDevice;
 use crate::secret::Secret;
 use crate::target::Target;
 use crate::verify::{VerifiedOff, VerifiedOn, VerifyPolicy};
@@ -16,7 +17,7 @@ use crate::verify::{VerifiedOff, VerifiedOn, VerifyPolicy};
 /// Credentials, kept apart from the target URL.
 #[derive(Debug, Clone, Default)]
 pub struct Credentials {
-    /// IPMI password.
+    /// IPMI or Redfish password.
     pub password: Option<Secret>,
     /// SNMP v1/v2c community.
     pub community: Option<Secret>,
@@ -96,6 +97,8 @@ pub enum Device {
     Pdu(PduDevice),
     /// A target behind a firmware-bridge.
     Bridge(BridgeDevice),
+    /// A Redfish BMC.
+    Redfish(RedfishDevice),
 }
 
 impl Device {
@@ -121,6 +124,7 @@ impl Device {
         Ok(match target {
             Target::Ipmi(t) => Self::Ipmi(IpmiDevice::new(t, credentials, options)?),
             Target::Pdu(t) => Self::Pdu(PduDevice::new(t, credentials, options)?),
+            Target::Redfish(t) => Self::Redfish(RedfishDevice::new(t, credentials, options)?),
             Target::Bridge(t) => {
                 let identity = bridge.ok_or_else(|| {
                     FenceError::Config(format!(
@@ -138,6 +142,7 @@ impl Device {
             Self::Ipmi(d) => d,
             Self::Pdu(d) => d,
             Self::Bridge(d) => d,
+            Self::Redfish(d) => d,
         }
     }
 }

@@ -5,6 +5,10 @@
 //! - `snmp+pdu://[v3user@]host[:port]/outlet/N[,M...][?profile=apc&version=2c]` (port 161);
 //!   for v3: `version=3&auth=sha&priv=aes` (authPriv SHA + AES-128 is the default).
 //! - `bridge://host:port/target-id`: a target of a firmware-bridge (see [`crate::bridge`]).
+//! - `redfish+https://user@host[:port][/redfish/v1/Systems/ID][?system=ID&uuid=U]` (port 443)
+//!   with exactly one TLS trust: `ca_file=/path/ca.pem`, `fingerprint=<SHA-256 of the BMC
+//!   certificate>` or, only when asked for, `ssl_insecure=true`; `auth=session|basic` (default:
+//!   a session when the BMC has a SessionService, else Basic). See [`crate::redfish`].
 
 use std::fmt;
 
@@ -19,6 +23,54 @@ pub enum Target {
     Pdu(PduTarget),
     /// A target of a firmware-bridge, which holds the device credentials.
     Bridge(BridgeTarget),
+    /// A ComputerSystem of a Redfish service (a BMC) over HTTPS.
+    Redfish(RedfishTarget),
+}
+
+/// How the Redfish client trusts the BMC's certificate. There is no default: a target names
+/// one, and "trust anything" must be asked for by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedfishTls {
+    /// Only certificates issued by the CA in this PEM file (host name checked).
+    CaFile(std::path::PathBuf),
+    /// Only the certificate whose DER encoding has this SHA-256 digest (self-signed BMC
+    /// certificates; host name and validity dates are not checked: the key is pinned).
+    Fingerprint([u8; 32]),
+    /// Any certificate (`ssl_insecure`). Logged as a warning on every use.
+    Insecure,
+}
+
+/// How the Redfish client authenticates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedfishAuth {
+    /// A session (`X-Auth-Token`) when the service root links a SessionService, else Basic.
+    Auto,
+    /// A session only; fail if the BMC has none.
+    Session,
+    /// HTTP Basic on every request.
+    Basic,
+}
+
+/// A Redfish ComputerSystem: the BMC's address and which system of its Systems collection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedfishTarget {
+    /// Host name or address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// BMC account name.
+    pub username: String,
+    /// The system's URI (`systems_uri`, e.g. `/redfish/v1/Systems/1`); `None`: discover it.
+    pub systems_uri: Option<String>,
+    /// Chooses the system by its `Id`, `Name` or `UUID` (`plug`); `None`: not by name.
+    pub system: Option<String>,
+    /// The UUID the system must report: chooses it when neither of the above is given, and
+    /// is checked before any power command otherwise.
+    pub system_uuid: Option<String>,
+    /// Certificate trust.
+    pub tls: RedfishTls,
+    /// Authentication.
+    pub auth: RedfishAuth,
 }
 
 /// `bridge://host:port/target-id`: a target in a firmware-bridge's inventory.
@@ -229,6 +281,45 @@ impl Target {
                     target_id,
                 }))
             }
+            "redfish+https" => {
+                if url.username().is_empty() {
+                    return Err(bad(s, "missing user (redfish+https://user@host)"));
+                }
+                let systems_uri = match url.path() {
+                    "" | "/" => None,
+                    p => Some(
+                        crate::redfish::discovery::check_systems_uri(p).map_err(|e| bad(s, e))?,
+                    ),
+                };
+                let tls = crate::redfish::tls::parse_trust(
+                    get("ca_file"),
+                    get("fingerprint"),
+                    get("ssl_insecure"),
+                )
+                .map_err(|e| bad(s, e))?;
+                let auth = match get("auth").unwrap_or("auto") {
+                    "auto" => RedfishAuth::Auto,
+                    "session" => RedfishAuth::Session,
+                    "basic" => RedfishAuth::Basic,
+                    v => return Err(bad(s, format!("unknown auth {v} (auto, session, basic)"))),
+                };
+                let system_uuid = match get("uuid") {
+                    None => None,
+                    Some(u) => {
+                        Some(crate::redfish::discovery::check_uuid(u).map_err(|e| bad(s, e))?)
+                    }
+                };
+                Ok(Self::Redfish(RedfishTarget {
+                    host,
+                    port: url.port().unwrap_or(443),
+                    username: url.username().to_string(),
+                    systems_uri,
+                    system: get("system").map(str::to_string),
+                    system_uuid,
+                    tls,
+                    auth,
+                }))
+            }
             other => Err(bad(s, format!("unknown scheme {other}"))),
         }
     }
@@ -250,6 +341,14 @@ impl fmt::Display for Target {
                 )
             }
             Self::Bridge(t) => write!(f, "bridge://{}:{}/{}", t.host, t.port, t.target_id),
+            Self::Redfish(t) => write!(
+                f,
+                "redfish+https://{}@{}:{}{}",
+                t.username,
+                t.host,
+                t.port,
+                t.systems_uri.as_deref().unwrap_or("")
+            ),
         }
     }
 }
@@ -325,5 +424,54 @@ mod tests {
         assert_eq!(t.to_string(), "bridge://127.0.0.1:8443/rack1-m0");
         assert!(Target::parse("bridge://rack1-m0").is_err());
         assert!(Target::parse("bridge://h:1/").is_err());
+    }
+
+    #[test]
+    fn parses_redfish_urls() {
+        let fp = "AB:".repeat(31) + "AB";
+        let t = Target::parse(&format!(
+            "redfish+https://admin@127.0.0.1:8443/redfish/v1/Systems/1?fingerprint={fp}&auth=basic&uuid=11111111-1111-1111-1111-11111111111A"
+        ))
+        .unwrap();
+        assert_eq!(
+            t,
+            Target::Redfish(RedfishTarget {
+                host: "127.0.0.1".into(),
+                port: 8443,
+                username: "admin".into(),
+                systems_uri: Some("/redfish/v1/Systems/1".into()),
+                system: None,
+                system_uuid: Some("11111111-1111-1111-1111-11111111111a".into()),
+                tls: RedfishTls::Fingerprint([0xab; 32]),
+                auth: RedfishAuth::Basic,
+            })
+        );
+        assert_eq!(
+            t.to_string(),
+            "redfish+https://admin@127.0.0.1:8443/redfish/v1/Systems/1"
+        );
+        let Target::Redfish(r) =
+            Target::parse("redfish+https://a@bmc?ca_file=/etc/ca.pem&system=node-a").unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!((r.port, r.system.as_deref()), (443, Some("node-a")));
+        assert_eq!(r.tls, RedfishTls::CaFile("/etc/ca.pem".into()));
+        assert_eq!(r.auth, RedfishAuth::Auto);
+        assert!(
+            Target::parse("redfish+https://a@bmc").is_err(),
+            "no trust given"
+        );
+        assert!(
+            Target::parse("redfish+https://bmc?ssl_insecure=1").is_err(),
+            "user required"
+        );
+        assert!(Target::parse("redfish+https://a:pw@bmc?ssl_insecure=1").is_err());
+        assert!(Target::parse("redfish+https://a@bmc/elsewhere?ssl_insecure=1").is_err());
+        assert!(
+            Target::parse("redfish+https://a@bmc?ssl_insecure=1&fingerprint=00").is_err(),
+            "one trust only, and a whole digest"
+        );
+        assert!(Target::parse("redfish+http://a@bmc?ssl_insecure=1").is_err());
     }
 }

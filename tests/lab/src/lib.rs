@@ -30,6 +30,7 @@ pub mod pki;
 pub mod ports;
 pub mod process;
 pub mod qemu;
+pub mod redfish;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -46,6 +47,7 @@ pub use machine::{BmcInfo, Machine};
 pub use pdu::{Pdu, PduInfo, SnmpCred};
 pub use pki::{Ca, Issued};
 pub use qemu::{MachineKind, QemuConfig, WatchdogAction};
+pub use redfish::{Sushy, SushySystem};
 
 /// The port the hub's API front door listens on, inside the lab.
 pub const API_HUB_PORT: u16 = 6443;
