@@ -2,7 +2,8 @@
 //!
 //! - sushy-tools' `sushy-emulator` (fake driver, HTTPS with a generated CA, Basic auth from a
 //!   bcrypt htpasswd file, 127.0.0.1 only), whose power changes land 0–11 s after the command:
-//!   discovery, a verified off and on, refusals, certificate pins and the CLI;
+//!   discovery, a verified off and on, refusals, certificate pins and the CLI, and a fence
+//!   that really stops a lab machine (sushy's power notifications drive the machine's BMC);
 //! - a scripted BMC written here, for what sushy cannot do: sessions (`X-Auth-Token`) and
 //!   their logout, a 202 task monitor, a BMC that says OK and stays on, garbage JSON, a
 //!   refused ResetType, an error body, a redirect to another host, a huge body, and
@@ -20,7 +21,7 @@ use palisade_fence::redfish::tls::{fingerprint_of_der, format_fingerprint};
 use palisade_fence::target::{RedfishAuth, RedfishTarget, RedfishTls, Target};
 use palisade_fence::verify::VerifyPolicy;
 use palisade_fence::{Device, FenceError, PowerState, Secret};
-use palisade_lab::{Sushy, SushySystem};
+use palisade_lab::{Lab, LabConfig, Sushy, SushySystem};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -224,6 +225,88 @@ fn sushy_is_trusted_only_through_its_pinned_ca_or_certificate_fingerprint() {
         Target::parse(&format!("redfish+https://admin@127.0.0.1:{}", s.port())).is_err(),
         "no trust named: refused before connecting"
     );
+}
+
+/// The lab machine behind a sushy system: sushy's applied power changes are carried out on
+/// the machine through its IPMI BMC (ipmitool), and sushy's read of the new state waits until
+/// the machine's processes are gone (off) or its boot process runs (on).
+#[test]
+fn a_redfish_fence_really_stops_a_lab_machine() {
+    use palisade_lab::process::{alive, pids_with_env, read_pidfile, MACHINE_ENV};
+    let lab = Lab::start(LabConfig {
+        machines: 1,
+        control_plane: false,
+        pdu: false,
+        ..Default::default()
+    })
+    .expect("lab starts");
+    let m = &lab.machines()[0];
+    assert!(m.is_powered());
+    let bmc = m.bmc().clone();
+    let boot_pid = m.dir().join("boot.pid");
+    let marker = m.marker();
+    let hook = Arc::new(move |_uuid: &str, on: bool| -> Result<(), String> {
+        let out = std::process::Command::new("ipmitool")
+            .args([
+                "-I",
+                "lanplus",
+                "-C",
+                "3",
+                "-N",
+                "1",
+                "-R",
+                "3",
+                "-H",
+                "127.0.0.1",
+                "-p",
+            ])
+            .arg(bmc.port.to_string())
+            .args(["-U", &bmc.user, "-f"])
+            .arg(&bmc.password_file)
+            .args(["chassis", "power", if on { "on" } else { "off" }])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        // Bounded: at most 600 polls, 50 ms apart.
+        for _ in 0..600 {
+            let powered = read_pidfile(&boot_pid).is_some_and(alive);
+            if powered == on && (on || pids_with_env(MACHINE_ENV, &marker).is_empty()) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!(
+            "the machine did not power {}",
+            if on { "on" } else { "off" }
+        ))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sushy::start_with_power_hook(
+        &dir.path().join("sushy"),
+        &[SushySystem {
+            name: m.name().into(),
+            uuid: m.system_uuid().into(),
+            power_on: true,
+        }],
+        "admin",
+        PASSWORD,
+        hook,
+    )
+    .expect("sushy-emulator starts");
+    let mut t = target(s.port(), ca_pinned(&s));
+    t.system_uuid = Some(m.system_uuid().into());
+    let d = device(t, PASSWORD, options(Duration::from_secs(60)));
+    rt().block_on(async {
+        d.off().await.expect("off is verified");
+        // No waiting here: the verified read of Off implies the machine is already down.
+        assert!(!m.is_powered(), "the machine's boot process is gone");
+        assert!(m.processes().is_empty(), "{:?}", m.processes());
+        d.on().await.expect("on is verified");
+        assert!(m.is_powered(), "the machine booted again");
+    });
 }
 
 fn cli(stdin: &str) -> (i32, String, String) {

@@ -4,14 +4,25 @@
 //!
 //! The fake driver keeps its systems' power in sqlite under the emulator's directory (fresh for
 //! every start, so no state leaks between runs) and applies a power change 0–11 s after it
-//! was requested, lazily, on a later read: clients must poll. Facts and measurements:
+//! was requested, lazily, on a later read: clients must poll.
+//!
+//! Tying a system to a real machine ([`Sushy::start_with_power_hook`]): every system gets
+//! sushy's `external_notifier`, which PUTs the system's JSON to a listener of this module
+//! when a change is requested and again when it is applied. Sushy applies a change inside the
+//! GET that first observes it and sends the PUT before answering that GET, so the listener
+//! runs the hook (e.g. "power the lab machine off through its BMC and wait until its processes
+//! are gone") *before* any client can read the new `PowerState`: a Redfish read of `Off` then
+//! means the machine really is off. Facts and measurements:
 //! `../shared/notes/redfish-sushy.md`. `hack/install-deps.sh` installs the emulator into a
 //! virtualenv (`~/.cache/palisade/sushy-tools-<version>`; `PALISADE_SUSHY_VENV` overrides).
 
 use std::fmt::Write as _;
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{LabError, Result};
@@ -32,10 +43,18 @@ pub struct SushySystem {
     pub power_on: bool,
 }
 
+/// Called with a system's UUID and its new power (`true`: on) when sushy applies a change
+/// (and, with the current power, after any other update of the system: it must be
+/// idempotent); sushy's read of the new state waits until it returns. An `Err` is logged by
+/// sushy.
+pub type PowerHook = dyn Fn(&str, bool) -> std::result::Result<(), String> + Send + Sync;
+
 /// A running sushy-emulator. Dropping it stops the emulator.
 #[derive(Debug)]
 pub struct Sushy {
     daemon: Daemon,
+    // Held for its Drop, after the emulator's (fields drop in order): stops the listener.
+    _notifier: Option<Notifier>,
     dir: PathBuf,
     port: u16,
     ca_pem: String,
@@ -79,6 +98,28 @@ impl Sushy {
     /// `systems`, one account `user`/`password`, and a serving certificate for 127.0.0.1 from a
     /// fresh CA. Waits until it answers.
     pub fn start(dir: &Path, systems: &[SushySystem], user: &str, password: &str) -> Result<Sushy> {
+        Self::start_inner(dir, systems, user, password, None)
+    }
+
+    /// Like [`Sushy::start`], and every applied power change of a system runs `hook` before
+    /// the emulator answers the read that applies it (see the module docs).
+    pub fn start_with_power_hook(
+        dir: &Path,
+        systems: &[SushySystem],
+        user: &str,
+        password: &str,
+        hook: Arc<PowerHook>,
+    ) -> Result<Sushy> {
+        Self::start_inner(dir, systems, user, password, Some(hook))
+    }
+
+    fn start_inner(
+        dir: &Path,
+        systems: &[SushySystem],
+        user: &str,
+        password: &str,
+        hook: Option<Arc<PowerHook>>,
+    ) -> Result<Sushy> {
         let venv = sushy_venv();
         let emulator = venv.join("bin").join("sushy-emulator");
         let python = venv.join("bin").join("python");
@@ -132,7 +173,15 @@ impl Sushy {
         crate::write_secret(&htpasswd, &out.stdout)?;
 
         let port = crate::ports::free_port();
+        let notifier = hook.map(Notifier::start).transpose()?;
         let mut conf = String::new();
+        if let Some(n) = &notifier {
+            let _ = writeln!(
+                conf,
+                "EXTERNAL_NOTIFICATION_URL = 'http://127.0.0.1:{}/'",
+                n.port
+            );
+        }
         let _ = writeln!(conf, "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'");
         let _ = writeln!(conf, "SUSHY_EMULATOR_LISTEN_PORT = {port}");
         for (k, p) in [
@@ -152,10 +201,11 @@ impl Sushy {
         for s in systems {
             let _ = writeln!(
                 conf,
-                "  {{'uuid': {}, 'name': {}, 'power_state': {}, 'external_notifier': False, 'nics': []}},",
+                "  {{'uuid': {}, 'name': {}, 'power_state': {}, 'external_notifier': {}, 'nics': []}},",
                 python_str(&s.uuid),
                 python_str(&s.name),
                 if s.power_on { "'On'" } else { "'Off'" },
+                if notifier.is_some() { "True" } else { "False" },
             );
         }
         let _ = writeln!(conf, "]");
@@ -178,6 +228,7 @@ impl Sushy {
         })?;
         Ok(Sushy {
             daemon,
+            _notifier: notifier,
             dir: dir.to_path_buf(),
             port,
             ca_pem: ca.cert_pem(),
@@ -222,6 +273,121 @@ impl Sushy {
     }
 }
 
+/// The listener of sushy's external notifications (plain HTTP on 127.0.0.1: it carries no
+/// secret, only a system's JSON).
+struct Notifier {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("port", &self.port)
+            .finish()
+    }
+}
+
+impl Notifier {
+    fn start(hook: Arc<PowerHook>) -> Result<Notifier> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| LabError::Other(format!("notification listener: {e}")))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| LabError::Other(format!("notification listener: {e}")))?
+            .port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::SeqCst) {
+                    return;
+                }
+                if let Ok(conn) = conn {
+                    serve_notification(conn, &*hook);
+                }
+            }
+        });
+        Ok(Notifier {
+            port,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The new power of an *applied* change (`pending_power` gone), from a notification body.
+fn applied_power(body: &serde_json::Value) -> Option<(String, bool)> {
+    if body.get("pending_power").is_some_and(|p| !p.is_null()) {
+        return None; // a change requested, not yet applied
+    }
+    let uuid = body.get("uuid")?.as_str()?.to_string();
+    match body.get("power_state")?.as_str()? {
+        "On" => Some((uuid, true)),
+        "Off" => Some((uuid, false)),
+        _ => None,
+    }
+}
+
+fn serve_notification(mut conn: TcpStream, hook: &PowerHook) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        match conn.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+        if buf.len() > 1 << 20 {
+            return;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+        .min(1 << 20);
+    let mut body = buf[head_end + 4..].to_vec();
+    while body.len() < len {
+        match conn.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let status = match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(v) => match applied_power(&v) {
+            Some((uuid, on)) => match hook(&uuid, on) {
+                Ok(()) => "200 OK",
+                Err(e) => {
+                    tracing::warn!(system = %uuid, error = %e, "sushy power hook failed");
+                    "500 Internal Server Error"
+                }
+            },
+            None => "200 OK",
+        },
+        Err(_) => "400 Bad Request",
+    };
+    let _ = conn.write_all(
+        format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes(),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,5 +397,16 @@ mod tests {
         assert_eq!(python_str("/a/b"), "'/a/b'");
         assert_eq!(python_str("it's\\"), "'it\\'s\\\\'");
         assert_eq!(python_str("a\nb"), "'a\\x0ab'");
+    }
+
+    #[test]
+    fn only_applied_power_changes_reach_the_hook() {
+        let requested = serde_json::json!({"uuid": "u", "power_state": "On",
+            "pending_power": {"power_state": "Off", "apply_time": 1}});
+        assert_eq!(applied_power(&requested), None);
+        let applied = serde_json::json!({"uuid": "u", "power_state": "Off", "pending_power": null});
+        assert_eq!(applied_power(&applied), Some(("u".into(), false)));
+        let first = serde_json::json!({"uuid": "u", "power_state": "On"});
+        assert_eq!(applied_power(&first), Some(("u".into(), true)));
     }
 }
