@@ -142,6 +142,14 @@ fn several_sushy_systems_and_none_named_is_refused_before_any_power_action() {
         let e = unnamed.off().await.unwrap_err();
         assert_eq!(e.kind(), "config", "{e}");
         assert!(e.to_string().contains("2 systems"), "{e}");
+        let mut missing = target(s.port(), ca_pinned(&s));
+        missing.systems_uri = Some("/redfish/v1/Systems/no-such-system".into());
+        let e = device(missing, PASSWORD, options(Duration::from_secs(20)))
+            .off()
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), "device_refused", "{e}");
+        assert!(e.to_string().contains("HTTP 404"), "{e}");
         let e = wrong_uuid.off().await.unwrap_err();
         assert_eq!(e.kind(), "identity_mismatch", "{e}");
         let FenceError::IdentityMismatch { found, .. } = &e else {
@@ -377,6 +385,8 @@ struct Script {
     system_body: Option<String>,
     /// The system resource redirects here.
     system_redirect: Option<String>,
+    /// The system resource never answers.
+    system_hangs: bool,
 }
 
 impl Default for Script {
@@ -387,6 +397,7 @@ impl Default for Script {
             allowable: vec!["On", "ForceOff", "GracefulShutdown", "ForceRestart"],
             system_body: None,
             system_redirect: None,
+            system_hangs: false,
         }
     }
 }
@@ -459,6 +470,9 @@ async fn fake_bmc(script: Script) -> Fake {
                 let Some((method, path, headers, body)) = read_request(&mut tls).await else {
                     return;
                 };
+                if script.system_hangs && path == SYSTEM {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
                 let (status, extra, body) = respond(
                     &script,
                     &mut seen.lock().unwrap(),
@@ -897,6 +911,27 @@ async fn a_redirect_to_another_host_and_a_huge_body_are_refused() {
         .unwrap_err();
     assert!(e.to_string().contains("larger than"), "{e}");
     bmc.seen(|s| assert!(s.resets.is_empty()));
+}
+
+#[tokio::test]
+async fn a_bmc_that_never_answers_is_a_timeout_and_the_session_is_still_closed() {
+    let bmc = fake_bmc(Script {
+        system_hangs: true,
+        ..Default::default()
+    })
+    .await;
+    let mut opts = short();
+    opts.retries = 0; // one request, bounded by MIN_REQUEST_TIMEOUT
+    let e = device(bmc.target(), PASSWORD, opts)
+        .off()
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), "timeout", "{e}");
+    assert!(e.is_retryable());
+    bmc.seen(|s| {
+        assert!(s.resets.is_empty());
+        assert_eq!(s.deleted.len(), 1);
+    });
 }
 
 #[tokio::test]
