@@ -164,6 +164,18 @@ fn several_sushy_systems_and_none_named_is_refused_before_any_power_action() {
             _ => panic!("not a Redfish device"),
         }
         assert_eq!(by_name.status().await.unwrap(), PowerState::On);
+        assert_eq!(
+            {
+                let mut l = unnamed.list().await.unwrap();
+                l.sort();
+                l
+            },
+            [
+                (UUID_A.to_string(), "node-a".to_string()),
+                (UUID_B.to_string(), "node-b".to_string())
+            ],
+            "list names what plug may name, even when several systems make discovery refuse"
+        );
         let mut a = target(s.port(), ca_pinned(&s));
         a.system = Some(UUID_A.into());
         let a = device(a, PASSWORD, options(Duration::from_secs(20)));

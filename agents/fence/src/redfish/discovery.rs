@@ -235,6 +235,33 @@ pub(crate) async fn read_system(
     })
 }
 
+/// The member URIs of the service root's Systems collection.
+pub(crate) async fn system_uris(http: &Http, session: &Session) -> Result<Vec<String>, FenceError> {
+    let collection_uri = session
+        .root()
+        .pointer("/Systems/@odata.id")
+        .and_then(Value::as_str)
+        .unwrap_or("/redfish/v1/Systems")
+        .to_string();
+    let collection = http.get_json(&collection_uri, session.auth()).await?;
+    members(&collection).map_err(|detail| FenceError::Protocol {
+        device: http.device().to_string(),
+        detail,
+    })
+}
+
+/// Every system of the Systems collection (for `list`).
+pub(crate) async fn list_systems(
+    http: &Http,
+    session: &Session,
+) -> Result<Vec<SystemInfo>, FenceError> {
+    let mut systems = Vec::new();
+    for uri in system_uris(http, session).await? {
+        systems.push(read_system(http, session, &uri).await?);
+    }
+    Ok(systems)
+}
+
 /// Finds the target's system and checks its identity.
 ///
 /// Guarantees: `Ok` only for a system chosen by the rules of the module docs and, when the
@@ -248,17 +275,7 @@ pub(crate) async fn discover(
     let system = match &target.systems_uri {
         Some(uri) => read_system(http, session, uri).await?,
         None => {
-            let collection_uri = session
-                .root()
-                .pointer("/Systems/@odata.id")
-                .and_then(Value::as_str)
-                .unwrap_or("/redfish/v1/Systems")
-                .to_string();
-            let collection = http.get_json(&collection_uri, session.auth()).await?;
-            let uris = members(&collection).map_err(|detail| FenceError::Protocol {
-                device: device.to_string(),
-                detail,
-            })?;
+            let uris = system_uris(http, session).await?;
             let mut systems = Vec::with_capacity(uris.len());
             if target.system.is_none() && target.system_uuid.is_none() && uris.len() > 1 {
                 // Refused before reading each member: the answer cannot change.

@@ -276,6 +276,27 @@ impl PowerDevice for RedfishDevice {
         }
     }
 
+    /// The systems of the BMC, as (`Id`, `Name` or else `UUID`): what `plug` may name.
+    async fn list(&self) -> Result<Vec<(String, String)>, FenceError> {
+        let s = Session::open(
+            &self.http,
+            &self.target.username,
+            &self.password,
+            self.target.auth,
+        )
+        .await?;
+        let r = discovery::list_systems(&self.http, &s).await;
+        s.close().await;
+        Ok(r?
+            .into_iter()
+            .map(|sys| {
+                let id = sys.id.clone().unwrap_or_else(|| sys.uri.clone());
+                let label = sys.name.or(sys.uuid).unwrap_or_default();
+                (id, label)
+            })
+            .collect())
+    }
+
     async fn monitor(&self) -> Result<(), FenceError> {
         // Reachable, the certificate is the pinned one, the credentials work, and the system
         // exists (and has the pinned UUID).
