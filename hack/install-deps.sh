@@ -11,7 +11,8 @@
 #   - For the lab's QEMU machines: qemu-system-x86, busybox-static, cpio, kmod, and Debian's
 #     standard amd64 kernel, extracted (never installed) into the cache: its module tree
 #     (depmod'ed) and the uncompressed `vmlinux` that QEMU boots directly (PVH entry).
-#   - Redfish BMCs: sushy-tools (`sushy-emulator`) from PyPI, in a virtualenv in the cache.
+#   - Redfish BMCs: sushy-tools (`sushy-emulator`) from PyPI, in a virtualenv in the cache, and
+#     Debian's python3-libvirt for its libvirt backend on libvirt's in-process test driver.
 set -euo pipefail
 
 say() { printf '[install-deps] %s\n' "$*"; }
@@ -28,7 +29,7 @@ PACKAGES=(etcd-server golang-go rsync openipmi ipmitool snmp snmpd fence-agents
           iproute2 openssl procps psmisc util-linux curl ca-certificates dpkg-dev
           build-essential pkg-config golang-github-modern-go-reflect2-dev
           qemu-system-x86 busybox-static cpio kmod prometheus
-          pacemaker pacemaker-cli-utils libxml2-utils librsvg2-bin)
+          pacemaker pacemaker-cli-utils libxml2-utils librsvg2-bin python3-libvirt)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

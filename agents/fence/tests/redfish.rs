@@ -247,6 +247,50 @@ fn sushy_is_trusted_only_through_its_pinned_ca_or_certificate_fingerprint() {
     );
 }
 
+/// sushy's libvirt backend on libvirt's in-process test driver: the same Redfish surface,
+/// with power changes that land at once (the first read after the command sees them).
+#[test]
+fn libvirt_backed_sushy_is_fenced_on_the_first_read_and_recovered() {
+    let dir = tempfile::tempdir().unwrap();
+    let systems = [("node-a", UUID_A), ("node-b", UUID_B)].map(|(name, uuid)| SushySystem {
+        name: name.into(),
+        uuid: uuid.into(),
+        power_on: true,
+    });
+    let s = Sushy::start_libvirt(&dir.path().join("sushy"), &systems, "admin", PASSWORD)
+        .expect("sushy-emulator starts on libvirt's test driver (python3-libvirt)");
+    let with = |uuid: &str| {
+        let mut t = target(s.port(), ca_pinned(&s));
+        t.system_uuid = Some(uuid.into());
+        device(t, PASSWORD, options(Duration::from_secs(30)))
+    };
+    let (a, b) = (with(UUID_A), with(UUID_B));
+    let unnamed = device(
+        target(s.port(), ca_pinned(&s)),
+        PASSWORD,
+        options(Duration::from_secs(30)),
+    );
+    rt().block_on(async {
+        // node-a, node-b and the test driver's own "test" domain.
+        assert!(unnamed
+            .off()
+            .await
+            .unwrap_err()
+            .to_string()
+            .contains("3 systems"));
+        let off = a.off().await.expect("off is verified");
+        assert_eq!(off.polls(), 1, "the test driver powers off at once");
+        assert_eq!(a.status().await.unwrap(), PowerState::Off);
+        assert_eq!(
+            b.status().await.unwrap(),
+            PowerState::On,
+            "node-b untouched"
+        );
+        let on = a.on().await.expect("on is verified");
+        assert_eq!(on.polls(), 1);
+    });
+}
+
 /// The lab machine behind a sushy system: sushy's applied power changes are carried out on
 /// the machine through its IPMI BMC (ipmitool), and sushy's read of the new state waits until
 /// the machine's processes are gone (off) or its boot process runs (on).

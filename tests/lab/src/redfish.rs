@@ -6,6 +6,10 @@
 //! every start, so no state leaks between runs) and applies a power change 0–11 s after it
 //! was requested, lazily, on a later read: clients must poll.
 //!
+//! [`Sushy::start_libvirt`] runs the libvirt backend on libvirt's in-process test driver
+//! (`test:///default`, Debian's python3-libvirt) instead: power changes land at once, and the
+//! driver also has its own `test` domain (so there are always several systems).
+//!
 //! Tying a system to a real machine ([`Sushy::start_with_power_hook`]): every system gets
 //! sushy's `external_notifier`, which PUTs the system's JSON to a listener of this module
 //! when a change is requested and again when it is applied. Sushy applies a change inside the
@@ -98,7 +102,19 @@ impl Sushy {
     /// `systems`, one account `user`/`password`, and a serving certificate for 127.0.0.1 from a
     /// fresh CA. Waits until it answers.
     pub fn start(dir: &Path, systems: &[SushySystem], user: &str, password: &str) -> Result<Sushy> {
-        Self::start_inner(dir, systems, user, password, None)
+        Self::start_inner(dir, systems, user, password, Backend::Fake(None))
+    }
+
+    /// Like [`Sushy::start`] with the libvirt backend on libvirt's in-process test driver: the
+    /// systems are test-driver domains (running when `power_on`), and power changes are
+    /// immediate.
+    pub fn start_libvirt(
+        dir: &Path,
+        systems: &[SushySystem],
+        user: &str,
+        password: &str,
+    ) -> Result<Sushy> {
+        Self::start_inner(dir, systems, user, password, Backend::LibvirtTest)
     }
 
     /// Like [`Sushy::start`], and every applied power change of a system runs `hook` before
@@ -110,7 +126,7 @@ impl Sushy {
         password: &str,
         hook: Arc<PowerHook>,
     ) -> Result<Sushy> {
-        Self::start_inner(dir, systems, user, password, Some(hook))
+        Self::start_inner(dir, systems, user, password, Backend::Fake(Some(hook)))
     }
 
     fn start_inner(
@@ -118,8 +134,12 @@ impl Sushy {
         systems: &[SushySystem],
         user: &str,
         password: &str,
-        hook: Option<Arc<PowerHook>>,
+        backend: Backend,
     ) -> Result<Sushy> {
+        let (hook, libvirt) = match backend {
+            Backend::Fake(hook) => (hook, false),
+            Backend::LibvirtTest => (None, true),
+        };
         let venv = sushy_venv();
         let emulator = venv.join("bin").join("sushy-emulator");
         let python = venv.join("bin").join("python");
@@ -196,7 +216,9 @@ impl Sushy {
                 python_str(&p.display().to_string())
             );
         }
-        let _ = writeln!(conf, "SUSHY_EMULATOR_FAKE_DRIVER = True");
+        if !libvirt {
+            let _ = writeln!(conf, "SUSHY_EMULATOR_FAKE_DRIVER = True");
+        }
         let _ = writeln!(conf, "SUSHY_EMULATOR_FAKE_SYSTEMS = [");
         for s in systems {
             let _ = writeln!(
@@ -213,12 +235,21 @@ impl Sushy {
         std::fs::write(&conf_path, conf).map_err(LabError::io(&conf_path))?;
 
         let mut cmd = Command::new("nice");
-        cmd.arg("-n")
-            .arg("10")
-            .arg(&emulator)
-            .arg("--config")
-            .arg(&conf_path)
-            .arg("--fake");
+        cmd.arg("-n").arg("10");
+        if libvirt {
+            let launcher = libvirt_launcher(dir, systems)?;
+            cmd.env("PYTHONPATH", dir.join("libvirt-py"))
+                .arg(&python)
+                .arg(&launcher)
+                .arg("--config")
+                .arg(&conf_path)
+                .args(["--libvirt-uri", "test:///default"]);
+        } else {
+            cmd.arg(&emulator)
+                .arg("--config")
+                .arg(&conf_path)
+                .arg("--fake");
+        }
         let lab_id = format!("sushy-{:08x}", rand::random::<u32>());
         let mut daemon = Daemon::spawn("sushy-emulator", cmd, &lab_id, &dir.join("sushy.log"))?;
         daemon.wait_ready(Duration::from_secs(90), || {
@@ -271,6 +302,65 @@ impl Sushy {
     pub fn check_alive(&mut self) -> Result<()> {
         self.daemon.check_alive()
     }
+}
+
+enum Backend {
+    Fake(Option<Arc<PowerHook>>),
+    LibvirtTest,
+}
+
+/// Exposes Debian's libvirt module to the virtualenv (`<dir>/libvirt-py`) and writes a
+/// launcher that defines the systems as domains of the shared in-process test driver, keeps
+/// that connection open (the driver's state lives as long as one connection does), and runs
+/// sushy's own `main()`.
+fn libvirt_launcher(dir: &Path, systems: &[SushySystem]) -> Result<PathBuf> {
+    let dist = Path::new("/usr/lib/python3/dist-packages");
+    let py = dir.join("libvirt-py");
+    std::fs::create_dir_all(&py).map_err(LabError::io(&py))?;
+    let entries = std::fs::read_dir(dist).map_err(LabError::io(dist))?;
+    let mut found = false;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name == "libvirt.py" || name == "libvirtaio.py" || name.starts_with("libvirtmod.") {
+            found |= name == "libvirt.py";
+            let link = py.join(&name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(e.path(), &link).map_err(LabError::io(&link))?;
+        }
+    }
+    if !found {
+        return Err(LabError::MissingTool {
+            tool: "python3-libvirt".into(),
+            hint: format!("no libvirt.py in {}", dist.display()),
+        });
+    }
+    let mut domains = String::new();
+    for s in systems {
+        let _ = writeln!(
+            domains,
+            "    ({}, {}, {}),",
+            python_str(&s.name),
+            python_str(&s.uuid),
+            if s.power_on { "True" } else { "False" }
+        );
+    }
+    let script = format!(
+        r#"import sys, libvirt
+conn = libvirt.open("test:///default")  # kept open: it holds the shared test driver alive
+for name, uu, on in [
+{domains}]:
+    d = conn.defineXML(f"""<domain type="test"><name>{{name}}</name><uuid>{{uu}}</uuid>
+      <memory>1048576</memory><vcpu>1</vcpu><os><type arch="x86_64">hvm</type><boot dev="hd"/></os></domain>""")
+    if on:
+        d.create()
+from sushy_tools.emulator.main import main
+sys.argv[0] = "sushy-emulator"
+sys.exit(main())
+"#
+    );
+    let path = dir.join("sushy_libvirt_test.py");
+    std::fs::write(&path, script).map_err(LabError::io(&path))?;
+    Ok(path)
 }
 
 /// The listener of sushy's external notifications (plain HTTP on 127.0.0.1: it carries no
