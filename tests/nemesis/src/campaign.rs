@@ -360,20 +360,30 @@ fn lease_fresh(world: &World, node: &str) -> bool {
 
 /// The storage checker over one writer's volume and every acknowledgement log it wrote.
 fn judge_writer(world: &World, w: &str, t: f64) -> Result<Record> {
-    let volume = world.storage.volume_file(w);
-    let records = palisade_labstore::volume::read_file(&volume)
-        .with_context(|| format!("reading {}", volume.display()))?;
+    // The writers are still running: read the acknowledgements first, then the volume. The
+    // server makes a write durable before it acknowledges it, so every acknowledgement read
+    // here must be in the volume read after it; the other order would count a write
+    // acknowledged in between as lost.
     let mut acks = Vec::new();
     let mut pods = Vec::new();
+    let mut firsts = Vec::new();
     for log in world.ack_logs(w) {
         let text = std::fs::read_to_string(&log)?;
         let parsed = parse_ack_log(&text)
             .map_err(|(line, e)| anyhow::anyhow!("{} line {line}: {e}", log.display()))?;
         let uid = ack_log_uid(&log);
         let node = parsed.first().map(|a| a.node.clone()).unwrap_or_default();
+        firsts.push(parsed.first().map(|a| a.ack_ms).unwrap_or(u64::MAX));
         pods.push((uid, node, parsed.len()));
         acks.extend(parsed);
     }
+    // Incarnations in the order they first wrote.
+    let mut order: Vec<usize> = (0..pods.len()).collect();
+    order.sort_by_key(|i| firsts[*i]);
+    let pods: Vec<(String, String, usize)> = order.into_iter().map(|i| pods[i].clone()).collect();
+    let volume = world.storage.volume_file(w);
+    let records = palisade_labstore::volume::read_file(&volume)
+        .with_context(|| format!("reading {}", volume.display()))?;
     let report = analyze(&entries_from(&records), &acks);
     Ok(Record::Writer {
         t,

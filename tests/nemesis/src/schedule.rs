@@ -22,7 +22,11 @@ pub enum Target {
 /// One fault and how long it lasts. Durations are milliseconds of wall-clock time on the
 /// nemesis' side; they drive the fault, they are not assertions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "fault")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "fault"
+)]
 pub enum Fault {
     /// The machine's link goes down (it reaches nothing), then comes back.
     CutAll {
