@@ -278,3 +278,34 @@ pub fn read(path: &Path) -> Result<Vec<Record>, String> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::Target;
+
+    #[test]
+    fn a_history_reads_back_as_it_was_written() {
+        let dir = std::env::temp_dir().join(format!("nemesis-history-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("history.jsonl");
+        let h = History::create(&path).unwrap();
+        h.push(Record::Fault {
+            t: 1.5,
+            event: 0,
+            fault: Fault::CutAll {
+                target: Target::WriterHost(1),
+                hold_ms: 8_000,
+            },
+            machine: Some("m2".into()),
+            detail: "All for 8000 ms".into(),
+        });
+        h.push(Record::Heal {
+            t: 9.5,
+            event: 0,
+            detail: "healed".into(),
+        });
+        assert_eq!(read(&path).unwrap(), h.records());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
