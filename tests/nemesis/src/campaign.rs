@@ -275,6 +275,12 @@ fn settle(world: &World, h: &History, timeout: Duration) -> bool {
                 waiting.push(format!("{} Lease not renewed", m.name()));
             }
         }
+        if world
+            .identity_pod()
+            .is_none_or(|p| palisade_scenario::pod_phase(&p) != "Running")
+        {
+            waiting.push(format!("identity {} not Running", crate::world::IDENTITY));
+        }
         for w in &world.writers {
             let n = world.ack_count(w);
             if prev.get(w).is_none_or(|p| n <= *p) {
@@ -503,6 +509,19 @@ fn render(
             );
         }
     }
+    let identity_pods = records
+        .iter()
+        .filter(|r| matches!(r, Record::Pod { writer, .. } if writer == crate::world::IDENTITY))
+        .count();
+    let overlaps = records
+        .iter()
+        .filter(|r| matches!(r, Record::TwoIncarnations { .. }))
+        .count();
+    let _ = writeln!(
+        s,
+        "identity {}-0 (no volume): {identity_pods} incarnation(s), {overlaps} time(s) two alive at once",
+        crate::world::IDENTITY
+    );
     let _ = writeln!(
         s,
         "liveness: {}",

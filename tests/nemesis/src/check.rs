@@ -5,9 +5,14 @@
 //!   the same status, record a verified level with evidence for it, observed no later than
 //!   the first release;
 //! - **release-outside-fence**: a released pod must have been bound to the fenced node;
+//! - **replacement-without-fence**: a pod replaced by a new incarnation on another node was
+//!   seen only after a NodeFence of the old node had recorded `Fenced` (this also covers
+//!   releases a status does not list, for example by a leader killed before it recorded them);
 //! - **illegal-transition**: phases follow the state machine (`Phase::can_transition_to`);
 //! - **at-most-one** and **acknowledged-write-lost**: the storage checker's verdict over each
 //!   writer's volume and acknowledgement logs (recorded as [`Record::Writer`]);
+//! - **at-most-one-process**: two incarnations of a volume-less identity alive at once
+//!   ([`Record::TwoIncarnations`], proven by the observer);
 //! - **token-regressed**: a bridge action accepted with a lower fencing token than one it
 //!   accepted earlier for the same target.
 
@@ -61,6 +66,21 @@ pub fn check_all(history: &[Record]) -> Vec<Violation> {
                 }
                 continue;
             }
+            Record::TwoIncarnations {
+                identity,
+                processes,
+                ..
+            } => {
+                let detail =
+                    format!("identity {identity}: two incarnations alive at once: {processes:?}");
+                if seen.insert(("at-most-one-process", detail.clone())) {
+                    out.push(Violation {
+                        check: "at-most-one-process",
+                        detail,
+                    });
+                }
+                continue;
+            }
             _ => continue,
         };
         for v in check_snapshot(snap, &pods) {
@@ -71,6 +91,59 @@ pub fn check_all(history: &[Record]) -> Vec<Violation> {
         }
     }
     out.extend(check_tokens(history));
+    out.extend(check_replacements(history));
+    out
+}
+
+/// Every pod replaced on another node was seen only after a fence of its old node was
+/// verified (a `Fenced` transition, by the controller's clock, before the nemesis saw the
+/// replacement: sound, because the replacement exists only after the old pod was deleted).
+fn check_replacements(history: &[Record]) -> Vec<Violation> {
+    // Per node: the times its fences recorded Fenced.
+    let mut fenced: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();
+    for r in history {
+        if let Record::Phase { snapshot, .. }
+        | Record::Release { snapshot, .. }
+        | Record::FenceFinal { snapshot, .. } = r
+        {
+            for (phase, at, _) in &snapshot.transitions {
+                if phase == "Fenced" {
+                    fenced
+                        .entry(snapshot.node.as_str())
+                        .or_default()
+                        .insert(*at);
+                }
+            }
+        }
+    }
+    let mut last: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
+    let mut out = Vec::new();
+    for r in history {
+        let Record::Pod {
+            name,
+            uid,
+            node,
+            seen_us,
+            ..
+        } = r
+        else {
+            continue;
+        };
+        if let Some((old_uid, old_node)) = last.insert(name, (uid, node)) {
+            let verified_before = fenced
+                .get(old_node)
+                .and_then(|times| times.iter().next())
+                .is_some_and(|first| first <= seen_us);
+            if old_node != node && !verified_before {
+                out.push(Violation {
+                    check: "replacement-without-fence",
+                    detail: format!(
+                        "{name} (uid {old_uid} on {old_node}) was replaced by uid {uid} on {node}, seen at {seen_us} µs, with no fence of {old_node} verified before"
+                    ),
+                });
+            }
+        }
+    }
     out
 }
 
@@ -238,6 +311,7 @@ mod tests {
                 name: "w0-0".into(),
                 uid: "pod-1".into(),
                 node: "m0".into(),
+                seen_us: 0,
             },
             Record::Release {
                 t: 1.0,
@@ -287,6 +361,7 @@ mod tests {
             name: "w0-0".into(),
             uid: "pod-1".into(),
             node: "m3".into(),
+            seen_us: 0,
         };
         let v = check_all(&h);
         assert_eq!(v.len(), 1, "{v:?}");
@@ -326,6 +401,56 @@ mod tests {
         }];
         let checks: Vec<&str> = check_all(&h).iter().map(|v| v.check).collect();
         assert_eq!(checks, vec!["at-most-one", "acknowledged-write-lost"]);
+    }
+
+    fn pod(uid: &str, node: &str, seen_us: i64) -> Record {
+        Record::Pod {
+            t: 0.0,
+            writer: "w0".into(),
+            name: "w0-0".into(),
+            uid: uid.into(),
+            node: node.into(),
+            seen_us,
+        }
+    }
+
+    #[test]
+    fn a_replacement_seen_after_the_old_node_was_verified_fenced_passes() {
+        // The snapshot's Fenced transition is at 2 µs.
+        let mut h = release(snapshot());
+        h.push(pod("pod-2", "m1", 10));
+        assert_eq!(check_all(&h), vec![]);
+    }
+
+    #[test]
+    fn a_replacement_on_another_node_without_a_verified_fence_is_a_violation() {
+        let h = vec![pod("pod-1", "m0", 0), pod("pod-2", "m1", 10)];
+        let v = check_all(&h);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].check, "replacement-without-fence");
+        // A fence verified only after the replacement was seen does not count.
+        let mut s = snapshot();
+        s.released.clear();
+        let mut h = vec![pod("pod-1", "m0", 0)];
+        h.push(Record::FenceFinal {
+            t: 0.0,
+            snapshot: s,
+        });
+        h.push(pod("pod-2", "m1", 1));
+        assert_eq!(check_all(&h)[0].check, "replacement-without-fence");
+    }
+
+    #[test]
+    fn two_live_incarnations_of_a_volume_less_identity_are_a_violation() {
+        let h = vec![Record::TwoIncarnations {
+            t: 3.0,
+            identity: "v0-0".into(),
+            processes: vec![
+                ("lab/m0".into(), "a".into(), 10),
+                ("lab/m2".into(), "b".into(), 20),
+            ],
+        }];
+        assert_eq!(check_all(&h)[0].check, "at-most-one-process");
     }
 
     #[test]

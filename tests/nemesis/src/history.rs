@@ -151,6 +151,9 @@ pub enum Record {
         uid: String,
         /// Node it is bound to.
         node: String,
+        /// When the nemesis first saw it, µs since the epoch (the host's clock, which the
+        /// controller's timestamps also come from).
+        seen_us: i64,
     },
     /// The nemesis itself repaired the lab (a technician's action, outside Palisade).
     Repair {
@@ -199,6 +202,16 @@ pub enum Record {
         /// The audit record.
         record: serde_json::Value,
     },
+    /// Two incarnations of a volume-less identity were alive at once (see
+    /// [`crate::presence`]).
+    TwoIncarnations {
+        /// Seconds since start.
+        t: f64,
+        /// The identity (pod name).
+        identity: String,
+        /// The processes: (machine marker, pod UID, pid).
+        processes: Vec<(String, String, i32)>,
+    },
     /// A violation found by a check.
     Violation {
         /// Seconds since start.
@@ -227,6 +240,14 @@ impl History {
             file: Mutex::new(File::create(path)?),
             records: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Now, µs since the Unix epoch.
+    pub fn now_us() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as i64)
+            .unwrap_or(0)
     }
 
     /// Seconds since the history was created.

@@ -5,8 +5,10 @@
 //! firmware-bridge, two controllers, and StatefulSet writers on ReadWriteOnce volumes.
 //! [`schedule`] draws the fault events from the seed (a pure function, so a seed replays);
 //! [`faults`] applies and heals each one; [`observer`] records every NodeFence transition,
-//! release and writer pod in the [`history`] (JSON lines); [`check`] judges the history
-//! (at-most-one and no acknowledged write lost per writer, through the storage checker; no
+//! release and writer pod in the [`history`] (JSON lines), and proves any two live
+//! incarnations of the volume-less identity ([`presence`]); [`check`] judges the history
+//! (at-most-one and no acknowledged write lost per writer, through the storage checker; at
+//! most one live process per volume-less identity; no
 //! release without verified evidence in the same NodeFence status; releases only of the fenced
 //! node's pods; legal phase transitions; bridge tokens never going down); [`campaign`] ties
 //! them together and writes the report, with the command that replays it.
@@ -16,6 +18,7 @@ pub mod check;
 pub mod faults;
 pub mod history;
 pub mod observer;
+pub mod presence;
 pub mod schedule;
 pub mod world;
 

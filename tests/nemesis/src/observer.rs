@@ -1,6 +1,7 @@
 //! The observer: polls the API every half second while the campaign runs and records every
 //! NodeFence phase transition and release (with the status they were observed in) and every
-//! writer pod's binding. A poll that fails (the API server is down) is simply retried.
+//! writer pod's binding, and scans the processes of volume-less identities
+//! ([`crate::presence`]). A poll that fails (the API server is down) is simply retried.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,6 +85,7 @@ pub fn run(c: &Cluster, h: &History, stop: &AtomicBool) {
     // Per NodeFence UID: transitions and released pods already recorded.
     let mut seen: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let mut pods_seen: BTreeSet<String> = BTreeSet::new();
+    let mut overlaps_seen: BTreeSet<(String, Vec<String>)> = BTreeSet::new();
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), APP_NS);
     while !stop.load(Ordering::Relaxed) {
         if let Some(fences) = list_fences(c) {
@@ -123,8 +125,29 @@ pub fn run(c: &Cluster, h: &History, stop: &AtomicBool) {
                         name: p.name_any(),
                         uid,
                         node,
+                        seen_us: History::now_us(),
                     });
                 }
+            }
+        }
+        for (identity, found) in crate::presence::scan() {
+            let both = crate::presence::overlapping(&found);
+            if both.is_empty() {
+                continue;
+            }
+            let mut uids: Vec<String> = both.iter().map(|p| p.pod_uid.clone()).collect();
+            uids.sort();
+            uids.dedup();
+            // One record per pair of incarnations, however long they overlap.
+            if overlaps_seen.insert((identity.clone(), uids)) {
+                h.push(Record::TwoIncarnations {
+                    t: h.t(),
+                    identity,
+                    processes: both
+                        .into_iter()
+                        .map(|p| (p.machine, p.pod_uid, p.pid))
+                        .collect(),
+                });
             }
         }
         std::thread::sleep(Duration::from_millis(500));

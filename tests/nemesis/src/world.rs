@@ -4,7 +4,9 @@
 //! real control plane, a BMC per machine and a PDU, the lab storage server with its CSI
 //! attacher, the firmware-bridge holding every credential, two controllers (a leader and a
 //! standby) and `writers` StatefulSets `w0`, `w1`, ..., each writing to its own ReadWriteOnce
-//! CSI volume and logging its acknowledgements under `<lab>/acks/<writer>/`.
+//! CSI volume and logging its acknowledgements under `<lab>/acks/<writer>/`, plus one
+//! volume-less identity ([`IDENTITY`]: a StatefulSet whose container only sleeps), judged by
+//! process presence ([`crate::presence`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -26,6 +28,8 @@ use serde_json::json;
 
 /// The namespace the writers run in.
 pub const APP_NS: &str = "app";
+/// The volume-less identity's StatefulSet (its pod is `<IDENTITY>-0`).
+pub const IDENTITY: &str = "v0";
 /// The controllers' Lease (in [`SYSTEM_NS`]).
 pub const LEADER_LEASE: &str = "palisade-controller";
 
@@ -238,6 +242,7 @@ impl World {
         for w in &world.writers {
             world.create_writer(w)?;
         }
+        world.create_identity()?;
         for w in &world.writers {
             let pod = eventually(
                 &format!("writer {w} Running"),
@@ -252,7 +257,59 @@ impl World {
             )?;
             say(&format!("writer {w} Running on {node} and writing"));
         }
+        let pod = eventually(
+            &format!("identity {IDENTITY} Running"),
+            Duration::from_secs(180),
+            || world.identity_pod().filter(|p| pod_phase(p) == "Running"),
+        )?;
+        let node = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
+        say(&format!(
+            "volume-less identity {IDENTITY}-0 Running on {node}"
+        ));
         Ok(world)
+    }
+
+    /// The volume-less identity: one replica whose container sleeps, marked with
+    /// [`crate::presence::IDENTITY_ENV`] and its pod UID.
+    fn create_identity(&self) -> Result<()> {
+        let c = &self.cluster;
+        let sts: StatefulSet = serde_json::from_value(json!({
+            "metadata": {"name": IDENTITY, "namespace": APP_NS},
+            "spec": {
+                "replicas": 1, "serviceName": IDENTITY,
+                "selector": {"matchLabels": {"app": IDENTITY}},
+                "template": {
+                    "metadata": {"labels": {"app": IDENTITY}},
+                    "spec": {
+                        "automountServiceAccountToken": false,
+                        "terminationGracePeriodSeconds": 5,
+                        "containers": [{
+                            "name": "app", "image": "host",
+                            "command": ["/bin/sh", "-c", "exec sleep 864000"],
+                            "env": [
+                                {"name": crate::presence::IDENTITY_ENV, "value": format!("{IDENTITY}-0")},
+                                {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
+                            ]
+                        }]
+                    }
+                }
+            }
+        }))?;
+        c.rt.block_on(
+            Api::<StatefulSet>::namespaced(c.client.clone(), APP_NS)
+                .create(&PostParams::default(), &sts),
+        )?;
+        Ok(())
+    }
+
+    /// The volume-less identity's pod, if it exists.
+    pub fn identity_pod(&self) -> Option<Pod> {
+        let pods: Api<Pod> = Api::namespaced(self.cluster.client.clone(), APP_NS);
+        self.cluster
+            .rt
+            .block_on(pods.get_opt(&format!("{IDENTITY}-0")))
+            .ok()
+            .flatten()
     }
 
     fn create_writer(&self, w: &str) -> Result<()> {
