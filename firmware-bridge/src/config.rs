@@ -15,7 +15,7 @@ use crate::policy::PolicyRule;
 use crate::secret::{Secret, SecretError, SecretRef};
 
 /// Device URL schemes the bridge knows how to drive.
-pub const KNOWN_SCHEMES: &[&str] = &["ipmi", "snmp+pdu", "storagefw+https"];
+pub const KNOWN_SCHEMES: &[&str] = &["ipmi", "snmp+pdu", "redfish+https", "storagefw+https"];
 
 /// Errors reading or validating the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -241,8 +241,12 @@ impl FileConfig {
                     )));
                 }
                 for d in &l.devices {
-                    check_device(&t.id, d, &["ipmi", "snmp+pdu", "storagefw+https"])
-                        .map_err(&invalid)?;
+                    check_device(
+                        &t.id,
+                        d,
+                        &["ipmi", "snmp+pdu", "redfish+https", "storagefw+https"],
+                    )
+                    .map_err(&invalid)?;
                 }
             }
             for d in &t.storage {

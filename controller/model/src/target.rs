@@ -2,7 +2,7 @@
 //!
 //! Levels are tried in order; every device in a level must succeed (and be verified) for the
 //! level to count. Devices are addressed by URL; the scheme picks the agent:
-//! `ipmi://`, `snmp+pdu://`, `storagefw+https://`, or `bridge://<host>:<port>/<target-id>` when the
+//! `ipmi://`, `snmp+pdu://`, `redfish+https://`, `storagefw+https://`, or `bridge://<host>:<port>/<target-id>` when the
 //! firmware-bridge holds the inventory and the credentials.
 
 use std::collections::BTreeMap;
@@ -65,12 +65,13 @@ pub struct FenceDevice {
     ///
     /// A URL never carries credentials: a `user:password@` part is refused by the schema and by
     /// [`FenceTargetSpec::validate`] (they belong in `credentialsSecretRef`). A bare user name
-    /// is allowed where the agent takes one from the URL: `ipmi://user@host` and an SNMPv3
+    /// is allowed where the agent takes one from the URL: `ipmi://user@host`,
+    /// `redfish+https://user@host` and an SNMPv3
     /// user (`snmp+pdu://user@host/...?version=3`); anywhere else a `user@` part is refused too
     /// (an SNMP community in that place would be a secret).
     #[schemars(
         regex(
-            pattern = r"^(ipmi|snmp\+pdu|storagefw\+https|bridge)://([^\s/@:]+@)?[^\s/@]+(/[^\s]*)?$"
+            pattern = r"^(ipmi|snmp\+pdu|redfish\+https|storagefw\+https|bridge)://([^\s/@:]+@)?[^\s/@]+(/[^\s]*)?$"
         ),
         length(max = 2048)
     )]
@@ -124,6 +125,8 @@ pub enum DeviceScheme {
     Ipmi,
     /// `snmp+pdu://`: a switched PDU over SNMP (power).
     SnmpPdu,
+    /// `redfish+https://`: a Redfish BMC's ComputerSystem (power).
+    Redfish,
     /// `storagefw+https://`: the storage firewall's HTTPS API (storage).
     StorageFirewall,
     /// `bridge://`: the firmware-bridge, which holds the inventory and credentials.
@@ -141,6 +144,7 @@ impl DeviceScheme {
         match scheme {
             "ipmi" => Some(Self::Ipmi),
             "snmp+pdu" => Some(Self::SnmpPdu),
+            "redfish+https" => Some(Self::Redfish),
             "storagefw+https" => Some(Self::StorageFirewall),
             "bridge" => Some(Self::Bridge),
             _ => None,
@@ -150,7 +154,7 @@ impl DeviceScheme {
     /// The device kind this scheme implies, if it implies one (`bridge://` serves both).
     pub fn implied_kind(self) -> Option<DeviceKind> {
         match self {
-            Self::Ipmi | Self::SnmpPdu => Some(DeviceKind::Power),
+            Self::Ipmi | Self::SnmpPdu | Self::Redfish => Some(DeviceKind::Power),
             Self::StorageFirewall => Some(DeviceKind::Storage),
             Self::Bridge => None,
         }
@@ -170,7 +174,7 @@ pub enum TargetError {
         level: usize,
     },
     /// A URL whose scheme Palisade does not know.
-    #[error("levels[{level}].devices[{device}].url {url:?}: scheme must be ipmi, snmp+pdu, storagefw+https or bridge")]
+    #[error("levels[{level}].devices[{device}].url {url:?}: scheme must be ipmi, snmp+pdu, redfish+https, storagefw+https or bridge")]
     UnknownScheme {
         /// Level index.
         level: usize,
@@ -246,8 +250,8 @@ pub fn has_userinfo(url: &str) -> bool {
 }
 
 /// True when the URL carries credentials: a password (`user:password@`), or a user part where
-/// the scheme takes no user name from the URL (only `ipmi://user@` and an SNMPv3
-/// `snmp+pdu://user@…?version=3` do), or a user part with no `://` at all.
+/// the scheme takes no user name from the URL (only `ipmi://user@`, `redfish+https://user@`
+/// and an SNMPv3 `snmp+pdu://user@…?version=3` do), or a user part with no `://` at all.
 pub fn has_credentials(url: &str) -> bool {
     let Some(auth) = authority(url) else {
         return url.contains('@');
@@ -262,7 +266,7 @@ pub fn has_credentials(url: &str) -> bool {
         && url
             .split_once('?')
             .is_some_and(|(_, q)| q.split('&').any(|kv| kv == "version=3"));
-    !(url.starts_with("ipmi://") || snmp_v3)
+    !(url.starts_with("ipmi://") || url.starts_with("redfish+https://") || snmp_v3)
 }
 
 /// The URL with any userinfo replaced by `REDACTED`, safe for logs, Events and status.
@@ -420,7 +424,11 @@ mod tests {
             ),
             ("bridge://m0", Some(DeviceScheme::Bridge)),
             ("bridge://", None),
-            ("redfish+https://bmc", None),
+            (
+                "redfish+https://admin@bmc:8443/redfish/v1/Systems/1?fingerprint=ab",
+                Some(DeviceScheme::Redfish),
+            ),
+            ("redfish://bmc", None),
             ("ipmi:/x", None),
             ("ipmi://a b", None),
             ("", None),
@@ -485,6 +493,7 @@ mod tests {
         for ok in [
             "ipmi://admin@127.0.0.1:623?cipher=3",
             "snmp+pdu://fencer@pdu:161/outlets/1?version=3",
+            "redfish+https://admin@bmc:8443/redfish/v1/Systems/1",
         ] {
             assert!(!has_credentials(ok), "{ok}");
         }

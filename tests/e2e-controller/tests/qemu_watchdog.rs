@@ -96,6 +96,8 @@ fn a_frozen_agent_is_powered_off_by_its_watchdog_before_the_controller_trusts_it
     );
     assert_eq!(ad, ("6".to_string(), "true".to_string()), "{ad:?}");
 
+    // The controller installs the CRDs.
+    let _ctl = start_controller(&lab, "ctl-qemu-wd");
     let sim = Sim::new(&lab, &rt);
     sim.nodes(&[SimNode::new("s1", None), SimNode::new("s2", None)]);
     policy_with(
@@ -104,7 +106,6 @@ fn a_frozen_agent_is_powered_off_by_its_watchdog_before_the_controller_trusts_it
         json!({"trustSelfFence": {"enabled": true, "marginSeconds": 1}}),
     );
     let _pod = running_worker(&c, &rt, "m0");
-    let _ctl = start_controller(&lab, "ctl-qemu-wd");
 
     // Watch the VM from the host: the first moment its QEMU process is seen gone.
     let qemu = m.power_pid().expect("the VM runs");
