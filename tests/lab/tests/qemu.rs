@@ -77,7 +77,7 @@ fn bmc_power_off_stops_the_vm_and_power_on_boots_it_with_a_new_boot_id() {
 }
 
 #[test]
-fn bmc_cycle_and_reset_reboot_the_vm_and_soft_off_stops_it_through_acpi() {
+fn bmc_cycle_and_reset_reboot_the_vm() {
     let lab = lab(1);
     let m = &lab.machines()[0];
     let boot0 = m.boot_id().unwrap();
@@ -101,12 +101,6 @@ fn bmc_cycle_and_reset_reboot_the_vm_and_soft_off_stops_it_through_acpi() {
         .expect("boots after reset");
     assert_ne!(boot2, boot0);
     assert_eq!(m.power_pid(), Some(qemu1), "reset keeps the VM process");
-
-    // soft: the guest's ACPI power button handler powers it off.
-    let out = ipmitool(&lab, 0, &["chassis", "power", "soft"]);
-    assert!(out.status.success(), "{out:?}");
-    wait_status(&lab, 0, "off");
-    assert!(!alive(qemu1), "QEMU is gone once the BMC says off");
 }
 
 #[test]
@@ -184,7 +178,7 @@ i=0
 while :; do
   i=$((i+1))
   if ping -c1 -W1 $hub >/dev/null 2>&1; then p=up; else p=down; fi
-  if printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 $hub 6443 2>/dev/null | grep -q HTTP; then a=up; else a=down; fi
+  if printf 'GET / HTTP/1.0\r\n\r\n' | timeout 3 nc -w 2 $hub 6443 2>/dev/null | grep -q HTTP; then a=up; else a=down; fi
   echo "$i ping=$p api=$a" > /machine/probe.tmp && mv /machine/probe.tmp /machine/probe
   sleep 1
 done"#;
