@@ -343,7 +343,9 @@ fn the_guest_sees_its_configured_smbios_uuid_and_the_bmc_reports_its_configured_
     let m = &lab.machines()[0];
     let seen = std::fs::read_to_string(m.guest_dir().join("product_uuid")).unwrap();
     assert_eq!(seen.trim().to_lowercase(), m.system_uuid());
-    let out = ipmitool(&lab, 0, &["mc", "guid"]);
+    // The lab configures the GUID's bytes in RFC 4122 (network) order. ipmitool's default
+    // guesses the encoding from the version field, which a random GUID sometimes defeats.
+    let out = ipmitool(&lab, 0, &["mc", "guid", "rfc4122"]);
     assert!(out.status.success(), "{out:?}");
     let guid = stdout(&out)
         .lines()
