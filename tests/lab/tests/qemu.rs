@@ -343,18 +343,14 @@ fn the_guest_sees_its_configured_smbios_uuid_and_the_bmc_reports_its_configured_
     let m = &lab.machines()[0];
     let seen = std::fs::read_to_string(m.guest_dir().join("product_uuid")).unwrap();
     assert_eq!(seen.trim().to_lowercase(), m.system_uuid());
-    // The lab configures the GUID's bytes in RFC 4122 (network) order. ipmitool's default
-    // guesses the encoding from the version field, which a random GUID sometimes defeats.
-    let out = ipmitool(&lab, 0, &["mc", "guid", "rfc4122"]);
+    // Get System GUID (NetFn App 0x06, command 0x37), read raw: ipmitool's `mc guid` guesses
+    // the encoding from the version field (and ignores an explicit one in 1.8.19), so a random
+    // GUID is sometimes shown byte-swapped. The lab configures the bytes in this order.
+    let out = ipmitool(&lab, 0, &["raw", "0x06", "0x37"]);
     assert!(out.status.success(), "{out:?}");
-    let guid = stdout(&out)
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("System GUID")
-                .map(|r| r.trim_start_matches([' ', ':']).to_lowercase())
-        })
-        .expect("ipmitool prints the System GUID");
-    assert_eq!(guid, m.bmc_guid());
+    let raw: String = stdout(&out).split_whitespace().collect();
+    assert_eq!(raw.len(), 32, "16 bytes of GUID: {raw}");
+    assert_eq!(raw.to_lowercase(), m.bmc_guid().replace('-', ""));
     assert_ne!(
         m.bmc_guid(),
         m.system_uuid(),
