@@ -214,11 +214,17 @@ async fn fresh_marker(ctx: &Ctx, node: &str) -> Result<Option<String>, Error> {
     Ok(lease.map(|l| palisade_decide::convert::heartbeat(&n, Some(&l)).marker()))
 }
 
-/// The oldest other unfinished `NodeFence` for the same node, if older than `nf` (creation
-/// time, then name): the one that acts.
+/// The other unfinished `NodeFence` for the same node that acts instead of `nf`, if any: one
+/// that has already left `Pending` comes first, then the older by creation time, then by name.
+///
+/// Guarantees: a fence that has started (it may hold a token and have commanded devices) is
+/// never superseded by one still `Pending`. Creation times have one-second resolution, so two
+/// fences created in the same second are otherwise ordered by name alone, which must not let a
+/// new request displace the one already fencing.
 fn older_sibling(ctx: &Ctx, nf: &NodeFence) -> Option<String> {
     let key = |f: &NodeFence| {
         (
+            crate::detect::phase_of(f) == Phase::Pending,
             f.metadata.creation_timestamp.clone().map(|t| t.0),
             f.name_any(),
         )
@@ -233,7 +239,7 @@ fn older_sibling(ctx: &Ctx, nf: &NodeFence) -> Option<String> {
         .map(|f| key(&f))
         .filter(|k| *k < ours)
         .min()
-        .map(|(_, name)| name)
+        .map(|(_, _, name)| name)
 }
 
 /// Annotation a person sets on a `NodeFence` to confirm, after checking the machine, that none
