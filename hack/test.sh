@@ -42,6 +42,8 @@ done
 exclude=()
 for p in "${present[@]}"; do exclude+=(--exclude "$p"); done
 status=0
+log=target/test-suite.log
+: > "$log"
 # The attach-detach negative control waits out Kubernetes 1.20's 6-minute force detach, mostly
 # idle: it runs in the background, beside the rest of the suite.
 slow=force_deleted_writer_on_a_partitioned_machine_is_split_brain_unless_storage_fenced
@@ -49,10 +51,10 @@ say "starting $slow in the background (about 7 minutes)"
 cargo test -p palisade-labstore --test lab_statefulset > target/lab_statefulset.log 2>&1 &
 slow_pid=$!
 say "running the suite (${threads} test threads per binary)"
-cargo test --workspace "${exclude[@]}" --no-fail-fast -- --test-threads="$threads" --skip "$slow" || status=$?
+cargo test --workspace "${exclude[@]}" --no-fail-fast -- --test-threads="$threads" --skip "$slow" 2>&1 | tee -a "$log" || status=$?
 for p in "${present[@]}"; do
   say "running $p (one test at a time)"
-  cargo test -p "$p" --no-fail-fast -- --test-threads=1 || status=$?
+  cargo test -p "$p" --no-fail-fast -- --test-threads=1 2>&1 | tee -a "$log" || status=$?
 done
 slow_status=0
 wait "$slow_pid" || slow_status=$?
@@ -60,6 +62,10 @@ say "$slow (background):"
 cat target/lab_statefulset.log
 [ "$slow_status" -eq 0 ] || status=$slow_status
 if [ "$status" -ne 0 ]; then
+  # CI keeps only the tail of the output: name what failed last, where it stays visible.
+  say "failures (from $log and target/lab_statefulset.log):"
+  grep -hE '^test .* \.\.\. FAILED$|panicked at|^error: test failed|^     Running ' "$log" target/lab_statefulset.log \
+    | grep -B1 -E 'FAILED|panicked|error: test failed' | grep -v '^--$' || true
   say "FAILED"
   exit "$status"
 fi
