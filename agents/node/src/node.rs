@@ -635,6 +635,7 @@ mod tests {
             self_fence_after: Some(Duration::from_secs(8)),
             scope: Some(ad::SelfFenceScope::All),
             runtime_pods: Some(["u1".to_string()].into()),
+            peer_check: None,
             ..Default::default()
         };
         apply_advertisement(&mut a, &now);

@@ -27,6 +27,7 @@ pub mod convert;
 pub mod decide;
 pub mod detector;
 pub mod guard;
+pub mod majority;
 pub mod phase;
 pub mod selector;
 pub mod snapshot;

@@ -70,6 +70,8 @@ pub struct Observations<'a> {
     /// The self-fence wait the node's latest observed advertisement earns ([`palisade_model::advertise::Advertisement::trust_wait`]
     /// with the policy's margin); `None` when it earns no trust.
     pub self_fence_wait: Option<std::time::Duration>,
+    /// The healthy-majority bound on trusting the node's self-fence ([`PeerTrust`]).
+    pub peer_trust: PeerTrust,
     /// Positive proof, observed after recovery began, that none of the released pods'
     /// containers exists on the node ([`clean_proof`]); `None` without one.
     pub clean_proof: Option<String>,
@@ -80,6 +82,18 @@ pub struct Observations<'a> {
     /// The oldest *other* unfinished `NodeFence` for the same node, if it is older than this
     /// one (by creation time, then name): then this one is superseded.
     pub older_sibling: Option<String>,
+}
+
+/// The healthy-majority bound on trusting a self-fence, from the node's peer check (see
+/// [`crate::majority`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerTrust {
+    /// The node's last advertisement runs no peer check: it never excuses itself, no bound.
+    NotPeerChecked,
+    /// It runs one and no healthy strict majority is seen now: its peers may be excusing it.
+    NoMajority,
+    /// It runs one: trusted no earlier than this ([`crate::majority::peer_checked_trust`]).
+    From(Timestamp),
 }
 
 /// A pod bound to the node, as release sees it.
@@ -140,6 +154,9 @@ pub enum WaitFor {
     Verdict(String),
     /// Fencing: the self-fence level's trust time.
     SelfFence,
+    /// Fencing: the node runs a peer check and the controller does not see a healthy strict
+    /// majority of nodes, so the node may be excused by its peers (a control-plane outage).
+    HealthyMajority,
     /// Recovering: the node is back but no positive proof that the released pods' containers
     /// are gone (a new boot ID, or the agent's runtime inventory) was observed yet.
     CleanProof,
@@ -445,7 +462,8 @@ fn fencing(status: &NodeFenceStatus, obs: &Observations<'_>) -> Step {
 /// Guarantees: trusted only once the node has been silent, as observed by the controller, for
 /// the whole wait since its last observed renewal; a renewal during the wait restarts it from
 /// that renewal (never shortening it), and a renewal whose advertisement no longer earns trust
-/// fails the level.
+/// fails the level. For a node that runs a peer check, also only while a healthy strict
+/// majority is seen, and no earlier than its [`PeerTrust::From`] bound.
 fn self_fence_level(
     level: i32,
     planned: &palisade_model::nodefence::PlannedLevel,
@@ -501,6 +519,16 @@ fn self_fence_level(
             marker: obs.heartbeat_marker.clone(),
         };
     }
+    let trusted_after = match obs.peer_trust {
+        PeerTrust::NotPeerChecked => trusted_after,
+        PeerTrust::NoMajority => {
+            return Step::Wait {
+                why: WaitFor::HealthyMajority,
+                until: None,
+            }
+        }
+        PeerTrust::From(t) => trusted_after.max(t),
+    };
     if obs.now.wall >= trusted_after {
         Step::TrustSelfFence { level }
     } else {

@@ -9,7 +9,7 @@ use common::wall;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use palisade_decide::phase::{
-    clean_proof, next_step, NodePod, ObjectRef, Observations, Step, WaitFor,
+    clean_proof, next_step, NodePod, ObjectRef, Observations, PeerTrust, Step, WaitFor,
 };
 use palisade_decide::verdict::{FencePlan, PlanLevel};
 use palisade_decide::{Clocks, HoldReason, Mono, Verdict, WaitReason};
@@ -92,6 +92,7 @@ struct World {
     last_renewal: Option<Timestamp>,
     marker: Option<String>,
     self_fence_wait: Option<Duration>,
+    peer_trust: PeerTrust,
     taint: bool,
     node_uid: Option<String>,
     older_sibling: Option<String>,
@@ -112,6 +113,7 @@ impl World {
             last_renewal: None,
             marker: Some("renew-0".into()),
             self_fence_wait: None,
+            peer_trust: PeerTrust::NotPeerChecked,
             taint: false,
             node_uid: Some("uid-m0".into()),
             older_sibling: None,
@@ -143,6 +145,7 @@ impl World {
             last_renewal: self.last_renewal,
             heartbeat_marker: self.marker.clone(),
             self_fence_wait: self.self_fence_wait,
+            peer_trust: self.peer_trust,
             clean_proof: self
                 .agent_clean
                 .then(|| "the agent's runtime lists none of the released pods".to_string()),
@@ -654,6 +657,45 @@ fn self_fenced_world(scope: Coverage) -> (NodeFenceSpec, NodeFenceStatus, World)
     apply(&step, &mut st, &mut w, &|_| true);
     assert_eq!(st.phase, Phase::Fencing);
     (sp, st, w)
+}
+
+#[test]
+fn a_peer_checked_self_fence_waits_for_a_healthy_majority_and_its_bound() {
+    let (sp, st, mut w) = self_fenced_world(Coverage::All);
+    // Past the node's own trust time, but no healthy majority: its peers may be excusing it.
+    w.now = 25;
+    w.peer_trust = PeerTrust::NoMajority;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::HealthyMajority,
+            until: None
+        }
+    );
+    // A majority came back at t=18: trust waits for the later bound (here t=33).
+    w.peer_trust = PeerTrust::From(wall(33));
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::SelfFence,
+            until: Some(wall(33))
+        }
+    );
+    w.now = 33;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::TrustSelfFence { level: 0 }
+    );
+    // A bound earlier than the node's own trust time never shortens it.
+    w.now = 19;
+    w.peer_trust = PeerTrust::From(wall(5));
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::SelfFence,
+            until: Some(wall(20))
+        }
+    );
 }
 
 #[test]

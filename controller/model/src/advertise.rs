@@ -38,6 +38,14 @@ pub const RUNTIME_PODS: &str = "palisade.dev/runtime-pods";
 /// [`RUNTIME_PODS`] is complete (absent or anything else: the inventory proves nothing).
 pub const RUNTIME_COMPLETE: &str = "palisade.dev/runtime-complete";
 
+/// Lease annotation: the agent's peer check: whole seconds (rounded *down*) without any Lease
+/// write attempt after which the agent vouches to its peers that it cannot reach the API
+/// (absent: the agent runs no peer check and never excuses itself from self-fencing).
+pub const PEER_VOUCH_AFTER: &str = "palisade.dev/peer-vouch-after-seconds";
+/// Lease annotation: whole seconds (rounded *up*) a peer's vouch counts, from the moment the
+/// agent sent the request it answers.
+pub const PEER_ANSWER_VALID: &str = "palisade.dev/peer-answer-valid-seconds";
+
 /// Which pods a self-fence kills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SelfFenceScope {
@@ -75,6 +83,19 @@ pub struct Watchdog {
     pub nowayout: bool,
 }
 
+/// The agent's peer check, as advertised: while its Lease cannot be renewed, the agent keeps
+/// its pods and keeps petting its watchdog only while a strict majority of the cluster's nodes
+/// (itself included) vouch, each within [`PeerCheck::answer_valid`] of being asked, that they
+/// have not sent a Lease write for [`PeerCheck::vouch_after`] (a control-plane outage, not a
+/// partition of this node).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCheck {
+    /// No Lease write attempt for this long before a vouch (a lower bound of the agent's).
+    pub vouch_after: Duration,
+    /// How long a vouch excuses the asking node (an upper bound of the agent's).
+    pub answer_valid: Duration,
+}
+
 /// What one renewal advertises.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Advertisement {
@@ -90,6 +111,8 @@ pub struct Advertisement {
     pub boot_id: Option<String>,
     /// The runtime inventory, only when complete.
     pub runtime_pods: Option<BTreeSet<String>>,
+    /// The peer check, if the agent runs one.
+    pub peer_check: Option<PeerCheck>,
 }
 
 fn ceil_secs(d: Duration) -> u64 {
@@ -134,6 +157,12 @@ impl Advertisement {
                 .map(|v| v.trim().to_string())
                 .filter(|v| !v.is_empty()),
             runtime_pods,
+            peer_check: secs(a, PEER_VOUCH_AFTER)
+                .zip(secs(a, PEER_ANSWER_VALID))
+                .map(|(vouch_after, answer_valid)| PeerCheck {
+                    vouch_after,
+                    answer_valid,
+                }),
         }
     }
 
@@ -170,6 +199,20 @@ impl Advertisement {
         put(
             RUNTIME_COMPLETE,
             self.runtime_pods.as_ref().map(|_| "true".to_string()),
+        );
+        // Rounded so that what the controller reads is never more generous than the agent:
+        // a shorter vouch delay and a longer answer validity both shrink what it trusts.
+        put(
+            PEER_VOUCH_AFTER,
+            self.peer_check
+                .map(|p| p.vouch_after.as_secs())
+                .filter(|s| *s > 0)
+                .map(|s| s.to_string()),
+        );
+        put(
+            PEER_ANSWER_VALID,
+            self.peer_check
+                .map(|p| ceil_secs(p.answer_valid).to_string()),
         );
         out
     }
@@ -270,6 +313,10 @@ mod tests {
             version: Some("0.1.0".into()),
             boot_id: Some("b".into()),
             runtime_pods: Some(["x".to_string()].into_iter().collect()),
+            peer_check: Some(PeerCheck {
+                vouch_after: Duration::from_secs(6),
+                answer_valid: Duration::from_secs(3),
+            }),
         };
         let written: BTreeMap<String, String> = ad
             .to_annotations()
@@ -284,6 +331,17 @@ mod tests {
         }
         .to_annotations();
         assert_eq!(half[SELF_FENCE_AFTER].as_deref(), Some("5"));
+        // The vouch delay is advertised rounded down, the answer validity up.
+        let peer = Advertisement {
+            peer_check: Some(PeerCheck {
+                vouch_after: Duration::from_millis(6_900),
+                answer_valid: Duration::from_millis(2_100),
+            }),
+            ..Default::default()
+        }
+        .to_annotations();
+        assert_eq!(peer[PEER_VOUCH_AFTER].as_deref(), Some("6"));
+        assert_eq!(peer[PEER_ANSWER_VALID].as_deref(), Some("3"));
         let none = Advertisement::default().to_annotations();
         assert!(none.get(WATCHDOG_TIMEOUT).is_some_and(|v| v.is_none()));
     }

@@ -78,8 +78,17 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
         .filter(|n| !names.contains(*n))
         .map(str::to_string)
         .collect();
+    let mut streaks = ctx.streaks.lock().unwrap_or_else(|p| p.into_inner());
     for n in stale {
         detector.forget(&n);
+    }
+    let gone: Vec<String> = streaks
+        .nodes()
+        .filter(|n| !names.contains(*n))
+        .map(str::to_string)
+        .collect();
+    for n in gone {
+        streaks.forget(&n);
     }
     for node in &nodes {
         let name = node.name_any();
@@ -94,6 +103,21 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
                 .leases
                 .get(&ObjectRef::new(&name).within(crate::cache::NODE_LEASE_NAMESPACE));
             let ad = palisade_decide::convert::advertisement(lease.as_deref());
+            if let Some(renew) = lease
+                .as_deref()
+                .and_then(|l| l.spec.as_ref()?.renew_time.as_ref())
+            {
+                let seen = streaks.observe(
+                    &name,
+                    renew.0,
+                    now.wall,
+                    ad.peer_check.map(|p| p.vouch_after),
+                    palisade_decide::majority::DEFAULT_WINDOW,
+                );
+                if seen == palisade_decide::majority::Write::Untimely {
+                    tracing::warn!(node = %name, renew_time = %renew.0, "a Lease renewal stamped in the future or observed late: the node does not count toward the healthy majority until its next timely renewal (check the clocks)");
+                }
+            }
             ctx.advertised
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())

@@ -115,6 +115,9 @@ pub struct Ctx {
     pub verdicts: Mutex<HashMap<String, Verdict>>,
     /// When a heartbeat *change* (not a first sighting) was last observed, per node.
     pub changed_at: Mutex<HashMap<String, Mono>>,
+    /// Each node's current streak of timely Lease writes (the healthy majority a
+    /// peer-checked self-fence is judged against).
+    pub streaks: Mutex<palisade_decide::majority::Streaks>,
     /// The self-fence advertisement observed with each node's latest observed renewal.
     pub advertised: Mutex<HashMap<String, palisade_model::advertise::Advertisement>>,
     /// Held while a worker counts fences in flight and records its own start, so two workers
@@ -143,6 +146,7 @@ impl Ctx {
             detector: Mutex::new(Detector::new()),
             verdicts: Mutex::new(HashMap::new()),
             changed_at: Mutex::new(HashMap::new()),
+            streaks: Mutex::new(palisade_decide::majority::Streaks::new()),
             advertised: Mutex::new(HashMap::new()),
             start_gate: tokio::sync::Mutex::new(()),
             workers: Mutex::new(HashSet::new()),

@@ -134,6 +134,32 @@ fn renewal_of(ctx: &Ctx, node: &str) -> (Option<Timestamp>, Advertisement) {
     (changed.map(|c| now.to_wall(c)), ad)
 }
 
+/// The healthy-majority bound on trusting the node's self-fence, from the advertisement it
+/// wrote with its last observed renewal and the streaks of every Node the controller knows.
+fn peer_trust(
+    ctx: &Ctx,
+    advertised: &Advertisement,
+    margin: std::time::Duration,
+) -> palisade_decide::phase::PeerTrust {
+    use palisade_decide::phase::PeerTrust;
+    let Some(peer) = advertised.peer_check else {
+        return PeerTrust::NotPeerChecked;
+    };
+    let members = ctx.cache.nodes.state().len();
+    let since = ctx
+        .streaks
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .majority_since(members, ctx.now().wall);
+    // Without an advertised watchdog the self-fence earns no trust anyway; count none here.
+    let watchdog = advertised.watchdog.map(|w| w.timeout).unwrap_or_default();
+    match palisade_decide::majority::peer_checked_trust(since, peer.answer_valid, watchdog, margin)
+    {
+        Some(t) => PeerTrust::From(t),
+        None => PeerTrust::NoMajority,
+    }
+}
+
 /// Whether starting `nf` now would exceed the policy's `maxConcurrent` or its per-domain
 /// limit, counted from a fresh LIST of NodeFences (the decision counted from the cache, which
 /// can lag behind fences another worker just started).
@@ -549,6 +575,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 .unwrap_or(0),
         );
         let self_fence_wait = advertised.trust_wait(margin);
+        let peer_trust = peer_trust(ctx, &advertised, margin);
         let clean_proof = match status
             .entered_at()
             .filter(|_| status.phase == Phase::Recovering)
@@ -606,6 +633,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             last_renewal: last_renewal.filter(|_| heartbeat_marker == watched_marker),
             heartbeat_marker,
             self_fence_wait,
+            peer_trust,
             clean_proof,
             taint_present,
             node_uid: ctx

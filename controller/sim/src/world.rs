@@ -387,6 +387,7 @@ impl<'s> World<'s> {
                     boot_id: Some(format!("{}-boot-{}", m.name, m.boot)),
                     // Taken from the runtime at this renewal, before this tick's kills.
                     runtime_pods: Some(m.containers.clone()),
+                    peer_check: None,
                 };
                 self.leases[i].0 += 1;
                 self.leases[i].1 = ad.clone();
@@ -751,6 +752,8 @@ impl<'s> World<'s> {
                 .filter(|_| fresh_or_watched == self.ctl.detector.marker(name)),
             heartbeat_marker: fresh_or_watched,
             self_fence_wait: advertised.trust_wait(margin),
+            // The simulated agents run no peer check (they advertise none).
+            peer_trust: palisade_decide::phase::PeerTrust::NotPeerChecked,
             clean_proof: clean,
             taint_present: self.tainted[i],
             node_uid: Some(format!("uid-{name}")),

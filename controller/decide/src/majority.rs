@@ -1,0 +1,332 @@
+//! The healthy majority a peer-checked self-fence is judged against.
+//!
+//! A node agent that cannot renew its Lease keeps its pods (and keeps petting its watchdog)
+//! only while a strict majority of the cluster's nodes *vouch* that they cannot reach the API
+//! either (a control-plane outage, see [`palisade_model::advertise::PeerCheck`]). A node vouches
+//! at instant `a` only if it sent no Lease write in `(a - vouch_after, a]`. This module keeps,
+//! per node, the current *streak* of Lease writes: writes whose `renewTime` stamps follow each
+//! other within the node's window `W = vouch_after - 4 × MAX_CLOCK_SKEW`. A node counts as
+//! healthy from `first + 2 × MAX_CLOCK_SKEW` to `last + W` of its streak, and in that interval it
+//! provably sent a write less than `vouch_after` before every instant: it could not vouch.
+//!
+//! So while the controller sees a strict majority healthy without a break since `t_h`
+//! ([`Streaks::majority_since`]), no strict majority can have vouched for anyone after `t_h`
+//! (two strict majorities of one set share a node; the silent node is not healthy). A silent
+//! node's excuse therefore ends by `t_h + answer_valid`, its watchdog resets it by
+//! `+ watchdog timeout`, and [`peer_checked_trust`] adds both, the policy's margin and the clock
+//! skew before it trusts the self-fence.
+//!
+//! Assumptions: node and controller wall clocks differ by at most [`MAX_CLOCK_SKEW`] (a write
+//! stamped in the future beyond it, or observed more than [`MAX_OBSERVATION_DELAY`] after its
+//! stamp, breaks the streak: a clock that is off makes a node *less* healthy, never more); the
+//! controller's Node list is the set the agents count their majority over.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+/// The largest wall-clock difference assumed between any node and the controller.
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(1);
+/// A write observed later than this after its `renewTime` stamp does not count as healthy
+/// (it is indistinguishable from a node whose clock is behind).
+pub const MAX_OBSERVATION_DELAY: Duration = Duration::from_secs(3);
+
+/// The window of a node that runs no peer check (it never vouches, so counting it healthy is
+/// always safe; the window only has to outlast its renew interval).
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(40);
+
+fn signed(d: Duration) -> SignedDuration {
+    SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX)
+}
+
+fn add(t: Timestamp, d: Duration) -> Timestamp {
+    t.checked_add(signed(d)).unwrap_or(Timestamp::MAX)
+}
+
+/// The window within which a node's writes must follow each other to stay healthy: the
+/// advertised vouch delay minus four clock skews, or `default` for a node that runs no peer
+/// check (it never vouches, so any window is safe for it).
+pub fn window(vouch_after: Option<Duration>, default: Duration) -> Duration {
+    match vouch_after {
+        Some(a) => a.saturating_sub(MAX_CLOCK_SKEW * 4),
+        None => default,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Streak {
+    first: Timestamp,
+    last: Timestamp,
+    window: Duration,
+    vouch_after: Option<Duration>,
+}
+
+/// What one observed write did to the node's streak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// It extended the current streak.
+    Extended,
+    /// It started a new streak (first write, a gap longer than the window, or a changed vouch
+    /// delay).
+    Started,
+    /// Not newer than the last counted write: nothing changed.
+    Old,
+    /// Stamped in the future or observed too late: the streak is broken.
+    Untimely,
+}
+
+/// Per-node write streaks.
+#[derive(Debug, Clone, Default)]
+pub struct Streaks {
+    nodes: BTreeMap<String, Streak>,
+}
+
+impl Streaks {
+    /// No streaks.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records a Lease write of `node` stamped `renew` (its `renewTime`), observed at the
+    /// controller's wall time `observed`, advertising `vouch_after`.
+    ///
+    /// Guarantees: a streak only ever grows by writes stamped within its window of the previous
+    /// one, with the same vouch delay; an untimely write ends it.
+    pub fn observe(
+        &mut self,
+        node: &str,
+        renew: Timestamp,
+        observed: Timestamp,
+        vouch_after: Option<Duration>,
+        default_window: Duration,
+    ) -> Write {
+        let future = renew > add(observed, MAX_CLOCK_SKEW);
+        let late = add(renew, MAX_OBSERVATION_DELAY) < observed;
+        if let Some(s) = self.nodes.get(node) {
+            if renew <= s.last {
+                return Write::Old;
+            }
+        }
+        if future || late {
+            self.nodes.remove(node);
+            return Write::Untimely;
+        }
+        let w = window(vouch_after, default_window);
+        match self.nodes.get_mut(node) {
+            Some(s) if s.vouch_after == vouch_after && renew <= add(s.last, s.window) => {
+                s.last = renew;
+                Write::Extended
+            }
+            _ => {
+                self.nodes.insert(
+                    node.to_string(),
+                    Streak {
+                        first: renew,
+                        last: renew,
+                        window: w,
+                        vouch_after,
+                    },
+                );
+                Write::Started
+            }
+        }
+    }
+
+    /// Forgets a node (its Node object is gone).
+    pub fn forget(&mut self, node: &str) {
+        self.nodes.remove(node);
+    }
+
+    /// Nodes with a streak.
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        self.nodes.keys().map(String::as_str)
+    }
+
+    /// Since when (controller wall time) a strict majority of `members` nodes has been healthy
+    /// without a break, as of `now`; `None` when no strict majority is healthy now.
+    ///
+    /// Guarantees: every node counted was, at every instant from the result to `now`, within
+    /// its window of a write it sent before that instant (see the module docs).
+    pub fn majority_since(&self, members: usize, now: Timestamp) -> Option<Timestamp> {
+        if members == 0 {
+            return None;
+        }
+        let mut starts: Vec<Timestamp> = self
+            .nodes
+            .values()
+            .filter(|s| add(s.last, s.window) >= now)
+            .map(|s| add(s.first, MAX_CLOCK_SKEW * 2))
+            .filter(|start| *start <= now)
+            .collect();
+        starts.sort();
+        starts.get(members / 2).copied()
+    }
+}
+
+/// The earliest instant a peer-checked node's self-fence may be trusted, given the healthy
+/// majority's start `majority_since` (`None`: no healthy majority now, no trust yet).
+///
+/// Guarantees: at least the node's vouch validity plus its watchdog timeout plus `margin` plus
+/// two clock skews after the majority's start: any excuse the node held ended by the first,
+/// and its watchdog reset it within the second.
+pub fn peer_checked_trust(
+    majority_since: Option<Timestamp>,
+    answer_valid: Duration,
+    watchdog: Duration,
+    margin: Duration,
+) -> Option<Timestamp> {
+    majority_since.map(|t| add(t, answer_valid + watchdog + margin + MAX_CLOCK_SKEW * 2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+    fn tm(ms: i64) -> Timestamp {
+        Timestamp::from_millisecond(1_800_000_000_000 + ms).unwrap()
+    }
+    const A: Option<Duration> = Some(Duration::from_secs(8));
+    const DEF: Duration = Duration::from_secs(10);
+
+    /// Writes every second from `from` to `to` (inclusive), observed 100 ms later.
+    fn renew(s: &mut Streaks, node: &str, from: i64, to: i64) {
+        for x in from..=to {
+            s.observe(node, t(x), tm(x * 1000 + 100), A, DEF);
+        }
+    }
+
+    #[test]
+    fn the_window_leaves_four_skews_below_the_vouch_delay() {
+        assert_eq!(window(A, DEF), Duration::from_secs(4));
+        assert_eq!(window(Some(Duration::from_secs(3)), DEF), Duration::ZERO);
+        assert_eq!(window(None, DEF), DEF);
+    }
+
+    #[test]
+    fn a_majority_is_healthy_since_its_kth_streak_start() {
+        let mut s = Streaks::new();
+        renew(&mut s, "a", 0, 20);
+        renew(&mut s, "b", 5, 20);
+        renew(&mut s, "c", 10, 20);
+        // 3 members: need 2; starts (+2 s skew) are 2, 7, 12: the 2nd is 7.
+        assert_eq!(s.majority_since(3, t(20)), Some(t(7)));
+        // 5 members: need 3.
+        assert_eq!(s.majority_since(5, t(20)), Some(t(12)));
+        assert_eq!(s.majority_since(7, t(20)), None);
+        assert_eq!(s.majority_since(0, t(20)), None);
+    }
+
+    #[test]
+    fn a_gap_longer_than_the_window_restarts_the_streak() {
+        let mut s = Streaks::new();
+        renew(&mut s, "a", 0, 10);
+        renew(&mut s, "b", 0, 10);
+        // b is silent from 10 to 15 (gap 5 s > window 4 s): its streak restarts at 15.
+        assert_eq!(s.observe("b", t(15), tm(15_100), A, DEF), Write::Started);
+        renew(&mut s, "a", 11, 20);
+        renew(&mut s, "b", 16, 20);
+        assert_eq!(s.majority_since(2, t(20)), Some(t(17)));
+        // A node whose last write is older than its window is not healthy now.
+        assert_eq!(s.majority_since(2, t(25)), None);
+    }
+
+    #[test]
+    fn writes_stamped_in_the_future_or_seen_late_break_the_streak() {
+        let mut s = Streaks::new();
+        renew(&mut s, "a", 0, 10);
+        assert_eq!(s.observe("a", t(11), tm(14_500), A, DEF), Write::Untimely);
+        assert_eq!(s.majority_since(1, t(12)), None);
+        assert_eq!(s.observe("a", t(20), tm(18_000), A, DEF), Write::Untimely);
+        assert_eq!(s.observe("a", t(21), tm(21_100), A, DEF), Write::Started);
+        assert_eq!(s.observe("a", t(21), tm(21_200), A, DEF), Write::Old);
+    }
+
+    #[test]
+    fn a_changed_vouch_delay_starts_a_new_streak() {
+        let mut s = Streaks::new();
+        renew(&mut s, "a", 0, 10);
+        let other = Some(Duration::from_secs(9));
+        assert_eq!(
+            s.observe("a", t(11), tm(11_100), other, DEF),
+            Write::Started
+        );
+        assert_eq!(s.majority_since(1, t(12)), None, "counts from 11 + 2 s");
+        assert_eq!(s.majority_since(1, t(13)), Some(t(13)));
+    }
+
+    #[test]
+    fn trust_waits_for_validity_watchdog_margin_and_skew() {
+        let at = peer_checked_trust(
+            Some(t(100)),
+            Duration::from_secs(3),
+            Duration::from_secs(10),
+            Duration::from_secs(2),
+        );
+        assert_eq!(at, Some(t(117)));
+        assert_eq!(
+            peer_checked_trust(None, Duration::ZERO, Duration::ZERO, Duration::ZERO),
+            None
+        );
+    }
+
+    /// The boundary case: the last write before a quiet spell stamped a skew late, the first
+    /// after it a skew early. The stamps are less than the vouch delay apart, the sends more.
+    #[test]
+    fn opposite_skews_around_a_quiet_spell_do_not_bridge_it() {
+        let mut s = Streaks::new();
+        for (sent, skew) in [(0, 0), (1_000, 0), (3_000, 1_000), (11_500, -1_000)] {
+            s.observe("q", tm(sent + skew), tm(sent), A, DEF);
+        }
+        // No write was sent in (3 s, 11 s]: q may vouch at 11 s.
+        let since = s.majority_since(1, tm(11_600));
+        assert!(
+            since.is_none_or(|h| h > tm(11_000)),
+            "q counted healthy since {since:?}, across its quiet spell"
+        );
+    }
+
+    /// The safety property itself, on random schedules: whenever a node could vouch (no write
+    /// sent within `vouch_after` before the instant), the controller, judging later with
+    /// everything it observed by then, never counts it healthy without a break since that
+    /// instant, for a node clock anywhere within the bound at each write and any observation
+    /// delay.
+    #[test]
+    fn a_node_that_may_vouch_is_never_counted_healthy() {
+        use proptest::prelude::*;
+        let cfg = ProptestConfig::with_cases(40_000);
+        proptest!(cfg, |(gaps in proptest::collection::vec(500i64..14_000, 1..30),
+                    skews in proptest::collection::vec(-1000i64..=1000, 30),
+                    delay in 0i64..4000,
+                    probe_after in 0usize..30,
+                    probe_offset in 0i64..10_000,
+                    later in 0i64..3_000)| {
+            let a = Duration::from_secs(8);
+            let mut sends = vec![];
+            let mut sent = 0i64;
+            for g in gaps {
+                sent += g;
+                sends.push(sent);
+            }
+            // Probe just after one of the sends, where the interesting boundaries are.
+            let probe = sends[probe_after % sends.len()] + probe_offset;
+            // The controller judges at real time `now`, having observed the writes whose
+            // observation (send + delay) is due by then; stamps carry the node's skew.
+            let now = probe + later;
+            let mut s = Streaks::new();
+            // The node's clock wanders anywhere within the bound between writes.
+            for (i, &x) in sends.iter().enumerate().filter(|(_, &x)| x + delay <= now) {
+                s.observe("q", tm(x + skews[i]), tm(x + delay), Some(a), DEF);
+            }
+            let healthy_since_probe = s.majority_since(1, tm(now)).is_some_and(|h| h <= tm(probe));
+            let may_vouch = !sends
+                .iter()
+                .any(|&x| x <= probe && x > probe - a.as_millis() as i64);
+            prop_assert!(!(may_vouch && healthy_since_probe),
+                "q may vouch at {probe} yet is counted healthy since then at {now} (sends {sends:?}, skews {skews:?}, delay {delay})");
+        });
+    }
+}
