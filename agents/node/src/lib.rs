@@ -17,7 +17,9 @@
 //!   [`self_fence`] kills fence-eligible containers straight from the runtime;
 //!   [`watchdog`] pets a hardware watchdog while the Lease is renewed, and
 //!   [`watchdog_device`] sets its timeout and `nowayout` and reads them back;
-//!   [`grpc_health`] is the gRPC health-check client of grpc probes.
+//!   [`grpc_health`] is the gRPC health-check client of grpc probes;
+//! - [`peer`] asks the other nodes, when the Lease cannot be renewed, whether they lost the API
+//!   too: a strict majority that did excuses the node from self-fencing.
 
 pub mod backoff;
 pub mod cgroup;
@@ -29,6 +31,7 @@ pub mod ktime;
 pub mod metrics;
 pub mod mounts;
 pub mod node;
+pub mod peer;
 pub mod pod_worker;
 pub mod probe;
 pub mod reporter;
