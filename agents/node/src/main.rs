@@ -81,6 +81,28 @@ struct Args {
     /// advertised as one the controller may trust.
     #[arg(long)]
     watchdog_allow_disarm: bool,
+    /// Enable the peer check with this shared key (a file of at least 32 secret bytes, the
+    /// same on every node): when the Lease cannot be renewed, ask the other nodes whether they
+    /// cannot reach the API either, and keep the pods only while a strict majority vouches so
+    /// (a control-plane outage). Off without it: every lost Lease self-fences.
+    #[arg(long)]
+    peer_key_file: Option<PathBuf>,
+    /// The peer-check port, on --address, the same on every node.
+    #[arg(long, default_value_t = 10260)]
+    peer_port: u16,
+    /// Vouch to a peer only after this long without a Lease write of our own (between
+    /// --renew-interval and --self-fence-after; default: a third of the way). The controller
+    /// counts a node healthy only within this minus 4 s of its writes.
+    #[arg(long, value_parser = parse_duration)]
+    peer_vouch_after: Option<Duration>,
+    /// How long a peer's vouch excuses us, from when we asked (the controller waits this out
+    /// before it trusts our self-fence). Also the time an agent has, after an outage, to renew
+    /// once its peers renew again (they stop vouching then).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    peer_answer_valid: Duration,
+    /// How often to ask the peers while the Lease is not renewed.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    peer_poll_interval: Duration,
 }
 
 impl Args {
@@ -110,10 +132,40 @@ impl Args {
                 bail!("--watchdog {} does not exist", w.display());
             }
         }
+        if self.peer_key_file.is_some() {
+            let a = self.vouch_after();
+            if a <= self.renew_interval || a >= self.self_fence_after {
+                bail!("--peer-vouch-after must be longer than --renew-interval and shorter than --self-fence-after");
+            }
+            if self.peer_answer_valid <= self.peer_poll_interval {
+                bail!("--peer-answer-valid must be longer than --peer-poll-interval");
+            }
+        }
         if !self.kubeconfig.exists() {
             bail!("--kubeconfig {} does not exist", self.kubeconfig.display());
         }
         Ok(())
+    }
+}
+
+impl Args {
+    /// The vouch delay: as given, or a third of the way from the renew interval to the
+    /// self-fence timeout.
+    fn vouch_after(&self) -> Duration {
+        self.peer_vouch_after.unwrap_or_else(|| {
+            self.renew_interval + (self.self_fence_after.saturating_sub(self.renew_interval)) / 3
+        })
+    }
+
+    fn peer_config(&self) -> palisade_node::peer::PeerConfig {
+        palisade_node::peer::PeerConfig {
+            node: self.node_name.clone(),
+            port: self.peer_port,
+            vouch_after: self.vouch_after(),
+            answer_valid: self.peer_answer_valid,
+            poll_interval: self.peer_poll_interval,
+            request_timeout: self.peer_poll_interval.mul_f32(0.8),
+        }
     }
 }
 
@@ -182,6 +234,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         active: false,
         all_pods: args.self_fence_all_pods,
     });
+    let fence_rx_monitor = fence_rx.clone();
     let ctx = Arc::new(Ctx {
         reporter: Reporter::new(client.clone(), args.node_name.clone()),
         runtime: Arc::new(runtime),
@@ -191,7 +244,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         image_store: args.image_store.clone(),
         host_images: args.host_images.clone(),
         max_restart_backoff: args.max_restart_backoff,
-        fence: fence_rx,
+        fence: fence_rx.clone(),
         metrics: metrics.clone(),
         volumes_in_use: Default::default(),
     });
@@ -253,6 +306,60 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }
         });
     }
+    // The peer check: the write clock the lease loop stamps, the server that answers peers,
+    // and the poller that publishes how long a majority excuses us.
+    let writes = palisade_node::peer::WriteClock::new();
+    let (excused_tx, excused_rx) = tokio::sync::watch::channel(None);
+    let peer_check = match &args.peer_key_file {
+        Some(path) => {
+            let key = Arc::new(
+                palisade_node::peer::PeerKey::from_file(path)
+                    .with_context(|| format!("--peer-key-file {}", path.display()))?,
+            );
+            let pcfg = args.peer_config();
+            let listen = SocketAddr::new(args.address, args.peer_port);
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .with_context(|| format!("peer check: listen on {listen}"))?;
+            tracing::info!(%listen, vouch_after = ?pcfg.vouch_after, answer_valid = ?pcfg.answer_valid, "peer check enabled");
+            tokio::spawn(palisade_node::peer::serve(
+                pcfg.clone(),
+                key.clone(),
+                listener,
+                writes.clone(),
+                metrics.peer.clone(),
+            ));
+            let (peers_tx, peers_rx) = tokio::sync::watch::channel(Vec::new());
+            tokio::spawn(palisade_node::peer::node_list_loop(
+                client.clone(),
+                args.renew_interval,
+                peers_tx,
+            ));
+            let needed: Arc<dyn Fn() -> bool + Send + Sync> = {
+                let renewed = renew_rx.clone();
+                let overdue = args.renew_interval;
+                Arc::new(move || renewed.borrow().elapsed() > overdue)
+            };
+            tokio::spawn(palisade_node::peer::poll(
+                pcfg.clone(),
+                key,
+                peers_rx,
+                writes.clone(),
+                needed,
+                excused_tx,
+                metrics.peer.clone(),
+            ));
+            Some(palisade_model::advertise::PeerCheck {
+                vouch_after: pcfg.vouch_after,
+                answer_valid: pcfg.answer_valid,
+            })
+        }
+        None => {
+            drop(excused_tx);
+            None
+        }
+    };
+    let (fence_state_tx, fence_state_rx) = (fence_tx, fence_rx_monitor);
     let (mgr_tx, mgr_rx) = tokio::sync::mpsc::channel(4);
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let watchdog_state = Arc::new(std::sync::Mutex::new(None::<Armed>));
@@ -291,12 +398,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
             tracing::info!(device = %path.display(), interval = ?args.watchdog_interval, "petting the watchdog while the Lease is renewed");
             let state = watchdog_state.clone();
             let m = metrics.clone();
-            let task = palisade_node::watchdog::run(cfg, dev, renew_rx.clone(), shutdown_rx, {
-                // Disarm only once no container has a live process (every container
-                // counts: the runtime alone cannot tell which pods use a PVC).
-                let runtime = ctx.runtime.clone();
-                Arc::new(move || palisade_node::inventory::live_pods(runtime.as_ref()).is_empty())
-            });
+            let task = palisade_node::watchdog::run(
+                cfg,
+                dev,
+                renew_rx.clone(),
+                excused_rx.clone(),
+                fence_state_rx.clone(),
+                shutdown_rx,
+                {
+                    // Disarm only once no container has a live process (every container
+                    // counts: the runtime alone cannot tell which pods use a PVC).
+                    let runtime = ctx.runtime.clone();
+                    Arc::new(move || {
+                        palisade_node::inventory::live_pods(runtime.as_ref()).is_empty()
+                    })
+                },
+            );
             Some(tokio::spawn(async move {
                 let r = task.await;
                 // The petting loop is gone: stop advertising the watchdog (the machine still
@@ -311,7 +428,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     tokio::spawn(node::fence_monitor(
         ncfg.clone(),
         renew_rx,
-        fence_tx,
+        excused_rx,
+        fence_state_tx,
         metrics.clone(),
     ));
     let advertise: node::Advertiser = {
@@ -337,6 +455,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             version: Some(env!("CARGO_PKG_VERSION").to_string()),
             boot_id: node::boot_id(),
             runtime_pods: Some(palisade_node::inventory::live_pods(runtime.as_ref())),
+            peer_check,
         })
     };
     tokio::spawn(node::lease_loop(
@@ -345,6 +464,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         renew_tx,
         metrics.clone(),
         advertise,
+        writes,
     ));
     tokio::spawn(node::status_loop(
         client.clone(),

@@ -34,6 +34,8 @@ pub struct Metrics {
     /// 1 while the armed watchdog is `nowayout`.
     pub watchdog_nowayout: AtomicU64,
     recent: Mutex<Vec<u64>>,
+    /// The peer check's counters (all zero without one).
+    pub peer: std::sync::Arc<crate::peer::PeerMetrics>,
 }
 
 impl Metrics {
@@ -166,6 +168,7 @@ impl Metrics {
             "Times the watchdog could not be armed as asked.",
             g(&self.watchdog_arm_failures).to_string(),
         );
+        self.peer.render(&mut s);
         s
     }
 }

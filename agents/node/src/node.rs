@@ -369,12 +369,15 @@ pub async fn status_loop(
 /// Guarantees: the self-fence clock counts from when the request left, never from when the
 /// answer arrived, so a slow answer cannot extend it: the API server recorded the renewal no
 /// earlier than the send, and the controller's clock for the node starts no earlier than that.
+/// `writes` is stamped before every request that may write the Lease (whatever its outcome),
+/// so the agent never vouches to a peer while a write of its own may count as healthy.
 pub async fn lease_loop(
     client: Client,
     cfg: NodeConfig,
     renewed: watch::Sender<Instant>,
     metrics: Arc<Metrics>,
     advertise: Advertiser,
+    writes: crate::peer::WriteClock,
 ) {
     let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let nodes: Api<Node> = Api::all(client);
@@ -385,7 +388,7 @@ pub async fn lease_loop(
     let timeout = cfg.renew_interval.max(Duration::from_millis(500));
     loop {
         let sent = Instant::now();
-        let res = renew_once(&api, &nodes, &cfg, timeout, &advertise()).await;
+        let res = renew_once(&api, &nodes, &cfg, timeout, &advertise(), &writes).await;
         match res {
             Ok(()) => {
                 renewed.send_replace(sent);
@@ -427,8 +430,8 @@ async fn renew_once(
     cfg: &NodeConfig,
     timeout: Duration,
     ad: &Advertisement,
+    writes: &crate::peer::WriteClock,
 ) -> Result<(), NodeError> {
-    let now = crate::ktime::micro_now();
     let dur = i32::try_from(cfg.lease_duration.as_secs().max(1)).unwrap_or(40);
     match bounded("get lease", &cfg.name, timeout, api.get_opt(&cfg.name)).await? {
         Some(mut l) => {
@@ -436,7 +439,11 @@ async fn renew_once(
             let spec = l.spec.get_or_insert_with(LeaseSpec::default);
             spec.holder_identity = Some(cfg.name.clone());
             spec.lease_duration_seconds = Some(dur);
-            spec.renew_time = Some(now);
+            // Stamped right before the write is sent (the controller's healthy majority reads
+            // the stamp as the send time, within the clock skew it assumes), and from here the
+            // write may land: no vouch to peers for a while (see crate::peer).
+            spec.renew_time = Some(crate::ktime::micro_now());
+            writes.record_write();
             bounded(
                 "renew lease",
                 &cfg.name,
@@ -472,10 +479,11 @@ async fn renew_once(
                 spec: Some(LeaseSpec {
                     holder_identity: Some(cfg.name.clone()),
                     lease_duration_seconds: Some(dur),
-                    renew_time: Some(now),
+                    renew_time: Some(crate::ktime::micro_now()),
                     ..Default::default()
                 }),
             };
+            writes.record_write();
             bounded(
                 "create lease",
                 &cfg.name,
@@ -527,33 +535,77 @@ pub fn initial_renewal(age: Option<Duration>, lease_duration: Duration, now: Ins
     now.checked_sub(age).unwrap_or(now)
 }
 
+/// The instant until which the node's peers excuse it from self-fencing (a control-plane
+/// outage vouched by a strict majority; see [`crate::peer`]), `None` when they do not. Without a
+/// peer check the channel simply stays `None`.
+pub type Excused = watch::Receiver<Option<Instant>>;
+
+/// Whether `excused` holds at `now`.
+pub fn excused_at(excused: &Excused, now: Instant) -> bool {
+    excused.borrow().is_some_and(|until| now < until)
+}
+
+/// The next fence state: active once the last renewal is older than `self_fence_after` and the
+/// peers do not excuse the node; once active, lifted only by a renewal.
+///
+/// Guarantees: the latch means an excuse that lapses and comes back never resumes pods the
+/// self-fence killed (the controller may have released them meanwhile); only a renewal does.
+pub fn next_fence_active(
+    active: bool,
+    lease_age: Duration,
+    after: Duration,
+    excused: bool,
+) -> bool {
+    let stale = lease_age > after;
+    if active {
+        stale
+    } else {
+        stale && !excused
+    }
+}
+
 /// Turns Lease staleness into the fence state: active once the last renewal is older than
-/// `self_fence_after`, inactive again after a renewal.
+/// `self_fence_after` (unless the peers excuse it: a control-plane outage), inactive again
+/// after a renewal.
 ///
 /// Guarantees: fencing starts no later than `self_fence_after` + 50 ms after the last
-/// successful renewal, which is before the Lease (duration > self_fence_after) expires for
-/// any observer.
+/// successful renewal, or 50 ms after the peers' excuse lapses, whichever is later; the
+/// controller trusts neither before its own bounds ([`palisade_model::advertise`]).
 pub async fn fence_monitor(
     cfg: NodeConfig,
     renewed: watch::Receiver<Instant>,
+    excused: Excused,
     fence: watch::Sender<FenceState>,
     metrics: Arc<Metrics>,
 ) {
+    let mut excuse_logged = false;
     loop {
         let age = renewed.borrow().elapsed();
         metrics.lease_age_ms.store(
             u64::try_from(age.as_millis()).unwrap_or(u64::MAX),
             std::sync::atomic::Ordering::Relaxed,
         );
+        let ex = excused_at(&excused, Instant::now());
+        let active = fence.borrow().active;
         let want = FenceState {
-            active: age > cfg.self_fence_after,
+            active: next_fence_active(active, age, cfg.self_fence_after, ex),
             all_pods: cfg.fence_all_pods,
         };
+        let excusing = !want.active && age > cfg.self_fence_after;
+        if excusing != excuse_logged {
+            if excusing {
+                tracing::warn!(
+                    age_ms = age.as_millis() as u64,
+                    "Lease not renewed within --self-fence-after, but a majority of peers vouch that they cannot reach the API either (a control-plane outage): not self-fencing"
+                );
+            }
+            excuse_logged = excusing;
+        }
         if *fence.borrow() != want {
             if want.active {
                 tracing::warn!(
                     age_ms = age.as_millis() as u64,
-                    "Lease not renewed within --self-fence-after: self-fencing"
+                    "Lease not renewed within --self-fence-after and no majority of peers excuses it: self-fencing"
                 );
             } else {
                 tracing::info!("Lease renewed again: self-fence lifted (pods resume once the API confirms them)");
@@ -686,7 +738,8 @@ mod tests {
         let start = initial_renewal(Some(Duration::from_secs(25)), lease, Instant::now());
         let (_rtx, rrx) = watch::channel(start);
         let (ftx, mut frx) = watch::channel(FenceState::default());
-        tokio::spawn(fence_monitor(cfg(), rrx, ftx, m));
+        let (_etx, erx) = watch::channel(None);
+        tokio::spawn(fence_monitor(cfg(), rrx, erx, ftx, m));
         let t0 = Instant::now();
         frx.changed().await.unwrap();
         assert!(frx.borrow().active);
@@ -706,7 +759,8 @@ mod tests {
             self_fence_after: Duration::from_secs(3),
             ..cfg()
         };
-        tokio::spawn(fence_monitor(c, rrx, ftx, m));
+        let (_etx, erx) = watch::channel(None);
+        tokio::spawn(fence_monitor(c, rrx, erx, ftx, m));
         let t0 = Instant::now();
         frx.changed().await.unwrap();
         assert!(frx.borrow().active);
@@ -718,5 +772,45 @@ mod tests {
         rtx.send_replace(Instant::now());
         frx.changed().await.unwrap();
         assert!(!frx.borrow().active);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_excuse_holds_the_fence_only_while_it_lasts_and_a_lapse_latches() {
+        let m = Arc::new(Metrics::default());
+        let (_rtx, rrx) = watch::channel(Instant::now());
+        let (ftx, frx) = watch::channel(FenceState::default());
+        let (etx, erx) = watch::channel(Some(Instant::now() + Duration::from_secs(5)));
+        let c = NodeConfig {
+            self_fence_after: Duration::from_secs(3),
+            ..cfg()
+        };
+        tokio::spawn(fence_monitor(c, rrx, erx, ftx, m));
+        // Stale at 3 s, excused until 5 s: no fence yet.
+        tokio::time::sleep(Duration::from_millis(4_500)).await;
+        assert!(!frx.borrow().active, "excused by the peers");
+        // The excuse lapses at 5 s: fenced.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(frx.borrow().active, "the excuse lapsed");
+        // It comes back: the fence stays (only a renewal lifts it).
+        etx.send_replace(Some(Instant::now() + Duration::from_secs(60)));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            frx.borrow().active,
+            "a returning excuse never resumes killed pods"
+        );
+    }
+
+    #[test]
+    fn the_fence_latch() {
+        let f = Duration::from_secs(3);
+        let (fresh, stale) = (Duration::from_secs(1), Duration::from_secs(4));
+        assert!(!next_fence_active(false, fresh, f, false));
+        assert!(next_fence_active(false, stale, f, false));
+        assert!(!next_fence_active(false, stale, f, true));
+        assert!(next_fence_active(true, stale, f, true));
+        assert!(
+            !next_fence_active(true, fresh, f, false),
+            "a renewal lifts it"
+        );
     }
 }

@@ -6,7 +6,10 @@
 //! - a hung agent (a stuck runtime, a deadlock) stops petting, and the machine reboots;
 //! - an agent that lost the API stops petting once it self-fences, and the machine reboots
 //!   a watchdog timeout later, which is a hard guarantee that nothing of its pods survives
-//!   even if killing them failed.
+//!   even if killing them failed;
+//! - the one exception is a control-plane outage: while a strict majority of peers excuses the
+//!   node (see [`crate::peer`]) and it has not self-fenced, petting goes on. An excuse that
+//!   lapses stops it for good (until a renewal), like the self-fence it latches.
 //!
 //! On a clean shutdown it writes the magic close character `V` before closing the device, so
 //! the kernel disarms the watchdog instead of rebooting (unless the driver is `nowayout`).
@@ -50,9 +53,10 @@ pub struct WatchdogConfig {
     pub max_lease_age: Duration,
 }
 
-/// Whether to pet now: only while the Lease is fresh.
-pub fn should_pet(lease_age: Duration, max_lease_age: Duration) -> bool {
-    lease_age <= max_lease_age
+/// Whether to pet now: only while the Lease is fresh, or while the peers excuse the node
+/// (`excused`: a control-plane outage vouched by a majority) and it has not self-fenced.
+pub fn should_pet(lease_age: Duration, max_lease_age: Duration, excused: bool) -> bool {
+    lease_age <= max_lease_age || excused
 }
 
 /// Opens the device for writing (never creating it).
@@ -71,7 +75,8 @@ pub fn open(path: &Path) -> Result<std::fs::File, WatchdogError> {
 /// `shutdown` turns true; then closes the device, disarming it with the magic close only when
 /// `may_disarm()` says no fence-eligible container runs any more.
 ///
-/// Guarantees: no write happens while the last renewal is older than `cfg.max_lease_age`;
+/// Guarantees: no write happens while the last renewal is older than `cfg.max_lease_age`,
+/// unless `excused` holds at that instant and `fence` is not active;
 /// [`MAGIC_CLOSE`] is written only at shutdown and only when `may_disarm()` returned true, so
 /// a clean stop with containers still running leaves the watchdog armed (the machine resets
 /// at its timeout unless a new agent pets it).
@@ -79,6 +84,8 @@ pub async fn run(
     cfg: WatchdogConfig,
     mut dev: std::fs::File,
     renewed: watch::Receiver<Instant>,
+    excused: crate::node::Excused,
+    fence: watch::Receiver<crate::pod_worker::FenceState>,
     mut shutdown: watch::Receiver<bool>,
     may_disarm: std::sync::Arc<dyn Fn() -> bool + Send + Sync>,
 ) -> Result<(), WatchdogError> {
@@ -100,7 +107,8 @@ pub async fn run(
             }
         }
         let age = renewed.borrow().elapsed();
-        let pet = should_pet(age, cfg.max_lease_age);
+        let ex = crate::node::excused_at(&excused, Instant::now()) && !fence.borrow().active;
+        let pet = should_pet(age, cfg.max_lease_age, ex);
         if pet != petting {
             if pet {
                 tracing::info!("Lease renewed again: petting the watchdog again");
@@ -146,9 +154,10 @@ mod tests {
     #[test]
     fn fresh_leases_are_petted_stale_ones_not() {
         let max = Duration::from_secs(4);
-        assert!(should_pet(Duration::ZERO, max));
-        assert!(should_pet(max, max));
-        assert!(!should_pet(max + Duration::from_millis(1), max));
+        assert!(should_pet(Duration::ZERO, max, false));
+        assert!(should_pet(max, max, false));
+        assert!(!should_pet(max + Duration::from_millis(1), max, false));
+        assert!(should_pet(max + Duration::from_secs(60), max, true));
     }
 
     #[test]
@@ -175,6 +184,8 @@ mod tests {
             cfg,
             open(&path).unwrap(),
             renew_rx,
+            watch::channel(None).1,
+            watch::channel(Default::default()).1,
             stop_rx,
             std::sync::Arc::new(|| true),
         ));
@@ -197,6 +208,46 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_excuse_keeps_petting_until_it_lapses_or_the_node_self_fences() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("watchdog");
+        std::fs::write(&path, b"").unwrap();
+        let cfg = WatchdogConfig {
+            path: path.clone(),
+            interval: Duration::from_secs(1),
+            max_lease_age: Duration::from_millis(2_500),
+        };
+        let (_renew_tx, renew_rx) = watch::channel(Instant::now());
+        let (ex_tx, ex_rx) = watch::channel(Some(Instant::now() + Duration::from_millis(6_500)));
+        let (fence_tx, fence_rx) = watch::channel(crate::pod_worker::FenceState::default());
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        tokio::spawn(run(
+            cfg,
+            open(&path).unwrap(),
+            renew_rx,
+            ex_rx,
+            fence_rx,
+            stop_rx,
+            std::sync::Arc::new(|| true),
+        ));
+        // Stale from 2.5 s, excused until 6.5 s: pets at 0..=6 s.
+        tokio::time::sleep(Duration::from_millis(9_500)).await;
+        assert_eq!(pets(&path), 7, "petted while excused, not after");
+        // Excused again, but the node self-fenced meanwhile: no petting.
+        fence_tx.send_replace(crate::pod_worker::FenceState {
+            active: true,
+            all_pods: false,
+        });
+        ex_tx.send_replace(Some(Instant::now() + Duration::from_secs(60)));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            pets(&path),
+            7,
+            "a self-fenced node is never petted on an excuse"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_clean_stop_with_containers_running_leaves_the_watchdog_armed() {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("watchdog");
@@ -212,6 +263,8 @@ mod tests {
             cfg,
             open(&path).unwrap(),
             renew_rx,
+            watch::channel(None).1,
+            watch::channel(Default::default()).1,
             stop_rx,
             std::sync::Arc::new(|| false),
         ));

@@ -33,6 +33,8 @@ pub struct AgentOptions {
     pub self_fence_seconds: f64,
     /// A lowered maximum restart backoff, seconds.
     pub max_restart_backoff_seconds: Option<u64>,
+    /// More flags, appended as they are (no shell quoting: keep them to plain words).
+    pub extra_args: Vec<String>,
 }
 
 impl Default for AgentOptions {
@@ -41,6 +43,7 @@ impl Default for AgentOptions {
             lease_seconds: 10,
             self_fence_seconds: 4.0,
             max_restart_backoff_seconds: None,
+            extra_args: Vec::new(),
         }
     }
 }
@@ -53,6 +56,7 @@ pub fn node_agent_command(o: &AgentOptions) -> Result<String> {
         .max_restart_backoff_seconds
         .map(|s| format!(" --max-restart-backoff {s}s"))
         .unwrap_or_default();
+    let extra: String = o.extra_args.iter().map(|a| format!(" {a}")).collect();
     Ok(format!(
         r#"D="$PALISADE_MACHINE_DIR"
 mkdir -p "$D/node-state"
@@ -60,7 +64,7 @@ while true; do
   if [ ! -e "$D/agent-stopped" ]; then
     RUST_LOG=info,kube=warn '{agent}' --node-name "$PALISADE_MACHINE_NAME" --kubeconfig "$PALISADE_NODE_KUBECONFIG" \
       --address "$PALISADE_MACHINE_ADDRESS" --state-dir "$D/node-state" --image-store "$D/images" \
-      --lease-duration {lease}s --renew-interval 1s --self-fence-after {fence}s{backoff} \
+      --lease-duration {lease}s --renew-interval 1s --self-fence-after {fence}s{backoff}{extra} \
       --metrics-addr 127.0.0.1:10255 >> "$D/agent.log" 2>&1
   fi
   sleep 0.2

@@ -1,0 +1,202 @@
+//! The peer check: a control-plane outage is not a partition of one node.
+//!
+//! Three machines each run a PVC pod, with agents that self-fence 12 s after their last
+//! renewal and run the peer check. With the API server down for 60 s (five times the
+//! self-fence timeout), no pod is killed: every agent finds a strict majority of its peers
+//! vouching that they cannot reach the API either. Cut one machine from the control plane
+//! while it still reaches its peers: they can renew, so none vouches, and it self-fences within
+//! its timeout while the others keep running.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::PostParams;
+use kube::Api;
+use palisade_lab::Cut;
+use serde_json::json;
+
+const FENCE_AFTER_S: f64 = 12.0;
+/// What an agent logs when it self-fences with no excuse.
+const SELF_FENCED: &str = "no majority of peers excuses it: self-fencing";
+
+fn sleep_arg(i: usize) -> u64 {
+    100_021 + i as u64
+}
+
+/// The host pid of machine `i`'s container (a `sleep` with its own duration).
+fn pid_of(i: usize) -> Option<i32> {
+    let want = format!("sleep\0{}\0", sleep_arg(i));
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .ok()
+            .filter(|c| c == want.as_bytes())
+            .map(|_| pid)
+    })
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+/// Removes the key file when the test ends, however it ends.
+struct KeyFile(std::path::PathBuf);
+
+impl Drop for KeyFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn an_api_outage_kills_no_pod_and_a_node_cut_alone_self_fences() {
+    let key =
+        KeyFile(std::env::temp_dir().join(format!("palisade-peer-{}.key", std::process::id())));
+    let mut secret = [0u8; 48];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open("/dev/urandom").unwrap(),
+        &mut secret,
+    )
+    .unwrap();
+    palisade_lab::write_secret(&key.0, &secret).unwrap();
+    let agents = palisade_scenario::AgentOptions {
+        lease_seconds: 20,
+        self_fence_seconds: FENCE_AFTER_S,
+        max_restart_backoff_seconds: Some(MAX_BACKOFF_S),
+        extra_args: vec![
+            "--peer-key-file".into(),
+            key.0.display().to_string(),
+            "--peer-vouch-after".into(),
+            "6s".into(),
+            "--peer-answer-valid".into(),
+            "8s".into(),
+        ],
+    };
+    let lab = palisade_scenario::lab_with_agents(3, false, &agents).expect("lab starts");
+    let rt = rt();
+    let c = client(&lab, &rt);
+    wait_nodes_ready(&lab, &c, &rt);
+    let ns = "peers";
+    namespace(&c, &rt, ns);
+    for i in 0..3 {
+        let dir = scratch(&lab, &format!("pv{i}"));
+        let pv: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": format!("peer-pv-{i}")},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "manual",
+                     "claimRef": {"namespace": ns, "name": format!("data-{i}")},
+                     "hostPath": {"path": dir.display().to_string()}}
+        }))
+        .unwrap();
+        rt.block_on(Api::<PersistentVolume>::all(c.clone()).create(&PostParams::default(), &pv))
+            .unwrap();
+        let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": format!("data-{i}")},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "manual", "resources": {"requests": {"storage": "1Gi"}}}
+        }))
+        .unwrap();
+        rt.block_on(
+            Api::<PersistentVolumeClaim>::namespaced(c.clone(), ns)
+                .create(&PostParams::default(), &pvc),
+        )
+        .unwrap();
+        create_pod(
+            &c,
+            &rt,
+            ns,
+            json!({"metadata": {"name": format!("db-{i}")}, "spec": {"nodeName": format!("m{i}"),
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-{i}")}}],
+                "containers": [{"name": "main", "image": "host", "command": ["/bin/sh", "-c", format!("exec sleep {}", sleep_arg(i))]}]}}),
+        );
+    }
+    let pids: Vec<i32> = (0..3)
+        .map(|i| {
+            eventually(&format!("db-{i} running"), Duration::from_secs(90), || {
+                let p = get_pod(&c, &rt, ns, &format!("db-{i}"))?;
+                (p.status?.phase.as_deref() == Some("Running")).then_some(())?;
+                pid_of(i).filter(|p| alive(*p))
+            })
+        })
+        .collect();
+
+    // 1. The API server is gone for five self-fence timeouts: nobody is killed.
+    let cp = lab.control_plane().expect("control plane");
+    let down = Duration::from_secs(60);
+    let outage = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = {
+        let pids = pids.clone();
+        let outage = outage.clone();
+        std::thread::spawn(move || {
+            // Watch the containers throughout the outage and until the API server is ready
+            // again, not only at its end.
+            let mut dead = Vec::new();
+            while outage.load(std::sync::atomic::Ordering::SeqCst) {
+                for (i, p) in pids.iter().enumerate() {
+                    if !alive(*p) && !dead.contains(&i) {
+                        dead.push(i);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            dead
+        })
+    };
+    cp.restart_api_server(down).expect("API server back");
+    // The first renewals after the outage: an agent slower to renew than its peers is no
+    // longer vouched for, and must still keep its pod.
+    std::thread::sleep(Duration::from_secs(15));
+    outage.store(false, std::sync::atomic::Ordering::SeqCst);
+    let dead = watcher.join().unwrap();
+    let tail = |i: usize| {
+        let log = agent_log(&lab, i);
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    };
+    assert!(
+        dead.is_empty(),
+        "no pod may be killed by a control-plane outage; killed on machines {dead:?}; logs:\n{}",
+        dead.iter()
+            .map(|i| format!("--- m{i}\n{}", tail(*i)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    for (i, p) in pids.iter().enumerate() {
+        assert!(alive(*p), "db-{i}'s container survived the outage");
+        let log = agent_log(&lab, i);
+        assert!(
+            log.contains("a majority of peers vouch"),
+            "m{i} kept its pod because its peers excused it (log: {})",
+            tail(i)
+        );
+        assert!(
+            !log.contains(SELF_FENCED),
+            "m{i} never self-fenced during the outage"
+        );
+    }
+
+    // 2. m0 alone is cut from the control plane but reaches its peers: they renew, so they do
+    //    not vouch, and m0 self-fences within its timeout; m1 and m2 keep running.
+    wait_nodes_ready(&lab, &c, &rt);
+    std::thread::sleep(Duration::from_secs(3));
+    let cut_at = now_s();
+    lab.partition(0, Cut::ControlPlane).unwrap();
+    let killed_at = eventually("m0's PVC pod killed", Duration::from_secs(40), || {
+        (!alive(pids[0])).then(now_s)
+    });
+    let after = killed_at - cut_at;
+    eprintln!("m0's PVC pod killed {after:.2}s after the cut (self-fence-after {FENCE_AFTER_S}s)");
+    // An excuse would keep it alive for as long as its peers vouch, i.e. for good: any bound
+    // well short of that proves the peers refused.
+    assert!(
+        after <= FENCE_AFTER_S + 8.0,
+        "m0 self-fenced {after:.2}s after the cut (self-fence-after {FENCE_AFTER_S}s)"
+    );
+    assert!(
+        agent_log(&lab, 0).contains(SELF_FENCED),
+        "m0 logged its self-fence"
+    );
+    assert!(alive(pids[1]) && alive(pids[2]), "m1 and m2 keep running");
+    lab.heal(0).unwrap();
+}
