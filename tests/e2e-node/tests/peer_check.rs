@@ -51,10 +51,21 @@ impl Drop for KeyFile {
     }
 }
 
-#[test]
-fn an_api_outage_kills_no_pod_and_a_node_cut_alone_self_fences() {
-    let key =
-        KeyFile(std::env::temp_dir().join(format!("palisade-peer-{}.key", std::process::id())));
+/// A lab of `machines` peer-checked machines, each running one PVC pod `db-<i>`; returns the
+/// lab, runtime, client, the key file and the containers' host pids.
+fn peer_lab(
+    machines: usize,
+) -> (
+    palisade_lab::Lab,
+    tokio::runtime::Runtime,
+    kube::Client,
+    KeyFile,
+    Vec<i32>,
+) {
+    let key = KeyFile(std::env::temp_dir().join(format!(
+        "palisade-peer-{}-{machines}.key",
+        std::process::id()
+    )));
     let mut secret = [0u8; 48];
     std::io::Read::read_exact(
         &mut std::fs::File::open("/dev/urandom").unwrap(),
@@ -75,13 +86,13 @@ fn an_api_outage_kills_no_pod_and_a_node_cut_alone_self_fences() {
             "8s".into(),
         ],
     };
-    let lab = palisade_scenario::lab_with_agents(3, false, &agents).expect("lab starts");
+    let lab = palisade_scenario::lab_with_agents(machines, false, &agents).expect("lab starts");
     let rt = rt();
     let c = client(&lab, &rt);
     wait_nodes_ready(&lab, &c, &rt);
     let ns = "peers";
     namespace(&c, &rt, ns);
-    for i in 0..3 {
+    for i in 0..machines {
         let dir = scratch(&lab, &format!("pv{i}"));
         let pv: PersistentVolume = serde_json::from_value(json!({
             "metadata": {"name": format!("peer-pv-{i}")},
@@ -111,7 +122,7 @@ fn an_api_outage_kills_no_pod_and_a_node_cut_alone_self_fences() {
                 "containers": [{"name": "main", "image": "host", "command": ["/bin/sh", "-c", format!("exec sleep {}", sleep_arg(i))]}]}}),
         );
     }
-    let pids: Vec<i32> = (0..3)
+    let pids: Vec<i32> = (0..machines)
         .map(|i| {
             eventually(&format!("db-{i} running"), Duration::from_secs(90), || {
                 let p = get_pod(&c, &rt, ns, &format!("db-{i}"))?;
@@ -120,6 +131,12 @@ fn an_api_outage_kills_no_pod_and_a_node_cut_alone_self_fences() {
             })
         })
         .collect();
+    (lab, rt, c, key, pids)
+}
+
+#[test]
+fn an_api_outage_kills_no_pod_and_a_node_cut_alone_self_fences() {
+    let (lab, rt, c, _key, pids) = peer_lab(3);
 
     // 1. The API server is gone for five self-fence timeouts: nobody is killed.
     let cp = lab.control_plane().expect("control plane");
@@ -199,4 +216,35 @@ fn an_api_outage_kills_no_pod_and_a_node_cut_alone_self_fences() {
     );
     assert!(alive(pids[1]) && alive(pids[2]), "m1 and m2 keep running");
     lab.heal(0).unwrap();
+}
+
+/// Five machines; m0 and m1 are cut from the control plane together (they still reach each
+/// other and the rest). They vouch for each other, but two of five is no majority: the three
+/// that renew refuse, and both self-fence on time while the others keep running.
+#[test]
+fn a_minority_cut_from_the_control_plane_together_self_fences() {
+    let (lab, _rt, _c, _key, pids) = peer_lab(5);
+    std::thread::sleep(Duration::from_secs(3));
+    let cut_at = now_s();
+    lab.partition(0, Cut::ControlPlane).unwrap();
+    lab.partition(1, Cut::ControlPlane).unwrap();
+    for i in 0..2 {
+        let killed_at = eventually(
+            &format!("m{i}'s PVC pod killed"),
+            Duration::from_secs(40),
+            || (!alive(pids[i])).then(now_s),
+        );
+        let after = killed_at - cut_at;
+        eprintln!("m{i}'s PVC pod killed {after:.2}s after the cut");
+        assert!(
+            after <= FENCE_AFTER_S + 8.0,
+            "m{i} self-fenced {after:.2}s after the cut: a minority must not excuse itself"
+        );
+        assert!(agent_log(&lab, i).contains(SELF_FENCED));
+    }
+    for (i, p) in pids.iter().enumerate().skip(2) {
+        assert!(alive(*p), "m{i} keeps running");
+    }
+    lab.heal(0).unwrap();
+    lab.heal(1).unwrap();
 }
