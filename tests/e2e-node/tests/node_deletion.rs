@@ -11,17 +11,6 @@ use kube::api::DeleteParams;
 use kube::Api;
 use serde_json::json;
 
-fn pid_of_sleep(arg: &str) -> Option<i32> {
-    let want = format!("sleep\0{arg}\0");
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        std::fs::read(format!("/proc/{pid}/cmdline"))
-            .ok()
-            .filter(|c| c == want.as_bytes())
-            .map(|_| pid)
-    })
-}
-
 #[test]
 fn deleted_node_kills_its_pods_before_registering_again() {
     let lab = start_lab(1);

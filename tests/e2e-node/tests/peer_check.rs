@@ -28,18 +28,7 @@ fn sleep_arg(i: usize) -> u64 {
 
 /// The host pid of machine `i`'s container (a `sleep` with its own duration).
 fn pid_of(i: usize) -> Option<i32> {
-    let want = format!("sleep\0{}\0", sleep_arg(i));
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        std::fs::read(format!("/proc/{pid}/cmdline"))
-            .ok()
-            .filter(|c| c == want.as_bytes())
-            .map(|_| pid)
-    })
-}
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    pid_of_sleep(&sleep_arg(i).to_string())
 }
 
 /// Removes the key file when the test ends, however it ends.
@@ -228,11 +217,11 @@ fn a_minority_cut_from_the_control_plane_together_self_fences() {
     let cut_at = now_s();
     lab.partition(0, Cut::ControlPlane).unwrap();
     lab.partition(1, Cut::ControlPlane).unwrap();
-    for i in 0..2 {
+    for (i, pid) in pids.iter().enumerate().take(2) {
         let killed_at = eventually(
             &format!("m{i}'s PVC pod killed"),
             Duration::from_secs(40),
-            || (!alive(pids[i])).then(now_s),
+            || (!alive(*pid)).then(now_s),
         );
         let after = killed_at - cut_at;
         eprintln!("m{i}'s PVC pod killed {after:.2}s after the cut");

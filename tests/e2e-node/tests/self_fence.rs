@@ -14,20 +14,9 @@ use kube::Api;
 use palisade_lab::Cut;
 use serde_json::json;
 
-/// Whether any process has exactly this command line.
+/// The host pid of the `stateful` or `stateless` container.
 fn pid_of(n: &str) -> Option<i32> {
-    let want = format!("sleep\0{}\0", if n == "stateful" { 100001 } else { 100002 });
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        std::fs::read(format!("/proc/{pid}/cmdline"))
-            .ok()
-            .filter(|c| c == want.as_bytes())
-            .map(|_| pid)
-    })
-}
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    pid_of_sleep(if n == "stateful" { "100001" } else { "100002" })
 }
 
 /// A one-machine lab running a PVC pod (`stateful`) and a pod without one (`stateless`) on

@@ -181,3 +181,21 @@ pub fn start_agent(lab: &Lab, i: usize) {
 pub fn agent_log(lab: &Lab, i: usize) -> String {
     std::fs::read_to_string(lab.machines()[i].dir().join("agent.log")).unwrap_or_default()
 }
+
+/// The host pid of the process whose command line is exactly `sleep <arg>` (tests give each
+/// container its own duration to find it).
+pub fn pid_of_sleep(arg: &str) -> Option<i32> {
+    let want = format!("sleep\0{arg}\0");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .ok()
+            .filter(|c| c == want.as_bytes())
+            .map(|_| pid)
+    })
+}
+
+/// Whether `pid` is alive (exists and is not a zombie).
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
