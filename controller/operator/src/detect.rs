@@ -107,14 +107,17 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
                 .as_deref()
                 .and_then(|l| l.spec.as_ref()?.renew_time.as_ref())
             {
-                let seen = streaks.observe(
+                let w = streaks.observe(
                     &name,
                     renew.0,
                     now.wall,
                     ad.peer_check.map(|p| p.vouch_after),
                     palisade_decide::majority::DEFAULT_WINDOW,
                 );
-                if seen == palisade_decide::majority::Write::Untimely {
+                // A first sighting (a controller start) may carry any old stamp: only a change
+                // observed late says something about the node's clock.
+                if w == palisade_decide::majority::Write::Untimely && seen == Observed::Changed {
+                    ctx.metrics.untimely_renewal(&name);
                     tracing::warn!(node = %name, renew_time = %renew.0, "a Lease renewal stamped in the future or observed late: the node does not count toward the healthy majority until its next timely renewal (check the clocks)");
                 }
             }

@@ -22,6 +22,7 @@ struct Inner {
     leader: bool,
     rejected: BTreeMap<String, u64>,
     denied: BTreeMap<String, u64>,
+    untimely: BTreeMap<String, u64>,
     target_ready: BTreeMap<(String, String), bool>,
     without_working_fence: u64,
     check_buckets: [u64; CHECK_BUCKETS.len()],
@@ -46,6 +47,12 @@ impl Metrics {
     /// A verdict was produced (label as in `Verdict::label`).
     pub fn decision(&self, label: &str) {
         *self.lock().decisions.entry(label.into()).or_default() += 1;
+    }
+
+    /// A Lease renewal of `node` was stamped in the future or observed too late (a clock off by
+    /// more than the assumed skew): it does not count toward the healthy majority.
+    pub fn untimely_renewal(&self, node: &str) {
+        *self.lock().untimely.entry(node.into()).or_default() += 1;
     }
 
     /// A state-machine step was performed.
@@ -124,6 +131,13 @@ impl Metrics {
             "Fencing operations by outcome.",
             "outcome",
             &g.fences,
+        );
+        counter(
+            &mut out,
+            "palisade_untimely_renewals_total",
+            "Lease renewals stamped in the future or observed late (check the node's clock), by node.",
+            "node",
+            &g.untimely,
         );
         counter(
             &mut out,
