@@ -1,6 +1,7 @@
 //! `palisade-fence-bench`: side-by-side medians of palisade-fence and the tools operators use
-//! today (`fence_ipmilan`, `ipmitool`, `fence_apc_snmp`), in one run against the same lab
-//! simulators (`ipmi_sim` BMCs and the `snmpd` PDU).
+//! today (`fence_ipmilan`, `ipmitool`, `fence_apc_snmp`, `fence_redfish`), in one run against
+//! the same lab simulators (`ipmi_sim` BMCs, the `snmpd` PDU, and `sushy-emulator` on
+//! libvirt's in-process test driver, where power changes are immediate).
 //!
 //! Bounded in count and time: a fixed number of iterations per row, every external command
 //! under `timeout`, and the concurrent row limited to the lab's machines (20 by default).
@@ -29,8 +30,8 @@ fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let iterations: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(15);
     let machines: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(20);
-    if !(3..=50).contains(&iterations) || !(3..=40).contains(&machines) {
-        bail!("iterations must be 3..=50 and machines 3..=40");
+    if !(3..=50).contains(&iterations) || !(4..=40).contains(&machines) {
+        bail!("iterations must be 3..=50 and machines 4..=40 (the PDU rows use machine 3)");
     }
     eprintln!("starting a lab with {machines} machines and a PDU ...");
     let lab = Lab::start(LabConfig {
@@ -184,6 +185,9 @@ fn main() -> anyhow::Result<()> {
         &apc_off,
     ));
 
+    // --- Redfish -----------------------------------------------------------------------------
+    rows.extend(redfish_rows(&rt, iterations, &bin)?);
+
     // --- concurrent fencing -----------------------------------------------------------------
     wait(&lab, 0..machines, true, Duration::from_secs(60))?;
     let devices: Vec<Arc<Device>> = (0..machines)
@@ -298,6 +302,113 @@ fn wait(
         lab.machines()[i].wait_power(on, timeout)?;
     }
     Ok(())
+}
+
+/// The Redfish rows: status (library and CLI) and verified off against `fence_redfish`, on one
+/// sushy-emulator system each side (the test driver applies power changes at once).
+fn redfish_rows(
+    rt: &tokio::runtime::Runtime,
+    iterations: usize,
+    bin: &std::path::Path,
+) -> anyhow::Result<Vec<Row>> {
+    use palisade_fence::target::{RedfishAuth, RedfishTarget, RedfishTls};
+    use palisade_lab::redfish::{Sushy, SushySystem};
+    const OURS: &str = "6b8a4d1e-0c7f-4b0a-9a51-7d3c2e1f0a01";
+    const THEIRS: &str = "6b8a4d1e-0c7f-4b0a-9a51-7d3c2e1f0a02";
+    let dir = tempfile_dir("palisade-bench-sushy")?;
+    let password = format!("bench-{}", std::process::id());
+    let systems =
+        [("bench-ours", OURS), ("bench-theirs", THEIRS)].map(|(name, uuid)| SushySystem {
+            name: name.into(),
+            uuid: uuid.into(),
+            power_on: true,
+        });
+    eprintln!("starting sushy-emulator (libvirt test driver) ...");
+    let sushy = Sushy::start_libvirt(&dir.join("sushy"), &systems, "admin", &password)
+        .context("sushy-emulator (hack/install-deps.sh installs it)")?;
+    let device = |uuid: &str| -> anyhow::Result<Device> {
+        Ok(Device::new(
+            Target::Redfish(RedfishTarget {
+                host: "127.0.0.1".into(),
+                port: sushy.port(),
+                username: "admin".into(),
+                systems_uri: None,
+                system: None,
+                system_uuid: Some(uuid.into()),
+                tls: RedfishTls::CaFile(sushy.ca_file()),
+                auth: RedfishAuth::Auto,
+            }),
+            &Credentials {
+                password: Some(Secret::new(password.clone())),
+                ..Default::default()
+            },
+            options(),
+        )?)
+    };
+    let ours = device(OURS)?;
+    // fence_redfish has no CA option: it verifies against the system store or not at all.
+    let theirs = |action: &str| {
+        format!(
+            "action={action}\nip=127.0.0.1\nipport={}\nusername=admin\npassword={password}\nssl=1\nssl_insecure=1\nsystems_uri=/redfish/v1/Systems/{THEIRS}\npower_timeout=30\n",
+            sushy.port()
+        )
+    };
+    let ours_cli_opts = format!(
+        "agent=fence_redfish\naction=status\nip=127.0.0.1\nipport={}\nusername=admin\npassword={password}\nssl=1\nssl_ca_file={}\nplug=bench-ours\npower_timeout=30\n",
+        sushy.port(),
+        sushy.ca_file().display()
+    );
+    let (mut lib, mut cli, mut peer) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..iterations {
+        lib.push(time(|| {
+            let s = rt.block_on(ours.status())?;
+            ensure(s == PowerState::On, "redfish status on")
+        })?);
+        cli.push(time(|| {
+            stdin_cmd(bin.to_str().unwrap_or_default(), &ours_cli_opts, 0)
+        })?);
+        peer.push(time(|| stdin_cmd("fence_redfish", &theirs("status"), 0))?);
+    }
+    let (mut off, mut peer_off) = (Vec::new(), Vec::new());
+    for _ in 0..iterations.min(7) {
+        off.push(time(|| {
+            rt.block_on(ours.off())?;
+            Ok(())
+        })?);
+        rt.block_on(ours.on())?;
+        peer_off.push(time(|| stdin_cmd("fence_redfish", &theirs("off"), 0))?);
+        stdin_cmd("fence_redfish", &theirs("on"), 0)?;
+    }
+    drop(sushy);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(vec![
+        Row::new(
+            "Redfish status: palisade (library, session per call)",
+            &lib,
+            "fence_redfish -o status",
+            &peer,
+        ),
+        Row::new(
+            "Redfish status: palisade-fence CLI (process)",
+            &cli,
+            "fence_redfish -o status",
+            &peer,
+        ),
+        Row::new(
+            "Redfish off (verified): palisade",
+            &off,
+            "fence_redfish -o off",
+            &peer_off,
+        ),
+    ])
+}
+
+/// A fresh directory under the system's temporary directory.
+fn tempfile_dir(prefix: &str) -> anyhow::Result<std::path::PathBuf> {
+    let d = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).with_context(|| format!("create {}", d.display()))?;
+    Ok(d)
 }
 
 fn options() -> DeviceOptions {
