@@ -41,6 +41,11 @@ pub struct NodeConfig {
     pub power_mode: DeviceMode,
     /// How the storage firewall answers for this node at first.
     pub storage_mode: DeviceMode,
+    /// The agent's peer check, if it runs one: (vouch after, answer valid), in seconds.
+    pub peer_check: Option<(u64, u64)>,
+    /// The bias of the node's wall clock against the controller's (milliseconds, within
+    /// ±1 s: the skew the healthy majority assumes); each Lease stamp also jitters around it.
+    pub skew_ms: i64,
 }
 
 /// A fault, applied at a point in simulated time.
@@ -74,6 +79,11 @@ pub enum Fault {
     StorageDevice(usize, DeviceMode),
     /// A person powers the node on.
     OperatorPowerOn(usize),
+    /// The node network splits: the nodes whose bit is set reach only each other (their
+    /// links to the API are untouched).
+    SplitNodes(u64),
+    /// The node network heals.
+    HealNodes,
 }
 
 /// A whole run: configuration plus the faults in time (milliseconds).
@@ -98,6 +108,8 @@ impl Schedule {
     pub fn generate(seed: u64) -> Schedule {
         let mut r = Rng::new(seed);
         let n = 3 + r.below(3) as usize;
+        // Half the schedules run the agents' peer check, on most of their nodes.
+        let peer = r.chance(50);
         let nodes = (0..n)
             .map(|_| {
                 let fencing = match r.below(5) {
@@ -106,13 +118,37 @@ impl Schedule {
                     2 => Fencing::PowerAndStorage,
                     _ => Fencing::None,
                 };
+                let mut self_fence_after = 3 + r.below(6);
+                let watchdog = r.chance(if peer { 80 } else { 60 }).then(|| 2 + r.below(5));
+                let nowayout = r.chance(if peer { 90 } else { 80 });
+                let power_mode = initial_mode(&mut r);
+                let storage_mode = initial_mode(&mut r);
+                let peer_check = (peer && r.chance(80)).then(|| {
+                    // The healthy window (vouch after − 4 s) must outlast the renew interval
+                    // and the stamps' jitter for the node ever to count as healthy: mostly so,
+                    // sometimes not (a node the controller never counts healthy).
+                    self_fence_after = 8 + r.below(7);
+                    let vouch_after = if r.chance(75) {
+                        6 + r.below(self_fence_after - 7)
+                    } else {
+                        2 + r.below(self_fence_after - 3)
+                    };
+                    (vouch_after, 2 + r.below(6))
+                });
+                let skew_ms = if peer {
+                    r.below(2_001) as i64 - 1_000
+                } else {
+                    0
+                };
                 NodeConfig {
                     fencing,
-                    self_fence_after: 3 + r.below(6),
-                    watchdog: r.chance(60).then(|| 2 + r.below(5)),
-                    nowayout: r.chance(80),
-                    power_mode: initial_mode(&mut r),
-                    storage_mode: initial_mode(&mut r),
+                    self_fence_after,
+                    watchdog,
+                    nowayout,
+                    power_mode,
+                    storage_mode,
+                    peer_check,
+                    skew_ms,
                 }
             })
             .collect();
@@ -123,7 +159,7 @@ impl Schedule {
             let at = 3_000 + r.below(70_000);
             let node = r.below(n as u64) as usize;
             let heal_at = at + 500 + r.below(25_000);
-            match r.below(12) {
+            match r.below(if peer { 21 } else { 12 }) {
                 0 => {
                     events.push((at, Fault::CutApi(node)));
                     events.push((heal_at, Fault::Heal(node)));
@@ -172,10 +208,80 @@ impl Schedule {
                 8 => events.push((at, Fault::PowerDevice(node, mode(&mut r)))),
                 9 => events.push((at, Fault::StorageDevice(node, mode(&mut r)))),
                 10 => events.push((at, Fault::OperatorPowerOn(node))),
-                _ => {
+                11 => {
                     events.push((at, Fault::CutApi(node)));
                     events.push((at + 100, Fault::HangAgent(node)));
                     events.push((heal_at, Fault::Heal(node)));
+                }
+                12..=14 => {
+                    // A group of nodes loses the control plane, one after the other (a minority
+                    // vouches for each other but is no majority; a majority is excused, also a
+                    // node whose fence started while it was cut alone).
+                    let mut t = at;
+                    let others: Vec<usize> =
+                        (0..n).filter(|&i| i != node && r.chance(60)).collect();
+                    for i in std::iter::once(node).chain(others) {
+                        events.push((t, Fault::CutApi(i)));
+                        events.push((t + 10_000 + r.below(30_000), Fault::Heal(i)));
+                        t += r.below(6_000);
+                    }
+                }
+                15..=17 => {
+                    // An outage long enough to excuse, during which one node (or a few) is cut,
+                    // hangs or crashes, and stays so after the API returns.
+                    let up = at + 8_000 + r.below(20_000);
+                    events.push((at, Fault::ApiDown));
+                    events.push((up, Fault::ApiUp));
+                    // Anywhere in the outage, or just before the API returns.
+                    let cut_at = if r.chance(50) {
+                        at + r.below(up - at + 2_000)
+                    } else {
+                        up - r.below(6_000)
+                    };
+                    let heal = up + 2_000 + r.below(30_000);
+                    let hit: Vec<usize> = (0..n).filter(|&i| i == node || r.chance(20)).collect();
+                    for i in hit {
+                        match r.below(5) {
+                            0 => {
+                                events.push((cut_at, Fault::CutAll(i)));
+                                events.push((heal, Fault::Heal(i)));
+                            }
+                            1 => {
+                                events.push((cut_at, Fault::HangAgent(i)));
+                                events.push((heal, Fault::ResumeAgent(i)));
+                            }
+                            2 => {
+                                events.push((cut_at, Fault::CutApi(i)));
+                                events.push((cut_at + 100, Fault::HangAgent(i)));
+                                events.push((heal, Fault::Heal(i)));
+                                events.push((heal, Fault::ResumeAgent(i)));
+                            }
+                            _ => {
+                                events.push((cut_at, Fault::CutApi(i)));
+                                events.push((heal, Fault::Heal(i)));
+                            }
+                        }
+                    }
+                }
+                18 => {
+                    // The node network splits, with or without an API outage.
+                    let mask = r.below(1 << n).max(1);
+                    events.push((at, Fault::SplitNodes(mask)));
+                    events.push((heal_at + 5_000, Fault::HealNodes));
+                    if r.chance(60) {
+                        events.push((at + r.below(3_000), Fault::ApiDown));
+                        events.push((at + 8_000 + r.below(20_000), Fault::ApiUp));
+                    }
+                }
+                19 => {
+                    // One node cut from the control plane for long (alone it is no majority).
+                    events.push((at, Fault::CutApi(node)));
+                    events.push((at + 15_000 + r.below(30_000), Fault::Heal(node)));
+                }
+                _ => {
+                    // A long outage: everyone excused, then the API returns.
+                    events.push((at, Fault::ApiDown));
+                    events.push((at + 8_000 + r.below(30_000), Fault::ApiUp));
                 }
             }
         }
@@ -183,7 +289,7 @@ impl Schedule {
         Schedule {
             seed,
             nodes,
-            trust_self_fence: r.chance(60),
+            trust_self_fence: r.chance(if peer { 85 } else { 60 }),
             power_on: r.chance(50),
             events,
             length_ms,

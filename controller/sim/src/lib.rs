@@ -8,8 +8,9 @@
 //! start and kill containers and self-fence, hardware watchdogs, BMCs and a storage firewall
 //! that succeed, fail or ignore commands — and a clock the simulation owns. [`faults`] draws a
 //! seeded schedule of faults (partitions, hung, crashed and restarted agents, controller
-//! crashes, API outages, lying devices, flapping); the world's checker asserts the invariants after every
-//! tick:
+//! crashes, API outages, node-network splits, lying devices, flapping; agents with a peer
+//! check that excuse each other during an outage); the world's checker asserts the invariants
+//! after every tick:
 //!
 //! - at most one live copy of each StatefulSet identity can do harm (a process whose writes
 //!   can land on the storage for a pod with a claim; any live process for a pod without one);
@@ -44,6 +45,7 @@ pub fn campaign(seed: u64, count: u64, bug: Option<Bug>) -> Campaign {
         c.fences += out.fences;
         c.released += out.released;
         c.held += out.held;
+        c.excused += out.excused;
         if let Some(v) = out.violation {
             c.failure = Some((s, v));
             return c;
@@ -65,6 +67,8 @@ pub struct Campaign {
     pub released: u64,
     /// Pods held as not covered.
     pub held: u64,
+    /// Times a stale agent was excused by its peers' vouches.
+    pub excused: u64,
     /// The first failing seed and its violation.
     pub failure: Option<(u64, Violation)>,
 }

@@ -59,6 +59,7 @@ fn main() {
     println!("  fences:      {}", c.fences);
     println!("  released:    {}", c.released);
     println!("  held:        {}", c.held);
+    println!("  excused:     {}", c.excused);
     println!("  violations:  {}", u8::from(c.failure.is_some()));
     println!("  runtime:     {:.1}s", start.elapsed().as_secs_f64());
     if let Some((s, v)) = c.failure {

@@ -4,8 +4,11 @@
 //! `reconcile`) does with each step: the same observations, the same records in the status.
 //! Simplifications, each on the side of the adversary: the API has no watch lag (the
 //! controller sees renewals at once), one controller runs at a time (a crash loses its memory
-//! and a restart takes a higher token), and agents self-fence on Lease age alone (no peer
-//! check, so an API outage costs availability, never safety).
+//! and a restart takes a higher token). Agents with a peer check poll their peers over the
+//! node network every second while their Lease is stale and keep their pods (and pet their
+//! watchdog) while a strict majority vouches; the controller bounds its trust in their
+//! self-fence by the healthy majority it observed (`palisade_decide::majority`), like
+//! `reconcile.rs::peer_trust`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -13,12 +16,13 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use palisade_decide::detector::{Detector, Health, Heartbeat, Observed, Thresholds};
-use palisade_decide::phase::{clean_proof, NodePod, ObjectRef, Observations, Step};
+use palisade_decide::majority::{peer_checked_trust, Streaks, DEFAULT_WINDOW};
+use palisade_decide::phase::{clean_proof, NodePod, ObjectRef, Observations, PeerTrust, Step};
 use palisade_decide::snapshot::{
     FenceState, NodeSnapshot, PodSnapshot, PolicySnapshot, Snapshot, Tolerance,
 };
 use palisade_decide::{decide, next_step, Clocks, Mono, Verdict};
-use palisade_model::advertise::{Advertisement, SelfFenceScope, Watchdog};
+use palisade_model::advertise::{Advertisement, PeerCheck, SelfFenceScope, Watchdog};
 use palisade_model::nodefence::{
     Evidence, EvidenceKind, NodeFenceSpec, NodeFenceStatus, Phase, ReleasedObject, RequestedBy,
 };
@@ -39,15 +43,22 @@ pub enum Bug {
     ReleaseUncovered,
     /// Trust a self-fence that no armed watchdog backs.
     TrustWithoutWatchdog,
+    /// Ignore the healthy-majority bound: judge a peer-checked node's self-fence as if it ran
+    /// no peer check (its peers may still be excusing it).
+    IgnoreMajorityBound,
+    /// The agents count half the members (rounded down) as a majority.
+    LooseMajority,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 4] = [
+    pub const ALL: [Bug; 6] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
         Bug::TrustWithoutWatchdog,
+        Bug::IgnoreMajorityBound,
+        Bug::LooseMajority,
     ];
 
     /// Parses a bug's name (as printed by `{:?}`).
@@ -78,6 +89,8 @@ pub struct Outcome {
     pub released: u64,
     /// Pods held as not covered.
     pub held: u64,
+    /// Times a stale agent was excused by its peers (kept its pods and its watchdog petted).
+    pub excused: u64,
     /// The whole history of the run.
     pub history: Vec<String>,
 }
@@ -88,6 +101,8 @@ const SETTLE: SignedDuration = SignedDuration::from_secs(2);
 /// The longest watch lag simulated. The controller's settle time (2 s) must exceed it: a
 /// renewal written before the fence and delivered late must not count as the node's return.
 const MAX_WATCH_LAG_MS: u64 = 1_500;
+/// How often an agent that cannot renew asks its peers.
+const POLL_MS: u64 = 1_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Agent {
@@ -111,6 +126,19 @@ struct Machine {
     containers: BTreeSet<String>,
     power_mode: DeviceMode,
     storage_mode: DeviceMode,
+    /// The last Lease write attempt sent (the agent's write clock; starts at its start).
+    last_write: u64,
+    /// The self-fence latch: once active, lifted only by a successful renewal.
+    fence_active: bool,
+    /// Per peer: the send time of the request its standing vouch answered.
+    vouches: BTreeMap<usize, u64>,
+    /// The excuse published by the last poll round (`until`, exclusive).
+    excused_until: Option<u64>,
+    next_poll: u64,
+    /// Whether the agent is stale and excused (for counting and the history).
+    excusing: bool,
+    /// The node-network side the machine is on (0 unless the node network is split).
+    net_side: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -135,6 +163,7 @@ struct Controller {
     detector: Detector,
     advertised: HashMap<String, Advertisement>,
     changed_at: HashMap<String, Mono>,
+    streaks: Streaks,
 }
 
 /// The world of one run.
@@ -145,9 +174,12 @@ pub struct World<'s> {
     now: u64,
     machines: Vec<Machine>,
     leases: Vec<(u64, Advertisement)>,
-    /// Every Lease write (time, renewal count, advertisement), for watch lag: the controller
-    /// sees each Lease as it was up to [`MAX_WATCH_LAG_MS`] ago.
-    lease_log: Vec<Vec<(u64, u64, Advertisement)>>,
+    /// Every Lease write (time, renewal count, renewTime stamp in ms, advertisement), for
+    /// watch lag: the controller sees each Lease as it was up to [`MAX_WATCH_LAG_MS`] ago.
+    lease_log: Vec<Vec<(u64, u64, i64, Advertisement)>>,
+    /// Draws the jitter of the node clocks' stamps (apart from `rng`, so the rest of a
+    /// history does not depend on it).
+    skew_rng: Rng,
     pods: Vec<Pod>,
     identities: Vec<(String, bool)>,
     fences: Vec<Fence>,
@@ -163,6 +195,13 @@ pub struct World<'s> {
 
 fn epoch() -> Timestamp {
     Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// The wall time `ms` milliseconds after the simulation's epoch (may be before it).
+fn at_ms(ms: i64) -> Timestamp {
+    epoch()
+        .checked_add(SignedDuration::from_millis(ms))
+        .unwrap_or(epoch())
 }
 
 impl<'s> World<'s> {
@@ -183,6 +222,13 @@ impl<'s> World<'s> {
                 containers: BTreeSet::new(),
                 power_mode: s.nodes[i].power_mode,
                 storage_mode: s.nodes[i].storage_mode,
+                last_write: 0,
+                fence_active: false,
+                vouches: BTreeMap::new(),
+                excused_until: None,
+                next_poll: 0,
+                excusing: false,
+                net_side: false,
             })
             .collect();
         let policy: FencingPolicySpec = serde_json::from_value(serde_json::json!({
@@ -200,7 +246,8 @@ impl<'s> World<'s> {
             rng: Rng::new(s.seed ^ 0xD1CE),
             now: 0,
             leases: vec![(0, Advertisement::default()); s.nodes.len()],
-            lease_log: vec![vec![(0, 0, Advertisement::default())]; s.nodes.len()],
+            lease_log: vec![vec![(0, 0, 0, Advertisement::default())]; s.nodes.len()],
+            skew_rng: Rng::new(s.seed ^ 0x5EED_C10C),
             machines,
             pods: Vec::new(),
             identities: vec![
@@ -219,6 +266,7 @@ impl<'s> World<'s> {
                 detector: Detector::new(),
                 advertised: HashMap::new(),
                 changed_at: HashMap::new(),
+                streaks: Streaks::new(),
             },
             policy,
             next_event: 0,
@@ -315,6 +363,7 @@ impl<'s> World<'s> {
                             detector: Detector::new(),
                             advertised: HashMap::new(),
                             changed_at: HashMap::new(),
+                            streaks: Streaks::new(),
                         };
                     }
                 }
@@ -323,6 +372,16 @@ impl<'s> World<'s> {
                 Fault::PowerDevice(i, m) => self.machines[i].power_mode = m,
                 Fault::StorageDevice(i, m) => self.machines[i].storage_mode = m,
                 Fault::OperatorPowerOn(i) => self.power_on(i),
+                Fault::SplitNodes(mask) => {
+                    for (i, m) in self.machines.iter_mut().enumerate() {
+                        m.net_side = mask & (1 << i) != 0;
+                    }
+                }
+                Fault::HealNodes => {
+                    for m in &mut self.machines {
+                        m.net_side = false;
+                    }
+                }
             }
         }
     }
@@ -336,6 +395,14 @@ impl<'s> World<'s> {
         m.agent = Agent::Running;
         m.watchdog_armed = self.s.nodes[i].watchdog.is_some();
         m.last_pet = now;
+        // A fresh agent: its write clock starts now (a previous incarnation may just have
+        // written), no answers, no excuse, no fence yet.
+        m.last_write = now;
+        m.fence_active = false;
+        m.vouches.clear();
+        m.excused_until = None;
+        m.next_poll = now;
+        m.excusing = false;
         let stale = m
             .last_renew_sent
             .is_none_or(|t| now.saturating_sub(t) > after);
@@ -366,15 +433,17 @@ impl<'s> World<'s> {
     }
 
     fn agent(&mut self, i: usize) {
-        let cfg = &self.s.nodes[i];
+        let s = self.s;
+        let cfg = &s.nodes[i];
         let now = self.now;
         let api_up = self.api_up;
-        let m = &mut self.machines[i];
+        let m = &self.machines[i];
         if !m.powered || m.agent != Agent::Running {
             return;
         }
         let reaches = api_up && !m.cut_api && !m.cut_all;
         if reaches {
+            let m = &self.machines[i];
             if m.last_renew_sent.is_none_or(|t| now - t >= RENEW_MS) {
                 let ad = Advertisement {
                     self_fence_after: Some(Duration::from_secs(cfg.self_fence_after)),
@@ -387,13 +456,27 @@ impl<'s> World<'s> {
                     boot_id: Some(format!("{}-boot-{}", m.name, m.boot)),
                     // Taken from the runtime at this renewal, before this tick's kills.
                     runtime_pods: Some(m.containers.clone()),
-                    peer_check: None,
+                    peer_check: cfg.peer_check.map(|(vouch_after, answer_valid)| PeerCheck {
+                        vouch_after: Duration::from_secs(vouch_after),
+                        answer_valid: Duration::from_secs(answer_valid),
+                    }),
                 };
+                // The renewTime stamp: the send time on the node's clock, off the controller's
+                // by its bias plus a jitter, never more than the assumed 1 s.
+                let jitter = self.skew_rng.below(601) as i64 - 300;
+                let stamp = now as i64 + (cfg.skew_ms + jitter).clamp(-1_000, 1_000);
                 self.leases[i].0 += 1;
                 self.leases[i].1 = ad.clone();
-                self.lease_log[i].push((now, self.leases[i].0, ad));
+                self.lease_log[i].push((now, self.leases[i].0, stamp, ad));
+                let m = &mut self.machines[i];
+                m.last_write = now;
                 m.last_renew_sent = Some(now);
                 m.last_pet = now;
+                // A successful renewal lifts the fence; the poller stops and forgets.
+                m.fence_active = false;
+                m.vouches.clear();
+                m.excused_until = None;
+                m.excusing = false;
             }
             // Sync with the API: run what is bound here, kill what is not.
             let want: BTreeSet<String> = self
@@ -402,16 +485,101 @@ impl<'s> World<'s> {
                 .filter(|p| p.node == i && !p.deleted)
                 .map(|p| p.uid.clone())
                 .collect();
+            let m = &mut self.machines[i];
             m.containers.retain(|c| want.contains(c));
             m.containers.extend(want);
         } else {
-            let age = now.saturating_sub(m.last_renew_sent.unwrap_or(0));
-            if age > cfg.self_fence_after * 1000 {
+            let age = now.saturating_sub(self.machines[i].last_renew_sent.unwrap_or(0));
+            // The poller runs while the last renewal is older than the renew interval.
+            if let Some((vouch_after, answer_valid)) = cfg.peer_check {
+                if age > RENEW_MS {
+                    if now >= self.machines[i].next_poll {
+                        self.poll(i, vouch_after, answer_valid);
+                    }
+                } else {
+                    let m = &mut self.machines[i];
+                    m.vouches.clear();
+                    m.excused_until = None;
+                }
+            }
+            let m = &mut self.machines[i];
+            let excused = m.excused_until.is_some_and(|u| now < u);
+            let stale = age > cfg.self_fence_after * 1000;
+            if !m.fence_active && stale && !excused {
+                m.fence_active = true;
+            }
+            if m.fence_active {
                 m.containers.clear();
-            } else {
+            }
+            let excusing = stale && !m.fence_active;
+            let newly = excusing && !m.excusing;
+            m.excusing = excusing;
+            // Pet while the Lease is fresh, or while excused and not fenced.
+            if !stale || excusing {
                 m.last_pet = now;
             }
+            if newly {
+                self.out.excused += 1;
+                self.log(format!("m{i}: stale, excused by its peers"));
+            }
         }
+    }
+
+    /// One poll round of agent `i`: asks every peer, then publishes until when a strict
+    /// majority of the members (itself one voter when it may vouch) excuses it.
+    fn poll(&mut self, i: usize, vouch_after: u64, answer_valid: u64) {
+        let now = self.now;
+        let n = self.machines.len();
+        let answers: Vec<(usize, Option<bool>)> = (0..n)
+            .filter(|&j| j != i)
+            .map(|j| (j, self.answer(i, j)))
+            .collect();
+        let loose = self.bug == Some(Bug::LooseMajority);
+        let m = &mut self.machines[i];
+        for (j, a) in answers {
+            if a == Some(true) {
+                let sent = m.vouches.entry(j).or_insert(now);
+                *sent = (*sent).max(now);
+            } else {
+                // A "no" or no answer withdraws the peer's vouch at once.
+                m.vouches.remove(&j);
+            }
+        }
+        m.next_poll = now + POLL_MS;
+        let k = if loose { n / 2 } else { n / 2 + 1 };
+        let self_votes = now.saturating_sub(m.last_write) > vouch_after * 1000;
+        let need = k.saturating_sub(usize::from(self_votes));
+        let valid_for = answer_valid * 1000;
+        let until = if need == 0 {
+            Some(now + valid_for)
+        } else {
+            let mut valid: Vec<u64> = m
+                .vouches
+                .values()
+                .map(|sent| sent + valid_for)
+                .filter(|&u| u > now)
+                .collect();
+            valid.sort_unstable_by(|a, b| b.cmp(a));
+            valid.get(need - 1).copied()
+        };
+        m.excused_until = until.filter(|&u| u > now);
+    }
+
+    /// What peer `to` answers agent `from` now: `None` when the request fails (unreachable over
+    /// the node network, powered off, its agent hung or down, or it runs no peer check), else
+    /// whether it may vouch (no Lease write attempt within its vouch delay).
+    fn answer(&self, from: usize, to: usize) -> Option<bool> {
+        let (a, b) = (&self.machines[from], &self.machines[to]);
+        if !b.powered
+            || b.agent != Agent::Running
+            || a.cut_all
+            || b.cut_all
+            || a.net_side != b.net_side
+        {
+            return None;
+        }
+        let (vouch_after, _) = self.s.nodes[to].peer_check?;
+        Some(self.now.saturating_sub(b.last_write) > vouch_after * 1000)
     }
 
     fn watchdog(&mut self, i: usize) {
@@ -537,11 +705,11 @@ impl<'s> World<'s> {
         let seen_at = self.now.saturating_sub(lag);
         for i in 0..self.machines.len() {
             let name = self.machines[i].name.clone();
-            let (count, lease_ad) = self.lease_log[i]
+            let (count, stamp, lease_ad) = self.lease_log[i]
                 .iter()
                 .rev()
-                .find(|(t, _, _)| *t <= seen_at)
-                .map(|(_, c, a)| (*c, a.clone()))
+                .find(|(t, _, _, _)| *t <= seen_at)
+                .map(|(_, c, st, a)| (*c, *st, a.clone()))
                 .unwrap_or_default();
             let hb = Heartbeat {
                 lease_renew_time: Some(count.to_string()),
@@ -549,6 +717,17 @@ impl<'s> World<'s> {
             };
             let seen = self.ctl.detector.observe(&name, hb, clocks.mono);
             if seen != Observed::Unchanged {
+                // The healthy majority: every observed Lease write (count 0: never written,
+                // no renewTime), stamped by the node's clock, observed now.
+                if count > 0 {
+                    self.ctl.streaks.observe(
+                        &name,
+                        at_ms(stamp),
+                        clocks.wall,
+                        lease_ad.peer_check.map(|p| p.vouch_after),
+                        DEFAULT_WINDOW,
+                    );
+                }
                 let mut ad = lease_ad;
                 if self.bug == Some(Bug::TrustWithoutWatchdog) && ad.self_fence_after.is_some() {
                     ad.watchdog = Some(Watchdog {
@@ -698,6 +877,21 @@ impl<'s> World<'s> {
         let margin = Duration::from_secs(
             u64::try_from(self.policy.trust_self_fence.margin_seconds).unwrap_or(0),
         );
+        // As `reconcile.rs::peer_trust`: the members are every Node.
+        let peer_trust = match advertised.peer_check {
+            Some(peer) if self.bug != Some(Bug::IgnoreMajorityBound) => {
+                let since = self
+                    .ctl
+                    .streaks
+                    .majority_since(self.machines.len(), now.wall);
+                let watchdog = advertised.watchdog.map(|w| w.timeout).unwrap_or_default();
+                match peer_checked_trust(since, peer.answer_valid, watchdog, margin) {
+                    Some(t) => PeerTrust::From(t),
+                    None => PeerTrust::NoMajority,
+                }
+            }
+            _ => PeerTrust::NotPeerChecked,
+        };
         let clean = match st.entered_at().filter(|_| st.phase == Phase::Recovering) {
             Some(at) => clean_proof(
                 st,
@@ -752,8 +946,7 @@ impl<'s> World<'s> {
                 .filter(|_| fresh_or_watched == self.ctl.detector.marker(name)),
             heartbeat_marker: fresh_or_watched,
             self_fence_wait: advertised.trust_wait(margin),
-            // The simulated agents run no peer check (they advertise none).
-            peer_trust: palisade_decide::phase::PeerTrust::NotPeerChecked,
+            peer_trust,
             clean_proof: clean,
             taint_present: self.tainted[i],
             node_uid: Some(format!("uid-{name}")),

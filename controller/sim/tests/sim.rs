@@ -19,8 +19,8 @@ fn ten_thousand_fault_schedules_keep_at_most_one() {
     let s = seed();
     let c = campaign(s, 10_000, None);
     eprintln!(
-        "{} schedules, {} fault events, {} fences, {} released, {} held",
-        c.schedules, c.faults, c.fences, c.released, c.held
+        "{} schedules, {} fault events, {} fences, {} released, {} held, {} excused",
+        c.schedules, c.faults, c.fences, c.released, c.held, c.excused
     );
     if let Some((seed, v)) = &c.failure {
         let small = shrink(&Schedule::generate(*seed), None);
