@@ -296,7 +296,6 @@ fn libvirt_backed_sushy_is_fenced_on_the_first_read_and_recovered() {
 /// the machine's processes are gone (off) or its boot process runs (on).
 #[test]
 fn a_redfish_fence_really_stops_a_lab_machine() {
-    use palisade_lab::process::{alive, pids_with_env, read_pidfile, MACHINE_ENV};
     let lab = Lab::start(LabConfig {
         machines: 1,
         control_plane: false,
@@ -306,47 +305,7 @@ fn a_redfish_fence_really_stops_a_lab_machine() {
     .expect("lab starts");
     let m = &lab.machines()[0];
     assert!(m.is_powered());
-    let bmc = m.bmc().clone();
-    let boot_pid = m.dir().join("boot.pid");
-    let marker = m.marker();
-    let hook = Arc::new(move |_uuid: &str, on: bool| -> Result<(), String> {
-        let out = std::process::Command::new("ipmitool")
-            .args([
-                "-I",
-                "lanplus",
-                "-C",
-                "3",
-                "-N",
-                "1",
-                "-R",
-                "3",
-                "-H",
-                "127.0.0.1",
-                "-p",
-            ])
-            .arg(bmc.port.to_string())
-            .args(["-U", &bmc.user, "-f"])
-            .arg(&bmc.password_file)
-            .args(["chassis", "power", if on { "on" } else { "off" }])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-        }
-        // Bounded: at most 600 polls, 50 ms apart.
-        for _ in 0..600 {
-            let powered = read_pidfile(&boot_pid).is_some_and(alive);
-            if powered == on && (on || pids_with_env(MACHINE_ENV, &marker).is_empty()) {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Err(format!(
-            "the machine did not power {}",
-            if on { "on" } else { "off" }
-        ))
-    });
+    let hook = palisade_lab::redfish::machine_power_hook(m);
     let dir = tempfile::tempdir().unwrap();
     let s = Sushy::start_with_power_hook(
         &dir.path().join("sushy"),

@@ -275,7 +275,10 @@ async fn act(
     };
     let scheme = DeviceScheme::of(&d.url);
     match (d.kind, scheme) {
-        (DeviceKind::Power, Some(DeviceScheme::Ipmi | DeviceScheme::SnmpPdu)) => {
+        (
+            DeviceKind::Power,
+            Some(DeviceScheme::Ipmi | DeviceScheme::SnmpPdu | DeviceScheme::Redfish),
+        ) => {
             let secret = secret_for(ctx, node, &d.url).await.map_err(failed)?;
             let device = power_device(&d.url, &secret).map_err(failed)?;
             still_leading()?;
@@ -301,7 +304,7 @@ async fn act(
                 Some((
                     EvidenceKind::PowerOff,
                     format!(
-                        "{} reported chassis power off after {} status poll(s), {:?} after the command",
+                        "{} reported power off after {} status poll(s), {:?} after the command",
                         v.device(),
                         v.polls(),
                         v.command_to_verified()

@@ -33,6 +33,47 @@ use crate::error::{LabError, Result};
 use crate::pki::Ca;
 use crate::process::Daemon;
 
+/// The hook that ties a sushy system to lab machine `m` ([`Sushy::start_with_power_hook`]):
+/// each applied power change is carried out through the machine's IPMI BMC (`ipmitool`), and
+/// the hook returns only once the machine's boot process runs (on) or every process of it is
+/// gone (off), so sushy's read of the new `PowerState` comes after the machine really changed.
+/// Bounded: one `ipmitool` call, then at most 600 polls 50 ms apart.
+pub fn machine_power_hook(m: &crate::Machine) -> Arc<PowerHook> {
+    use crate::process::{alive, pids_with_env, read_pidfile, MACHINE_ENV};
+    let bmc = m.bmc().clone();
+    let boot_pid = m.dir().join("boot.pid");
+    let marker = m.marker();
+    Arc::new(
+        move |_uuid: &str, on: bool| -> std::result::Result<(), String> {
+            let out = Command::new("ipmitool")
+                .args(["-I", "lanplus", "-C", "3", "-N", "1", "-R", "3", "-H"])
+                .arg(bmc.host.to_string())
+                .arg("-p")
+                .arg(bmc.port.to_string())
+                .args(["-U", &bmc.user, "-f"])
+                .arg(&bmc.password_file)
+                .args(["chassis", "power", if on { "on" } else { "off" }])
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| e.to_string())?;
+            if !out.status.success() {
+                return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+            }
+            for _ in 0..600 {
+                let powered = read_pidfile(&boot_pid).is_some_and(alive);
+                if powered == on && (on || pids_with_env(MACHINE_ENV, &marker).is_empty()) {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(format!(
+                "the machine did not power {}",
+                if on { "on" } else { "off" }
+            ))
+        },
+    )
+}
+
 /// The sushy-tools version `hack/install-deps.sh` installs.
 pub const SUSHY_VERSION: &str = "2.2.0";
 
