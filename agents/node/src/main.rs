@@ -330,9 +330,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 metrics.peer.clone(),
             ));
             let (peers_tx, peers_rx) = tokio::sync::watch::channel(Vec::new());
+            // Membership changes rarely; the majority tolerates one Node more in the
+            // controller's list than in ours (see the README).
             tokio::spawn(palisade_node::peer::node_list_loop(
                 client.clone(),
-                args.renew_interval,
+                Duration::from_secs(60),
                 peers_tx,
             ));
             let needed: Arc<dyn Fn() -> bool + Send + Sync> = {

@@ -537,12 +537,11 @@ impl<'s> World<'s> {
         let loose = self.bug == Some(Bug::LooseMajority);
         let m = &mut self.machines[i];
         for (j, a) in answers {
+            // A "no" or no answer adds nothing and takes nothing away: an earlier vouch
+            // lapses on its own, `answer_valid` after its request (as in the agent).
             if a == Some(true) {
                 let sent = m.vouches.entry(j).or_insert(now);
                 *sent = (*sent).max(now);
-            } else {
-                // A "no" or no answer withdraws the peer's vouch at once.
-                m.vouches.remove(&j);
             }
         }
         m.next_poll = now + POLL_MS;

@@ -82,7 +82,7 @@ fn members(me: &str, peers: &[Peer]) -> usize {
 ///
 /// Every `poll_interval` while needed, asks every reachable peer of the latest list (skipping
 /// this node by name) in parallel, each bounded by `request_timeout`, feeds the answers to an
-/// [`Excuse`] (a failed request withdraws that peer's vouch), and publishes
+/// [`Excuse`] (a failed request adds nothing; earlier vouches lapse on their own), and publishes
 /// [`Excuse::excused_until`] after the round. While not needed it publishes `None` and forgets
 /// every answer.
 ///
@@ -398,8 +398,11 @@ mod tests {
         let (out_tx, mut out_rx) = watch::channel(None);
         let metrics = Arc::new(PeerMetrics::default());
         // This node just wrote: it does not vote, so both peers must vouch.
+        // Vouches stand for 2 s here, so the last one lapses well within the deadline.
+        let mut a = cfg("a", port);
+        a.answer_valid = 2 * S;
         tokio::spawn(poll(
-            cfg("a", port),
+            a,
             k,
             peers_rx,
             WriteClock::new(),
@@ -431,11 +434,12 @@ mod tests {
             .expect("excused again")
             .unwrap();
 
-        // Peer c writes: its "no" withdraws its vouch, and without it there is no majority.
+        // Peer c writes: it answers "no" from now on, its last vouch lapses `answer_valid`
+        // after its request, and without it there is no majority.
         wc.record_write();
         timeout(deadline, out_rx.wait_for(|v| v.is_none()))
             .await
-            .expect("withdrawn within the deadline")
+            .expect("lapsed within the deadline")
             .unwrap();
         assert_eq!(*out_rx.borrow(), None);
         assert_eq!(metrics.excused.load(Ordering::Relaxed), 0);

@@ -14,7 +14,10 @@ use super::may_vouch;
 ///
 /// Guarantees: [`Excuse::excused_until`] is `Some` only when a strict majority of the members
 /// has vouched, each peer's vouch answering a request sent no more than `answer_valid` before
-/// the returned instant; a peer's "no" (or failed answer) withdraws its earlier vouch at once.
+/// the returned instant. A vouch stands for `answer_valid` from its request, whatever the peer
+/// answers later: the controller's bound already covers every vouch for that long, and a peer
+/// that renews again after an outage (and so answers "no") must not cut short the time a
+/// slower node has to renew too.
 ///
 /// Assumptions: `members` is the size of the Node list last seen, this node included, and
 /// answers come from the peers of that list (the poller drops the answers of departed peers
@@ -56,10 +59,10 @@ impl Excuse {
     }
 
     /// Peer `name` answered a request sent at `sent`. A vouch counts from `sent`; of several
-    /// vouches the latest send time counts (once). A "no" withdraws the peer's vouch.
+    /// vouches the latest send time counts (once). A "no" adds nothing and takes nothing away:
+    /// an earlier vouch lapses on its own, `answer_valid` after its request.
     pub fn answer(&mut self, name: &str, sent: Instant, vouched: bool) {
         if !vouched {
-            self.no_answer(name);
             return;
         }
         self.vouches
@@ -68,9 +71,10 @@ impl Excuse {
             .or_insert(sent);
     }
 
-    /// Peer `name` gave no usable answer (failed, garbage, unauthenticated): withdraws its vouch.
+    /// Peer `name` gave no usable answer (failed, garbage, unauthenticated): nothing is added,
+    /// and an earlier vouch lapses on its own.
     pub fn no_answer(&mut self, name: &str) {
-        self.vouches.remove(name);
+        let _ = name;
     }
 
     /// The instant until which a strict majority of the members vouches for this node, or
@@ -155,15 +159,18 @@ mod tests {
     }
 
     #[test]
-    fn a_later_no_withdraws_the_vouch() {
+    fn a_later_no_neither_extends_nor_cuts_short_a_vouch() {
         let (t0, self_quiet, _) = times();
         let mut e = excuse(3);
         e.answer("b", t0 - 2 * S, true);
         e.answer("b", t0 - S, false);
-        assert_eq!(e.excused_until(self_quiet, t0), None);
-        e.answer("c", t0 - S, true);
-        e.no_answer("c");
-        assert_eq!(e.excused_until(self_quiet, t0), None);
+        e.no_answer("b");
+        assert_eq!(
+            e.excused_until(self_quiet, t0),
+            Some(t0 - 2 * S + C),
+            "the vouch stands until it lapses"
+        );
+        assert_eq!(e.excused_until(self_quiet, t0 - 2 * S + C), None);
     }
 
     #[test]

@@ -14,8 +14,8 @@
 //! self-fence only after it has seen a healthy strict majority continuously for
 //! `answer_valid` + watchdog + margin; two strict majorities intersect, so while the node is
 //! excused the controller cannot have seen that majority for long enough. Hence an answer is
-//! valid for `answer_valid` after its *request was sent*, and a "no" withdraws an earlier
-//! vouch at once.
+//! valid for `answer_valid` after its *request was sent* (and no longer, whatever the peer
+//! answers later).
 //!
 //! Modules: [`excuse`] is the pure majority arithmetic; `wire` is the line protocol (one
 //! HMAC-signed JSON line each way); `server` answers peers ([`serve`]); `client` asks them

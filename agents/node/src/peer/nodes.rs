@@ -11,8 +11,12 @@ use super::Peer;
 
 /// Keeps `out` equal to the cluster's Node list: names and InternalIPs.
 ///
-/// LISTs the Nodes every `interval`, each LIST bounded by `interval` (at least 1 s, at most
-/// 10 s). Nodes without an InternalIP stay in the list with [`Peer::NO_ADDR`]: they are
+/// LISTs the Nodes every `interval` (every 2 s after a failure, before the first success, and
+/// while a member has no address yet),
+/// each LIST bounded by `interval` (at least 1 s, at most 10 s). The LIST is served from the
+/// API server's watch cache (`resourceVersion=0`): a thousand agents listing once a minute
+/// cost the API server little, where a watch of every Node from every agent would carry every
+/// Node status update to every node. Nodes without an InternalIP stay in the list with [`Peer::NO_ADDR`]: they are
 /// members but are not asked. Logs changes at info. Returns when every receiver is gone.
 ///
 /// Guarantees: a failed or timed-out LIST keeps the last list, so a control-plane outage never
@@ -27,7 +31,7 @@ pub async fn node_list_loop(
     let limit = interval.clamp(Duration::from_secs(1), Duration::from_secs(10));
     let mut failing = false;
     loop {
-        match tokio::time::timeout(limit, api.list(&ListParams::default())).await {
+        match tokio::time::timeout(limit, api.list(&ListParams::default().match_any())).await {
             Ok(Ok(list)) => {
                 if failing {
                     tracing::info!("listing Nodes for the peer check works again");
@@ -66,7 +70,18 @@ pub async fn node_list_loop(
         if out.is_closed() {
             return;
         }
-        tokio::time::sleep(interval).await;
+        // A Node registers before its status carries an address: until every member can be
+        // asked, keep listing often, or the peers stay unreachable for a whole interval.
+        let retry = failing || {
+            let cur = out.borrow();
+            cur.is_empty() || cur.iter().any(|p| !p.reachable())
+        };
+        tokio::time::sleep(if retry {
+            interval.min(Duration::from_secs(2))
+        } else {
+            interval
+        })
+        .await;
     }
 }
 
