@@ -155,11 +155,31 @@ fn an_api_outage_kills_no_pod_and_a_node_cut_alone_self_fences() {
     std::thread::sleep(Duration::from_secs(15));
     outage.store(false, std::sync::atomic::Ordering::SeqCst);
     let dead = watcher.join().unwrap();
+    // What the peer check did, without the stream of refused API connections.
     let tail = |i: usize| {
         let log = agent_log(&lab, i);
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| !l.contains("client error (Connect)"))
+            .collect();
+        lines[lines.len().saturating_sub(60)..].join("\n")
     };
+    for i in 0..3 {
+        let log = agent_log(&lab, i);
+        let peer_lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("peer") || l.contains("self-fenc") || l.contains("excuse"))
+            .collect();
+        eprintln!("--- m{i}: the peer check\n{}", peer_lines.join("\n"));
+    }
+    if !dead.is_empty() {
+        // Kept for the post-mortem: the lab directory goes with the lab.
+        for i in 0..3 {
+            let keep = std::env::temp_dir().join(format!("palisade-peer-check-m{i}.log"));
+            let _ = std::fs::write(&keep, agent_log(&lab, i));
+            eprintln!("m{i}'s whole agent log: {}", keep.display());
+        }
+    }
     assert!(
         dead.is_empty(),
         "no pod may be killed by a control-plane outage; killed on machines {dead:?}; logs:\n{}",
