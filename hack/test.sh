@@ -42,6 +42,7 @@ done
 exclude=()
 for p in "${present[@]}"; do exclude+=(--exclude "$p"); done
 status=0
+mkdir -p target
 log=target/test-suite.log
 : > "$log"
 # The attach-detach negative control waits out Kubernetes 1.20's 6-minute force detach, mostly
