@@ -31,6 +31,24 @@ fn pid_of(i: usize) -> Option<i32> {
     pid_of_sleep(&sleep_arg(i).to_string())
 }
 
+/// The log without its terminal colours (fields are written as `name\x1b[..m=\x1b[..mvalue`).
+fn plain(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Removes the key file when the test ends, however it ends.
 struct KeyFile(std::path::PathBuf);
 
@@ -120,6 +138,26 @@ fn peer_lab(
             })
         })
         .collect();
+    // The outage must find the agents knowing their peers: an agent that has not yet listed
+    // every Node with an address cannot be excused (it self-fences, the safe side), which is
+    // a different scenario from the one these tests prove.
+    eventually(
+        "every agent knows all its peers",
+        Duration::from_secs(120),
+        || {
+            (0..machines)
+                .all(|i| {
+                    let log = plain(&agent_log(&lab, i));
+                    log.lines()
+                        .rfind(|l| l.contains("peer set changed"))
+                        .is_some_and(|l| {
+                            l.contains(&format!("members={machines}"))
+                                && !l.contains("no InternalIP")
+                        })
+                })
+                .then_some(())
+        },
+    );
     (lab, rt, c, key, pids)
 }
 
