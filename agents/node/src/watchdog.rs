@@ -168,8 +168,9 @@ mod tests {
         assert!(!p.exists());
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn pets_only_while_the_lease_is_renewed_and_disarms_on_shutdown() {
+    /// An empty file standing in for the device, and petting every second while the Lease is
+    /// at most 2.5 s old.
+    fn fake_device() -> (tempfile::TempDir, std::path::PathBuf, WatchdogConfig) {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("watchdog");
         std::fs::write(&path, b"").unwrap();
@@ -178,6 +179,12 @@ mod tests {
             interval: Duration::from_secs(1),
             max_lease_age: Duration::from_millis(2_500),
         };
+        (d, path, cfg)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pets_only_while_the_lease_is_renewed_and_disarms_on_shutdown() {
+        let (_d, path, cfg) = fake_device();
         let (renew_tx, renew_rx) = watch::channel(Instant::now());
         let (stop_tx, stop_rx) = watch::channel(false);
         let task = tokio::spawn(run(
@@ -209,14 +216,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_excuse_keeps_petting_until_it_lapses_or_the_node_self_fences() {
-        let d = tempfile::tempdir().unwrap();
-        let path = d.path().join("watchdog");
-        std::fs::write(&path, b"").unwrap();
-        let cfg = WatchdogConfig {
-            path: path.clone(),
-            interval: Duration::from_secs(1),
-            max_lease_age: Duration::from_millis(2_500),
-        };
+        let (_d, path, cfg) = fake_device();
         let (_renew_tx, renew_rx) = watch::channel(Instant::now());
         let (ex_tx, ex_rx) = watch::channel(Some(Instant::now() + Duration::from_millis(6_500)));
         let (fence_tx, fence_rx) = watch::channel(crate::pod_worker::FenceState::default());

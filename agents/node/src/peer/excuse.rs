@@ -71,12 +71,6 @@ impl Excuse {
             .or_insert(sent);
     }
 
-    /// Peer `name` gave no usable answer (failed, garbage, unauthenticated): nothing is added,
-    /// and an earlier vouch lapses on its own.
-    pub fn no_answer(&mut self, name: &str) {
-        let _ = name;
-    }
-
     /// The instant until which a strict majority of the members vouches for this node, or
     /// `None` when there is no such majority at `now`.
     ///
@@ -164,7 +158,6 @@ mod tests {
         let mut e = excuse(3);
         e.answer("b", t0 - 2 * S, true);
         e.answer("b", t0 - S, false);
-        e.no_answer("b");
         assert_eq!(
             e.excused_until(self_quiet, t0),
             Some(t0 - 2 * S + C),
