@@ -259,8 +259,14 @@ pub enum Step {
     RecordCleanProof(String),
     /// Release 1: taint the node `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`.
     ApplyTaint(VerifiedFence),
-    /// Release 2: mark the pod fenced, patch it Failed, DELETE it with grace 0 and UID precondition.
+    /// Release 2: record the pod in `status.release.releasing` (persisted first), then mark it
+    /// fenced, patch it Failed, DELETE it with grace 0 and UID precondition, and move its record
+    /// to `status.release.pods`.
     ReleasePod(VerifiedFence, ObjectRef),
+    /// Release 2, resumed: the pod in `status.release.releasing` is gone from the node (a
+    /// previous leader's deletion landed before it could record it): move its record to
+    /// `status.release.pods`.
+    RecordReleased(ObjectRef),
     /// Release 3: DELETE a VolumeAttachment (UID precondition), once no pod of the node remains.
     DeleteAttachment(VerifiedFence, ObjectRef),
     /// Release 4: clear a PV's attach record.
@@ -296,6 +302,7 @@ impl Step {
             Step::RecordCleanProof(_) => "record_clean_proof",
             Step::ApplyTaint(_) => "apply_taint",
             Step::ReleasePod(..) => "release_pod",
+            Step::RecordReleased(_) => "record_released",
             Step::DeleteAttachment(..) => "delete_attachment",
             Step::ClearAttachRecord(..) => "clear_attach_record",
             Step::PowerOn(_) => "power_on",
@@ -581,6 +588,18 @@ fn releasing(status: &NodeFenceStatus, obs: &Observations<'_>, proof: VerifiedFe
     pods.sort();
     if let Some(p) = pods.iter().find(|p| !coverage.covers(p.mounts_claim)) {
         return Step::HoldPod(p.pod.clone());
+    }
+    // A release a previous leader started: finish it before anything else, so the status names
+    // every pod this fence deleted.
+    if let Some(r) = status.release.releasing.as_ref() {
+        return match pods.iter().find(|p| p.pod.uid == r.uid) {
+            Some(p) => Step::ReleasePod(proof, p.pod.clone()),
+            None => Step::RecordReleased(ObjectRef {
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                uid: r.uid.clone(),
+            }),
+        };
     }
     if status.release.tainted_at.is_none() && held.is_empty() {
         return Step::ApplyTaint(proof);

@@ -238,6 +238,11 @@ fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn
         }
         Step::ReleasePod(_, p) => {
             w.pods.retain(|x| x.pod != *p);
+            st.release.releasing = None;
+            st.release.pods.push(released(p, at));
+        }
+        Step::RecordReleased(p) => {
+            st.release.releasing = None;
             st.release.pods.push(released(p, at));
         }
         Step::DeleteAttachment(_, a) => {
@@ -594,6 +599,39 @@ fn attachments_wait_for_every_pod_to_be_released() {
         next_step(&sp, &st, &w.obs()),
         Step::DeleteAttachment(..)
     ));
+}
+
+#[test]
+fn a_release_a_dead_leader_started_is_finished_first_and_always_recorded() {
+    let sp = spec(RequestedBy::Controller);
+    let mut st = fencing_status(1);
+    let mut w = World::new();
+    for _ in 0..4 {
+        // level 0 verified, Fenced, Releasing, taint
+        apply(&next_step(&sp, &st, &w.obs()), &mut st, &mut w, &|_| true);
+    }
+    // A leader recorded its intent to release web-1, then died before (or after) deleting it.
+    let web = obj("web", "web-1");
+    st.release.releasing = Some(released(&web, wall(w.now)));
+    let s = next_step(&sp, &st, &w.obs());
+    assert!(
+        matches!(s, Step::ReleasePod(_, ref p) if *p == web),
+        "the started release is resumed before db-0: {s:?}"
+    );
+    // Its deletion had landed: the pod is gone, and the next step records it (and only that).
+    w.pods.retain(|p| p.pod != web);
+    let s = next_step(&sp, &st, &w.obs());
+    assert_eq!(s, Step::RecordReleased(web.clone()));
+    assert!(
+        !s.is_action(),
+        "recording acts on nothing outside the status"
+    );
+    apply(&s, &mut st, &mut w, &|_| true);
+    assert!(st.release.releasing.is_none());
+    assert_eq!(st.release.pods.len(), 1);
+    assert!(
+        matches!(next_step(&sp, &st, &w.obs()), Step::ReleasePod(_, ref p) if p.name == "db-0")
+    );
 }
 
 #[test]

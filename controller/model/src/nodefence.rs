@@ -509,6 +509,12 @@ pub struct ReleaseProgress {
     /// Pods marked Failed and deleted (grace 0, UID precondition).
     #[serde(default)]
     pub pods: Vec<ReleasedObject>,
+    /// The pod whose release has started: recorded *before* its deletion is sent, and moved to
+    /// `pods` once the deletion is confirmed. A leader that dies in between leaves it here, and
+    /// the next one re-sends the deletion (UID precondition) or, the pod being gone, records it
+    /// in `pods`: no pod is ever deleted without a record of it in this status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub releasing: Option<ReleasedObject>,
     /// VolumeAttachments deleted (UID precondition).
     #[serde(default)]
     pub attachments: Vec<ReleasedObject>,
@@ -930,6 +936,7 @@ impl NodeFenceStatus {
     pub fn released_anything(&self) -> bool {
         let r = &self.release;
         r.tainted_at.is_some()
+            || r.releasing.is_some()
             || !r.pods.is_empty()
             || !r.attachments.is_empty()
             || !r.attach_records.is_empty()

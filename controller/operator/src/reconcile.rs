@@ -1004,7 +1004,19 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             }
             Step::ReleasePod(proof, pod) => {
                 ctx.leader.check(token).await?;
+                // Write-ahead: the status names the pod before its deletion is sent, so a
+                // leader that dies after the deletion leaves a record the next one completes.
+                let nf = if status.release.releasing.as_ref().map(|r| r.uid.as_str())
+                    == Some(pod.uid.as_str())
+                {
+                    nf
+                } else {
+                    status.release.releasing = Some(released(&pod));
+                    persist(&api, &nf, status.clone(), "release_pod_intent").await?
+                };
+                ctx.leader.check(token).await?;
                 crate::release::release_pod(&ctx.client, &node, &pod, &proof).await?;
+                status.release.releasing = None;
                 status.release.pods.push(released(&pod));
                 persist_then_tell(
                     ctx,
@@ -1017,6 +1029,26 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                         "PodReleased",
                         &format!(
                             "pod {}/{} (uid {}) marked Failed and deleted with grace 0",
+                            pod.namespace, pod.name, pod.uid
+                        ),
+                    ),
+                )
+                .await?;
+            }
+            Step::RecordReleased(pod) => {
+                status.release.releasing = None;
+                status.release.pods.push(released(&pod));
+                persist_then_tell(
+                    ctx,
+                    &api,
+                    &nf,
+                    status,
+                    label,
+                    (
+                        Kind::Normal,
+                        "PodReleased",
+                        &format!(
+                            "pod {}/{} (uid {}) is gone: its release, started before a leader change, is recorded",
                             pod.namespace, pod.name, pod.uid
                         ),
                     ),

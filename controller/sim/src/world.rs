@@ -48,17 +48,21 @@ pub enum Bug {
     IgnoreMajorityBound,
     /// The agents count half the members (rounded down) as a majority.
     LooseMajority,
+    /// Record a released pod only after its deletion (no write-ahead record): a controller
+    /// that dies in between leaves a deleted pod the status does not name.
+    RecordAfterDelete,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 6] = [
+    pub const ALL: [Bug; 7] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
         Bug::TrustWithoutWatchdog,
         Bug::IgnoreMajorityBound,
         Bug::LooseMajority,
+        Bug::RecordAfterDelete,
     ];
 
     /// Parses a bug's name (as printed by `{:?}`).
@@ -180,6 +184,10 @@ pub struct World<'s> {
     /// Draws the jitter of the node clocks' stamps (apart from `rng`, so the rest of a
     /// history does not depend on it).
     skew_rng: Rng,
+    /// Draws the controller crashes in the middle of a release (apart from `rng`, as above).
+    crash_rng: Rng,
+    /// Pods a release deleted, for the check that the status names every one of them.
+    released_uids: BTreeSet<String>,
     pods: Vec<Pod>,
     identities: Vec<(String, bool)>,
     fences: Vec<Fence>,
@@ -248,6 +256,8 @@ impl<'s> World<'s> {
             leases: vec![(0, Advertisement::default()); s.nodes.len()],
             lease_log: vec![vec![(0, 0, 0, Advertisement::default())]; s.nodes.len()],
             skew_rng: Rng::new(s.seed ^ 0x5EED_C10C),
+            crash_rng: Rng::new(s.seed ^ 0xC2A5_4ED),
+            released_uids: BTreeSet::new(),
             machines,
             pods: Vec::new(),
             identities: vec![
@@ -357,14 +367,7 @@ impl<'s> World<'s> {
                 Fault::ControllerCrash => self.ctl.up = false,
                 Fault::ControllerStart => {
                     if !self.ctl.up {
-                        self.ctl = Controller {
-                            up: true,
-                            token: self.ctl.token + 1,
-                            detector: Detector::new(),
-                            advertised: HashMap::new(),
-                            changed_at: HashMap::new(),
-                            streaks: Streaks::new(),
-                        };
+                        self.restart_controller();
                     }
                 }
                 Fault::ApiDown => self.api_up = false,
@@ -632,8 +635,33 @@ impl<'s> World<'s> {
         }
     }
 
+    /// A new controller: a higher token, no memory.
+    fn restart_controller(&mut self) {
+        self.ctl = Controller {
+            up: true,
+            token: self.ctl.token + 1,
+            detector: Detector::new(),
+            advertised: HashMap::new(),
+            changed_at: HashMap::new(),
+            streaks: Streaks::new(),
+        };
+    }
+
     /// The invariants.
     fn check(&self) -> Option<Violation> {
+        if let Some(uid) = self.released_uids.iter().find(|uid| {
+            !self.fences.iter().any(|f| {
+                let r = &f.status.release;
+                r.pods
+                    .iter()
+                    .chain(r.releasing.iter())
+                    .any(|p| &p.uid == *uid)
+            })
+        }) {
+            return Some(self.violation(format!(
+                "pod {uid} was deleted by a release that no NodeFence status records"
+            )));
+        }
         for (id, (name, claim)) in self.identities.iter().enumerate() {
             let mut live: BTreeMap<&str, usize> = BTreeMap::new();
             for (i, m) in self.machines.iter().enumerate() {
@@ -962,11 +990,27 @@ impl<'s> World<'s> {
         }
     }
 
+    /// Releases `pod` as `reconcile.rs` does: the write-ahead record, the deletion, then the
+    /// record moved to `pods`. One release in eight, the controller dies right after the
+    /// deletion and another takes over at once (its next round finishes the record).
     fn release_pod(&mut self, f: usize, pod: &ObjectRef) {
+        if self.bug != Some(Bug::RecordAfterDelete) {
+            self.fences[f].status.release.releasing = Some(self.released(pod));
+        }
         if let Some(p) = self.pods.iter_mut().find(|p| p.uid == pod.uid) {
             p.deleted = true;
         }
+        self.released_uids.insert(pod.uid.clone());
+        if self.crash_rng.below(8) == 0 {
+            self.log(format!(
+                "{}: controller crashed after deleting pod {}, before recording it",
+                self.fences[f].name, pod.uid
+            ));
+            self.restart_controller();
+            return;
+        }
         let r = self.released(pod);
+        self.fences[f].status.release.releasing = None;
         self.fences[f].status.release.pods.push(r);
         self.out.released += 1;
         self.log(format!("{}: released pod {}", self.fences[f].name, pod.uid));
@@ -1125,6 +1169,13 @@ impl<'s> World<'s> {
                 self.fences[f].status.release.tainted_at = Some(MicroTime(wall));
             }
             Step::ReleasePod(_, pod) => self.release_pod(f, &pod),
+            Step::RecordReleased(pod) => {
+                let r = self.released(&pod);
+                let st = &mut self.fences[f].status;
+                st.release.releasing = None;
+                st.release.pods.push(r);
+                self.log(format!("{name}: recorded the release of pod {}", pod.uid));
+            }
             Step::DeleteAttachment(..) | Step::ClearAttachRecord(..) => {}
             Step::PowerOn(_) => {
                 if self.machines[i].power_mode == DeviceMode::Works {
