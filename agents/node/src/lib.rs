@@ -17,7 +17,8 @@
 //!   [`self_fence`] kills fence-eligible containers straight from the runtime;
 //!   [`watchdog`] pets a hardware watchdog while the Lease is renewed, and
 //!   [`watchdog_device`] sets its timeout and `nowayout` and reads them back;
-//!   [`grpc_health`] is the gRPC health-check client of grpc probes;
+//!   [`grpc_health`] is the gRPC health-check client of grpc probes, and [`probe_outcome`]
+//!   the outcome type every probe action returns;
 //! - [`peer`] asks the other nodes, when the Lease cannot be renewed, whether they lost the API
 //!   too: a strict majority that did excuses the node from self-fencing.
 
@@ -34,6 +35,7 @@ pub mod node;
 pub mod peer;
 pub mod pod_worker;
 pub mod probe;
+pub mod probe_outcome;
 pub mod reporter;
 pub mod runtime;
 pub mod self_fence;

@@ -74,7 +74,7 @@ pub struct Ctx {
     pub metrics: Arc<Metrics>,
     /// Pod UID → `kubernetes.io/csi/<driver>^<handle>` of its CSI volumes (for the Node's
     /// `status.volumesInUse`).
-    pub volumes_in_use: std::sync::Mutex<std::collections::BTreeMap<String, Vec<String>>>,
+    pub volumes_in_use: volumes::VolumesInUse,
 }
 
 /// Commands to a worker besides pod updates.
@@ -415,7 +415,15 @@ impl Worker {
             if self.sandbox_retry_at.is_some_and(|t| Instant::now() < t) {
                 return;
             }
-            match volumes::prepare(&self.ctx, &self.pod).await {
+            match volumes::prepare(
+                self.ctx.reporter.client(),
+                &self.ctx.store,
+                &self.ctx.node_name,
+                &self.ctx.volumes_in_use,
+                &self.pod,
+            )
+            .await
+            {
                 Ok(p) => {
                     self.sandbox = Some(p);
                     self.sandbox_error = None;
@@ -677,12 +685,14 @@ impl Worker {
             }
         }
         let mut argv: Vec<String> = match &c.spec.command {
-            Some(cmd) if !cmd.is_empty() => cmd.iter().map(|s| expand(s, &env)).collect(),
+            Some(cmd) if !cmd.is_empty() => {
+                cmd.iter().map(|s| crate::env::expand(s, &env)).collect()
+            }
             _ => img.entrypoint.clone(),
         };
         match &c.spec.args {
             Some(a) if !a.is_empty() || c.spec.command.is_some() => {
-                argv.extend(a.iter().map(|s| expand(s, &env)))
+                argv.extend(a.iter().map(|s| crate::env::expand(s, &env)))
             }
             _ if c.spec.command.is_none() => argv.extend(img.cmd.iter().cloned()),
             _ => {}
@@ -1747,36 +1757,6 @@ pub fn sanitize_image(image: &str) -> String {
     image.replace(['/', ':', '@'], "_")
 }
 
-/// Expands `$(VAR)` references as the kubelet does (`$$` escapes).
-pub fn expand(s: &str, env: &[(String, String)]) -> String {
-    let mut out = String::new();
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'$' && i + 1 < b.len() {
-            if b[i + 1] == b'$' {
-                out.push('$');
-                i += 2;
-                continue;
-            }
-            if b[i + 1] == b'(' {
-                if let Some(end) = s[i + 2..].find(')') {
-                    let name = &s[i + 2..i + 2 + end];
-                    if let Some((_, v)) = env.iter().rev().find(|(k, _)| k == name) {
-                        out.push_str(v);
-                        i += 3 + end;
-                        continue;
-                    }
-                }
-            }
-        }
-        let ch = s[i..].chars().next().unwrap_or(' ');
-        out.push(ch);
-        i += ch.len_utf8();
-    }
-    out
-}
-
 /// Path helper for tests and the binary.
 pub fn containers_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("containers")
@@ -1785,13 +1765,6 @@ pub fn containers_dir(state_dir: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn expand_follows_kubelet_rules() {
-        let env = vec![("A".to_string(), "x".to_string())];
-        assert_eq!(expand("$(A)/$(B)/$$(A)/$", &env), "x/$(B)/$(A)/$");
-        assert_eq!(expand("plain é", &env), "plain é");
-    }
 
     #[test]
     fn sidecar_annotation_marks_init_containers() {
