@@ -8,7 +8,8 @@
 //!   (`Syncing | Terminating | Terminated`);
 //! - workers drive the [`runtime`] trait ([`runtime::process`]: a process per container,
 //!   launched by the [`shim`], tracked in a [`cgroup`]);
-//! - [`reporter`] patches pod status and records Events;
+//! - [`reporter`] patches pod status and records Events, behind the
+//!   [`reporter::StatusSink`] trait the workers use;
 //! - [`node`] registers the Node and renews its Lease, and its self-fence monitor kills fence-eligible
 //!   pods when the Lease cannot be renewed; [`state`] keeps what the agent was doing on disk;
 //! - [`mod@env`] resolves container environments (fieldRef, configMap/secret keys, envFrom);

@@ -16,7 +16,7 @@
 //!   deletion);
 //! - [`self_fence`]: while [`FenceState::active`], the containers of fence-eligible pods are
 //!   SIGKILLed and not restarted until the API confirms the pod still belongs here;
-//! - [`status`]: the pod status, reported whenever it changes.
+//! - [`status`]: the pod status, sent to the [`StatusSink`] whenever it changes.
 //!
 //! This file holds the worker task itself: the shared [`Ctx`], the commands, the per-container
 //! state and the loop that moves a pod from one phase to the next.
@@ -48,7 +48,7 @@ pub use image::{sanitize_image, ImageConfig};
 use crate::backoff::RestartBackoff;
 use crate::metrics::Metrics;
 use crate::probe::{ProbeKind, ProbeTracker, Thresholds};
-use crate::reporter::{PodRef, Reporter};
+use crate::reporter::{PodRef, StatusSink};
 use crate::runtime::Runtime;
 use crate::state::{ContainerRecord, PodRecord, StateStore, WorkerPhase};
 use crate::status::is_sidecar;
@@ -68,8 +68,11 @@ pub struct FenceState {
 
 /// What every worker shares.
 pub struct Ctx {
-    /// API access.
-    pub reporter: Reporter,
+    /// API access for what containers and volumes read: ConfigMaps, Secrets, PVCs, PVs and
+    /// VolumeAttachments.
+    pub client: kube::Client,
+    /// Where the pods' status and Events go.
+    pub status: Arc<dyn StatusSink>,
     /// The container runtime.
     pub runtime: Arc<dyn Runtime>,
     /// Durable state.
@@ -299,7 +302,7 @@ impl Worker {
         }
         let (status_tx, status_rx) = watch::channel(None);
         tokio::spawn(status::status_loop(
-            ctx.reporter.clone(),
+            ctx.status.clone(),
             pref.clone(),
             status_rx,
         ));
@@ -349,7 +352,7 @@ impl Worker {
     }
 
     fn event(&self, warning: bool, reason: &str, message: String) {
-        let r = self.ctx.reporter.clone();
+        let r = self.ctx.status.clone();
         let p = self.pref.clone();
         let reason = reason.to_string();
         tokio::spawn(async move { r.event(&p, warning, &reason, &message).await });

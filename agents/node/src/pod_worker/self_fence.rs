@@ -54,7 +54,7 @@ impl Worker {
     }
 
     pub(super) async fn try_lift_fence(&mut self) {
-        match self.ctx.reporter.get(&self.pref).await {
+        match self.ctx.status.get(&self.pref).await {
             Ok(p) => {
                 let same = p.metadata.uid.as_deref() == Some(self.pref.uid.as_str())
                     && p.spec.as_ref().and_then(|s| s.node_name.as_deref())

@@ -55,12 +55,8 @@ impl Worker {
 
     pub(super) async fn start(&mut self, i: usize) {
         let started = Instant::now();
-        let sources = crate::env::fetch(
-            self.ctx.reporter.client(),
-            &self.pref.namespace,
-            &self.ctrs[i].spec,
-        )
-        .await;
+        let sources =
+            crate::env::fetch(&self.ctx.client, &self.pref.namespace, &self.ctrs[i].spec).await;
         let prepared = sources
             .map_err(|e| ("CreateContainerConfigError".to_string(), e.to_string()))
             .and_then(|s| self.config_of(&self.ctrs[i], &s));

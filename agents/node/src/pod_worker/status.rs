@@ -2,13 +2,14 @@
 //! by a background task so that a slow API server never blocks the worker, and the terminal
 //! status reported (with retries) before the pod object is deleted.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStatus, HostIP, PodIP, PodStatus};
 use tokio::sync::watch;
 
 use super::{Ctr, Kind, Worker};
-use crate::reporter::{PodRef, Reporter};
+use crate::reporter::{PodRef, StatusSink};
 use crate::status::{self, ConditionInputs};
 
 impl Worker {
@@ -30,7 +31,7 @@ impl Worker {
         let s = self.compute_status(true);
         self.status_tx.send_replace(None);
         for _ in 0..30 {
-            match self.ctx.reporter.patch_status(&self.pref, &s).await {
+            match self.ctx.status.patch_status(&self.pref, &s).await {
                 Ok(()) => return,
                 Err(e) if e.is_gone() => return,
                 Err(e) => {
@@ -137,7 +138,7 @@ fn strip_times(s: &PodStatus) -> serde_json::Value {
 
 /// Patches the latest status, latest-wins, so a slow API never blocks the worker.
 pub(super) async fn status_loop(
-    reporter: Reporter,
+    sink: Arc<dyn StatusSink>,
     pref: PodRef,
     mut rx: watch::Receiver<Option<PodStatus>>,
 ) {
@@ -145,7 +146,7 @@ pub(super) async fn status_loop(
         let Some(s) = rx.borrow_and_update().clone() else {
             continue;
         };
-        if let Err(e) = reporter.patch_status(&pref, &s).await {
+        if let Err(e) = sink.patch_status(&pref, &s).await {
             if e.is_gone() {
                 continue;
             }

@@ -34,7 +34,7 @@ impl Worker {
                 return;
             }
             match volumes::prepare(
-                self.ctx.reporter.client(),
+                &self.ctx.client,
                 &self.ctx.store,
                 &self.ctx.node_name,
                 &self.ctx.volumes_in_use,

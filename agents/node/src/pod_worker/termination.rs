@@ -21,7 +21,7 @@ use super::{image, normalize_sidecars, Kind, Worker, WorkerCmd};
 use crate::grace::{effective_pod_grace_period, GraceInputs, KillPlan, KillReason};
 use crate::metrics::Metrics;
 use crate::probe::ProbeOutcome;
-use crate::reporter::{PodRef, Reporter};
+use crate::reporter::{PodRef, StatusSink};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::state::WorkerPhase;
 use crate::volumes;
@@ -116,7 +116,7 @@ impl Worker {
             // Only the agent completes a deletion the API asked for (a released pod is never restarted).
             if self.pod.metadata.deletion_timestamp.is_some() {
                 loop {
-                    match self.ctx.reporter.delete_pod(&self.pref).await {
+                    match self.ctx.status.delete_pod(&self.pref).await {
                         Ok(()) => {
                             tracing::info!("every process is dead: pod object deleted");
                             break;
@@ -147,7 +147,7 @@ impl Worker {
     ) {
         let k = KillCtx {
             runtime: self.ctx.runtime.clone(),
-            reporter: self.ctx.reporter.clone(),
+            status: self.ctx.status.clone(),
             pref: self.pref.clone(),
             address: self.ctx.address,
             metrics: self.ctx.metrics.clone(),
@@ -268,7 +268,7 @@ impl Worker {
         );
         let k = KillCtx {
             runtime: self.ctx.runtime.clone(),
-            reporter: self.ctx.reporter.clone(),
+            status: self.ctx.status.clone(),
             pref: self.pref.clone(),
             address: self.ctx.address,
             metrics: self.ctx.metrics.clone(),
@@ -368,7 +368,7 @@ impl Worker {
 
 struct KillCtx {
     runtime: Arc<dyn Runtime>,
-    reporter: Reporter,
+    status: Arc<dyn StatusSink>,
     pref: PodRef,
     address: IpAddr,
     metrics: Arc<Metrics>,
@@ -432,7 +432,7 @@ async fn kill_one(
                 )),
             };
             if let Some(m) = msg {
-                let r = k.reporter.clone();
+                let r = k.status.clone();
                 let p = k.pref.clone();
                 let text = format!("PreStopHook failed for {name}: {m}");
                 tokio::spawn(async move { r.event(&p, true, "FailedPreStopHook", &text).await });
