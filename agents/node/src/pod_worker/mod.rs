@@ -28,6 +28,8 @@ mod start;
 mod status;
 mod sync;
 mod termination;
+#[cfg(test)]
+mod testing;
 
 use std::collections::HashMap;
 use std::net::IpAddr;

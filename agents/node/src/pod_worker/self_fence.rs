@@ -87,3 +87,121 @@ impl Worker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use nix::sys::signal::Signal;
+    use serde_json::json;
+    use tokio::time::Instant;
+
+    use crate::pod_worker::testing::{container, deleted, pod, until, Harness, CLAIM};
+    use crate::pod_worker::FenceState;
+    use crate::runtime::fake::Script;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    const TICK: Duration = Duration::from_millis(100);
+
+    fn claim_pod(grace: i64) -> k8s_openapi::api::core::v1::Pod {
+        pod(json!({
+            "terminationGracePeriodSeconds": grace,
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": CLAIM}}],
+            "containers": [container("db")],
+        }))
+    }
+
+    fn ignores_term() -> Script {
+        Script {
+            ignores_term: true,
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_active_fence_kills_a_pod_with_a_claim_at_once_and_keeps_it_down() {
+        let h = Harness::new();
+        h.runtime.script("db", ignores_term());
+        let p = claim_pod(30);
+        let _w = h.spawn(&p);
+        until("db runs", || h.runtime.running("db")).await;
+
+        h.fence.send_replace(FenceState {
+            active: true,
+            all_pods: false,
+        });
+        let fenced = Instant::now();
+        until("db killed", || !h.runtime.running("db")).await;
+        let kills = h.runtime.kills("db");
+        assert_eq!(kills.len(), 1);
+        assert!(kills[0] - fenced <= TICK, "killed within one tick");
+        assert!(
+            h.runtime.signals("db", Signal::SIGTERM).is_empty(),
+            "no grace period"
+        );
+
+        tokio::time::sleep(secs(120)).await;
+        assert_eq!(
+            h.runtime.starts("db").len(),
+            1,
+            "not restarted while fenced"
+        );
+        let status = h.sink.last_status().expect("status");
+        assert_eq!(status.reason.as_deref(), Some("SelfFenced"));
+        assert!(h.sink.events().iter().any(|(r, _)| r == "SelfFenced"));
+        assert_eq!(h.ctx.metrics.self_fences.load(Ordering::Relaxed), 1);
+
+        // Once the API is back and confirms the pod still belongs here, it runs again.
+        h.sink.set_pod(Some(p.clone()));
+        h.fence.send_replace(FenceState::default());
+        until("db restarted", || h.runtime.starts("db").len() == 2).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_without_a_claim_keeps_running_unless_every_pod_is_fenced() {
+        let h = Harness::new();
+        let _w = h.spawn(&pod(json!({"containers": [container("web")]})));
+        until("web runs", || h.runtime.running("web")).await;
+
+        h.fence.send_replace(FenceState {
+            active: true,
+            all_pods: false,
+        });
+        tokio::time::sleep(secs(60)).await;
+        assert!(h.runtime.running("web"));
+        assert!(h.runtime.kills("web").is_empty());
+
+        h.fence.send_replace(FenceState {
+            active: true,
+            all_pods: true,
+        });
+        let fenced = Instant::now();
+        until("web killed", || !h.runtime.running("web")).await;
+        assert!(h.runtime.kills("web")[0] - fenced <= TICK);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_terminating_pod_with_a_claim_is_killed_without_waiting_for_its_grace_period() {
+        let h = Harness::new();
+        h.runtime.script("db", ignores_term());
+        let p = claim_pod(60);
+        let w = h.spawn(&p);
+        until("db runs", || h.runtime.running("db")).await;
+
+        w.pod_tx.send_replace(deleted(&p, 60));
+        let t0 = Instant::now();
+        tokio::time::sleep(secs(5)).await;
+        h.fence.send_replace(FenceState {
+            active: true,
+            all_pods: false,
+        });
+        w.join.await.expect("worker");
+
+        assert_eq!(h.runtime.signals("db", Signal::SIGTERM), vec![t0]);
+        assert_eq!(h.runtime.kills("db"), vec![t0 + secs(5)]);
+    }
+}

@@ -216,3 +216,156 @@ impl Worker {
         self.report_final().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use crate::pod_worker::testing::{container, pod, until, Harness};
+    use crate::runtime::fake::{Call, Script};
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    fn exits_after(s: u64, code: i32) -> Script {
+        Script {
+            exits_after: Some((secs(s), code)),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_crashing_container_restarts_at_once_then_after_10_20_and_40_seconds() {
+        let h = Harness::new();
+        h.runtime.script("app", exits_after(1, 1));
+        let _w = h.spawn(&pod(json!({"containers": [container("app")]})));
+        until("five starts", || h.runtime.starts("app").len() >= 5).await;
+
+        let starts = h.runtime.starts("app");
+        let gaps: Vec<Duration> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+        for (gap, backoff) in gaps.iter().zip([0, 10, 20, 40]) {
+            // 1 s of running plus the backoff, and at most one 100 ms tick to notice the exit.
+            let least = secs(1 + backoff);
+            assert!(
+                *gap >= least && *gap <= least + Duration::from_millis(100),
+                "restart after a {backoff} s backoff took {gap:?}: {gaps:?}"
+            );
+        }
+        let backoffs: Vec<String> = h
+            .sink
+            .events()
+            .into_iter()
+            .filter(|(r, _)| r == "BackOff")
+            .map(|(_, m)| m)
+            .collect();
+        assert_eq!(backoffs.len(), 3, "{backoffs:?}");
+        assert!(
+            backoffs[0].starts_with("back-off 10s restarting failed container=app pod=p_default"),
+            "{backoffs:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_container_waiting_for_its_restart_is_reported_in_crash_loop_back_off() {
+        let h = Harness::new();
+        h.runtime.script("app", exits_after(1, 1));
+        let _w = h.spawn(&pod(json!({"containers": [container("app")]})));
+        until("two starts", || h.runtime.starts("app").len() >= 2).await;
+        // The second run exits after 1 s; the third start waits 10 s.
+        tokio::time::sleep(secs(5)).await;
+
+        let status = h.sink.last_status().expect("status");
+        let app = &status.container_statuses.expect("container statuses")[0];
+        let waiting = app
+            .state
+            .as_ref()
+            .and_then(|s| s.waiting.as_ref())
+            .expect("waiting");
+        assert_eq!(waiting.reason.as_deref(), Some("CrashLoopBackOff"));
+        assert!(waiting
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("back-off 10s")));
+        assert_eq!(app.restart_count, 1);
+        let last = app.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+        assert_eq!(last.map(|t| t.exit_code), Some(1));
+        assert_eq!(h.runtime.starts("app").len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn restart_policy_never_fails_the_pod_and_on_failure_keeps_a_success() {
+        let never = Harness::new();
+        never.runtime.script("app", exits_after(1, 3));
+        let _w = never.spawn(&pod(
+            json!({"restartPolicy": "Never", "containers": [container("app")]}),
+        ));
+        let on_failure = Harness::new();
+        on_failure.runtime.script("app", exits_after(1, 0));
+        let _v = on_failure.spawn(&pod(
+            json!({"restartPolicy": "OnFailure", "containers": [container("app")]}),
+        ));
+        let phase = |h: &Harness| h.sink.last_status().and_then(|s| s.phase);
+        until("terminal phases", || {
+            phase(&never).as_deref() == Some("Failed")
+                && phase(&on_failure).as_deref() == Some("Succeeded")
+        })
+        .await;
+        tokio::time::sleep(secs(600)).await;
+
+        assert_eq!(never.runtime.starts("app").len(), 1);
+        assert_eq!(on_failure.runtime.starts("app").len(), 1);
+        assert_eq!(phase(&never).as_deref(), Some("Failed"));
+        assert_eq!(phase(&on_failure).as_deref(), Some("Succeeded"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn init_containers_run_one_after_another_and_sidecars_keep_running() {
+        let h = Harness::new();
+        h.runtime.script("init-a", exits_after(2, 0));
+        h.runtime.script("init-b", exits_after(3, 0));
+        let sidecar = |name: &str| {
+            let mut c = container(name);
+            c["restartPolicy"] = json!("Always");
+            c
+        };
+        let _w = h.spawn(&pod(json!({
+            "initContainers": [container("init-a"), sidecar("s1"), container("init-b"), sidecar("s2")],
+            "containers": [container("app")],
+        })));
+        until("app starts", || !h.runtime.starts("app").is_empty()).await;
+
+        let order: Vec<String> = h
+            .runtime
+            .calls()
+            .into_iter()
+            .filter_map(|(_, c)| match c {
+                Call::Start { name, .. } => Some(name),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(order, vec!["init-a", "s1", "init-b", "s2", "app"]);
+        let first = |n: &str| h.runtime.starts(n)[0];
+        assert!(
+            first("s1") >= first("init-a") + secs(2),
+            "s1 waits for init-a"
+        );
+        assert!(
+            first("s2") >= first("init-b") + secs(3),
+            "s2 waits for init-b"
+        );
+
+        tokio::time::sleep(secs(120)).await;
+        for name in ["s1", "s2", "app"] {
+            assert!(h.runtime.running(name), "{name} keeps running");
+            assert_eq!(h.runtime.starts(name).len(), 1, "{name} started once");
+        }
+        for name in ["init-a", "init-b"] {
+            assert_eq!(h.runtime.starts(name).len(), 1, "{name} ran once");
+        }
+        let status = h.sink.last_status().expect("status");
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+    }
+}

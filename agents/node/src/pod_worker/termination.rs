@@ -474,3 +474,185 @@ async fn kill_one(
         tracing::error!(container = %name, error = %e, "cannot kill container");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use nix::sys::signal::Signal;
+    use serde_json::json;
+    use tokio::time::Instant;
+
+    use crate::pod_worker::testing::{container, deleted, pod, until, Harness, UID};
+    use crate::runtime::fake::{Call, ExecScript, Script};
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    fn ignores_term() -> Script {
+        Script {
+            ignores_term: true,
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn term_comes_first_and_kill_when_the_grace_period_runs_out() {
+        let h = Harness::new();
+        h.runtime.script("app", ignores_term());
+        let p = pod(json!({"terminationGracePeriodSeconds": 30, "containers": [container("app")]}));
+        let w = h.spawn(&p);
+        until("app runs", || h.runtime.running("app")).await;
+
+        w.pod_tx.send_replace(deleted(&p, 30));
+        let t0 = Instant::now();
+        w.join.await.expect("worker");
+
+        assert_eq!(h.runtime.signals("app", Signal::SIGTERM), vec![t0]);
+        assert_eq!(h.runtime.kills("app"), vec![t0 + secs(30)]);
+        let status = h.sink.last_status().expect("terminal status");
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
+        let deleted = h.sink.deleted();
+        assert_eq!(deleted.len(), 1, "the pod object is deleted once");
+        assert_eq!(deleted[0].1.uid, UID);
+        assert!(deleted[0].0 >= t0 + secs(30), "deleted only after the kill");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_pre_stop_hook_uses_up_part_of_the_grace_period() {
+        let h = Harness::new();
+        h.runtime.script("app", ignores_term());
+        h.runtime.exec_script(
+            "pre-stop",
+            ExecScript {
+                code: 0,
+                takes: secs(12),
+            },
+        );
+        let mut app = container("app");
+        app["lifecycle"] = json!({"preStop": {"exec": {"command": ["pre-stop"]}}});
+        let p = pod(json!({"terminationGracePeriodSeconds": 30, "containers": [app]}));
+        let w = h.spawn(&p);
+        until("app runs", || h.runtime.running("app")).await;
+
+        w.pod_tx.send_replace(deleted(&p, 30));
+        let t0 = Instant::now();
+        w.join.await.expect("worker");
+
+        let hooks: Vec<Instant> = h
+            .runtime
+            .calls()
+            .into_iter()
+            .filter_map(|(at, c)| {
+                matches!(c, Call::Exec { ref argv, .. } if argv[0] == "pre-stop").then_some(at)
+            })
+            .collect();
+        assert_eq!(hooks, vec![t0]);
+        assert_eq!(
+            h.runtime.signals("app", Signal::SIGTERM),
+            vec![t0 + secs(12)]
+        );
+        assert_eq!(h.runtime.kills("app"), vec![t0 + secs(30)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_overrunning_pre_stop_hook_is_cut_off_and_leaves_a_two_second_window() {
+        let h = Harness::new();
+        h.runtime.script("app", ignores_term());
+        h.runtime.exec_script(
+            "pre-stop",
+            ExecScript {
+                code: 0,
+                takes: secs(100),
+            },
+        );
+        let mut app = container("app");
+        app["lifecycle"] = json!({"preStop": {"exec": {"command": ["pre-stop"]}}});
+        let p = pod(json!({"terminationGracePeriodSeconds": 10, "containers": [app]}));
+        let w = h.spawn(&p);
+        until("app runs", || h.runtime.running("app")).await;
+
+        w.pod_tx.send_replace(deleted(&p, 10));
+        let t0 = Instant::now();
+        w.join.await.expect("worker");
+
+        assert_eq!(
+            h.runtime.signals("app", Signal::SIGTERM),
+            vec![t0 + secs(10)]
+        );
+        assert_eq!(h.runtime.kills("app"), vec![t0 + secs(12)]);
+        assert!(
+            h.sink
+                .events()
+                .iter()
+                .any(|(r, _)| r == "FailedPreStopHook"),
+            "{:?}",
+            h.sink.events()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_grace_period_of_a_terminating_pod_only_ever_shrinks() {
+        let h = Harness::new();
+        h.runtime.script("app", ignores_term());
+        let p = pod(json!({"terminationGracePeriodSeconds": 60, "containers": [container("app")]}));
+        let w = h.spawn(&p);
+        until("app runs", || h.runtime.running("app")).await;
+
+        w.pod_tx.send_replace(deleted(&p, 60));
+        let t0 = Instant::now();
+        tokio::time::sleep(secs(5)).await;
+        // A second DELETE with a shorter grace period: the kill moves to 10 s after the start.
+        w.pod_tx.send_replace(deleted(&p, 10));
+        tokio::time::sleep(secs(2)).await;
+        // A longer one is ignored.
+        w.pod_tx.send_replace(deleted(&p, 40));
+        w.join.await.expect("worker");
+
+        assert_eq!(h.runtime.signals("app", Signal::SIGTERM), vec![t0]);
+        assert_eq!(h.runtime.kills("app"), vec![t0 + secs(10)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sidecars_are_stopped_after_the_main_containers_in_reverse_order() {
+        let h = Harness::new();
+        h.runtime.script("app", ignores_term());
+        let sidecar = |name: &str| {
+            let mut c = container(name);
+            c["restartPolicy"] = json!("Always");
+            c
+        };
+        let p = pod(json!({
+            "terminationGracePeriodSeconds": 10,
+            "initContainers": [sidecar("s1"), sidecar("s2")],
+            "containers": [container("app")],
+        }));
+        let w = h.spawn(&p);
+        until("app runs", || h.runtime.running("app")).await;
+
+        w.pod_tx.send_replace(deleted(&p, 10));
+        let t0 = Instant::now();
+        w.join.await.expect("worker");
+
+        let stops: Vec<(Instant, String)> = h
+            .runtime
+            .calls()
+            .into_iter()
+            .filter_map(|(at, c)| match c {
+                Call::Signal {
+                    name, alive: true, ..
+                } => Some((at, format!("TERM {name}"))),
+                Call::KillAll { name, alive: true } => Some((at, format!("KILL {name}"))),
+                _ => None,
+            })
+            .collect();
+        let order: Vec<&str> = stops.iter().map(|(_, s)| s.as_str()).collect();
+        assert_eq!(order, vec!["TERM app", "KILL app", "TERM s2", "TERM s1"]);
+        assert_eq!(stops[1].0, t0 + secs(10));
+        assert!(
+            stops[2].0 >= stops[1].0,
+            "sidecars only after the main container is dead"
+        );
+    }
+}
