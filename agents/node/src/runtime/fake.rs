@@ -1,8 +1,8 @@
 //! A recording fake of [`Runtime`] for unit tests.
 //!
 //! Containers are rows in a table. Each one behaves as its [`Script`] (looked up by container
-//! name) says: it exits by itself after a while or runs until it is signalled, and it obeys
-//! TERM or ignores it. Exec commands (probes, hooks) answer as their [`ExecScript`] (looked up by
+//! name) says: it exits by itself after a while or runs until it is signalled, it obeys TERM
+//! or ignores it, and KILL kills it, leaves it alive or fails. Exec commands (probes, hooks) answer as their [`ExecScript`] (looked up by
 //! the command's first word) says. Every call is recorded with the tokio clock, so tests run
 //! with paused time and assert exact instants.
 
@@ -24,6 +24,11 @@ pub struct Script {
     pub exits_after: Option<(Duration, i32)>,
     /// TERM (or any signal but KILL) does nothing; only KILL stops it.
     pub ignores_term: bool,
+    /// `kill_all` returns success but leaves the container alive (a process stuck in the
+    /// kernel).
+    pub survives_kill: bool,
+    /// `kill_all` fails and leaves the container alive.
+    pub kill_fails: bool,
 }
 
 /// How an exec command behaves.
@@ -73,7 +78,7 @@ pub enum Call {
 struct Fake {
     info: ContainerInfo,
     exit_at: Option<(Instant, i32)>,
-    ignores_term: bool,
+    script: Script,
     exited: Option<ExitStatus>,
 }
 
@@ -213,7 +218,7 @@ impl Runtime for FakeRuntime {
                 exit_at: script
                     .exits_after
                     .map(|(after, code)| (Instant::now() + after, code)),
-                ignores_term: script.ignores_term,
+                script,
                 exited: None,
             },
         );
@@ -228,7 +233,7 @@ impl Runtime for FakeRuntime {
             .ok_or_else(|| RuntimeError::NotFound { id: id.into() })?;
         f.settle();
         let alive = f.exited.is_none();
-        if signal == Signal::SIGKILL || !f.ignores_term {
+        if signal == Signal::SIGKILL || !f.script.ignores_term {
             f.end(signal);
         }
         let name = f.info.name.clone();
@@ -253,11 +258,21 @@ impl Runtime for FakeRuntime {
             .ok_or_else(|| RuntimeError::NotFound { id: id.into() })?;
         f.settle();
         let alive = f.exited.is_none();
-        f.end(Signal::SIGKILL);
+        let (survives, fails) = (f.script.survives_kill, f.script.kill_fails);
+        if !survives && !fails {
+            f.end(Signal::SIGKILL);
+        }
         let name = f.info.name.clone();
         Self::record(&mut st, Call::KillAll { name, alive });
         drop(st);
         self.changed.notify_waiters();
+        if fails {
+            return Err(RuntimeError::Io {
+                id: id.into(),
+                context: "kill",
+                source: std::io::Error::other("scripted kill failure"),
+            });
+        }
         Ok(())
     }
 
