@@ -2,21 +2,21 @@
 //! Terminated`, see [`WorkerPhase`]), as in the kubelet's `pod_workers.go`.
 //!
 //! One file per phase or concern:
-//! - [`sync`] (*Syncing*): prepare volumes, notice exits and restart per `restartPolicy` with
+//! - `sync.rs` (*Syncing*): prepare volumes, notice exits and restart per `restartPolicy` with
 //!   [`RestartBackoff`](crate::backoff::RestartBackoff), and finish a pod that completed by
 //!   itself;
-//! - [`start`]: init containers in order (sidecars stay up), then the main containers, each
-//!   with its configuration built from [`image`], the environment and the mounts;
-//! - [`probes`]: startup, liveness and readiness probes and what their verdicts do;
-//! - [`termination`] (*Terminating*, *Terminated*): kill main and regular init containers in
+//! - `start.rs`: init containers in order (sidecars stay up), then the main containers, each
+//!   with its configuration built from `image.rs`, the environment and the mounts;
+//! - `probes.rs`: startup, liveness and readiness probes and what their verdicts do;
+//! - `termination.rs` (*Terminating*, *Terminated*): kill main and regular init containers in
 //!   parallel (preStop, then TERM or the stop signal, then KILL at the deadline from
 //!   [`crate::grace`]), then sidecars one by one in reverse order; the pod-level grace period
 //!   only ever shrinks; once every process is confirmed dead, set the terminal phase, then
 //!   DELETE the pod with grace 0 and a UID precondition (only when the API asked for the
 //!   deletion);
-//! - [`self_fence`]: while [`FenceState::active`], the containers of fence-eligible pods are
+//! - `self_fence.rs`: while [`FenceState::active`], the containers of fence-eligible pods are
 //!   SIGKILLed and not restarted until the API confirms the pod still belongs here;
-//! - [`status`]: the pod status, sent to the [`StatusSink`] whenever it changes.
+//! - `status.rs`: the pod status, sent to the [`StatusSink`] whenever it changes.
 //!
 //! This file holds the worker task itself: the shared [`Ctx`], the commands, the per-container
 //! state and the loop that moves a pod from one phase to the next.
@@ -60,6 +60,10 @@ use crate::volumes;
 const TICK: Duration = Duration::from_millis(100);
 
 /// The self-fencing state the workers follow.
+///
+/// While `active`, a syncing worker of a fence-eligible pod SIGKILLs its containers within
+/// one sync period (100 ms) and starts none until the API confirms the pod, and a terminating
+/// one KILLs without waiting for the grace period (`self_fence.rs` and `termination.rs`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FenceState {
     /// The Lease has not been renewed for `--self-fence-after`.

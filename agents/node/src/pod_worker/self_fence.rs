@@ -1,6 +1,10 @@
 //! Self-fencing inside a worker: while [`FenceState::active`](super::FenceState), the
 //! containers of a fence-eligible pod are SIGKILLed and not restarted until the API confirms
 //! that the pod still belongs to this node.
+//!
+//! A pod that is already terminating is fenced by the termination code instead
+//! ([`Worker::kill_all_with`] turns every kill deadline into "now"), and containers that have
+//! no worker at all are covered by [`crate::self_fence::sweep`].
 
 use chrono::Utc;
 use tokio::time::Instant;
@@ -9,11 +13,35 @@ use super::{Kind, Worker};
 use crate::volumes;
 
 impl Worker {
+    /// Whether this pod is killed by a self-fence: every pod when
+    /// [`FenceState::all_pods`](super::FenceState::all_pods), else only a pod that uses a
+    /// PersistentVolumeClaim (the state another node could take over).
     pub(super) fn fence_eligible(&self) -> bool {
         let f = *self.ctx.fence.borrow();
         f.all_pods || volumes::uses_pvc(&self.pod)
     }
 
+    /// SIGKILLs every container of the pod at once, with no preStop hook and no grace period,
+    /// and marks the pod fenced (on disk too) so that nothing restarts until
+    /// [`Worker::try_lift_fence`] succeeds.
+    ///
+    /// Guarantees:
+    /// - every container this worker knows to be started gets [`Runtime::kill_all`]
+    ///   (every process of it, grandchildren included) before this returns;
+    /// - the pod is marked fenced and saved before the next sync, and a fenced pod starts no
+    ///   container (the sync returns before starting anything);
+    /// - being fenced neither finishes nor fails a container: once lifted, the pod resumes
+    ///   (init containers that had not completed run again).
+    ///
+    /// Assumptions:
+    /// - the runtime's `kill_all` returns only when no process of the container is left; a
+    ///   failed `kill_all` is not retried here (the container is still recorded as killed),
+    ///   so containers that survive rely on [`crate::self_fence::sweep`], which confirms
+    ///   every death from the runtime;
+    /// - the caller has checked [`FenceState::active`](super::FenceState::active) and
+    ///   [`Worker::fence_eligible`].
+    ///
+    /// [`Runtime::kill_all`]: crate::runtime::Runtime::kill_all
     pub(super) async fn self_fence(&mut self) {
         tracing::warn!(
             "self-fencing: Lease not renewed in time, SIGKILLing every container of the pod"
@@ -53,6 +81,16 @@ impl Worker {
         );
     }
 
+    /// Lifts the self-fence once the API server is reachable again and still shows this pod
+    /// (same UID) bound to this node; the containers then restart at once.
+    ///
+    /// Guarantees: the fence is lifted only on that positive answer. A pod that is gone,
+    /// replaced or bound elsewhere makes the worker terminate it instead (it never runs here
+    /// again), and a pod being deleted stays fenced and terminates. Any other error keeps the
+    /// fence.
+    ///
+    /// Assumptions: the caller calls this only while
+    /// [`FenceState::active`](super::FenceState::active) is false.
     pub(super) async fn try_lift_fence(&mut self) {
         match self.ctx.status.get(&self.pref).await {
             Ok(p) => {
@@ -202,6 +240,41 @@ mod tests {
         w.join.await.expect("worker");
 
         assert_eq!(h.runtime.signals("db", Signal::SIGTERM), vec![t0]);
+        assert_eq!(h.runtime.kills("db"), vec![t0 + secs(5)]);
+    }
+
+    /// The desired behaviour, not today's: a running preStop hook is not interrupted by the
+    /// self-fence, so the KILL waits for the hook (up to the whole grace period).
+    #[tokio::test(start_paused = true)]
+    #[ignore = "known gap: the fence deadline is only consulted after the preStop hook returns"]
+    async fn a_self_fence_does_not_wait_for_a_running_pre_stop_hook() {
+        let h = Harness::new();
+        h.runtime.script("db", ignores_term());
+        h.runtime.exec_script(
+            "pre-stop",
+            crate::runtime::fake::ExecScript {
+                code: 0,
+                takes: secs(50),
+            },
+        );
+        let mut p = claim_pod(60);
+        if let Some(c) = p.spec.as_mut().map(|s| &mut s.containers[0]) {
+            c.lifecycle =
+                serde_json::from_value(json!({"preStop": {"exec": {"command": ["pre-stop"]}}}))
+                    .ok();
+        }
+        let w = h.spawn(&p);
+        until("db runs", || h.runtime.running("db")).await;
+
+        w.pod_tx.send_replace(deleted(&p, 60));
+        let t0 = Instant::now();
+        tokio::time::sleep(secs(5)).await;
+        h.fence.send_replace(FenceState {
+            active: true,
+            all_pods: false,
+        });
+        w.join.await.expect("worker");
+
         assert_eq!(h.runtime.kills("db"), vec![t0 + secs(5)]);
     }
 }

@@ -137,6 +137,20 @@ impl Worker {
     }
 
     /// Kills main and regular init containers in parallel, then sidecars in reverse order.
+    ///
+    /// `kill_by` carries the pod-level hard deadline: a shortened grace period read from
+    /// `pod_rx` ([`Worker::shrink_grace`]), or "now" when a self-fence becomes active.
+    ///
+    /// Guarantees:
+    /// - no sidecar is stopped before every main and regular init container is dead;
+    /// - while the main containers are being killed, a self-fence that is (or becomes) active
+    ///   for a [fence-eligible](Worker::fence_eligible) pod sets the deadline to now, so their
+    ///   KILL does not wait for the grace period, and the sidecars after them inherit that
+    ///   deadline.
+    ///
+    /// Assumptions: the deadline is only consulted once a container's preStop hook has
+    /// returned (hooks are bounded by the grace period), and a self-fence that becomes active
+    /// only while the sidecars are being stopped is not watched here.
     pub(super) async fn kill_all_with(
         &mut self,
         override_seconds: Option<i64>,
