@@ -3,8 +3,7 @@
 //!
 //! One file per phase or concern:
 //! - `sync.rs` (*Syncing*): prepare volumes, notice exits and restart per `restartPolicy` with
-//!   [`RestartBackoff`](crate::backoff::RestartBackoff), and finish a pod that completed by
-//!   itself;
+//!   [`RestartBackoff`], and finish a pod that completed by itself;
 //! - `start.rs`: init containers in order (sidecars stay up), then the main containers, each
 //!   with its configuration built from `image.rs`, the environment and the mounts;
 //! - `probes.rs`: startup, liveness and readiness probes and what their verdicts do;
