@@ -162,6 +162,36 @@ pub async fn fetch(client: &Client, namespace: &str, c: &Container) -> Result<So
     Ok(out)
 }
 
+/// Expands `$(VAR)` references as the kubelet does (`$$` escapes).
+pub fn expand(s: &str, env: &[(String, String)]) -> String {
+    let mut out = String::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'$' && i + 1 < b.len() {
+            if b[i + 1] == b'$' {
+                out.push('$');
+                i += 2;
+                continue;
+            }
+            if b[i + 1] == b'(' {
+                if let Some(end) = s[i + 2..].find(')') {
+                    let name = &s[i + 2..i + 2 + end];
+                    if let Some((_, v)) = env.iter().rev().find(|(k, _)| k == name) {
+                        out.push_str(v);
+                        i += 3 + end;
+                        continue;
+                    }
+                }
+            }
+        }
+        let ch = s[i..].chars().next().unwrap_or(' ');
+        out.push(ch);
+        i += ch.len_utf8();
+    }
+    out
+}
+
 /// Whether `name` is a valid environment variable name (`[-._a-zA-Z][-._a-zA-Z0-9]*`, the
 /// kubelet's `IsEnvVarName`). `envFrom` skips keys that are not.
 pub fn is_env_var_name(name: &str) -> bool {
@@ -302,7 +332,7 @@ pub fn resolve(
     }
     for e in c.env.iter().flatten() {
         let value = if let Some(v) = &e.value {
-            crate::pod_worker::expand(v, &out.vars)
+            expand(v, &out.vars)
         } else if let Some(from) = &e.value_from {
             if let Some(f) = &from.field_ref {
                 field(&f.field_path).map_err(|message| EnvError::Unsupported {
@@ -353,6 +383,13 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expand_follows_kubelet_rules() {
+        let env = vec![("A".to_string(), "x".to_string())];
+        assert_eq!(expand("$(A)/$(B)/$$(A)/$", &env), "x/$(B)/$(A)/$");
+        assert_eq!(expand("plain é", &env), "plain é");
+    }
     use serde_json::json;
 
     fn ctr(v: serde_json::Value) -> Container {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::probe::ProbeOutcome;
+use crate::probe_outcome::ProbeOutcome;
 
 /// The path of the health check method.
 pub const CHECK_PATH: &str = "/grpc.health.v1.Health/Check";

@@ -8,7 +8,8 @@
 //!   (`Syncing | Terminating | Terminated`);
 //! - workers drive the [`runtime`] trait ([`runtime::process`]: a process per container,
 //!   launched by the [`shim`], tracked in a [`cgroup`]);
-//! - [`reporter`] patches pod status and records Events;
+//! - [`reporter`] patches pod status and records Events, behind the
+//!   [`reporter::StatusSink`] trait the workers use;
 //! - [`node`] registers the Node and renews its Lease, and its self-fence monitor kills fence-eligible
 //!   pods when the Lease cannot be renewed; [`state`] keeps what the agent was doing on disk;
 //! - [`mod@env`] resolves container environments (fieldRef, configMap/secret keys, envFrom);
@@ -17,7 +18,8 @@
 //!   [`self_fence`] kills fence-eligible containers straight from the runtime;
 //!   [`watchdog`] pets a hardware watchdog while the Lease is renewed, and
 //!   [`watchdog_device`] sets its timeout and `nowayout` and reads them back;
-//!   [`grpc_health`] is the gRPC health-check client of grpc probes;
+//!   [`grpc_health`] is the gRPC health-check client of grpc probes, and [`probe_outcome`]
+//!   the outcome type every probe action returns;
 //! - [`peer`] asks the other nodes, when the Lease cannot be renewed, whether they lost the API
 //!   too: a strict majority that did excuses the node from self-fencing.
 
@@ -34,6 +36,7 @@ pub mod node;
 pub mod peer;
 pub mod pod_worker;
 pub mod probe;
+pub mod probe_outcome;
 pub mod reporter;
 pub mod runtime;
 pub mod self_fence;

@@ -236,7 +236,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     });
     let fence_rx_monitor = fence_rx.clone();
     let ctx = Arc::new(Ctx {
-        reporter: Reporter::new(client.clone(), args.node_name.clone()),
+        client: client.clone(),
+        status: Arc::new(Reporter::new(client.clone(), args.node_name.clone())),
         runtime: Arc::new(runtime),
         store,
         node_name: args.node_name.clone(),

@@ -11,6 +11,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
+pub use crate::probe_outcome::ProbeOutcome;
+
 /// Which probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProbeKind {
@@ -20,28 +22,6 @@ pub enum ProbeKind {
     Liveness,
     /// readinessProbe: failure marks the container unready.
     Readiness,
-}
-
-/// The outcome of one probe run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProbeOutcome {
-    /// Succeeded.
-    Success,
-    /// Failed, with the reason.
-    Failure(String),
-    /// Could not be run at all (a bad probe spec such as an unknown named port); counts as a
-    /// failure, reported as "errored" as the kubelet does.
-    Error(String),
-}
-
-impl ProbeOutcome {
-    /// The failure or error message, if any.
-    pub fn message(&self) -> Option<&str> {
-        match self {
-            ProbeOutcome::Success => None,
-            ProbeOutcome::Failure(m) | ProbeOutcome::Error(m) => Some(m),
-        }
-    }
 }
 
 /// The threshold fields of a probe, defaulted as the API server does.

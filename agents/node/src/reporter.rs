@@ -1,4 +1,7 @@
 //! The status reporter and event recorder: everything the pod workers tell the API server.
+//!
+//! The pod workers see it through the [`StatusSink`] trait, so their lifecycle can be tested
+//! against a recording fake; [`Reporter`] is the implementation that talks to the API server.
 
 use std::time::Duration;
 
@@ -205,5 +208,40 @@ impl Reporter {
         {
             tracing::debug!(pod = %pod, error = %e, "cannot record event");
         }
+    }
+}
+
+/// Everything a pod worker tells the API server about its pod, or asks it: status patches,
+/// Events, the check that a self-fenced pod still belongs to this node, and the final
+/// deletion. [`Reporter`] implements it against the API server.
+#[async_trait::async_trait]
+pub trait StatusSink: Send + Sync + 'static {
+    /// Patches the pod's status; fails on a replaced pod (UID mismatch).
+    async fn patch_status(&self, pod: &PodRef, status: &PodStatus) -> Result<(), ReportError>;
+    /// Records an Event about the pod (best effort).
+    async fn event(&self, pod: &PodRef, warning: bool, reason: &str, message: &str);
+    /// Fetches the pod object.
+    async fn get(&self, pod: &PodRef) -> Result<Pod, ReportError>;
+    /// Deletes the pod object with grace 0 and a UID precondition; a pod that is already gone
+    /// counts as deleted.
+    async fn delete_pod(&self, pod: &PodRef) -> Result<(), ReportError>;
+}
+
+#[async_trait::async_trait]
+impl StatusSink for Reporter {
+    async fn patch_status(&self, pod: &PodRef, status: &PodStatus) -> Result<(), ReportError> {
+        Reporter::patch_status(self, pod, status).await
+    }
+
+    async fn event(&self, pod: &PodRef, warning: bool, reason: &str, message: &str) {
+        Reporter::event(self, pod, warning, reason, message).await
+    }
+
+    async fn get(&self, pod: &PodRef) -> Result<Pod, ReportError> {
+        Reporter::get(self, pod).await
+    }
+
+    async fn delete_pod(&self, pod: &PodRef) -> Result<(), ReportError> {
+        Reporter::delete_pod(self, pod).await
     }
 }

@@ -71,125 +71,74 @@ pub async fn sweep(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
-    use std::sync::Mutex;
-    use std::time::Duration;
-
-    use chrono::Utc;
-
     use super::*;
-    use crate::runtime::{ContainerConfig, ExitStatus, RuntimeError};
+    use crate::runtime::fake::{FakeRuntime, Script};
+    use crate::runtime::ContainerConfig;
 
-    /// A runtime of containers that are alive until killed; some refuse to die.
-    #[derive(Default)]
-    struct Fake {
-        ctrs: BTreeMap<String, String>,
-        alive: Mutex<BTreeSet<String>>,
-        unkillable: BTreeSet<String>,
-        failing: BTreeSet<String>,
-    }
-
-    impl Fake {
-        fn with(ctrs: &[(&str, &str)]) -> Self {
-            Fake {
-                ctrs: ctrs
-                    .iter()
-                    .map(|(id, p)| (id.to_string(), p.to_string()))
-                    .collect(),
-                alive: Mutex::new(ctrs.iter().map(|(id, _)| id.to_string()).collect()),
-                ..Default::default()
-            }
+    /// Starts containers `(name, pod UID)`; returns their ids.
+    async fn started(rt: &FakeRuntime, ctrs: &[(&str, &str)]) -> Vec<String> {
+        let mut ids = Vec::new();
+        for (name, pod) in ctrs {
+            let cfg = ContainerConfig {
+                pod_uid: pod.to_string(),
+                name: name.to_string(),
+                attempt: 0,
+                argv: vec!["run".into()],
+                env: Vec::new(),
+                working_dir: None,
+                rootfs: None,
+            };
+            ids.push(rt.start(&cfg).await.expect("start").id);
         }
-    }
-
-    #[async_trait::async_trait]
-    impl Runtime for Fake {
-        async fn start_with_mounts(
-            &self,
-            _: &ContainerConfig,
-            _: &[crate::mounts::Mount],
-        ) -> Result<ContainerInfo, RuntimeError> {
-            Err(RuntimeError::StartFailed {
-                id: "fake".into(),
-                message: "the fake runtime starts nothing".into(),
-            })
-        }
-        fn signal(&self, _: &str, _: nix::sys::signal::Signal) -> Result<(), RuntimeError> {
-            Ok(())
-        }
-        async fn kill_all(&self, id: &str) -> Result<(), RuntimeError> {
-            // A kill takes time: the sweep must wait for it, not fire and forget.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            if self.failing.contains(id) {
-                return Err(RuntimeError::NotFound { id: id.to_string() });
-            }
-            if !self.unkillable.contains(id) {
-                self.alive.lock().unwrap().remove(id);
-            }
-            Ok(())
-        }
-        fn exit_status(&self, _: &str) -> Result<Option<ExitStatus>, RuntimeError> {
-            Ok(None)
-        }
-        async fn wait(&self, id: &str) -> Result<ExitStatus, RuntimeError> {
-            Err(RuntimeError::NotFound { id: id.to_string() })
-        }
-        fn any_alive(&self, id: &str) -> bool {
-            self.alive.lock().unwrap().contains(id)
-        }
-        async fn exec(&self, _: &str, _: &[String], _: Duration) -> Result<i32, RuntimeError> {
-            Ok(0)
-        }
-        fn list(&self) -> Vec<ContainerInfo> {
-            self.ctrs
-                .iter()
-                .map(|(id, pod)| ContainerInfo {
-                    id: id.clone(),
-                    pod_uid: pod.clone(),
-                    name: id.clone(),
-                    attempt: 0,
-                    started_at: Utc::now(),
-                })
-                .collect()
-        }
-        async fn remove(&self, _: &str) -> Result<(), RuntimeError> {
-            Ok(())
-        }
+        ids
     }
 
     #[tokio::test(start_paused = true)]
     async fn kills_every_eligible_container_and_leaves_the_rest() {
-        let rt = Fake::with(&[("a1", "pa"), ("a2", "pa"), ("b1", "pb")]);
+        let rt = FakeRuntime::default();
+        let ids = started(&rt, &[("a1", "pa"), ("a2", "pa"), ("b1", "pb")]).await;
         let m = Metrics::default();
         let out = sweep(&rt, &|c: &ContainerInfo| c.pod_uid == "pa", &m).await;
-        assert_eq!(out.killed, vec!["a1".to_string(), "a2".to_string()]);
+        assert_eq!(out.killed, vec![ids[0].clone(), ids[1].clone()]);
         assert!(out.complete());
-        assert!(!rt.any_alive("a1") && !rt.any_alive("a2"));
-        assert!(rt.any_alive("b1"), "an ineligible pod is left alone");
+        assert!(!rt.any_alive(&ids[0]) && !rt.any_alive(&ids[1]));
+        assert!(rt.any_alive(&ids[2]), "an ineligible pod is left alone");
         assert_eq!(m.self_fence_kill_failures.load(Ordering::Relaxed), 0);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_container_that_survives_or_a_failed_kill_is_reported_not_ignored() {
-        let mut rt = Fake::with(&[("ok", "p"), ("stuck", "p"), ("err", "p")]);
-        rt.unkillable.insert("stuck".into());
-        rt.failing.insert("err".into());
+        let rt = FakeRuntime::default();
+        rt.script(
+            "stuck",
+            Script {
+                survives_kill: true,
+                ..Default::default()
+            },
+        );
+        rt.script(
+            "err",
+            Script {
+                kill_fails: true,
+                ..Default::default()
+            },
+        );
+        let ids = started(&rt, &[("ok", "p"), ("stuck", "p"), ("err", "p")]).await;
         let m = Metrics::default();
         let out = sweep(&rt, &|_: &ContainerInfo| true, &m).await;
-        assert_eq!(out.killed, vec!["ok".to_string()]);
-        assert_eq!(
-            out.unconfirmed,
-            vec!["err".to_string(), "stuck".to_string()]
-        );
+        assert_eq!(out.killed, vec![ids[0].clone()]);
+        assert_eq!(out.unconfirmed, vec![ids[2].clone(), ids[1].clone()]);
         assert!(!out.complete());
         assert_eq!(m.self_fence_kill_failures.load(Ordering::Relaxed), 2);
     }
 
     #[tokio::test(start_paused = true)]
     async fn dead_containers_are_not_killed_again() {
-        let rt = Fake::with(&[("x", "p")]);
-        rt.alive.lock().unwrap().clear();
+        let rt = FakeRuntime::default();
+        let ids = started(&rt, &[("x", "p")]).await;
+        rt.kill_all(&ids[0]).await.expect("kill");
         let out = sweep(&rt, &|_: &ContainerInfo| true, &Metrics::default()).await;
         assert_eq!(out, SweepOutcome::default());
+        assert_eq!(rt.kills("x").len(), 1, "killed once, before the sweep");
     }
 }

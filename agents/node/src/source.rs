@@ -38,7 +38,7 @@ fn terminal(p: &Pod) -> bool {
 
 /// Runs the manager until the process ends.
 pub async fn run(ctx: Arc<Ctx>, mut cmds: mpsc::Receiver<ManagerCmd>) {
-    let api: Api<Pod> = Api::all(ctx.reporter.client().clone());
+    let api: Api<Pod> = Api::all(ctx.client.clone());
     let cfg = watcher::Config::default().fields(&format!("spec.nodeName={}", ctx.node_name));
     let mut stream = watcher(api, cfg).boxed();
     let mut workers: HashMap<String, WorkerHandle> = HashMap::new();

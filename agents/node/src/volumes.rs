@@ -13,10 +13,15 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::Api;
+use kube::{Api, Client};
 use sha2::{Digest, Sha256};
 
-use crate::pod_worker::Ctx;
+use crate::state::StateStore;
+
+/// Pod UID → `kubernetes.io/csi/<driver>^<handle>` of its CSI volumes: what the Node reports
+/// in `status.volumesInUse`. [`prepare`] fills it; the pod worker clears it when the pod is
+/// gone.
+pub type VolumesInUse = std::sync::Mutex<BTreeMap<String, Vec<String>>>;
 
 /// Errors preparing a volume; the worker reports them and retries.
 #[derive(Debug, thiserror::Error)]
@@ -144,16 +149,23 @@ fn write_items(
     Ok(())
 }
 
-/// Prepares every volume of the pod.
-pub async fn prepare(ctx: &Ctx, pod: &Pod) -> Result<Prepared, VolumeError> {
+/// Prepares every volume of the pod under its directory in `store`, reading ConfigMaps,
+/// Secrets, PVCs, PVs and VolumeAttachments through `client`, and records its CSI volumes in
+/// `in_use` for node `node_name`.
+pub async fn prepare(
+    client: &Client,
+    store: &StateStore,
+    node_name: &str,
+    in_use: &VolumesInUse,
+    pod: &Pod,
+) -> Result<Prepared, VolumeError> {
     let ns = pod
         .metadata
         .namespace
         .clone()
         .unwrap_or_else(|| "default".into());
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let base = ctx.store.pod_dir(&uid).join("volumes");
-    let client = ctx.reporter.client().clone();
+    let base = store.pod_dir(&uid).join("volumes");
     let mut out = Prepared::default();
     for v in pod
         .spec
@@ -280,7 +292,7 @@ pub async fn prepare(ctx: &Ctx, pod: &Pod) -> Result<Prepared, VolumeError> {
                 out.dirs.insert(name, dir);
                 continue;
             };
-            let va_name = attachment_name(&csi.volume_handle, &csi.driver, &ctx.node_name);
+            let va_name = attachment_name(&csi.volume_handle, &csi.driver, node_name);
             let vas: Api<VolumeAttachment> = Api::all(client.clone());
             let attached = vas
                 .get_opt(&va_name)
@@ -291,7 +303,7 @@ pub async fn prepare(ctx: &Ctx, pod: &Pod) -> Result<Prepared, VolumeError> {
             // Report the volume in use before it is attached, as the kubelet does, so the
             // controller never detaches under us.
             let unique = format!("kubernetes.io/csi/{}^{}", csi.driver, csi.volume_handle);
-            if let Ok(mut m) = ctx.volumes_in_use.lock() {
+            if let Ok(mut m) = in_use.lock() {
                 m.insert(uid.clone(), vec![unique.clone()]);
             }
             if !attached {
@@ -330,7 +342,7 @@ pub async fn prepare(ctx: &Ctx, pod: &Pod) -> Result<Prepared, VolumeError> {
             out.dirs.insert(name, dir);
         }
     }
-    if let Ok(mut m) = ctx.volumes_in_use.lock() {
+    if let Ok(mut m) = in_use.lock() {
         if out.unique_names.is_empty() {
             m.remove(&uid);
         } else {

@@ -2,6 +2,8 @@
 //! kernel directly and a CRI backend can come later. [`process`] is the implementation used
 //! today: each container is a real process tree in its own session and cgroup.
 
+#[cfg(test)]
+pub mod fake;
 pub mod process;
 
 use std::path::PathBuf;

@@ -1,0 +1,280 @@
+//! Self-fencing inside a worker: while [`FenceState::active`](super::FenceState), the
+//! containers of a fence-eligible pod are SIGKILLed and not restarted until the API confirms
+//! that the pod still belongs to this node.
+//!
+//! A pod that is already terminating is fenced by the termination code instead
+//! ([`Worker::kill_all_with`] turns every kill deadline into "now"), and containers that have
+//! no worker at all are covered by [`crate::self_fence::sweep`].
+
+use chrono::Utc;
+use tokio::time::Instant;
+
+use super::{Kind, Worker};
+use crate::volumes;
+
+impl Worker {
+    /// Whether this pod is killed by a self-fence: every pod when
+    /// [`FenceState::all_pods`](super::FenceState::all_pods), else only a pod that uses a
+    /// PersistentVolumeClaim (the state another node could take over).
+    pub(super) fn fence_eligible(&self) -> bool {
+        let f = *self.ctx.fence.borrow();
+        f.all_pods || volumes::uses_pvc(&self.pod)
+    }
+
+    /// SIGKILLs every container of the pod at once, with no preStop hook and no grace period,
+    /// and marks the pod fenced (on disk too) so that nothing restarts until
+    /// [`Worker::try_lift_fence`] succeeds.
+    ///
+    /// Guarantees:
+    /// - every container this worker knows to be started gets [`Runtime::kill_all`]
+    ///   (every process of it, grandchildren included) before this returns;
+    /// - the pod is marked fenced and saved before the next sync, and a fenced pod starts no
+    ///   container (the sync returns before starting anything);
+    /// - being fenced neither finishes nor fails a container: once lifted, the pod resumes
+    ///   (init containers that had not completed run again).
+    ///
+    /// Assumptions:
+    /// - the runtime's `kill_all` returns only when no process of the container is left; a
+    ///   failed `kill_all` is not retried here (the container is still recorded as killed),
+    ///   so containers that survive rely on [`crate::self_fence::sweep`], which confirms
+    ///   every death from the runtime;
+    /// - the caller has checked [`FenceState::active`](super::FenceState::active) and
+    ///   [`Worker::fence_eligible`].
+    ///
+    /// [`Runtime::kill_all`]: crate::runtime::Runtime::kill_all
+    pub(super) async fn self_fence(&mut self) {
+        tracing::warn!(
+            "self-fencing: Lease not renewed in time, SIGKILLing every container of the pod"
+        );
+        let policy = "Never";
+        for i in 0..self.ctrs.len() {
+            let Some(id) = self.ctrs[i].id.clone() else {
+                continue;
+            };
+            let _ = self.ctx.runtime.kill_all(&id).await;
+            let was_finished = self.ctrs[i].finished;
+            self.on_exit(
+                i,
+                137,
+                Some(9),
+                "SelfFenced",
+                Some("killed by palisade-node self-fencing".into()),
+                Utc::now(),
+                policy,
+            )
+            .await;
+            // Fencing is not the container's fault: it neither finishes nor fails the pod.
+            self.ctrs[i].finished = was_finished;
+            self.ctrs[i].init_done = self.ctrs[i].init_done && self.ctrs[i].kind == Kind::Init;
+        }
+        self.pod_failed = false;
+        self.rec.fenced = true;
+        self.save();
+        self.ctx
+            .metrics
+            .self_fences
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.event(
+            true,
+            "SelfFenced",
+            "palisade-node could not renew its Lease: killed every container of this pod".into(),
+        );
+    }
+
+    /// Lifts the self-fence once the API server is reachable again and still shows this pod
+    /// (same UID) bound to this node; the containers then restart at once.
+    ///
+    /// Guarantees: the fence is lifted only on that positive answer. A pod that is gone,
+    /// replaced or bound elsewhere makes the worker terminate it instead (it never runs here
+    /// again), and a pod being deleted stays fenced and terminates. Any other error keeps the
+    /// fence.
+    ///
+    /// Assumptions: the caller calls this only while
+    /// [`FenceState::active`](super::FenceState::active) is false.
+    pub(super) async fn try_lift_fence(&mut self) {
+        match self.ctx.status.get(&self.pref).await {
+            Ok(p) => {
+                let same = p.metadata.uid.as_deref() == Some(self.pref.uid.as_str())
+                    && p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                        == Some(self.ctx.node_name.as_str());
+                if !same {
+                    self.gone = true;
+                    return;
+                }
+                if p.metadata.deletion_timestamp.is_some() {
+                    self.pod = p;
+                    return;
+                }
+                tracing::info!("API confirms the pod still belongs here: lifting the self-fence");
+                self.pod = p;
+                self.rec.fenced = false;
+                for c in &mut self.ctrs {
+                    if c.id.is_none() && !c.finished {
+                        c.restart_at = Some(Instant::now());
+                    }
+                }
+                self.save();
+                self.event(
+                    false,
+                    "SelfFenceLifted",
+                    "API reachable again and the pod still belongs to this node".into(),
+                );
+            }
+            Err(e) if e.is_gone() => self.gone = true,
+            Err(e) => tracing::debug!(error = %e, "cannot confirm pod after self-fence yet"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use nix::sys::signal::Signal;
+    use serde_json::json;
+    use tokio::time::Instant;
+
+    use crate::pod_worker::testing::{container, deleted, pod, until, Harness, CLAIM};
+    use crate::pod_worker::FenceState;
+    use crate::runtime::fake::Script;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    const TICK: Duration = Duration::from_millis(100);
+
+    fn claim_pod(grace: i64) -> k8s_openapi::api::core::v1::Pod {
+        pod(json!({
+            "terminationGracePeriodSeconds": grace,
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": CLAIM}}],
+            "containers": [container("db")],
+        }))
+    }
+
+    fn ignores_term() -> Script {
+        Script {
+            ignores_term: true,
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_active_fence_kills_a_pod_with_a_claim_at_once_and_keeps_it_down() {
+        let h = Harness::new();
+        h.runtime.script("db", ignores_term());
+        let p = claim_pod(30);
+        let _w = h.spawn(&p);
+        until("db runs", || h.runtime.running("db")).await;
+
+        h.fence.send_replace(FenceState {
+            active: true,
+            all_pods: false,
+        });
+        let fenced = Instant::now();
+        until("db killed", || !h.runtime.running("db")).await;
+        let kills = h.runtime.kills("db");
+        assert_eq!(kills.len(), 1);
+        assert!(kills[0] - fenced <= TICK, "killed within one tick");
+        assert!(
+            h.runtime.signals("db", Signal::SIGTERM).is_empty(),
+            "no grace period"
+        );
+
+        tokio::time::sleep(secs(120)).await;
+        assert_eq!(
+            h.runtime.starts("db").len(),
+            1,
+            "not restarted while fenced"
+        );
+        let status = h.sink.last_status().expect("status");
+        assert_eq!(status.reason.as_deref(), Some("SelfFenced"));
+        assert!(h.sink.events().iter().any(|(r, _)| r == "SelfFenced"));
+        assert_eq!(h.ctx.metrics.self_fences.load(Ordering::Relaxed), 1);
+
+        // Once the API is back and confirms the pod still belongs here, it runs again.
+        h.sink.set_pod(Some(p.clone()));
+        h.fence.send_replace(FenceState::default());
+        until("db restarted", || h.runtime.starts("db").len() == 2).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_without_a_claim_keeps_running_unless_every_pod_is_fenced() {
+        let h = Harness::new();
+        let _w = h.spawn(&pod(json!({"containers": [container("web")]})));
+        until("web runs", || h.runtime.running("web")).await;
+
+        h.fence.send_replace(FenceState {
+            active: true,
+            all_pods: false,
+        });
+        tokio::time::sleep(secs(60)).await;
+        assert!(h.runtime.running("web"));
+        assert!(h.runtime.kills("web").is_empty());
+
+        h.fence.send_replace(FenceState {
+            active: true,
+            all_pods: true,
+        });
+        let fenced = Instant::now();
+        until("web killed", || !h.runtime.running("web")).await;
+        assert!(h.runtime.kills("web")[0] - fenced <= TICK);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_terminating_pod_with_a_claim_is_killed_without_waiting_for_its_grace_period() {
+        let h = Harness::new();
+        h.runtime.script("db", ignores_term());
+        let p = claim_pod(60);
+        let w = h.spawn(&p);
+        until("db runs", || h.runtime.running("db")).await;
+
+        w.pod_tx.send_replace(deleted(&p, 60));
+        let t0 = Instant::now();
+        tokio::time::sleep(secs(5)).await;
+        h.fence.send_replace(FenceState {
+            active: true,
+            all_pods: false,
+        });
+        w.join.await.expect("worker");
+
+        assert_eq!(h.runtime.signals("db", Signal::SIGTERM), vec![t0]);
+        assert_eq!(h.runtime.kills("db"), vec![t0 + secs(5)]);
+    }
+
+    /// The desired behaviour, not today's: a running preStop hook is not interrupted by the
+    /// self-fence, so the KILL waits for the hook (up to the whole grace period).
+    #[tokio::test(start_paused = true)]
+    #[ignore = "known gap: the fence deadline is only consulted after the preStop hook returns"]
+    async fn a_self_fence_does_not_wait_for_a_running_pre_stop_hook() {
+        let h = Harness::new();
+        h.runtime.script("db", ignores_term());
+        h.runtime.exec_script(
+            "pre-stop",
+            crate::runtime::fake::ExecScript {
+                code: 0,
+                takes: secs(50),
+            },
+        );
+        let mut p = claim_pod(60);
+        if let Some(c) = p.spec.as_mut().map(|s| &mut s.containers[0]) {
+            c.lifecycle =
+                serde_json::from_value(json!({"preStop": {"exec": {"command": ["pre-stop"]}}}))
+                    .ok();
+        }
+        let w = h.spawn(&p);
+        until("db runs", || h.runtime.running("db")).await;
+
+        w.pod_tx.send_replace(deleted(&p, 60));
+        let t0 = Instant::now();
+        tokio::time::sleep(secs(5)).await;
+        h.fence.send_replace(FenceState {
+            active: true,
+            all_pods: false,
+        });
+        w.join.await.expect("worker");
+
+        assert_eq!(h.runtime.kills("db"), vec![t0 + secs(5)]);
+    }
+}

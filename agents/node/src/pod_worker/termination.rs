@@ -1,0 +1,672 @@
+//! *Terminating* and *Terminated*: killing the pod's containers and the final steps.
+//!
+//! Main and regular init containers are killed in parallel, sidecars afterwards one by one in
+//! reverse order. Each kill runs the preStop hook, sends TERM (or the image's stop signal) and
+//! KILLs at the deadline computed by [`crate::grace`]. The pod-level grace period only ever
+//! shrinks, and a self-fence turns every deadline into "now". Once every process is confirmed
+//! dead, the terminal phase is reported and the pod object deleted with grace 0 and a UID
+//! precondition (only when the API asked for the deletion).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use nix::sys::signal::Signal;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::{image, normalize_sidecars, Kind, Worker, WorkerCmd};
+use crate::grace::{effective_pod_grace_period, GraceInputs, KillPlan, KillReason};
+use crate::metrics::Metrics;
+use crate::probe::ProbeOutcome;
+use crate::reporter::{PodRef, StatusSink};
+use crate::runtime::{Runtime, RuntimeError};
+use crate::state::WorkerPhase;
+use crate::volumes;
+
+impl Worker {
+    pub(super) async fn terminate(
+        &mut self,
+        mut pod_rx: watch::Receiver<Pod>,
+        _cmd_rx: mpsc::UnboundedReceiver<WorkerCmd>,
+    ) {
+        let started = Instant::now();
+        self.rec.phase = WorkerPhase::Terminating;
+        self.save();
+        let spec_grace = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds);
+        let override_seconds = if self.gone { Some(0) } else { None };
+        if self.gone {
+            self.pod_grace = 0;
+        } else {
+            self.pod_grace = effective_pod_grace_period(
+                0,
+                self.pod.metadata.deletion_grace_period_seconds,
+                None,
+                spec_grace,
+            )
+            .0;
+        }
+        tracing::info!(grace = self.pod_grace, gone = self.gone, "terminating pod");
+        if !self.gone {
+            self.event(
+                false,
+                "Killing",
+                format!("Stopping pod with a grace period of {}s", self.pod_grace),
+            );
+        }
+        let (kill_by, _) = watch::channel(None);
+        if self.gone {
+            self.kill_all_with(
+                override_seconds,
+                KillReason::PodTermination,
+                &kill_by,
+                None,
+                Some(started),
+            )
+            .await;
+        } else {
+            self.kill_all_with(
+                override_seconds,
+                KillReason::PodTermination,
+                &kill_by,
+                Some(&mut pod_rx),
+                Some(started),
+            )
+            .await;
+        }
+        // Every process of every container must be confirmed dead before anything else.
+        loop {
+            let alive: Vec<String> = self
+                .ctx
+                .runtime
+                .list()
+                .into_iter()
+                .filter(|c| c.pod_uid == self.pref.uid && self.ctx.runtime.any_alive(&c.id))
+                .map(|c| c.id)
+                .collect();
+            if alive.is_empty() {
+                break;
+            }
+            for id in alive {
+                if let Err(e) = self.ctx.runtime.kill_all(&id).await {
+                    tracing::error!(container = %id, error = %e, "processes survive SIGKILL; retrying");
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        for c in self
+            .ctx
+            .runtime
+            .list()
+            .into_iter()
+            .filter(|c| c.pod_uid == self.pref.uid)
+        {
+            let _ = self.ctx.runtime.remove(&c.id).await;
+        }
+        self.rec.phase = WorkerPhase::Terminated;
+        self.save();
+        if !self.gone {
+            self.report_final().await;
+            // Only the agent completes a deletion the API asked for (a released pod is never restarted).
+            if self.pod.metadata.deletion_timestamp.is_some() {
+                loop {
+                    match self.ctx.status.delete_pod(&self.pref).await {
+                        Ok(()) => {
+                            tracing::info!("every process is dead: pod object deleted");
+                            break;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot delete pod yet; retrying");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }
+            }
+        }
+        volumes::cleanup(&self.ctx.store.pod_dir(&self.pref.uid));
+        if let Ok(mut m) = self.ctx.volumes_in_use.lock() {
+            m.remove(&self.pref.uid);
+        }
+        let _ = self.ctx.store.remove(&self.pref.uid);
+    }
+
+    /// Kills main and regular init containers in parallel, then sidecars in reverse order.
+    ///
+    /// `kill_by` carries the pod-level hard deadline: a shortened grace period read from
+    /// `pod_rx` ([`Worker::shrink_grace`]), or "now" when a self-fence becomes active.
+    ///
+    /// Guarantees:
+    /// - no sidecar is stopped before every main and regular init container is dead;
+    /// - while the main containers are being killed, a self-fence that is (or becomes) active
+    ///   for a [fence-eligible](Worker::fence_eligible) pod sets the deadline to now, so their
+    ///   KILL does not wait for the grace period, and the sidecars after them inherit that
+    ///   deadline.
+    ///
+    /// Assumptions: the deadline is only consulted once a container's preStop hook has
+    /// returned (hooks are bounded by the grace period), and a self-fence that becomes active
+    /// only while the sidecars are being stopped is not watched here.
+    pub(super) async fn kill_all_with(
+        &mut self,
+        override_seconds: Option<i64>,
+        reason: KillReason,
+        kill_by: &watch::Sender<Option<Instant>>,
+        mut pod_rx: Option<&mut watch::Receiver<Pod>>,
+        started: Option<Instant>,
+    ) {
+        let k = KillCtx {
+            runtime: self.ctx.runtime.clone(),
+            status: self.ctx.status.clone(),
+            pref: self.pref.clone(),
+            address: self.ctx.address,
+            metrics: self.ctx.metrics.clone(),
+        };
+        let first: Vec<usize> = (0..self.ctrs.len())
+            .filter(|&i| self.ctrs[i].kind != Kind::Sidecar && self.ctrs[i].id.is_some())
+            .collect();
+        let mut futs = Vec::new();
+        for &i in &first {
+            let id = self.ctrs[i].id.clone().unwrap_or_default();
+            let spec = self.ctrs[i].spec.clone();
+            let has_pre_stop = spec
+                .lifecycle
+                .as_ref()
+                .and_then(|l| l.pre_stop.as_ref())
+                .is_some();
+            let plan = KillPlan::new(&self.grace_inputs(&spec), reason, has_pre_stop);
+            let sig = self.stop_signal(&spec);
+            let k = &k;
+            let rx = kill_by.subscribe();
+            futs.push(async move {
+                kill_one(k, &id, &spec, plan, override_seconds, sig, Some(rx)).await
+            });
+        }
+        let all = futures::future::join_all(futs);
+        tokio::pin!(all);
+        // A self-fence overrides the grace period: a pod already terminating is killed now.
+        let mut fence = Some(self.ctx.fence.clone());
+        if let Some(f) = fence.as_mut() {
+            f.mark_changed();
+        }
+        loop {
+            tokio::select! {
+                _ = &mut all => break,
+                r = async { match fence.as_mut() { Some(f) => f.changed().await, None => std::future::pending().await } } => {
+                    let active = match (r, fence.as_mut()) {
+                        (Ok(()), Some(f)) => f.borrow_and_update().active,
+                        _ => { fence = None; false }
+                    };
+                    if active && self.fence_eligible() {
+                        tracing::warn!("self-fencing a terminating pod: SIGKILL without waiting for its grace period");
+                        kill_by.send_replace(Some(Instant::now()));
+                    }
+                }
+                r = async { match pod_rx.as_mut() { Some(rx) => rx.changed().await, None => std::future::pending().await } } => {
+                    if r.is_err() { pod_rx = None; continue; }
+                    if let Some(rx) = pod_rx.as_mut() {
+                        let mut p = rx.borrow_and_update().clone();
+                        normalize_sidecars(&mut p);
+                        self.shrink_grace(&p, kill_by, started);
+                        self.pod = p;
+                    }
+                }
+            }
+        }
+        for &i in &first {
+            self.record_killed(i).await;
+        }
+        let sidecars: Vec<usize> = (0..self.ctrs.len())
+            .rev()
+            .filter(|&i| self.ctrs[i].kind == Kind::Sidecar && self.ctrs[i].id.is_some())
+            .collect();
+        for i in sidecars {
+            let id = self.ctrs[i].id.clone().unwrap_or_default();
+            let spec = self.ctrs[i].spec.clone();
+            let has_pre_stop = spec
+                .lifecycle
+                .as_ref()
+                .and_then(|l| l.pre_stop.as_ref())
+                .is_some();
+            let plan = KillPlan::new(&self.grace_inputs(&spec), reason, has_pre_stop);
+            let sig = self.stop_signal(&spec);
+            kill_one(
+                &k,
+                &id,
+                &spec,
+                plan,
+                override_seconds,
+                sig,
+                Some(kill_by.subscribe()),
+            )
+            .await;
+            self.record_killed(i).await;
+        }
+    }
+
+    pub(super) async fn kill_all_gracefully(
+        &mut self,
+        override_seconds: Option<i64>,
+        reason: KillReason,
+    ) {
+        let (tx, _) = watch::channel(None);
+        self.kill_all_with(override_seconds, reason, &tx, None, None)
+            .await;
+    }
+
+    /// `killContainer`: preStop, TERM (or the stop signal), KILL at the deadline, and every
+    /// remaining process of the container after that. `kill_by` is the pod-level hard
+    /// deadline (a shrunk grace period), if any.
+    pub(super) async fn kill_container(
+        &mut self,
+        i: usize,
+        reason: KillReason,
+        override_seconds: Option<i64>,
+        kill_by: Option<watch::Receiver<Option<Instant>>>,
+    ) {
+        let Some(id) = self.ctrs[i].id.clone() else {
+            return;
+        };
+        let spec = self.ctrs[i].spec.clone();
+        let plan = KillPlan::new(
+            &self.grace_inputs(&spec),
+            reason,
+            spec.lifecycle
+                .as_ref()
+                .and_then(|l| l.pre_stop.as_ref())
+                .is_some(),
+        );
+        let k = KillCtx {
+            runtime: self.ctx.runtime.clone(),
+            status: self.ctx.status.clone(),
+            pref: self.pref.clone(),
+            address: self.ctx.address,
+            metrics: self.ctx.metrics.clone(),
+        };
+        let stop_signal = self.stop_signal(&spec);
+        kill_one(&k, &id, &spec, plan, override_seconds, stop_signal, kill_by).await;
+        let exit = self.ctx.runtime.exit_status(&id).ok().flatten();
+        let (code, signal, at) =
+            exit.map(|e| (e.code, e.signal, e.finished_at))
+                .unwrap_or((137, Some(9), Utc::now()));
+        let policy = match reason {
+            KillReason::PodTermination => "Never".to_string(),
+            _ => self
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.restart_policy.clone())
+                .unwrap_or_else(|| "Always".into()),
+        };
+        let r = if code == 0 { "Completed" } else { "Error" };
+        self.on_exit(i, code, signal, r, None, at, &policy).await;
+    }
+
+    pub(super) fn shrink_grace(
+        &mut self,
+        p: &Pod,
+        kill_by: &watch::Sender<Option<Instant>>,
+        started: Option<Instant>,
+    ) {
+        let (g, changed) = effective_pod_grace_period(
+            self.pod_grace,
+            p.metadata.deletion_grace_period_seconds,
+            None,
+            p.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds),
+        );
+        // Only ever shrinking: a longer result (a 0 request falling back to the spec) is ignored.
+        if changed && g < self.pod_grace {
+            tracing::info!(from = self.pod_grace, to = g, "grace period shortened");
+            self.pod_grace = g;
+            let at = started.unwrap_or_else(Instant::now)
+                + Duration::from_secs(u64::try_from(g).unwrap_or(0));
+            kill_by.send_modify(|d| *d = Some(d.map_or(at, |cur| cur.min(at))));
+        }
+    }
+
+    pub(super) async fn record_killed(&mut self, i: usize) {
+        let Some(id) = self.ctrs[i].id.clone() else {
+            return;
+        };
+        let exit = self.ctx.runtime.exit_status(&id).ok().flatten();
+        let (code, signal, at) =
+            exit.map(|e| (e.code, e.signal, e.finished_at))
+                .unwrap_or((137, Some(9), Utc::now()));
+        let r = if code == 0 { "Completed" } else { "Error" };
+        self.on_exit(i, code, signal, r, None, at, "Never").await;
+        self.ctrs[i].finished = true;
+    }
+
+    pub(super) fn grace_inputs(&self, c: &Container) -> GraceInputs {
+        GraceInputs {
+            deletion_grace_period_seconds: if self.pod_grace > 0 || self.gone {
+                Some(self.pod_grace)
+            } else {
+                self.pod.metadata.deletion_grace_period_seconds
+            },
+            termination_grace_period_seconds: self
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds),
+            startup_probe_grace_period_seconds: c
+                .startup_probe
+                .as_ref()
+                .and_then(|p| p.termination_grace_period_seconds),
+            liveness_probe_grace_period_seconds: c
+                .liveness_probe
+                .as_ref()
+                .and_then(|p| p.termination_grace_period_seconds),
+        }
+    }
+
+    pub(super) fn stop_signal(&self, c: &Container) -> Signal {
+        let img = image::image_of(&self.ctx, c)
+            .map(|(_, cfg)| cfg)
+            .unwrap_or_default();
+        img.stop_signal
+            .as_deref()
+            .and_then(|s| {
+                let s = s.trim_start_matches("SIG");
+                format!("SIG{s}").parse::<Signal>().ok()
+            })
+            .unwrap_or(Signal::SIGTERM)
+    }
+}
+
+struct KillCtx {
+    runtime: Arc<dyn Runtime>,
+    status: Arc<dyn StatusSink>,
+    pref: PodRef,
+    address: IpAddr,
+    metrics: Arc<Metrics>,
+}
+
+/// The runtime half of `killContainer`.
+async fn kill_one(
+    k: &KillCtx,
+    id: &str,
+    spec: &Container,
+    plan: KillPlan,
+    override_seconds: Option<i64>,
+    stop_signal: Signal,
+    kill_by: Option<watch::Receiver<Option<Instant>>>,
+) {
+    if k.runtime.exit_status(id).ok().flatten().is_some() {
+        let _ = k.runtime.kill_all(id).await;
+        return;
+    }
+    let name = &spec.name;
+    let mut pre_stop_elapsed = None;
+    if plan.run_pre_stop {
+        if let Some(h) = spec.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) {
+            let t0 = Instant::now();
+            let timeout = plan.pre_stop_timeout();
+            // Each handler is bounded by the hook timeout itself; an exec hook that overruns
+            // has its whole process group killed.
+            let res: Result<Result<(), String>, ()> = if let Some(e) = &h.exec {
+                let argv = e.command.clone().unwrap_or_default();
+                match k.runtime.exec(id, &argv, timeout).await {
+                    Ok(0) => Ok(Ok(())),
+                    Ok(c) => Ok(Err(format!("command {argv:?} exited with {c}"))),
+                    Err(RuntimeError::ExecTimeout { .. }) => Err(()),
+                    Err(e) => Ok(Err(e.to_string())),
+                }
+            } else if let Some(g) = &h.http_get {
+                let ports = spec.ports.clone().unwrap_or_default();
+                match crate::probe::http_get(g, k.address, &ports, timeout).await {
+                    ProbeOutcome::Success => Ok(Ok(())),
+                    ProbeOutcome::Failure(m) | ProbeOutcome::Error(m) => Ok(Err(m)),
+                }
+            } else if let Some(s) = &h.sleep {
+                let d = Duration::from_secs(u64::try_from(s.seconds).unwrap_or(0));
+                tokio::time::sleep(d.min(timeout)).await;
+                if d > timeout {
+                    Err(())
+                } else {
+                    Ok(Ok(()))
+                }
+            } else {
+                Ok(Err("unsupported preStop handler".into()))
+            };
+            let elapsed = t0.elapsed();
+            pre_stop_elapsed = Some(elapsed);
+            let msg = match res {
+                Ok(Ok(())) => None,
+                Ok(Err(m)) => Some(m),
+                Err(_) => Some(format!(
+                    "preStop hook did not finish within {}s",
+                    plan.grace_period
+                )),
+            };
+            if let Some(m) = msg {
+                let r = k.status.clone();
+                let p = k.pref.clone();
+                let text = format!("PreStopHook failed for {name}: {m}");
+                tokio::spawn(async move { r.event(&p, true, "FailedPreStopHook", &text).await });
+            }
+            tracing::info!(container = %name, elapsed_ms = elapsed.as_millis() as u64, "preStop hook done");
+        }
+    }
+    let window = plan.window(pre_stop_elapsed, override_seconds);
+    let term_at = Instant::now();
+    let mut deadline = term_at + Duration::from_secs(u64::try_from(window.max(0)).unwrap_or(0));
+    if window > 0 {
+        tracing::info!(container = %name, signal = %stop_signal, window_s = window, "sending stop signal");
+        let _ = k.runtime.signal(id, stop_signal);
+    }
+    let mut kill_by = kill_by;
+    loop {
+        if let Some(rx) = kill_by.as_ref() {
+            if let Some(d) = *rx.borrow() {
+                deadline = deadline.min(d);
+            }
+        }
+        tokio::select! {
+            r = k.runtime.wait(id) => {
+                if r.is_ok() { break; }
+                break;
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                let late = Instant::now().saturating_duration_since(deadline);
+                tracing::info!(container = %name, late_ms = late.as_millis() as u64, "grace period over: SIGKILL");
+                k.metrics.observe_kill_lateness(late);
+                break;
+            }
+            r = async { match kill_by.as_mut() { Some(rx) => rx.changed().await, None => std::future::pending().await } } => {
+                if r.is_err() { kill_by = None; }
+            }
+        }
+    }
+    if let Err(e) = k.runtime.kill_all(id).await {
+        tracing::error!(container = %name, error = %e, "cannot kill container");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use nix::sys::signal::Signal;
+    use serde_json::json;
+    use tokio::time::Instant;
+
+    use crate::pod_worker::testing::{container, deleted, pod, until, Harness, UID};
+    use crate::runtime::fake::{Call, ExecScript, Script};
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    fn ignores_term() -> Script {
+        Script {
+            ignores_term: true,
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn term_comes_first_and_kill_when_the_grace_period_runs_out() {
+        let h = Harness::new();
+        h.runtime.script("app", ignores_term());
+        let p = pod(json!({"terminationGracePeriodSeconds": 30, "containers": [container("app")]}));
+        let w = h.spawn(&p);
+        until("app runs", || h.runtime.running("app")).await;
+
+        w.pod_tx.send_replace(deleted(&p, 30));
+        let t0 = Instant::now();
+        w.join.await.expect("worker");
+
+        assert_eq!(h.runtime.signals("app", Signal::SIGTERM), vec![t0]);
+        assert_eq!(h.runtime.kills("app"), vec![t0 + secs(30)]);
+        let status = h.sink.last_status().expect("terminal status");
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
+        let deleted = h.sink.deleted();
+        assert_eq!(deleted.len(), 1, "the pod object is deleted once");
+        assert_eq!(deleted[0].1.uid, UID);
+        assert!(deleted[0].0 >= t0 + secs(30), "deleted only after the kill");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_pre_stop_hook_uses_up_part_of_the_grace_period() {
+        let h = Harness::new();
+        h.runtime.script("app", ignores_term());
+        h.runtime.exec_script(
+            "pre-stop",
+            ExecScript {
+                code: 0,
+                takes: secs(12),
+            },
+        );
+        let mut app = container("app");
+        app["lifecycle"] = json!({"preStop": {"exec": {"command": ["pre-stop"]}}});
+        let p = pod(json!({"terminationGracePeriodSeconds": 30, "containers": [app]}));
+        let w = h.spawn(&p);
+        until("app runs", || h.runtime.running("app")).await;
+
+        w.pod_tx.send_replace(deleted(&p, 30));
+        let t0 = Instant::now();
+        w.join.await.expect("worker");
+
+        let hooks: Vec<Instant> = h
+            .runtime
+            .calls()
+            .into_iter()
+            .filter_map(|(at, c)| {
+                matches!(c, Call::Exec { ref argv, .. } if argv[0] == "pre-stop").then_some(at)
+            })
+            .collect();
+        assert_eq!(hooks, vec![t0]);
+        assert_eq!(
+            h.runtime.signals("app", Signal::SIGTERM),
+            vec![t0 + secs(12)]
+        );
+        assert_eq!(h.runtime.kills("app"), vec![t0 + secs(30)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_overrunning_pre_stop_hook_is_cut_off_and_leaves_a_two_second_window() {
+        let h = Harness::new();
+        h.runtime.script("app", ignores_term());
+        h.runtime.exec_script(
+            "pre-stop",
+            ExecScript {
+                code: 0,
+                takes: secs(100),
+            },
+        );
+        let mut app = container("app");
+        app["lifecycle"] = json!({"preStop": {"exec": {"command": ["pre-stop"]}}});
+        let p = pod(json!({"terminationGracePeriodSeconds": 10, "containers": [app]}));
+        let w = h.spawn(&p);
+        until("app runs", || h.runtime.running("app")).await;
+
+        w.pod_tx.send_replace(deleted(&p, 10));
+        let t0 = Instant::now();
+        w.join.await.expect("worker");
+
+        assert_eq!(
+            h.runtime.signals("app", Signal::SIGTERM),
+            vec![t0 + secs(10)]
+        );
+        assert_eq!(h.runtime.kills("app"), vec![t0 + secs(12)]);
+        assert!(
+            h.sink
+                .events()
+                .iter()
+                .any(|(r, _)| r == "FailedPreStopHook"),
+            "{:?}",
+            h.sink.events()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_grace_period_of_a_terminating_pod_only_ever_shrinks() {
+        let h = Harness::new();
+        h.runtime.script("app", ignores_term());
+        let p = pod(json!({"terminationGracePeriodSeconds": 60, "containers": [container("app")]}));
+        let w = h.spawn(&p);
+        until("app runs", || h.runtime.running("app")).await;
+
+        w.pod_tx.send_replace(deleted(&p, 60));
+        let t0 = Instant::now();
+        tokio::time::sleep(secs(5)).await;
+        // A second DELETE with a shorter grace period: the kill moves to 10 s after the start.
+        w.pod_tx.send_replace(deleted(&p, 10));
+        tokio::time::sleep(secs(2)).await;
+        // A longer one is ignored.
+        w.pod_tx.send_replace(deleted(&p, 40));
+        w.join.await.expect("worker");
+
+        assert_eq!(h.runtime.signals("app", Signal::SIGTERM), vec![t0]);
+        assert_eq!(h.runtime.kills("app"), vec![t0 + secs(10)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sidecars_are_stopped_after_the_main_containers_in_reverse_order() {
+        let h = Harness::new();
+        h.runtime.script("app", ignores_term());
+        let sidecar = |name: &str| {
+            let mut c = container(name);
+            c["restartPolicy"] = json!("Always");
+            c
+        };
+        let p = pod(json!({
+            "terminationGracePeriodSeconds": 10,
+            "initContainers": [sidecar("s1"), sidecar("s2")],
+            "containers": [container("app")],
+        }));
+        let w = h.spawn(&p);
+        until("app runs", || h.runtime.running("app")).await;
+
+        w.pod_tx.send_replace(deleted(&p, 10));
+        let t0 = Instant::now();
+        w.join.await.expect("worker");
+
+        let stops: Vec<(Instant, String)> = h
+            .runtime
+            .calls()
+            .into_iter()
+            .filter_map(|(at, c)| match c {
+                Call::Signal {
+                    name, alive: true, ..
+                } => Some((at, format!("TERM {name}"))),
+                Call::KillAll { name, alive: true } => Some((at, format!("KILL {name}"))),
+                _ => None,
+            })
+            .collect();
+        let order: Vec<&str> = stops.iter().map(|(_, s)| s.as_str()).collect();
+        assert_eq!(order, vec!["TERM app", "KILL app", "TERM s2", "TERM s1"]);
+        assert_eq!(stops[1].0, t0 + secs(10));
+        assert!(
+            stops[2].0 >= stops[1].0,
+            "sidecars only after the main container is dead"
+        );
+    }
+}
