@@ -136,14 +136,12 @@ mod tests {
     use tokio::time::Instant;
 
     use crate::pod_worker::testing::{container, deleted, pod, until, Harness, CLAIM};
-    use crate::pod_worker::FenceState;
+    use crate::pod_worker::{FenceState, TICK};
     use crate::runtime::fake::Script;
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
     }
-
-    const TICK: Duration = Duration::from_millis(100);
 
     fn claim_pod(grace: i64) -> k8s_openapi::api::core::v1::Pod {
         pod(json!({
