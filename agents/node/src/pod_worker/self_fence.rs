@@ -278,4 +278,48 @@ mod tests {
             "no stop signal once fenced"
         );
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fence_that_activates_while_sidecars_are_stopped_kills_them_at_once() {
+        let h = Harness::new();
+        h.runtime.script("s1", ignores_term());
+        h.runtime.script("s2", ignores_term());
+        let sidecar = |name: &str| {
+            let mut c = container(name);
+            c["restartPolicy"] = json!("Always");
+            c
+        };
+        let p = pod(json!({
+            "terminationGracePeriodSeconds": 60,
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": CLAIM}}],
+            "initContainers": [sidecar("s1"), sidecar("s2")],
+            "containers": [container("db")],
+        }));
+        let w = h.spawn(&p);
+        until("db runs", || h.runtime.running("db")).await;
+
+        // db obeys TERM at once, so the sidecar phase (s2 first) starts right away.
+        w.pod_tx.send_replace(deleted(&p, 60));
+        let t0 = Instant::now();
+        until("s2 stopping", || {
+            !h.runtime.signals("s2", Signal::SIGTERM).is_empty()
+        })
+        .await;
+        assert!(!h.runtime.running("db"), "main container dead first");
+        tokio::time::sleep(secs(5)).await;
+        h.fence.send_replace(FenceState {
+            active: true,
+            all_pods: false,
+        });
+        let fenced = Instant::now();
+        w.join.await.expect("worker");
+
+        assert!(fenced - t0 < secs(6));
+        assert_eq!(h.runtime.kills("s2"), vec![fenced]);
+        assert_eq!(h.runtime.kills("s1"), vec![fenced]);
+        assert!(
+            h.runtime.signals("s1", Signal::SIGTERM).is_empty(),
+            "no stop signal once fenced"
+        );
+    }
 }

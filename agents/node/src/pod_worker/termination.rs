@@ -18,7 +18,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::{image, normalize_sidecars, Kind, Worker, WorkerCmd};
+use super::{image, normalize_sidecars, FenceState, Kind, Worker, WorkerCmd};
 use crate::grace::{effective_pod_grace_period, GraceInputs, KillPlan, KillReason};
 use crate::metrics::Metrics;
 use crate::probe::ProbeOutcome;
@@ -160,10 +160,13 @@ impl Worker {
     ///   deadline now: a container whose preStop hook is running has the hook abandoned and is
     ///   KILLed at once, one waiting for its grace period after the stop signal is KILLed at
     ///   once, and one not yet started on its kill gets no hook and no stop signal, only KILL.
-    ///   The sidecars after them inherit that state.
+    ///   The sidecars after them inherit that state;
+    /// - while the sidecars are being stopped, the self-fence is followed the same way: one
+    ///   that becomes active then KILLs the sidecar being stopped at once (hook abandoned) and
+    ///   every sidecar after it without a hook or a stop signal.
     ///
-    /// Assumptions: a self-fence that becomes active only while the sidecars are being
-    /// stopped is not watched here; an abandoned exec hook's processes die with the
+    /// Assumptions: a grace period shortened while the sidecars are being stopped is not read
+    /// (only the main phase follows `pod_rx`); an abandoned exec hook's processes die with the
     /// container's KILL (the runtime runs them in the container's cgroup, and kills the hook's
     /// process group when its exec is dropped).
     pub(super) async fn kill_all_with(
@@ -203,33 +206,19 @@ impl Worker {
                 kill_one(k, &id, &spec, plan, override_seconds, sig, Some(rx)).await
             });
         }
-        let all = futures::future::join_all(futs);
-        tokio::pin!(all);
         // A self-fence overrides the grace period: a pod already terminating is killed now.
         let mut fence = Some(self.ctx.fence.clone());
         if let Some(f) = fence.as_mut() {
             f.mark_changed();
         }
-        loop {
-            tokio::select! {
-                _ = &mut all => break,
-                r = async { match fence.as_mut() { Some(f) => f.changed().await, None => std::future::pending().await } } => {
-                    match (r, fence.as_mut()) {
-                        (Ok(()), Some(f)) => { f.borrow_and_update(); self.follow_fence(kill_by); }
-                        _ => fence = None,
-                    }
-                }
-                r = async { match pod_rx.as_mut() { Some(rx) => rx.changed().await, None => std::future::pending().await } } => {
-                    if r.is_err() { pod_rx = None; continue; }
-                    if let Some(rx) = pod_rx.as_mut() {
-                        let mut p = rx.borrow_and_update().clone();
-                        normalize_sidecars(&mut p);
-                        self.shrink_grace(&p, kill_by, started);
-                        self.pod = p;
-                    }
-                }
-            }
-        }
+        self.follow(
+            futures::future::join_all(futs),
+            kill_by,
+            &mut fence,
+            &mut pod_rx,
+            started,
+        )
+        .await;
         for &i in &first {
             self.record_killed(i).await;
         }
@@ -247,7 +236,8 @@ impl Worker {
                 .is_some();
             let plan = KillPlan::new(&self.grace_inputs(&spec), reason, has_pre_stop);
             let sig = self.stop_signal(&spec);
-            kill_one(
+            self.follow_fence(kill_by);
+            let kill = kill_one(
                 &k,
                 &id,
                 &spec,
@@ -255,9 +245,46 @@ impl Worker {
                 override_seconds,
                 sig,
                 Some(kill_by.subscribe()),
-            )
-            .await;
+            );
+            // The sidecars follow the fence too; a grace period shortened now is not read.
+            self.follow(kill, kill_by, &mut fence, &mut None, started)
+                .await;
             self.record_killed(i).await;
+        }
+    }
+
+    /// Drives `work` (kills that do not borrow the worker) to completion while following the
+    /// self-fence into `kill_by` ([`Worker::follow_fence`]) and, when `pod_rx` is given, the
+    /// pod's grace period ([`Worker::shrink_grace`]). A closed channel is no longer followed
+    /// (set to `None`).
+    async fn follow<T>(
+        &mut self,
+        work: impl std::future::Future<Output = T>,
+        kill_by: &watch::Sender<KillBy>,
+        fence: &mut Option<watch::Receiver<FenceState>>,
+        pod_rx: &mut Option<&mut watch::Receiver<Pod>>,
+        started: Option<Instant>,
+    ) -> T {
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return out,
+                r = async { match fence.as_mut() { Some(f) => f.changed().await, None => std::future::pending().await } } => {
+                    match (r, fence.as_mut()) {
+                        (Ok(()), Some(f)) => { f.borrow_and_update(); self.follow_fence(kill_by); }
+                        _ => *fence = None,
+                    }
+                }
+                r = async { match pod_rx.as_mut() { Some(rx) => rx.changed().await, None => std::future::pending().await } } => {
+                    if r.is_err() { *pod_rx = None; continue; }
+                    if let Some(rx) = pod_rx.as_mut() {
+                        let mut p = rx.borrow_and_update().clone();
+                        normalize_sidecars(&mut p);
+                        self.shrink_grace(&p, kill_by, started);
+                        self.pod = p;
+                    }
+                }
+            }
         }
     }
 
