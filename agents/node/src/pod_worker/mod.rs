@@ -61,8 +61,10 @@ const TICK: Duration = Duration::from_millis(100);
 /// The self-fencing state the workers follow.
 ///
 /// While `active`, a syncing worker of a fence-eligible pod SIGKILLs its containers within
-/// one sync period (100 ms) and starts none until the API confirms the pod, and a terminating
-/// one KILLs without waiting for the grace period (`self_fence.rs` and `termination.rs`).
+/// one sync period (100 ms), again at every sync period for a container not confirmed dead,
+/// and starts none until the API confirms the pod, and a terminating
+/// one KILLs at once, without waiting for a running preStop hook or the grace period
+/// (`self_fence.rs` and `termination.rs`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FenceState {
     /// The Lease has not been renewed for `--self-fence-after`.

@@ -23,35 +23,61 @@ impl Worker {
 
     /// SIGKILLs every container of the pod at once, with no preStop hook and no grace period,
     /// and marks the pod fenced (on disk too) so that nothing restarts until
-    /// [`Worker::try_lift_fence`] succeeds.
+    /// [`Worker::try_lift_fence`] succeeds. Called again at every sync while a container of
+    /// the fenced pod could not be confirmed dead.
     ///
     /// Guarantees:
+    /// - the pod is marked fenced and saved before any kill, and a fenced pod starts no
+    ///   container (the sync returns before starting anything); the `SelfFenced` Event and
+    ///   the `self_fences` metric happen once per fence, not per retry;
     /// - every container this worker knows to be started gets [`Runtime::kill_all`]
     ///   (every process of it, grandchildren included) before this returns;
-    /// - the pod is marked fenced and saved before the next sync, and a fenced pod starts no
-    ///   container (the sync returns before starting anything);
+    /// - a container is recorded as killed (terminated, `SelfFenced`, removed from the
+    ///   runtime) only when `kill_all` succeeded and [`Runtime::any_alive`] then reports no
+    ///   process of it. Otherwise the failure is logged, counted in
+    ///   `self_fence_kill_failures`, and the container stays known to the worker (and on
+    ///   disk) as possibly alive, so the next sync period kills it again;
     /// - being fenced neither finishes nor fails a container: once lifted, the pod resumes
     ///   (init containers that had not completed run again).
     ///
     /// Assumptions:
-    /// - the runtime's `kill_all` returns only when no process of the container is left; a
-    ///   failed `kill_all` is not retried here (the container is still recorded as killed),
-    ///   so containers that survive rely on [`crate::self_fence::sweep`], which confirms
-    ///   every death from the runtime;
+    /// - the runtime's `any_alive` is truthful (process liveness from the kernel);
     /// - the caller has checked [`FenceState::active`](super::FenceState::active) and
-    ///   [`Worker::fence_eligible`].
+    ///   [`Worker::fence_eligible`], and calls this again at the next sync while
+    ///   [`Worker::fence_unconfirmed`] holds.
     ///
     /// [`Runtime::kill_all`]: crate::runtime::Runtime::kill_all
+    /// [`Runtime::any_alive`]: crate::runtime::Runtime::any_alive
     pub(super) async fn self_fence(&mut self) {
-        tracing::warn!(
-            "self-fencing: Lease not renewed in time, SIGKILLing every container of the pod"
-        );
+        let first = !self.rec.fenced;
+        if first {
+            tracing::warn!(
+                "self-fencing: Lease not renewed in time, SIGKILLing every container of the pod"
+            );
+            self.pod_failed = false;
+            self.rec.fenced = true;
+            self.save();
+        }
         let policy = "Never";
         for i in 0..self.ctrs.len() {
             let Some(id) = self.ctrs[i].id.clone() else {
                 continue;
             };
-            let _ = self.ctx.runtime.kill_all(&id).await;
+            let res = self.ctx.runtime.kill_all(&id).await;
+            let alive = self.ctx.runtime.any_alive(&id);
+            if res.is_err() || alive {
+                tracing::error!(
+                    container = %id,
+                    error = ?res.err(),
+                    still_alive = alive,
+                    "self-fence: cannot confirm the container is dead; retrying at the next sync"
+                );
+                self.ctx
+                    .metrics
+                    .self_fence_kill_failures
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                continue;
+            }
             let was_finished = self.ctrs[i].finished;
             self.on_exit(
                 i,
@@ -68,17 +94,25 @@ impl Worker {
             self.ctrs[i].init_done = self.ctrs[i].init_done && self.ctrs[i].kind == Kind::Init;
         }
         self.pod_failed = false;
-        self.rec.fenced = true;
         self.save();
-        self.ctx
-            .metrics
-            .self_fences
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.event(
-            true,
-            "SelfFenced",
-            "palisade-node could not renew its Lease: killed every container of this pod".into(),
-        );
+        if first {
+            self.ctx
+                .metrics
+                .self_fences
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.event(
+                true,
+                "SelfFenced",
+                "palisade-node could not renew its Lease: killed every container of this pod"
+                    .into(),
+            );
+        }
+    }
+
+    /// Whether a container of this fenced pod could not be confirmed dead yet: a container
+    /// [`Worker::self_fence`] killed for sure no longer has an id.
+    pub(super) fn fence_unconfirmed(&self) -> bool {
+        self.rec.fenced && self.ctrs.iter().any(|c| c.id.is_some())
     }
 
     /// Lifts the self-fence once the API server is reachable again and still shows this pod
@@ -241,10 +275,9 @@ mod tests {
         assert_eq!(h.runtime.kills("db"), vec![t0 + secs(5)]);
     }
 
-    /// The desired behaviour, not today's: a running preStop hook is not interrupted by the
-    /// self-fence, so the KILL waits for the hook (up to the whole grace period).
+    /// A self-fence that activates while a preStop hook runs abandons the hook and KILLs at
+    /// once, instead of waiting for the hook (up to the whole grace period).
     #[tokio::test(start_paused = true)]
-    #[ignore = "known gap: the fence deadline is only consulted after the preStop hook returns"]
     async fn a_self_fence_does_not_wait_for_a_running_pre_stop_hook() {
         let h = Harness::new();
         h.runtime.script("db", ignores_term());
@@ -274,5 +307,119 @@ mod tests {
         w.join.await.expect("worker");
 
         assert_eq!(h.runtime.kills("db"), vec![t0 + secs(5)]);
+        assert!(
+            h.runtime.signals("db", Signal::SIGTERM).is_empty(),
+            "no stop signal once fenced"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fence_that_activates_while_sidecars_are_stopped_kills_them_at_once() {
+        let h = Harness::new();
+        h.runtime.script("s1", ignores_term());
+        h.runtime.script("s2", ignores_term());
+        let sidecar = |name: &str| {
+            let mut c = container(name);
+            c["restartPolicy"] = json!("Always");
+            c
+        };
+        let p = pod(json!({
+            "terminationGracePeriodSeconds": 60,
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": CLAIM}}],
+            "initContainers": [sidecar("s1"), sidecar("s2")],
+            "containers": [container("db")],
+        }));
+        let w = h.spawn(&p);
+        until("db runs", || h.runtime.running("db")).await;
+
+        // db obeys TERM at once, so the sidecar phase (s2 first) starts right away.
+        w.pod_tx.send_replace(deleted(&p, 60));
+        let t0 = Instant::now();
+        until("s2 stopping", || {
+            !h.runtime.signals("s2", Signal::SIGTERM).is_empty()
+        })
+        .await;
+        assert!(!h.runtime.running("db"), "main container dead first");
+        tokio::time::sleep(secs(5)).await;
+        h.fence.send_replace(FenceState {
+            active: true,
+            all_pods: false,
+        });
+        let fenced = Instant::now();
+        w.join.await.expect("worker");
+
+        assert!(fenced - t0 < secs(6));
+        assert_eq!(h.runtime.kills("s2"), vec![fenced]);
+        assert_eq!(h.runtime.kills("s1"), vec![fenced]);
+        assert!(
+            h.runtime.signals("s1", Signal::SIGTERM).is_empty(),
+            "no stop signal once fenced"
+        );
+    }
+
+    /// Fences a pod whose `db` container behaves as `script` under KILL, and checks that the
+    /// kill is not taken for granted: counted as a failure, not recorded as dead, retried.
+    async fn fence_kill_is_confirmed(script: Script) {
+        let h = Harness::new();
+        h.runtime.script("db", script);
+        let p = claim_pod(30);
+        let _w = h.spawn(&p);
+        until("db runs", || h.runtime.running("db")).await;
+
+        h.fence.send_replace(FenceState {
+            active: true,
+            all_pods: false,
+        });
+        until("db killed once", || !h.runtime.kills("db").is_empty()).await;
+        tokio::time::sleep(secs(1)).await;
+
+        let kills = h.runtime.kills("db").len();
+        assert!(kills >= 5, "retried every sync period: {kills} kills");
+        let failures = h
+            .ctx
+            .metrics
+            .self_fence_kill_failures
+            .load(Ordering::Relaxed);
+        assert!(
+            failures as usize >= kills - 1,
+            "{failures} failures counted"
+        );
+        assert!(
+            h.runtime.running("db"),
+            "still known to the runtime, and alive"
+        );
+        assert_eq!(h.ctx.metrics.self_fences.load(Ordering::Relaxed), 1);
+        assert_eq!(h.runtime.starts("db").len(), 1, "nothing restarts");
+        let status = h.sink.last_status().expect("status");
+        assert_eq!(status.reason.as_deref(), Some("SelfFenced"));
+        let db = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .find(|c| c.name == "db")
+            .expect("db status");
+        assert!(
+            db.state.as_ref().is_some_and(|s| s.terminated.is_none()),
+            "not recorded as dead: {:?}",
+            db.state
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_fence_kill_is_counted_not_recorded_as_dead_and_retried() {
+        fence_kill_is_confirmed(Script {
+            kill_fails: true,
+            ..Default::default()
+        })
+        .await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fence_kill_that_leaves_the_container_alive_is_counted_and_retried() {
+        fence_kill_is_confirmed(Script {
+            survives_kill: true,
+            ..Default::default()
+        })
+        .await;
     }
 }

@@ -17,9 +17,10 @@ use crate::volumes;
 
 impl Worker {
     pub(super) async fn sync_once(&mut self) {
-        // Self-fencing first: it overrides everything else.
+        // Self-fencing first: it overrides everything else. A kill that could not be
+        // confirmed is retried at every sync while the fence is active.
         let fence = *self.ctx.fence.borrow();
-        if fence.active && self.fence_eligible() && !self.rec.fenced {
+        if fence.active && self.fence_eligible() && (!self.rec.fenced || self.fence_unconfirmed()) {
             self.self_fence().await;
         }
         if self.rec.fenced {

@@ -3,7 +3,8 @@
 //! Main and regular init containers are killed in parallel, sidecars afterwards one by one in
 //! reverse order. Each kill runs the preStop hook, sends TERM (or the image's stop signal) and
 //! KILLs at the deadline computed by [`crate::grace`]. The pod-level grace period only ever
-//! shrinks, and a self-fence turns every deadline into "now". Once every process is confirmed
+//! shrinks, and a self-fence turns every deadline into "now" and abandons running preStop hooks
+//! (fence-eligible pods: KILL at once, no stop signal). Once every process is confirmed
 //! dead, the terminal phase is reported and the pod object deleted with grace 0 and a UID
 //! precondition (only when the API asked for the deletion).
 
@@ -12,12 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use nix::sys::signal::Signal;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::{image, normalize_sidecars, Kind, Worker, WorkerCmd};
+use super::{image, normalize_sidecars, FenceState, Kind, Worker, WorkerCmd};
 use crate::grace::{effective_pod_grace_period, GraceInputs, KillPlan, KillReason};
 use crate::metrics::Metrics;
 use crate::probe::ProbeOutcome;
@@ -25,6 +26,16 @@ use crate::reporter::{PodRef, StatusSink};
 use crate::runtime::{Runtime, RuntimeError};
 use crate::state::WorkerPhase;
 use crate::volumes;
+
+/// The pod-level hard deadline of a termination, shared by every container kill.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct KillBy {
+    /// KILL no later than this: a shortened grace period, or "now" for a self-fence.
+    pub(super) at: Option<Instant>,
+    /// A self-fence is active for this (fence-eligible) pod: a running preStop hook is
+    /// abandoned and every container is KILLed at once, without a stop signal.
+    pub(super) fenced: bool,
+}
 
 impl Worker {
     pub(super) async fn terminate(
@@ -60,7 +71,7 @@ impl Worker {
                 format!("Stopping pod with a grace period of {}s", self.pod_grace),
             );
         }
-        let (kill_by, _) = watch::channel(None);
+        let (kill_by, _) = watch::channel(KillBy::default());
         if self.gone {
             self.kill_all_with(
                 override_seconds,
@@ -139,23 +150,30 @@ impl Worker {
     /// Kills main and regular init containers in parallel, then sidecars in reverse order.
     ///
     /// `kill_by` carries the pod-level hard deadline: a shortened grace period read from
-    /// `pod_rx` ([`Worker::shrink_grace`]), or "now" when a self-fence becomes active.
+    /// `pod_rx` ([`Worker::shrink_grace`]), or "now" and [`KillBy::fenced`] when a self-fence
+    /// is or becomes active.
     ///
     /// Guarantees:
     /// - no sidecar is stopped before every main and regular init container is dead;
     /// - while the main containers are being killed, a self-fence that is (or becomes) active
-    ///   for a [fence-eligible](Worker::fence_eligible) pod sets the deadline to now, so their
-    ///   KILL does not wait for the grace period, and the sidecars after them inherit that
-    ///   deadline.
+    ///   for a [fence-eligible](Worker::fence_eligible) pod marks `kill_by` fenced with the
+    ///   deadline now: a container whose preStop hook is running has the hook abandoned and is
+    ///   KILLed at once, one waiting for its grace period after the stop signal is KILLed at
+    ///   once, and one not yet started on its kill gets no hook and no stop signal, only KILL.
+    ///   The sidecars after them inherit that state;
+    /// - while the sidecars are being stopped, the self-fence is followed the same way: one
+    ///   that becomes active then KILLs the sidecar being stopped at once (hook abandoned) and
+    ///   every sidecar after it without a hook or a stop signal.
     ///
-    /// Assumptions: the deadline is only consulted once a container's preStop hook has
-    /// returned (hooks are bounded by the grace period), and a self-fence that becomes active
-    /// only while the sidecars are being stopped is not watched here.
+    /// Assumptions: a grace period shortened while the sidecars are being stopped is not read
+    /// (only the main phase follows `pod_rx`); an abandoned exec hook's processes die with the
+    /// container's KILL (the runtime runs them in the container's cgroup, and kills the hook's
+    /// process group when its exec is dropped).
     pub(super) async fn kill_all_with(
         &mut self,
         override_seconds: Option<i64>,
         reason: KillReason,
-        kill_by: &watch::Sender<Option<Instant>>,
+        kill_by: &watch::Sender<KillBy>,
         mut pod_rx: Option<&mut watch::Receiver<Pod>>,
         started: Option<Instant>,
     ) {
@@ -166,6 +184,8 @@ impl Worker {
             address: self.ctx.address,
             metrics: self.ctx.metrics.clone(),
         };
+        // Already fenced: no container starts its preStop hook or gets a stop signal.
+        self.follow_fence(kill_by);
         let first: Vec<usize> = (0..self.ctrs.len())
             .filter(|&i| self.ctrs[i].kind != Kind::Sidecar && self.ctrs[i].id.is_some())
             .collect();
@@ -186,37 +206,19 @@ impl Worker {
                 kill_one(k, &id, &spec, plan, override_seconds, sig, Some(rx)).await
             });
         }
-        let all = futures::future::join_all(futs);
-        tokio::pin!(all);
         // A self-fence overrides the grace period: a pod already terminating is killed now.
         let mut fence = Some(self.ctx.fence.clone());
         if let Some(f) = fence.as_mut() {
             f.mark_changed();
         }
-        loop {
-            tokio::select! {
-                _ = &mut all => break,
-                r = async { match fence.as_mut() { Some(f) => f.changed().await, None => std::future::pending().await } } => {
-                    let active = match (r, fence.as_mut()) {
-                        (Ok(()), Some(f)) => f.borrow_and_update().active,
-                        _ => { fence = None; false }
-                    };
-                    if active && self.fence_eligible() {
-                        tracing::warn!("self-fencing a terminating pod: SIGKILL without waiting for its grace period");
-                        kill_by.send_replace(Some(Instant::now()));
-                    }
-                }
-                r = async { match pod_rx.as_mut() { Some(rx) => rx.changed().await, None => std::future::pending().await } } => {
-                    if r.is_err() { pod_rx = None; continue; }
-                    if let Some(rx) = pod_rx.as_mut() {
-                        let mut p = rx.borrow_and_update().clone();
-                        normalize_sidecars(&mut p);
-                        self.shrink_grace(&p, kill_by, started);
-                        self.pod = p;
-                    }
-                }
-            }
-        }
+        self.follow(
+            futures::future::join_all(futs),
+            kill_by,
+            &mut fence,
+            &mut pod_rx,
+            started,
+        )
+        .await;
         for &i in &first {
             self.record_killed(i).await;
         }
@@ -234,7 +236,8 @@ impl Worker {
                 .is_some();
             let plan = KillPlan::new(&self.grace_inputs(&spec), reason, has_pre_stop);
             let sig = self.stop_signal(&spec);
-            kill_one(
+            self.follow_fence(kill_by);
+            let kill = kill_one(
                 &k,
                 &id,
                 &spec,
@@ -242,9 +245,46 @@ impl Worker {
                 override_seconds,
                 sig,
                 Some(kill_by.subscribe()),
-            )
-            .await;
+            );
+            // The sidecars follow the fence too; a grace period shortened now is not read.
+            self.follow(kill, kill_by, &mut fence, &mut None, started)
+                .await;
             self.record_killed(i).await;
+        }
+    }
+
+    /// Drives `work` (kills that do not borrow the worker) to completion while following the
+    /// self-fence into `kill_by` ([`Worker::follow_fence`]) and, when `pod_rx` is given, the
+    /// pod's grace period ([`Worker::shrink_grace`]). A closed channel is no longer followed
+    /// (set to `None`).
+    async fn follow<T>(
+        &mut self,
+        work: impl std::future::Future<Output = T>,
+        kill_by: &watch::Sender<KillBy>,
+        fence: &mut Option<watch::Receiver<FenceState>>,
+        pod_rx: &mut Option<&mut watch::Receiver<Pod>>,
+        started: Option<Instant>,
+    ) -> T {
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return out,
+                r = async { match fence.as_mut() { Some(f) => f.changed().await, None => std::future::pending().await } } => {
+                    match (r, fence.as_mut()) {
+                        (Ok(()), Some(f)) => { f.borrow_and_update(); self.follow_fence(kill_by); }
+                        _ => *fence = None,
+                    }
+                }
+                r = async { match pod_rx.as_mut() { Some(rx) => rx.changed().await, None => std::future::pending().await } } => {
+                    if r.is_err() { *pod_rx = None; continue; }
+                    if let Some(rx) = pod_rx.as_mut() {
+                        let mut p = rx.borrow_and_update().clone();
+                        normalize_sidecars(&mut p);
+                        self.shrink_grace(&p, kill_by, started);
+                        self.pod = p;
+                    }
+                }
+            }
         }
     }
 
@@ -253,7 +293,7 @@ impl Worker {
         override_seconds: Option<i64>,
         reason: KillReason,
     ) {
-        let (tx, _) = watch::channel(None);
+        let (tx, _) = watch::channel(KillBy::default());
         self.kill_all_with(override_seconds, reason, &tx, None, None)
             .await;
     }
@@ -266,7 +306,7 @@ impl Worker {
         i: usize,
         reason: KillReason,
         override_seconds: Option<i64>,
-        kill_by: Option<watch::Receiver<Option<Instant>>>,
+        kill_by: Option<watch::Receiver<KillBy>>,
     ) {
         let Some(id) = self.ctrs[i].id.clone() else {
             return;
@@ -306,10 +346,30 @@ impl Worker {
         self.on_exit(i, code, signal, r, None, at, &policy).await;
     }
 
+    /// Marks `kill_by` fenced, with the deadline now, when a self-fence is active and the pod
+    /// is [fence-eligible](Worker::fence_eligible) (once: later calls change nothing).
+    pub(super) fn follow_fence(&self, kill_by: &watch::Sender<KillBy>) {
+        if !self.ctx.fence.borrow().active || !self.fence_eligible() {
+            return;
+        }
+        kill_by.send_if_modified(|d| {
+            if d.fenced {
+                return false;
+            }
+            tracing::warn!("self-fencing a terminating pod: SIGKILL at once, without waiting for a preStop hook or the grace period");
+            let now = Instant::now();
+            *d = KillBy {
+                at: Some(d.at.map_or(now, |cur| cur.min(now))),
+                fenced: true,
+            };
+            true
+        });
+    }
+
     pub(super) fn shrink_grace(
         &mut self,
         p: &Pod,
-        kill_by: &watch::Sender<Option<Instant>>,
+        kill_by: &watch::Sender<KillBy>,
         started: Option<Instant>,
     ) {
         let (g, changed) = effective_pod_grace_period(
@@ -326,7 +386,7 @@ impl Worker {
             self.pod_grace = g;
             let at = started.unwrap_or_else(Instant::now)
                 + Duration::from_secs(u64::try_from(g).unwrap_or(0));
-            kill_by.send_modify(|d| *d = Some(d.map_or(at, |cur| cur.min(at))));
+            kill_by.send_modify(|d| d.at = Some(d.at.map_or(at, |cur| cur.min(at))));
         }
     }
 
@@ -388,7 +448,19 @@ struct KillCtx {
     metrics: Arc<Metrics>,
 }
 
-/// The runtime half of `killContainer`.
+/// The runtime half of `killContainer`: the preStop hook, the stop signal, and KILL of every
+/// process of the container at the deadline.
+///
+/// Guarantees:
+/// - [`Runtime::kill_all`] is always called before this returns, at the latest at the
+///   deadline of `plan` or `kill_by`, whichever is earlier;
+/// - once `kill_by` is [fenced](KillBy::fenced) (before or during the hook or the grace
+///   period), no hook is started, a running hook is abandoned at once (its future dropped)
+///   and no stop signal is sent: KILL follows immediately.
+///
+/// Assumptions: dropping a running exec hook does not leave its processes running past the
+/// KILL (they run in the container's cgroup and the runtime kills the hook's process group on
+/// drop); an abandoned HTTP or sleep hook has nothing left to kill.
 async fn kill_one(
     k: &KillCtx,
     id: &str,
@@ -396,96 +468,135 @@ async fn kill_one(
     plan: KillPlan,
     override_seconds: Option<i64>,
     stop_signal: Signal,
-    kill_by: Option<watch::Receiver<Option<Instant>>>,
+    kill_by: Option<watch::Receiver<KillBy>>,
 ) {
     if k.runtime.exit_status(id).ok().flatten().is_some() {
         let _ = k.runtime.kill_all(id).await;
         return;
     }
     let name = &spec.name;
+    let mut kill_by = kill_by;
+    let mut fenced = kill_by.as_ref().is_some_and(|rx| rx.borrow().fenced);
     let mut pre_stop_elapsed = None;
-    if plan.run_pre_stop {
+    if plan.run_pre_stop && !fenced {
         if let Some(h) = spec.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) {
             let t0 = Instant::now();
-            let timeout = plan.pre_stop_timeout();
-            // Each handler is bounded by the hook timeout itself; an exec hook that overruns
-            // has its whole process group killed.
-            let res: Result<Result<(), String>, ()> = if let Some(e) = &h.exec {
-                let argv = e.command.clone().unwrap_or_default();
-                match k.runtime.exec(id, &argv, timeout).await {
-                    Ok(0) => Ok(Ok(())),
-                    Ok(c) => Ok(Err(format!("command {argv:?} exited with {c}"))),
-                    Err(RuntimeError::ExecTimeout { .. }) => Err(()),
-                    Err(e) => Ok(Err(e.to_string())),
-                }
-            } else if let Some(g) = &h.http_get {
-                let ports = spec.ports.clone().unwrap_or_default();
-                match crate::probe::http_get(g, k.address, &ports, timeout).await {
-                    ProbeOutcome::Success => Ok(Ok(())),
-                    ProbeOutcome::Failure(m) | ProbeOutcome::Error(m) => Ok(Err(m)),
-                }
-            } else if let Some(s) = &h.sleep {
-                let d = Duration::from_secs(u64::try_from(s.seconds).unwrap_or(0));
-                tokio::time::sleep(d.min(timeout)).await;
-                if d > timeout {
-                    Err(())
-                } else {
-                    Ok(Ok(()))
-                }
-            } else {
-                Ok(Err("unsupported preStop handler".into()))
+            let hook = run_pre_stop(k, id, spec, h, plan.pre_stop_timeout());
+            tokio::pin!(hook);
+            let res = tokio::select! {
+                r = &mut hook => Some(r),
+                _ = until_fenced(&mut kill_by) => None,
             };
             let elapsed = t0.elapsed();
             pre_stop_elapsed = Some(elapsed);
-            let msg = match res {
-                Ok(Ok(())) => None,
-                Ok(Err(m)) => Some(m),
-                Err(_) => Some(format!(
-                    "preStop hook did not finish within {}s",
-                    plan.grace_period
-                )),
-            };
-            if let Some(m) = msg {
-                let r = k.status.clone();
-                let p = k.pref.clone();
-                let text = format!("PreStopHook failed for {name}: {m}");
-                tokio::spawn(async move { r.event(&p, true, "FailedPreStopHook", &text).await });
+            match res {
+                None => {
+                    fenced = true;
+                    tracing::warn!(container = %name, elapsed_ms = elapsed.as_millis() as u64, "self-fence: preStop hook abandoned");
+                }
+                Some(res) => {
+                    let msg = match res {
+                        Ok(Ok(())) => None,
+                        Ok(Err(m)) => Some(m),
+                        Err(_) => Some(format!(
+                            "preStop hook did not finish within {}s",
+                            plan.grace_period
+                        )),
+                    };
+                    if let Some(m) = msg {
+                        let r = k.status.clone();
+                        let p = k.pref.clone();
+                        let text = format!("PreStopHook failed for {name}: {m}");
+                        tokio::spawn(
+                            async move { r.event(&p, true, "FailedPreStopHook", &text).await },
+                        );
+                    }
+                    tracing::info!(container = %name, elapsed_ms = elapsed.as_millis() as u64, "preStop hook done");
+                }
             }
-            tracing::info!(container = %name, elapsed_ms = elapsed.as_millis() as u64, "preStop hook done");
         }
     }
-    let window = plan.window(pre_stop_elapsed, override_seconds);
-    let term_at = Instant::now();
-    let mut deadline = term_at + Duration::from_secs(u64::try_from(window.max(0)).unwrap_or(0));
-    if window > 0 {
-        tracing::info!(container = %name, signal = %stop_signal, window_s = window, "sending stop signal");
-        let _ = k.runtime.signal(id, stop_signal);
-    }
-    let mut kill_by = kill_by;
-    loop {
-        if let Some(rx) = kill_by.as_ref() {
-            if let Some(d) = *rx.borrow() {
-                deadline = deadline.min(d);
+    if !fenced {
+        let window = plan.window(pre_stop_elapsed, override_seconds);
+        let term_at = Instant::now();
+        let mut deadline = term_at + Duration::from_secs(u64::try_from(window.max(0)).unwrap_or(0));
+        if window > 0 {
+            tracing::info!(container = %name, signal = %stop_signal, window_s = window, "sending stop signal");
+            let _ = k.runtime.signal(id, stop_signal);
+        }
+        loop {
+            if let Some(rx) = kill_by.as_ref() {
+                if let Some(d) = rx.borrow().at {
+                    deadline = deadline.min(d);
+                }
+            }
+            tokio::select! {
+                _ = k.runtime.wait(id) => break,
+                _ = tokio::time::sleep_until(deadline) => {
+                    let late = Instant::now().saturating_duration_since(deadline);
+                    tracing::info!(container = %name, late_ms = late.as_millis() as u64, "grace period over: SIGKILL");
+                    k.metrics.observe_kill_lateness(late);
+                    break;
+                }
+                r = async { match kill_by.as_mut() { Some(rx) => rx.changed().await, None => std::future::pending().await } } => {
+                    if r.is_err() { kill_by = None; }
+                }
             }
         }
-        tokio::select! {
-            r = k.runtime.wait(id) => {
-                if r.is_ok() { break; }
-                break;
-            }
-            _ = tokio::time::sleep_until(deadline) => {
-                let late = Instant::now().saturating_duration_since(deadline);
-                tracing::info!(container = %name, late_ms = late.as_millis() as u64, "grace period over: SIGKILL");
-                k.metrics.observe_kill_lateness(late);
-                break;
-            }
-            r = async { match kill_by.as_mut() { Some(rx) => rx.changed().await, None => std::future::pending().await } } => {
-                if r.is_err() { kill_by = None; }
-            }
-        }
+    } else {
+        tracing::warn!(container = %name, "self-fence: SIGKILL without a stop signal");
     }
     if let Err(e) = k.runtime.kill_all(id).await {
         tracing::error!(container = %name, error = %e, "cannot kill container");
+    }
+}
+
+/// Resolves once `kill_by` is [fenced](KillBy::fenced); never without a `kill_by` or once its
+/// sender is gone.
+async fn until_fenced(kill_by: &mut Option<watch::Receiver<KillBy>>) {
+    if let Some(rx) = kill_by.as_mut() {
+        if rx.wait_for(|d| d.fenced).await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
+}
+
+/// Runs a preStop handler, bounded by `timeout`: `Err(())` when it overran, `Ok(Err(_))` when
+/// it failed.
+async fn run_pre_stop(
+    k: &KillCtx,
+    id: &str,
+    spec: &Container,
+    h: &LifecycleHandler,
+    timeout: Duration,
+) -> Result<Result<(), String>, ()> {
+    // Each handler is bounded by the hook timeout itself; an exec hook that overruns has its
+    // whole process group killed.
+    if let Some(e) = &h.exec {
+        let argv = e.command.clone().unwrap_or_default();
+        match k.runtime.exec(id, &argv, timeout).await {
+            Ok(0) => Ok(Ok(())),
+            Ok(c) => Ok(Err(format!("command {argv:?} exited with {c}"))),
+            Err(RuntimeError::ExecTimeout { .. }) => Err(()),
+            Err(e) => Ok(Err(e.to_string())),
+        }
+    } else if let Some(g) = &h.http_get {
+        let ports = spec.ports.clone().unwrap_or_default();
+        match crate::probe::http_get(g, k.address, &ports, timeout).await {
+            ProbeOutcome::Success => Ok(Ok(())),
+            ProbeOutcome::Failure(m) | ProbeOutcome::Error(m) => Ok(Err(m)),
+        }
+    } else if let Some(s) = &h.sleep {
+        let d = Duration::from_secs(u64::try_from(s.seconds).unwrap_or(0));
+        tokio::time::sleep(d.min(timeout)).await;
+        if d > timeout {
+            Err(())
+        } else {
+            Ok(Ok(()))
+        }
+    } else {
+        Ok(Err("unsupported preStop handler".into()))
     }
 }
 

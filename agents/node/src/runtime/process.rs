@@ -298,11 +298,17 @@ impl Runtime for ProcessRuntime {
             .spawn()
             .map_err(io(id, "spawn exec shim"))?;
         let pgid = child.id().map(|p| p as i32);
+        // Declared after `child`, so dropped before it: the group leader is not reaped yet
+        // when its group is killed.
+        let mut group = KillGroupOnDrop(pgid);
         match tokio::time::timeout(timeout, child.wait()).await {
-            Ok(Ok(status)) => Ok(status.code().unwrap_or(128)),
+            Ok(Ok(status)) => {
+                group.0 = None;
+                Ok(status.code().unwrap_or(128))
+            }
             Ok(Err(e)) => Err(io(id, "wait exec")(e)),
             Err(_) => {
-                if let Some(p) = pgid {
+                if let Some(p) = group.0.take() {
                     let _ = killpg(Pid::from_raw(p), Signal::SIGKILL);
                 }
                 let _ = child.wait().await;
@@ -335,6 +341,18 @@ impl Runtime for ProcessRuntime {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io(id, "remove container directory")(e)),
+        }
+    }
+}
+
+/// SIGKILLs an exec's process group when the exec is abandoned (its future dropped, e.g. a
+/// preStop hook cut short by a self-fence) or fails, unless disarmed (`.0 = None`).
+struct KillGroupOnDrop(Option<i32>);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = killpg(Pid::from_raw(p), Signal::SIGKILL);
         }
     }
 }
