@@ -354,6 +354,33 @@ async fn event(ctx: &Ctx, nf: &NodeFence, kind: Kind, reason: &str, message: &st
         .await;
 }
 
+/// Moves `pod` from `status.release.releasing` to `status.release.pods`, persists, and tells.
+async fn record_released(
+    ctx: &Ctx,
+    api: &Api<NodeFence>,
+    nf: &NodeFence,
+    mut status: NodeFenceStatus,
+    step: &str,
+    pod: &ObjectRef,
+    what: &str,
+) -> Result<NodeFence, Error> {
+    status.release.releasing = None;
+    status.release.pods.push(released(pod));
+    let message = format!(
+        "pod {}/{} (uid {}) {what}",
+        pod.namespace, pod.name, pod.uid
+    );
+    persist_then_tell(
+        ctx,
+        api,
+        nf,
+        status,
+        step,
+        (Kind::Normal, "PodReleased", &message),
+    )
+    .await
+}
+
 fn released(o: &ObjectRef) -> ReleasedObject {
     ReleasedObject {
         namespace: o.namespace.clone(),
@@ -1016,42 +1043,26 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 };
                 ctx.leader.check(token).await?;
                 crate::release::release_pod(&ctx.client, &node, &pod, &proof).await?;
-                status.release.releasing = None;
-                status.release.pods.push(released(&pod));
-                persist_then_tell(
+                record_released(
                     ctx,
                     &api,
                     &nf,
                     status,
                     label,
-                    (
-                        Kind::Normal,
-                        "PodReleased",
-                        &format!(
-                            "pod {}/{} (uid {}) marked Failed and deleted with grace 0",
-                            pod.namespace, pod.name, pod.uid
-                        ),
-                    ),
+                    &pod,
+                    "marked Failed and deleted with grace 0",
                 )
                 .await?;
             }
             Step::RecordReleased(pod) => {
-                status.release.releasing = None;
-                status.release.pods.push(released(&pod));
-                persist_then_tell(
+                record_released(
                     ctx,
                     &api,
                     &nf,
                     status,
                     label,
-                    (
-                        Kind::Normal,
-                        "PodReleased",
-                        &format!(
-                            "pod {}/{} (uid {}) is gone: its release, started before a leader change, is recorded",
-                            pod.namespace, pod.name, pod.uid
-                        ),
-                    ),
+                    &pod,
+                    "is gone: its release, started before a leader change, is recorded",
                 )
                 .await?;
             }
