@@ -256,7 +256,7 @@ impl<'s> World<'s> {
             leases: vec![(0, Advertisement::default()); s.nodes.len()],
             lease_log: vec![vec![(0, 0, 0, Advertisement::default())]; s.nodes.len()],
             skew_rng: Rng::new(s.seed ^ 0x5EED_C10C),
-            crash_rng: Rng::new(s.seed ^ 0xC2A5_4ED),
+            crash_rng: Rng::new(s.seed ^ 0x0C2A_54ED),
             released_uids: BTreeSet::new(),
             machines,
             pods: Vec::new(),
