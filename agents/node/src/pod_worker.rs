@@ -64,6 +64,8 @@ pub struct Ctx {
     pub address: IpAddr,
     /// The local image store.
     pub image_store: PathBuf,
+    /// Images pulled from registries (for images not in `image_store`).
+    pub images: crate::image::ImageService,
     /// Images that run host binaries without a chroot.
     pub host_images: Vec<String>,
     /// The maximum restart backoff.
@@ -567,7 +569,10 @@ impl Worker {
         self.save();
     }
 
-    fn image_of(&self, c: &Container) -> Result<(Option<PathBuf>, ImageConfig), String> {
+    fn image_of(
+        &self,
+        c: &Container,
+    ) -> Result<(Option<PathBuf>, ImageConfig), crate::image::ImageError> {
         let image = c.image.clone().unwrap_or_default();
         if self
             .ctx
@@ -577,19 +582,32 @@ impl Worker {
         {
             return Ok((None, ImageConfig::default()));
         }
-        let dir = self.ctx.image_store.join(sanitize_image(&image));
-        let rootfs = dir.join("rootfs");
-        if !rootfs.is_dir() {
-            return Err(format!(
-                "image {image:?} not found in the local image store {}",
-                self.ctx.image_store.display()
-            ));
+        // The directory store first (the lab's fast path), then the registry's images.
+        let mut dir = self.ctx.image_store.join(sanitize_image(&image));
+        if !dir.join("rootfs").is_dir() {
+            let secrets = self
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.image_pull_secrets.as_ref());
+            let req = crate::image::ImageRequest {
+                image: &image,
+                policy: c.image_pull_policy.as_deref(),
+                namespace: &self.pref.namespace,
+                pull_secrets: secrets
+                    .into_iter()
+                    .flatten()
+                    .map(|r| r.name.clone())
+                    .collect(),
+                pod_uid: &self.pref.uid,
+            };
+            dir = self.ctx.images.resolve(&req)?.dir;
         }
         let cfg = std::fs::read(dir.join("config.json"))
             .ok()
             .and_then(|raw| serde_json::from_slice(&raw).ok())
             .unwrap_or_default();
-        Ok((Some(rootfs), cfg))
+        Ok((Some(dir.join("rootfs")), cfg))
     }
 
     /// Resolves a `fieldRef` path of this pod.
@@ -656,7 +674,7 @@ impl Worker {
     ) -> Result<(ContainerConfig, ImageConfig, Vec<crate::mounts::Mount>), (String, String)> {
         let (rootfs, img) = self
             .image_of(&c.spec)
-            .map_err(|m| ("ErrImageNeverPull".to_string(), m))?;
+            .map_err(|e| (e.reason().to_string(), e.to_string()))?;
         let resolved = self
             .env_of(&c.spec, sources)
             .map_err(|e| ("CreateContainerConfigError".to_string(), e.to_string()))?;
@@ -1447,17 +1465,25 @@ impl Worker {
 
     fn statuses(&self) -> (Vec<ContainerStatus>, Vec<ContainerStatus>) {
         let img = |c: &Ctr| c.spec.image.clone().unwrap_or_default();
+        // The digest a pulled image resolved to, once the container has run.
+        let status = |c: &Ctr| ContainerStatus {
+            image_id: (c.state.waiting.is_none())
+                .then(|| self.ctx.images.image_id(&img(c)))
+                .flatten()
+                .unwrap_or_default(),
+            ..c.status(&img(c))
+        };
         let inits = self
             .ctrs
             .iter()
             .filter(|c| c.kind != Kind::Main)
-            .map(|c| c.status(&img(c)))
+            .map(status)
             .collect();
         let mains = self
             .ctrs
             .iter()
             .filter(|c| c.kind == Kind::Main)
-            .map(|c| c.status(&img(c)))
+            .map(status)
             .collect();
         (inits, mains)
     }
