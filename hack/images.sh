@@ -12,7 +12,8 @@
 #       --only NAME      only this image (writer or controller)
 #
 # Images: palisade/writer (the lab's writer workload) and palisade/controller. Their
-# digests are printed and written to target/images/digests.txt (`name@sha256:...`).
+# digests are printed and written to target/images/digests.txt (`name@sha256:...`, and
+# `host:port/name@sha256:...` for what was pushed: the registry gets recompressed layers).
 set -euo pipefail
 
 say() { printf '[images] %s\n' "$*"; }
@@ -105,7 +106,11 @@ for spec in "${IMAGES[@]}"; do
     [ -n "$AUTHFILE" ] && args+=(--authfile "$AUTHFILE")
     say "pushing $ref to $PUSH"
     buildah "${STORAGE[@]}" push --quiet "${args[@]}" "$ref" "docker://$PUSH/$ref"
-    say "pushed $PUSH/$ref@$(cat "$OUT/$name.pushed-digest")"
+    [ -n "$CA" ] && rm -rf "$certs"
+    # The registry gets freshly compressed layers: the pushed digest is its own.
+    pushed="$PUSH/$ref@$(cat "$OUT/$name.pushed-digest")"
+    say "pushed $pushed"
+    echo "$pushed" >>"$OUT/digests.txt.new"
   fi
 done
 mv "$OUT/digests.txt.new" "$OUT/digests.txt"
