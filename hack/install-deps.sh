@@ -11,6 +11,8 @@
 #   - For the lab's QEMU machines: qemu-system-x86, busybox-static, cpio, kmod, and Debian's
 #     standard amd64 kernel, extracted (never installed) into the cache: its module tree
 #     (depmod'ed) and the uncompressed `vmlinux` that QEMU boots directly (PVH entry).
+#   - OCI images: Debian's docker-registry (distribution 2.8; the lab's registry) and buildah
+#     (hack/images.sh builds the images without a daemon).
 #   - Redfish BMCs: sushy-tools (`sushy-emulator`) from PyPI, in a virtualenv in the cache, and
 #     Debian's python3-libvirt for its libvirt backend on libvirt's in-process test driver.
 set -euo pipefail
@@ -29,7 +31,8 @@ PACKAGES=(etcd-server golang-go rsync openipmi ipmitool snmp snmpd fence-agents
           iproute2 openssl procps psmisc util-linux curl ca-certificates dpkg-dev
           build-essential pkg-config golang-github-modern-go-reflect2-dev
           qemu-system-x86 busybox-static cpio kmod prometheus
-          pacemaker pacemaker-cli-utils libxml2-utils librsvg2-bin python3-libvirt)
+          pacemaker pacemaker-cli-utils libxml2-utils librsvg2-bin python3-libvirt
+          docker-registry buildah)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -41,10 +44,11 @@ done
 if [ "${#missing[@]}" -gt 0 ]; then
   say "installing Debian packages: ${missing[*]}"
   $SUDO apt-get update -qq
-  # snmpd and etcd-server would start system services; the lab runs its own instances.
+  # snmpd, etcd-server and docker-registry would start system services; the lab runs its own
+  # instances.
   DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $SUDO apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
-  for svc in snmpd etcd prometheus pacemaker corosync; do
+  for svc in snmpd etcd prometheus pacemaker corosync docker-registry; do
     if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; fi
     $SUDO pkill -x "$svc" >/dev/null 2>&1 || true
   done

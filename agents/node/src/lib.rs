@@ -12,6 +12,8 @@
 //!   [`reporter::StatusSink`] trait the workers use;
 //! - [`node`] registers the Node and renews its Lease, and its self-fence monitor kills fence-eligible
 //!   pods when the Lease cannot be renewed; [`state`] keeps what the agent was doing on disk;
+//! - [`image`] resolves container images: the directory store, or OCI images pulled from a
+//!   registry into a content-addressed store shared by the pods;
 //! - [`mod@env`] resolves container environments (fieldRef, configMap/secret keys, envFrom);
 //! - [`volumes`] prepares pod volumes and [`mounts`] mounts them at their `mountPath`;
 //!   [`server`] serves `/metrics` and `/healthz`;
@@ -28,6 +30,7 @@ pub mod cgroup;
 pub mod env;
 pub mod grace;
 pub mod grpc_health;
+pub mod image;
 pub mod inventory;
 pub mod ktime;
 pub mod metrics;

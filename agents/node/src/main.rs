@@ -54,6 +54,14 @@ struct Args {
     /// Local image store: `<dir>/<image with / and : as _>/rootfs` (+ optional config.json).
     #[arg(long, default_value = "/var/lib/palisade-node/images")]
     image_store: PathBuf,
+    /// Pull images that are not in --image-store from their registries, verifying TLS
+    /// against the CA certificates in this PEM file (no other roots are trusted). Without
+    /// it, registry pulls are off.
+    #[arg(long)]
+    registry_ca: Option<PathBuf>,
+    /// The content-addressed store of pulled images (default: `<state-dir>/oci`).
+    #[arg(long)]
+    oci_store: Option<PathBuf>,
     /// Images that run host binaries without a chroot (comma separated).
     #[arg(long, default_value = "host,busybox", value_delimiter = ',')]
     host_images: Vec<String>,
@@ -120,6 +128,12 @@ impl Args {
             || self.max_restart_backoff > Duration::from_secs(300)
         {
             bail!("--max-restart-backoff must be between 1s and 300s");
+        }
+        if let Some(ca) = &self.registry_ca {
+            let pem =
+                std::fs::read(ca).with_context(|| format!("--registry-ca {}", ca.display()))?;
+            palisade_node::image::registry::https_client(&pem)
+                .map_err(|e| anyhow::anyhow!("--registry-ca {}: {e}", ca.display()))?;
         }
         if let Some(w) = &self.watchdog {
             if self.watchdog_interval.is_zero() {
@@ -235,6 +249,42 @@ async fn run(args: Args) -> anyhow::Result<()> {
         all_pods: args.self_fence_all_pods,
     });
     let fence_rx_monitor = fence_rx.clone();
+    let images = match &args.registry_ca {
+        Some(ca) => {
+            let pem = std::fs::read(ca).with_context(|| format!("read {}", ca.display()))?;
+            let connector = palisade_node::image::HttpConnector::new(&pem, client.clone())
+                .map_err(|e| anyhow::anyhow!("--registry-ca {}: {e}", ca.display()))?;
+            let root = args
+                .oci_store
+                .clone()
+                .unwrap_or_else(|| args.state_dir.join("oci"));
+            palisade_node::image::ImageService::new(
+                &root,
+                Arc::new(connector),
+                args.image_store.clone(),
+            )
+            .with_context(|| format!("image store {}", root.display()))?
+        }
+        None => palisade_node::image::ImageService::disabled(args.image_store.clone()),
+    };
+    {
+        // Images no pod on this node uses go after a grace period.
+        let (images, store) = (
+            images.clone(),
+            StateStore::open(&args.state_dir).context("state store")?,
+        );
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(300));
+            loop {
+                tick.tick().await;
+                let live = store.all().into_iter().map(|r| r.uid).collect();
+                let removed = images.collect_garbage(&live);
+                if !removed.is_empty() {
+                    tracing::info!(images = ?removed, "removed images no pod uses");
+                }
+            }
+        });
+    }
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         status: Arc::new(Reporter::new(client.clone(), args.node_name.clone())),
@@ -243,6 +293,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         node_name: args.node_name.clone(),
         address: args.address,
         image_store: args.image_store.clone(),
+        images,
         host_images: args.host_images.clone(),
         max_restart_backoff: args.max_restart_backoff,
         fence: fence_rx.clone(),

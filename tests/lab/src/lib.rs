@@ -10,6 +10,8 @@
 //!   SMBIOS identity and watchdog ([`qemu`]);
 //! - a switched PDU ([`pdu`]): Net-SNMP `snmpd` with an outlet-table handler
 //!   ([`pdu_agent`]); an outlet turned off cuts its machine and the machine's BMC;
+//! - an OCI registry ([`registry`], when [`LabConfig::registry`] asks for one): Debian's
+//!   `docker-registry` with TLS from the lab CA, reached by machines at the hub address;
 //! - the hub's API front door ([`forwarder`]), which lets machines reach the API server and
 //!   lets the lab cut one machine off the control plane alone.
 //!
@@ -31,6 +33,7 @@ pub mod ports;
 pub mod process;
 pub mod qemu;
 pub mod redfish;
+pub mod registry;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -48,6 +51,7 @@ pub use pdu::{Pdu, PduInfo, SnmpCred};
 pub use pki::{Ca, Issued};
 pub use qemu::{MachineKind, QemuConfig, WatchdogAction};
 pub use redfish::{Sushy, SushySystem};
+pub use registry::{ImageFile, Registry, RegistryConfig};
 
 /// The port the hub's API front door listens on, inside the lab.
 pub const API_HUB_PORT: u16 = 6443;
@@ -81,6 +85,9 @@ pub struct LabConfig {
     pub machine_kind: MachineKind,
     /// How QEMU machines are built (ignored for namespace machines).
     pub qemu: QemuConfig,
+    /// Start an OCI registry (before the machines, which get `PALISADE_REGISTRY`, its
+    /// `host:port`, and `PALISADE_REGISTRY_CA`, the CA file, in their environment).
+    pub registry: Option<RegistryConfig>,
 }
 
 impl Default for LabConfig {
@@ -97,6 +104,7 @@ impl Default for LabConfig {
             keep_dir: false,
             machine_kind: MachineKind::Namespace,
             qemu: QemuConfig::default(),
+            registry: None,
         }
     }
 }
@@ -119,6 +127,7 @@ pub struct Lab {
     control_plane: Option<ControlPlane>,
     machines: Vec<Machine>,
     pdu: Option<Pdu>,
+    registry: Option<std::sync::Mutex<Registry>>,
     hub_ns: String,
     cuts: forwarder::CutSet,
     reaper: Option<Child>,
@@ -169,6 +178,7 @@ impl Lab {
             control_plane: None,
             machines: Vec::new(),
             pdu: None,
+            registry: None,
             cuts: forwarder::CutSet::default(),
             reaper: None,
             keep_dir,
@@ -218,6 +228,33 @@ impl Lab {
             self.control_plane = Some(cp);
         }
 
+        let mut machine_env = config.machine_env.clone();
+        if let Some(rc) = &config.registry {
+            let reg = Registry::start(
+                &self.dir.join("registry"),
+                &self.id,
+                &self.ca,
+                rc,
+                self.handle().clone(),
+            )?;
+            // Its own cut set: partitions from the control plane leave the registry reachable.
+            let listener = netns::bind_tcp_in(
+                &self.hub_ns,
+                SocketAddr::new(IpAddr::V4(netns::HUB_ADDR), registry::REGISTRY_HUB_PORT),
+            )?;
+            self.handle().spawn(forwarder::relay(
+                listener,
+                reg.local_addr(),
+                forwarder::CutSet::default(),
+            ));
+            machine_env.push(("PALISADE_REGISTRY".into(), reg.host()));
+            machine_env.push((
+                "PALISADE_REGISTRY_CA".into(),
+                reg.ca_file().display().to_string(),
+            ));
+            self.registry = Some(std::sync::Mutex::new(reg));
+        }
+
         // ipmi_sim keeps at most 16 password bytes (the IPMI 1.5 limit).
         let password = format!("bmc-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
         let assets = match config.machine_kind {
@@ -261,7 +298,7 @@ impl Lab {
                 machine: &machine,
                 password: &password,
                 command: &config.machine_command,
-                extra_env: &config.machine_env,
+                extra_env: &machine_env,
                 qemu: assets.as_ref().map(|a| (a, &config.qemu)),
             })?;
             if let Some(cp) = &self.control_plane {
@@ -504,6 +541,14 @@ for ns in $(ip netns list 2>/dev/null | awk '{{print $1}}' | grep '^pl{id}-'); d
         self.pdu.as_ref()
     }
 
+    /// The OCI registry, if [`LabConfig::registry`] asked for one (behind a lock: tests
+    /// stop and restart it).
+    pub fn registry(&self) -> Option<std::sync::MutexGuard<'_, Registry>> {
+        self.registry
+            .as_ref()
+            .map(|r| r.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
     /// The namespace that holds the lab bridge; [`netns::HUB_ADDR`] lives there.
     pub fn hub_netns(&self) -> &str {
         &self.hub_ns
@@ -557,6 +602,9 @@ for ns in $(ip netns list 2>/dev/null | awk '{{print $1}}' | grep '^pl{id}-'); d
         }
         if let Some(mut cp) = self.control_plane.take() {
             cp.stop();
+        }
+        if let Some(reg) = self.registry.take() {
+            reg.into_inner().unwrap_or_else(|p| p.into_inner()).stop();
         }
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();

@@ -90,6 +90,8 @@ pub struct Ctx {
     pub address: IpAddr,
     /// The local image store.
     pub image_store: PathBuf,
+    /// Images pulled from registries (for images not in `image_store`).
+    pub images: crate::image::ImageService,
     /// Images that run host binaries without a chroot.
     pub host_images: Vec<String>,
     /// The maximum restart backoff.

@@ -173,8 +173,12 @@ impl Worker {
         c: &Ctr,
         sources: &crate::env::Sources,
     ) -> Result<(ContainerConfig, ImageConfig, Vec<crate::mounts::Mount>), (String, String)> {
-        let (rootfs, img) = image::image_of(&self.ctx, &c.spec)
-            .map_err(|m| ("ErrImageNeverPull".to_string(), m))?;
+        let (rootfs, img) = image::image_of(
+            &self.ctx,
+            &image::PodImages::of(&self.pod, &self.pref),
+            &c.spec,
+        )
+        .map_err(|e| (e.reason().to_string(), e.to_string()))?;
         let resolved = self
             .env_of(&c.spec, sources)
             .map_err(|e| ("CreateContainerConfigError".to_string(), e.to_string()))?;

@@ -111,17 +111,25 @@ impl Worker {
 
     pub(super) fn statuses(&self) -> (Vec<ContainerStatus>, Vec<ContainerStatus>) {
         let img = |c: &Ctr| c.spec.image.clone().unwrap_or_default();
+        // The digest a pulled image resolved to, once the container is no longer Waiting.
+        let status = |c: &Ctr| ContainerStatus {
+            image_id: (c.state.waiting.is_none())
+                .then(|| self.ctx.images.image_id(&img(c)))
+                .flatten()
+                .unwrap_or_default(),
+            ..c.status(&img(c))
+        };
         let inits = self
             .ctrs
             .iter()
             .filter(|c| c.kind != Kind::Main)
-            .map(|c| c.status(&img(c)))
+            .map(status)
             .collect();
         let mains = self
             .ctrs
             .iter()
             .filter(|c| c.kind == Kind::Main)
-            .map(|c| c.status(&img(c)))
+            .map(status)
             .collect();
         (inits, mains)
     }

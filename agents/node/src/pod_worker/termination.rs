@@ -427,9 +427,8 @@ impl Worker {
     }
 
     pub(super) fn stop_signal(&self, c: &Container) -> Signal {
-        let img = image::image_of(&self.ctx, c)
-            .map(|(_, cfg)| cfg)
-            .unwrap_or_default();
+        // Never a pull at kill time: what is already on the node, or the default.
+        let img = image::local_config_of(&self.ctx, c);
         img.stop_signal
             .as_deref()
             .and_then(|s| {

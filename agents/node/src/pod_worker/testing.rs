@@ -171,6 +171,7 @@ impl Harness {
             node_name: NODE.into(),
             address: "127.0.0.1".parse().expect("address"),
             image_store: dir.path().join("images"),
+            images: crate::image::ImageService::disabled(dir.path().join("images")),
             host_images: vec!["host".into()],
             max_restart_backoff: Duration::from_secs(300),
             fence: fence_rx,
