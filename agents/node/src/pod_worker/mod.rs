@@ -360,6 +360,15 @@ impl Worker {
         }
     }
 
+    /// The pod's `restartPolicy`, `Always` when unset (the API server's default).
+    fn restart_policy(&self) -> String {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.clone())
+            .unwrap_or_else(|| "Always".into())
+    }
+
     fn event(&self, warning: bool, reason: &str, message: String) {
         let r = self.ctx.status.clone();
         let p = self.pref.clone();

@@ -152,12 +152,7 @@ impl Worker {
                     "Failed",
                     format!("Error: failed to start container {name}: {msg}"),
                 );
-                let policy = self
-                    .pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.restart_policy.clone())
-                    .unwrap_or_else(|| "Always".into());
+                let policy = self.restart_policy();
                 self.ctrs[i].started = Some((Instant::now(), Utc::now()));
                 if let Some(id) = Some(cfg.id()) {
                     let _ = self.ctx.runtime.remove(&id).await;

@@ -75,12 +75,7 @@ impl Worker {
     }
 
     pub(super) async fn check_exits(&mut self) {
-        let policy = self
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.restart_policy.clone())
-            .unwrap_or_else(|| "Always".into());
+        let policy = self.restart_policy();
         for i in 0..self.ctrs.len() {
             let Some(id) = self.ctrs[i].id.clone() else {
                 continue;

@@ -335,12 +335,7 @@ impl Worker {
                 .unwrap_or((137, Some(9), Utc::now()));
         let policy = match reason {
             KillReason::PodTermination => "Never".to_string(),
-            _ => self
-                .pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.restart_policy.clone())
-                .unwrap_or_else(|| "Always".into()),
+            _ => self.restart_policy(),
         };
         let r = if code == 0 { "Completed" } else { "Error" };
         self.on_exit(i, code, signal, r, None, at, &policy).await;
@@ -607,6 +602,8 @@ mod tests {
     use serde_json::json;
     use tokio::time::Instant;
 
+    use k8s_openapi::api::core::v1::Pod;
+
     use crate::pod_worker::testing::{container, deleted, pod, until, Harness, UID};
     use crate::runtime::fake::{Call, ExecScript, Script};
 
@@ -643,20 +640,22 @@ mod tests {
         assert!(deleted[0].0 >= t0 + secs(30), "deleted only after the kill");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_pre_stop_hook_uses_up_part_of_the_grace_period() {
+    /// A pod whose container `app` ignores TERM and has a preStop hook that takes `takes`, with
+    /// a grace period of `grace` seconds.
+    fn pre_stop_pod(takes: Duration, grace: u64) -> (Harness, Pod) {
         let h = Harness::new();
         h.runtime.script("app", ignores_term());
-        h.runtime.exec_script(
-            "pre-stop",
-            ExecScript {
-                code: 0,
-                takes: secs(12),
-            },
-        );
+        h.runtime
+            .exec_script("pre-stop", ExecScript { code: 0, takes });
         let mut app = container("app");
         app["lifecycle"] = json!({"preStop": {"exec": {"command": ["pre-stop"]}}});
-        let p = pod(json!({"terminationGracePeriodSeconds": 30, "containers": [app]}));
+        let p = pod(json!({"terminationGracePeriodSeconds": grace, "containers": [app]}));
+        (h, p)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_pre_stop_hook_uses_up_part_of_the_grace_period() {
+        let (h, p) = pre_stop_pod(secs(12), 30);
         let w = h.spawn(&p);
         until("app runs", || h.runtime.running("app")).await;
 
@@ -682,18 +681,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_overrunning_pre_stop_hook_is_cut_off_and_leaves_a_two_second_window() {
-        let h = Harness::new();
-        h.runtime.script("app", ignores_term());
-        h.runtime.exec_script(
-            "pre-stop",
-            ExecScript {
-                code: 0,
-                takes: secs(100),
-            },
-        );
-        let mut app = container("app");
-        app["lifecycle"] = json!({"preStop": {"exec": {"command": ["pre-stop"]}}});
-        let p = pod(json!({"terminationGracePeriodSeconds": 10, "containers": [app]}));
+        let (h, p) = pre_stop_pod(secs(100), 10);
         let w = h.spawn(&p);
         until("app runs", || h.runtime.running("app")).await;
 
