@@ -19,6 +19,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use tracing::Instrument as _;
 
 use crate::audit::AuditRecord;
 use crate::bridge::Bridge;
@@ -321,7 +322,7 @@ async fn power_action(
             )
         }
     };
-    mutate(b, id, target, op, headers, body).await
+    mutate_in_span(b, id, target, op, headers, body).await
 }
 
 async fn storage_action(
@@ -342,7 +343,7 @@ async fn storage_action(
             )
         }
     };
-    mutate(b, id, target, op, headers, body).await
+    mutate_in_span(b, id, target, op, headers, body).await
 }
 
 /// The optional JSON body of a mutating request.
@@ -419,6 +420,31 @@ impl AuditCtx<'_> {
         let resp = (status, Json(body.clone())).into_response();
         self.record(code, status, &body, resp).await
     }
+}
+
+/// [`mutate`] inside a span that names the target, the action, the client and (once read)
+/// the fencing token; the device commands it sends are its children.
+async fn mutate_in_span(
+    b: Arc<Bridge>,
+    id: Arc<ClientIdentity>,
+    target: String,
+    op: Op,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let span = tracing::info_span!(
+        "bridge_action",
+        target = %target,
+        action = op.name(),
+        client = %id.name(),
+        token = tracing::field::Empty,
+        status = tracing::field::Empty,
+    );
+    let response = mutate(b, id, target, op, headers, body)
+        .instrument(span.clone())
+        .await;
+    span.record("status", response.status().as_u16());
+    response
 }
 
 async fn mutate(
@@ -504,6 +530,7 @@ async fn mutate(
     };
     ctx.key = Some(&key);
     ctx.token = Some(token);
+    tracing::Span::current().record("token", token);
     if matches!(op, Op::Storage(_)) && t.storage.is_empty() {
         return ctx
             .reject(

@@ -30,6 +30,8 @@ struct Args {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    #[command(flatten)]
+    otlp: palisade_telemetry::OtlpArgs,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -46,31 +48,40 @@ fn build_executor(inventory: &Inventory) -> anyhow::Result<Arc<dyn Executor>> {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let sub = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match args.log_format {
-        LogFormat::Text => sub.init(),
-        LogFormat::Json => sub.json().init(),
-    }
-    match run(args) {
+    let failed = |e: anyhow::Error| {
+        let msg = e
+            .chain()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(": ");
+        tracing::error!("{msg}");
+        eprintln!("firmware-bridge: {msg}");
+        std::process::ExitCode::FAILURE
+    };
+    let rt = match server::runtime().context("starting the tokio runtime") {
+        Ok(rt) => rt,
+        Err(e) => return failed(e),
+    };
+    let telemetry = {
+        let _in = rt.enter();
+        palisade_telemetry::init(palisade_telemetry::Setup {
+            service: "firmware-bridge",
+            default_filter: "info",
+            json: matches!(args.log_format, LogFormat::Json),
+            otlp: args.otlp.clone(),
+        })
+    };
+    let _telemetry = match telemetry {
+        Ok(guard) => guard,
+        Err(e) => return failed(e),
+    };
+    match run(args, &rt) {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            let msg = e
-                .chain()
-                .map(|c| c.to_string())
-                .collect::<Vec<_>>()
-                .join(": ");
-            tracing::error!("{msg}");
-            eprintln!("firmware-bridge: {msg}");
-            std::process::ExitCode::FAILURE
-        }
+        Err(e) => failed(e),
     }
 }
 
-fn run(args: Args) -> anyhow::Result<()> {
+fn run(args: Args, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cfg = FileConfig::load(&args.config)?;
     let inventory = Inventory::load(&cfg)?;
@@ -87,7 +98,6 @@ fn run(args: Args) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let rt = server::runtime().context("starting the tokio runtime")?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(cfg.listen)
             .await

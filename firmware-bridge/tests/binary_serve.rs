@@ -1,6 +1,7 @@
 //! The `firmware-bridge` binary end to end: serves mTLS, reloads policy on SIGHUP without
 //! dropping its connections, keeps the token floor and audit log across a restart, stops
-//! cleanly on SIGTERM, and never logs a secret even at TRACE.
+//! cleanly on SIGTERM, and never logs a secret even at TRACE. Its traces, exported over OTLP,
+//! name each action's target, client, token and answer, and carry no secret either.
 
 mod common;
 
@@ -21,10 +22,12 @@ struct Running {
     log: Arc<Mutex<String>>,
 }
 
-fn spawn(config: &std::path::Path) -> Running {
+fn spawn(config: &std::path::Path, otlp: &str) -> Running {
     let mut child = Command::new(env!("CARGO_BIN_EXE_firmware-bridge"))
         .arg("--config")
         .arg(config)
+        .arg("--otlp-endpoint")
+        .arg(otlp)
         .arg("--log-format")
         .arg("json")
         .env("RUST_LOG", "trace")
@@ -84,7 +87,8 @@ async fn binary_reloads_on_sighup_and_keeps_state_across_restart() {
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::new("bin-ca");
     let config = write_config(dir.path(), &ca, &ca.server(), "");
-    let bridge = spawn(&config);
+    let collector = palisade_telemetry::receiver::Receiver::start().unwrap();
+    let bridge = spawn(&config, &collector.endpoint());
     let admin = bridge.client(&ca, "palisade-controller");
     let m0only = bridge.client(&ca, "m0-only");
     admin.healthz().await.unwrap();
@@ -124,7 +128,7 @@ async fn binary_reloads_on_sighup_and_keeps_state_across_restart() {
 
     // Restart: the floor and the audit log survive.
     let audit_before = std::fs::read_to_string(dir.path().join("state/audit.jsonl")).unwrap();
-    let bridge = spawn(&config);
+    let bridge = spawn(&config, &collector.endpoint());
     let admin = bridge.client(&ca, "palisade-controller");
     let e = admin
         .power("m1", PowerAction::Off, 4, "bin-4", None)
@@ -168,5 +172,31 @@ async fn binary_reloads_on_sighup_and_keeps_state_across_restart() {
             "secret in logs"
         );
         assert!(!audit_after.contains(secret), "secret in audit log");
+    }
+
+    // The traces of both runs (each flushed at its SIGTERM): one span per action, naming the
+    // target, the action, the client, the token and the answer; no secret in any attribute.
+    let spans = collector.spans();
+    let actions: Vec<_> = spans.iter().filter(|s| s.name == "bridge_action").collect();
+    let find = |client: &str, token: &str, status: &str| {
+        actions.iter().any(|s| {
+            s.service == "firmware-bridge"
+                && s.attributes.get("target").map(String::as_str) == Some("m1")
+                && s.attributes.get("action").map(String::as_str) == Some("power.off")
+                && s.attributes.get("client").map(String::as_str) == Some(client)
+                && s.attributes.get("token").map(String::as_str) == Some(token)
+                && s.attributes.get("status").map(String::as_str) == Some(status)
+        })
+    };
+    assert!(find("palisade-controller", "5", "502"), "{actions:?}");
+    assert!(find("m0-only", "1", "409"), "{actions:?}");
+    assert!(find("palisade-controller", "4", "409"), "{actions:?}");
+    for secret in [BMC_PASSWORD, PDU_COMMUNITY] {
+        assert!(
+            spans
+                .iter()
+                .all(|s| s.attributes.values().all(|v| !v.contains(secret))),
+            "secret in a span"
+        );
     }
 }

@@ -26,6 +26,8 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
+    #[command(flatten)]
+    otlp: palisade_telemetry::OtlpArgs,
     /// This node's name.
     #[arg(long, env = "PALISADE_NODE_NAME")]
     node_name: String,
@@ -198,19 +200,22 @@ fn main() -> anyhow::Result<()> {
     }
     let args = Args::parse();
     args.validate()?;
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube=warn".into()),
-        )
-        .init();
     let _ = rustls::crypto::ring::default_provider().install_default();
-    tokio::runtime::Builder::new_multi_thread()
+    let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .context("tokio runtime")?
-        .block_on(run(args))
+        .context("tokio runtime")?;
+    let _telemetry = {
+        let _in = rt.enter();
+        palisade_telemetry::init(palisade_telemetry::Setup {
+            service: "palisade-node",
+            default_filter: "info,kube=warn",
+            json: false,
+            otlp: args.otlp.clone(),
+        })?
+    };
+    rt.block_on(run(args))
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {

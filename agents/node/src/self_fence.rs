@@ -37,6 +37,7 @@ impl SweepOutcome {
 /// `self_fence_kill_failures` counted. A kill failure is never ignored.
 ///
 /// Assumptions: the runtime's `any_alive` is truthful (process liveness from the kernel).
+#[tracing::instrument(name = "self_fence_sweep", skip_all)]
 pub async fn sweep(
     runtime: &dyn Runtime,
     eligible: &(dyn Fn(&ContainerInfo) -> bool + Send + Sync),

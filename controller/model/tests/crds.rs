@@ -4,17 +4,46 @@
 use kube_core::CustomResourceExt;
 use serde_json::{json, Value};
 
-const MANIFEST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/crds.yaml");
+const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests");
 
 #[test]
 fn checked_in_crds_match_the_generator() {
-    let generated = palisade_model::crds_yaml().unwrap();
-    let on_disk = std::fs::read_to_string(MANIFEST)
-        .unwrap_or_else(|e| panic!("read {MANIFEST}: {e}; run `cargo run -p palisade-model --bin crdgen > controller/manifests/crds.yaml`"));
-    assert!(
-        on_disk == generated,
-        "{MANIFEST} is out of date; regenerate it with `cargo run -p palisade-model --bin crdgen > controller/manifests/crds.yaml`"
-    );
+    for (file, cel, args) in [
+        ("crds.yaml", false, ""),
+        ("crds-cel.yaml", true, " -- --cel"),
+    ] {
+        let path = format!("{MANIFESTS}/{file}");
+        let fix = format!(
+            "run `cargo run -p palisade-model --bin crdgen{args} > controller/manifests/{file}`"
+        );
+        let generated = palisade_model::crds_yaml(cel).unwrap();
+        let on_disk =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}; {fix}"));
+        assert!(on_disk == generated, "{path} is out of date; {fix}");
+    }
+}
+
+#[test]
+fn cel_rules_go_only_to_servers_that_evaluate_them() {
+    let count = |minor| {
+        serde_json::to_string(&palisade_model::crds_for(minor))
+            .unwrap()
+            .matches("x-kubernetes-validations")
+            .count()
+    };
+    assert_eq!(count(20), 0);
+    assert_eq!(count(24), 0);
+    assert_eq!(count(25), count(33));
+    // One list per schema node that carries rules (several rules may share a node).
+    let nodes: std::collections::BTreeSet<_> = palisade_model::cel::RULES
+        .iter()
+        .map(|r| (r.kind, r.path))
+        .collect();
+    assert_eq!(count(25), nodes.len());
+    assert_eq!(palisade_model::parse_minor("20"), Some(20));
+    assert_eq!(palisade_model::parse_minor("27+"), Some(27));
+    assert_eq!(palisade_model::parse_minor(""), None);
+    assert_eq!(palisade_model::parse_minor("x1"), None);
 }
 
 /// Formats the 1.20 validator knows (kube-openapi's strfmt registry plus the integer/number ones).
@@ -40,6 +69,11 @@ const KNOWN_FORMATS: &[&str] = &[
 
 /// Collect every violation of the structural-schema rules (plus the constructs 1.20 lacks) under `path`.
 fn structural_violations(schema: &Value, path: &str, out: &mut Vec<String>) {
+    structural(schema, path, false, out)
+}
+
+/// As [`structural_violations`], with `cel` allowing `x-kubernetes-validations` (1.25+).
+fn structural(schema: &Value, path: &str, cel: bool, out: &mut Vec<String>) {
     let Some(obj) = schema.as_object() else {
         out.push(format!("{path}: schema is not an object"));
         return;
@@ -50,13 +84,15 @@ fn structural_violations(schema: &Value, path: &str, out: &mut Vec<String>) {
         "oneOf",
         "allOf",
         "not",
-        "x-kubernetes-validations",
         "definitions",
         "$defs",
     ] {
         if obj.contains_key(banned) {
             out.push(format!("{path}: uses {banned}"));
         }
+    }
+    if !cel && obj.contains_key("x-kubernetes-validations") {
+        out.push(format!("{path}: uses x-kubernetes-validations"));
     }
     let int_or_string = obj.get("x-kubernetes-int-or-string") == Some(&json!(true));
     let preserve = obj.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
@@ -102,22 +138,26 @@ fn structural_violations(schema: &Value, path: &str, out: &mut Vec<String>) {
     }
     if let Some(props) = obj.get("properties").and_then(Value::as_object) {
         for (name, sub) in props {
-            structural_violations(sub, &format!("{path}.{name}"), out);
+            structural(sub, &format!("{path}.{name}"), cel, out);
         }
     }
     if let Some(items) = obj.get("items") {
-        structural_violations(items, &format!("{path}[]"), out);
+        structural(items, &format!("{path}[]"), cel, out);
     }
     if let Some(ap) = obj.get("additionalProperties") {
         if ap.is_object() {
-            structural_violations(ap, &format!("{path}{{}}"), out);
+            structural(ap, &format!("{path}{{}}"), cel, out);
         }
     }
 }
 
 #[test]
-fn every_crd_schema_is_structural_for_a_1_20_apiserver() {
-    for crd in palisade_model::crds() {
+fn every_crd_schema_is_structural_for_its_apiserver() {
+    let all = palisade_model::crds().into_iter().map(|c| (c, false));
+    let cel = palisade_model::crds_for(palisade_model::CEL_MINOR)
+        .into_iter()
+        .map(|c| (c, true));
+    for (crd, cel) in all.chain(cel) {
         let crd = serde_json::to_value(&crd).unwrap();
         let name = crd["metadata"]["name"].as_str().unwrap().to_string();
         assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1", "{name}");
@@ -137,7 +177,7 @@ fn every_crd_schema_is_structural_for_a_1_20_apiserver() {
             "{name}: metadata may not be constrained"
         );
         let mut violations = Vec::new();
-        structural_violations(schema, &name, &mut violations);
+        structural(schema, &name, cel, &mut violations);
         assert!(violations.is_empty(), "{name}:\n{}", violations.join("\n"));
     }
 }

@@ -1,13 +1,16 @@
 //! Installs the Palisade CRDs at start (server-side apply of the types' generated CRDs, the
-//! same documents as `controller/manifests/crds.yaml`) and waits until they are Established.
+//! same documents as `controller/manifests/crds.yaml`, or `crds-cel.yaml` on 1.25+) and waits
+//! until they are Established.
 //!
-//! `NodeFence.spec.nodeName` carries no `x-kubernetes-validations: self == oldSelf` rule: the
-//! API servers Palisade supports (1.20) do not know the field, and their server-side apply
-//! rejects the whole CRD ("field not declared in schema"; a plain create silently drops it),
-//! so the rule would either break installation or protect nothing. The controller enforces the
-//! pin itself instead: it records the node's name and Node UID at a fence's first step and
-//! fails the fence (`SpecChanged` / `NodeReplaced`) before any action if either changes. On a
-//! 1.25+ server the rule can be added to the manifests by hand as a second line of defence.
+//! The API server's version decides whether the CEL rules (`x-kubernetes-validations`,
+//! `palisade_model::cel`) go in: a 1.20–1.24 server does not know the field and its
+//! server-side apply rejects the whole CRD ("field not declared in schema"), so they are
+//! applied only from 1.25 on (`palisade_model::crds_for`). An unreadable version counts as
+//! old: the CRDs without CEL are accepted everywhere, and the controller and the webhook run
+//! the same rules anyway. On every version the controller also pins what CEL's
+//! `self == oldSelf` on a NodeFence's spec would: it records the node's name and Node UID at a
+//! fence's first step and fails the fence (`SpecChanged` / `NodeReplaced`) before any action
+//! if either changes.
 
 use std::time::Duration;
 
@@ -24,7 +27,19 @@ pub const FIELD_MANAGER: &str = "palisade-controller";
 pub async fn ensure(client: &Client, timeout: Duration) -> Result<(), Error> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let pp = PatchParams::apply(FIELD_MANAGER).force();
-    let crds = palisade_model::crds();
+    let minor = match client.apiserver_version().await {
+        Ok(v) => palisade_model::parse_minor(&v.minor).unwrap_or(0),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the API server's version; applying the CRDs without CEL rules");
+            0
+        }
+    };
+    let crds = palisade_model::crds_for(minor);
+    tracing::info!(
+        minor,
+        cel = minor >= palisade_model::CEL_MINOR,
+        "applying the CRDs for Kubernetes 1.{minor}"
+    );
     for crd in &crds {
         let name = crd.metadata.name.clone().unwrap_or_default();
         api.patch(&name, &pp, &Patch::Apply(crd))

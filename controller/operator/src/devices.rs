@@ -44,6 +44,7 @@ use palisade_model::nodefence::{
 };
 use palisade_model::target::{DeviceKind, DeviceScheme, SecretRef};
 use palisade_model::FenceTarget;
+use tracing::Instrument as _;
 
 use crate::error::Error;
 use crate::Ctx;
@@ -429,11 +430,23 @@ async fn drive(
     for (index, d) in devices.iter().enumerate() {
         let action = action_of(d.kind, direction);
         let key = step_key(step, level, index, action);
-        let acted = act(ctx, node, d, direction, token, &key).await;
+        let span = tracing::info_span!(
+            "device",
+            node,
+            level,
+            device = %palisade_model::target::redact_url(&d.url),
+            ?action,
+            token,
+            outcome = tracing::field::Empty,
+        );
+        let acted = act(ctx, node, d, direction, token, &key)
+            .instrument(span.clone())
+            .await;
         let (outcome, message, evidence) = match acted {
             Ok((m, e)) => (AttemptOutcome::Succeeded, m, e),
             Err((o, m)) => (o, m, None),
         };
+        span.record("outcome", tracing::field::debug(outcome));
         tracing::info!(node, level, device = %d.url, ?action, ?outcome, %message, "device attempt");
         run.attempts.push(DeviceAttempt {
             level,

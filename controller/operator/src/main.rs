@@ -14,6 +14,8 @@ use palisade_controller::{cache, crds, detect, leader, server, Ctx, Settings};
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
+    #[command(flatten)]
+    otlp: palisade_telemetry::OtlpArgs,
     /// Kubeconfig to use (default: in-cluster config, then `$KUBECONFIG` / `~/.kube/config`).
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
@@ -82,13 +84,13 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube=warn".into()),
-        )
-        .init();
     let args = Args::parse();
+    let _telemetry = palisade_telemetry::init(palisade_telemetry::Setup {
+        service: "palisade-controller",
+        default_filter: "info,kube=warn",
+        json: false,
+        otlp: args.otlp.clone(),
+    })?;
     if args.renew_interval >= args.lease_duration {
         bail!(
             "--renew-interval ({:?}) must be shorter than --lease-duration ({:?})",

@@ -16,7 +16,7 @@ struct Inner {
     fences: BTreeMap<String, u64>,
     held: BTreeMap<String, u64>,
     steps: BTreeMap<String, u64>,
-    phase_seconds: BTreeMap<String, (f64, u64)>,
+    phase_seconds: BTreeMap<String, Histogram>,
     decisions: BTreeMap<String, u64>,
     ticks: u64,
     leader: bool,
@@ -25,13 +25,76 @@ struct Inner {
     untimely: BTreeMap<String, u64>,
     target_ready: BTreeMap<(String, String), bool>,
     without_working_fence: u64,
-    check_buckets: [u64; CHECK_BUCKETS.len()],
-    check_sum: f64,
-    check_count: u64,
+    check_seconds: Histogram,
 }
 
 /// Upper bounds (seconds) of the device-check latency histogram.
-const CHECK_BUCKETS: [f64; 8] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+const CHECK_BUCKETS: &[f64] = &[0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// Upper bounds (seconds) of the phase-duration histograms: from a quick step to the longest
+/// self-fence wait and recovery.
+const PHASE_BUCKETS: &[f64] = &[
+    0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+
+/// A Prometheus histogram: cumulative counts per upper bound, sum and count.
+#[derive(Clone, Debug)]
+struct Histogram {
+    bounds: &'static [f64],
+    cumulative: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            cumulative: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    fn observe(&mut self, value: f64) {
+        for (i, le) in self.bounds.iter().enumerate() {
+            if value <= *le {
+                self.cumulative[i] += 1;
+            }
+        }
+        self.sum += value;
+        self.count += 1;
+    }
+
+    /// Writes the `_bucket`, `_sum` and `_count` series of `name`; `labels` is empty or
+    /// `key="value"` pairs joined by commas.
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let braces = |l: &str| {
+            if l.is_empty() {
+                String::new()
+            } else {
+                format!("{{{l}}}")
+            }
+        };
+        for (le, n) in self.bounds.iter().zip(&self.cumulative) {
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
+        let _ = writeln!(out, "{name}_sum{} {}", braces(labels), self.sum);
+        let _ = writeln!(out, "{name}_count{} {}", braces(labels), self.count);
+    }
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self::new(CHECK_BUCKETS)
+    }
+}
 
 impl Metrics {
     /// A fence ended (`released`, `failed`, `done`, `cancelled`).
@@ -62,10 +125,11 @@ impl Metrics {
 
     /// A phase lasted `seconds`.
     pub fn phase_duration(&self, phase: &str, seconds: f64) {
-        let mut g = self.lock();
-        let e = g.phase_seconds.entry(phase.into()).or_default();
-        e.0 += seconds;
-        e.1 += 1;
+        self.lock()
+            .phase_seconds
+            .entry(phase.into())
+            .or_insert_with(|| Histogram::new(PHASE_BUCKETS))
+            .observe(seconds);
     }
 
     /// How many configuration objects are not accepted now, by `kind/reason` (a gauge,
@@ -88,14 +152,7 @@ impl Metrics {
 
     /// One readiness check took `seconds`.
     pub fn check_latency(&self, seconds: f64) {
-        let mut g = self.lock();
-        for (i, le) in CHECK_BUCKETS.iter().enumerate() {
-            if seconds <= *le {
-                g.check_buckets[i] += 1;
-            }
-        }
-        g.check_sum += seconds;
-        g.check_count += 1;
+        self.lock().check_seconds.observe(seconds);
     }
 
     /// The admission webhook denied an object of `kind`.
@@ -169,16 +226,13 @@ impl Metrics {
         );
         let _ = writeln!(
             out,
-            "# HELP palisade_phase_duration_seconds Time spent in each NodeFence phase.\n# TYPE palisade_phase_duration_seconds summary"
+            "# HELP palisade_phase_duration_seconds Time spent in each NodeFence phase.\n# TYPE palisade_phase_duration_seconds histogram"
         );
-        for (phase, (sum, count)) in &g.phase_seconds {
-            let _ = writeln!(
-                out,
-                "palisade_phase_duration_seconds_sum{{phase=\"{phase}\"}} {sum}"
-            );
-            let _ = writeln!(
-                out,
-                "palisade_phase_duration_seconds_count{{phase=\"{phase}\"}} {count}"
+        for (phase, h) in &g.phase_seconds {
+            h.render(
+                &mut out,
+                "palisade_phase_duration_seconds",
+                &format!("phase=\"{phase}\""),
             );
         }
         let _ = writeln!(
@@ -212,18 +266,8 @@ impl Metrics {
             out,
             "# HELP palisade_fence_check_seconds Latency of read-only device checks.\n# TYPE palisade_fence_check_seconds histogram"
         );
-        for (i, le) in CHECK_BUCKETS.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "palisade_fence_check_seconds_bucket{{le=\"{le}\"}} {}",
-                g.check_buckets[i]
-            );
-        }
-        let _ = writeln!(
-            out,
-            "palisade_fence_check_seconds_bucket{{le=\"+Inf\"}} {}\npalisade_fence_check_seconds_sum {}\npalisade_fence_check_seconds_count {}",
-            g.check_count, g.check_sum, g.check_count
-        );
+        g.check_seconds
+            .render(&mut out, "palisade_fence_check_seconds", "");
         let _ = writeln!(
             out,
             "# HELP palisade_ticks_total Detection ticks.\n# TYPE palisade_ticks_total counter\npalisade_ticks_total {}",
@@ -265,5 +309,33 @@ mod tests {
         assert!(text.contains("palisade_held_decisions_total{reason=\"quorum_lost\"} 1"));
         assert!(text.contains("palisade_phase_duration_seconds_sum{phase=\"Fencing\"} 2"));
         assert!(text.contains("palisade_phase_duration_seconds_count{phase=\"Fencing\"} 2"));
+        assert!(text.contains("# TYPE palisade_phase_duration_seconds histogram"));
+        for (le, n) in [
+            ("0.1", 0),
+            ("0.5", 1),
+            ("1", 1),
+            ("2.5", 2),
+            ("600", 2),
+            ("+Inf", 2),
+        ] {
+            let line = format!(
+                "palisade_phase_duration_seconds_bucket{{phase=\"Fencing\",le=\"{le}\"}} {n}"
+            );
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        m.check_latency(0.2);
+        let text = m.render();
+        assert!(
+            text.contains("palisade_fence_check_seconds_bucket{le=\"0.1\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("palisade_fence_check_seconds_bucket{le=\"0.25\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("palisade_fence_check_seconds_count 1"),
+            "{text}"
+        );
     }
 }

@@ -33,6 +33,7 @@ use palisade_model::nodefence::{
 };
 use palisade_model::policy::{Detection, Recovery};
 use palisade_model::NodeFence;
+use tracing::Instrument as _;
 
 use crate::error::Error;
 use crate::events::{Kind, Recorder};
@@ -677,70 +678,52 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             ctx.metrics.step(step.label());
         }
         let wall = now_wall();
-        match step {
-            Step::Nothing => return Ok(()),
-            Step::PinNode(pinned) => {
-                status.pinned = Some(pinned);
-                persist(&api, &nf, status, label).await?;
-            }
-            Step::Supersede(older) => {
-                let msg = format!(
-                    "NodeFence {older} for node {node} is older and unfinished: only it acts; this one does nothing"
-                );
-                status.superseded_by = Some(older);
-                status
-                    .fail(FailureReason::Superseded, wall, msg.clone())
-                    .map_err(|source| Error::Status {
-                        name: name.into(),
-                        source,
-                    })?;
-                persist_then_tell(
-                    ctx,
-                    &api,
-                    &nf,
-                    status,
-                    label,
-                    (Kind::Warning, "Superseded", &msg),
-                )
-                .await?;
-            }
-            Step::Refuse { ours, recorded } => {
-                tracing::warn!(
-                    nodefence = name,
-                    ours,
-                    recorded,
-                    "a newer leader recorded a higher fencing token; acting on nothing"
-                );
-                return Ok(());
-            }
-            Step::RecordToken(t) => {
-                status.fencing_token = Some(t);
-                persist_then_tell(
-                    ctx,
-                    &api,
-                    &nf,
-                    status,
-                    label,
-                    (
-                        Kind::Normal,
-                        "TokenRecorded",
-                        &format!(
-                            "leader {} resumes with fencing token {t}",
-                            ctx.settings.identity
-                        ),
-                    ),
-                )
-                .await?;
-            }
-            Step::Hold(reason) => {
-                let held = format!("hold_{}", reason.label());
-                if status.verdict.as_ref().map(|v| v.label.as_str()) != Some(held.as_str()) {
-                    let message = reason.to_string();
-                    status.verdict = Some(VerdictRecord {
-                        label: held,
-                        message: message.clone(),
-                        at: MicroTime(wall),
-                    });
+        // Every acting step runs in its own span (exported over OTLP when enabled): the
+        // device commands, releases and status writes it makes are its children.
+        let span = if matches!(step, Step::Wait { .. } | Step::Nothing) {
+            tracing::Span::none()
+        } else {
+            tracing::info_span!("step", nodefence = name, node = %node, phase = status.phase.as_str(), step = label, token)
+        };
+        let done = async {
+            match step {
+                Step::Nothing => return Ok(true),
+                Step::PinNode(pinned) => {
+                    status.pinned = Some(pinned);
+                    persist(&api, &nf, status, label).await?;
+                }
+                Step::Supersede(older) => {
+                    let msg = format!(
+                        "NodeFence {older} for node {node} is older and unfinished: only it acts; this one does nothing"
+                    );
+                    status.superseded_by = Some(older);
+                    status
+                        .fail(FailureReason::Superseded, wall, msg.clone())
+                        .map_err(|source| Error::Status {
+                            name: name.into(),
+                            source,
+                        })?;
+                    persist_then_tell(
+                        ctx,
+                        &api,
+                        &nf,
+                        status,
+                        label,
+                        (Kind::Warning, "Superseded", &msg),
+                    )
+                    .await?;
+                }
+                Step::Refuse { ours, recorded } => {
+                    tracing::warn!(
+                        nodefence = name,
+                        ours,
+                        recorded,
+                        "a newer leader recorded a higher fencing token; acting on nothing"
+                    );
+                    return Ok(true);
+                }
+                Step::RecordToken(t) => {
+                    status.fencing_token = Some(t);
                     persist_then_tell(
                         ctx,
                         &api,
@@ -748,392 +731,425 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                         status,
                         label,
                         (
-                            Kind::Warning,
-                            &format!("Held{}", crate::detect::camel(reason.label())),
-                            &message,
+                            Kind::Normal,
+                            "TokenRecorded",
+                            &format!(
+                                "leader {} resumes with fencing token {t}",
+                                ctx.settings.identity
+                            ),
                         ),
                     )
                     .await?;
                 }
-                return Ok(());
-            }
-            Step::Wait { why, until } => {
-                if why == WaitFor::NodeExists {
-                    let label = "node_not_found".to_string();
-                    if status.verdict.as_ref().map(|r| &r.label) != Some(&label) {
-                        let fails_at = until.map(|t| t.to_string()).unwrap_or_default();
-                        let message = format!("no Node named {node} exists; this fence fails with NodeNotFound at {fails_at} unless it registers");
+                Step::Hold(reason) => {
+                    let held = format!("hold_{}", reason.label());
+                    if status.verdict.as_ref().map(|v| v.label.as_str()) != Some(held.as_str()) {
+                        let message = reason.to_string();
                         status.verdict = Some(VerdictRecord {
-                            label: label.clone(),
+                            label: held,
                             message: message.clone(),
                             at: MicroTime(wall),
                         });
-                        persist(&api, &nf, status, &label).await?;
-                        event(ctx, &nf, Kind::Warning, "NodeNotFound", &message).await;
+                        persist_then_tell(
+                            ctx,
+                            &api,
+                            &nf,
+                            status,
+                            label,
+                            (
+                                Kind::Warning,
+                                &format!("Held{}", crate::detect::camel(reason.label())),
+                                &message,
+                            ),
+                        )
+                        .await?;
                     }
-                    return Ok(());
+                    return Ok(true);
                 }
-                if let (WaitFor::Verdict(label), Some(v)) = (&why, verdict.as_ref()) {
-                    if status.verdict.as_ref().map(|r| &r.label) != Some(label) {
+                Step::Wait { why, until } => {
+                    if why == WaitFor::NodeExists {
+                        let label = "node_not_found".to_string();
+                        if status.verdict.as_ref().map(|r| &r.label) != Some(&label) {
+                            let fails_at = until.map(|t| t.to_string()).unwrap_or_default();
+                            let message = format!("no Node named {node} exists; this fence fails with NodeNotFound at {fails_at} unless it registers");
+                            status.verdict = Some(VerdictRecord {
+                                label: label.clone(),
+                                message: message.clone(),
+                                at: MicroTime(wall),
+                            });
+                            persist(&api, &nf, status, &label).await?;
+                            event(ctx, &nf, Kind::Warning, "NodeNotFound", &message).await;
+                        }
+                        return Ok(true);
+                    }
+                    if let (WaitFor::Verdict(label), Some(v)) = (&why, verdict.as_ref()) {
+                        if status.verdict.as_ref().map(|r| &r.label) != Some(label) {
+                            status.verdict = Some(VerdictRecord {
+                                label: label.clone(),
+                                message: v.message(),
+                                at: MicroTime(wall),
+                            });
+                            persist(&api, &nf, status, label).await?;
+                        }
+                    }
+                    return Ok(true);
+                }
+                Step::Cancel => {
+                    enter(ctx, &nf, &mut status, Phase::Done, format!("node {node} renewed its heartbeat again before anything was done; cancelled")).await?;
+                    persist(&api, &nf, status, label).await?;
+                    ctx.metrics.fence("cancelled");
+                    event(
+                        ctx,
+                        &nf,
+                        Kind::Normal,
+                        "Cancelled",
+                        &format!("node {node} is healthy again; nothing was done"),
+                    )
+                    .await;
+                }
+                Step::StartFencing { plan, token: t } => {
+                    if palisade_decide::guard::own_node(&node, ctx.settings.node_name.as_deref())
+                        == palisade_decide::guard::OwnNode::HandOver
+                    {
+                        let msg = format!(
+                            "node {node} runs this leader ({}): handing leadership over before anything is fenced",
+                            ctx.settings.identity
+                        );
+                        tracing::warn!(nodefence = name, "{msg}");
+                        event(ctx, &nf, Kind::Warning, "LeaderOnTarget", &msg).await;
+                        ctx.leader
+                            .hand_over(t, ctx.settings.lease_duration.saturating_mul(2))
+                            .await?;
+                        return Ok(true);
+                    }
+                    let _gate = ctx.start_gate.lock().await;
+                    if let Some(p) = policy.as_ref() {
+                        if let Some(why) = at_limit(ctx, &api, &nf, p).await? {
+                            tracing::info!(nodefence = name, %why, "not starting: limit reached (counted from the API)");
+                            return Ok(true);
+                        }
+                    }
+                    let levels: Vec<String> = plan.levels.iter().map(|l| l.name.clone()).collect();
+                    status.plan = Some(plan);
+                    status.recovery.boot_id_at_fence = boot_id(ctx, &node);
+                    status.fencing_token = Some(t);
+                    if let Some(v) = verdict.as_ref() {
                         status.verdict = Some(VerdictRecord {
-                            label: label.clone(),
+                            label: v.label(),
                             message: v.message(),
                             at: MicroTime(wall),
                         });
-                        persist(&api, &nf, status, label).await?;
                     }
+                    let msg = format!("fencing node {node} with levels {levels:?} under token {t}");
+                    enter(ctx, &nf, &mut status, Phase::Fencing, msg.clone()).await?;
+                    persist_then_tell(
+                        ctx,
+                        &api,
+                        &nf,
+                        status,
+                        label,
+                        (Kind::Normal, "Fencing", &msg),
+                    )
+                    .await?;
                 }
-                return Ok(());
-            }
-            Step::Cancel => {
-                enter(ctx, &nf, &mut status, Phase::Done, format!("node {node} renewed its heartbeat again before anything was done; cancelled")).await?;
-                persist(&api, &nf, status, label).await?;
-                ctx.metrics.fence("cancelled");
-                event(
-                    ctx,
-                    &nf,
-                    Kind::Normal,
-                    "Cancelled",
-                    &format!("node {node} is healthy again; nothing was done"),
-                )
-                .await;
-            }
-            Step::StartFencing { plan, token: t } => {
-                if palisade_decide::guard::own_node(&node, ctx.settings.node_name.as_deref())
-                    == palisade_decide::guard::OwnNode::HandOver
-                {
-                    let msg = format!(
-                        "node {node} runs this leader ({}): handing leadership over before anything is fenced",
-                        ctx.settings.identity
+                Step::RunLevel { level, devices } => {
+                    let step = step_name(&nf, token, &status);
+                    let run =
+                        crate::devices::run_level(ctx, &node, level, &devices, token, &step).await;
+                    if stale_token(ctx, &nf, token, &run.attempts).await {
+                        return Ok(true);
+                    }
+                    status.attempts.extend(run.attempts);
+                    // The level concludes now, after the devices answered (not when the step began).
+                    let wall = now_wall();
+                    let (kind, reason, msg) = match run.failure {
+                        None => {
+                            let msg = format!(
+                                "level {level} verified: {}",
+                                run.evidence
+                                    .iter()
+                                    .map(|e| e.observed.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join("; ")
+                            );
+                            status
+                                .record_level_verified(level, run.evidence, wall, msg.clone())
+                                .map_err(|source| Error::Status {
+                                    name: name.into(),
+                                    source,
+                                })?;
+                            (Kind::Normal, "LevelVerified", msg)
+                        }
+                        Some(why) => {
+                            let msg = format!("level {level} failed: {why}");
+                            status
+                                .record_level_failed(level, wall, msg.clone())
+                                .map_err(|source| Error::Status {
+                                    name: name.into(),
+                                    source,
+                                })?;
+                            (Kind::Warning, "LevelFailed", msg)
+                        }
+                    };
+                    persist_then_tell(ctx, &api, &nf, status, label, (kind, reason, &msg)).await?;
+                }
+                Step::TrustSelfFence { level } => {
+                    let observed = format!(
+                        "node {node} silent past its advertised self-fence timeout plus margin"
                     );
-                    tracing::warn!(nodefence = name, "{msg}");
-                    event(ctx, &nf, Kind::Warning, "LeaderOnTarget", &msg).await;
-                    ctx.leader
-                        .hand_over(t, ctx.settings.lease_duration.saturating_mul(2))
-                        .await?;
-                    return Ok(());
-                }
-                let _gate = ctx.start_gate.lock().await;
-                if let Some(p) = policy.as_ref() {
-                    if let Some(why) = at_limit(ctx, &api, &nf, p).await? {
-                        tracing::info!(nodefence = name, %why, "not starting: limit reached (counted from the API)");
-                        return Ok(());
-                    }
-                }
-                let levels: Vec<String> = plan.levels.iter().map(|l| l.name.clone()).collect();
-                status.plan = Some(plan);
-                status.recovery.boot_id_at_fence = boot_id(ctx, &node);
-                status.fencing_token = Some(t);
-                if let Some(v) = verdict.as_ref() {
-                    status.verdict = Some(VerdictRecord {
-                        label: v.label(),
-                        message: v.message(),
+                    let evidence = vec![Evidence {
+                        level,
+                        device: String::new(),
+                        kind: EvidenceKind::SelfFenceTimeout,
+                        observed: observed.clone(),
                         at: MicroTime(wall),
-                    });
+                    }];
+                    status
+                        .record_level_verified(level, evidence, wall, observed.clone())
+                        .map_err(|source| Error::Status {
+                            name: name.into(),
+                            source,
+                        })?;
+                    persist_then_tell(
+                        ctx,
+                        &api,
+                        &nf,
+                        status,
+                        label,
+                        (Kind::Normal, "LevelVerified", &observed),
+                    )
+                    .await?;
                 }
-                let msg = format!("fencing node {node} with levels {levels:?} under token {t}");
-                enter(ctx, &nf, &mut status, Phase::Fencing, msg.clone()).await?;
-                persist_then_tell(
-                    ctx,
-                    &api,
-                    &nf,
-                    status,
-                    label,
-                    (Kind::Normal, "Fencing", &msg),
-                )
-                .await?;
-            }
-            Step::RunLevel { level, devices } => {
-                let step = step_name(&nf, token, &status);
-                let run =
-                    crate::devices::run_level(ctx, &node, level, &devices, token, &step).await;
-                if stale_token(ctx, &nf, token, &run.attempts).await {
-                    return Ok(());
+                Step::Enter(phase) => {
+                    let msg = match phase {
+                        Phase::Fenced => format!("node {node} is verified fenced"),
+                        Phase::Releasing => format!("releasing node {node}'s pods and volumes"),
+                        Phase::Released => format!(
+                            "node {node} released: {} pod(s), {} VolumeAttachment(s)",
+                            status.release.pods.len(),
+                            status.release.attachments.len()
+                        ),
+                        Phase::Recovering => format!("recovering node {node}"),
+                        Phase::Done => format!("node {node} recovered"),
+                        other => format!("entered {}", other.as_str()),
+                    };
+                    enter(ctx, &nf, &mut status, phase, msg.clone()).await?;
+                    persist(&api, &nf, status, label).await?;
+                    match phase {
+                        Phase::Released => ctx.metrics.fence("released"),
+                        Phase::Done => ctx.metrics.fence("done"),
+                        _ => {}
+                    }
+                    event(ctx, &nf, Kind::Normal, phase.as_str(), &msg).await;
                 }
-                status.attempts.extend(run.attempts);
-                // The level concludes now, after the devices answered (not when the step began).
-                let wall = now_wall();
-                let (kind, reason, msg) = match run.failure {
-                    None => {
-                        let msg = format!(
-                            "level {level} verified: {}",
-                            run.evidence
+                Step::Fail(reason) => {
+                    let msg = match reason {
+                        FailureReason::AllLevelsFailed => format!(
+                            "every fencing level failed for node {node}; NOTHING was released: {}",
+                            status
+                                .levels
                                 .iter()
-                                .map(|e| e.observed.as_str())
+                                .map(|l| l.message.as_str())
                                 .collect::<Vec<_>>()
                                 .join("; ")
-                        );
-                        status
-                            .record_level_verified(level, run.evidence, wall, msg.clone())
-                            .map_err(|source| Error::Status {
-                                name: name.into(),
-                                source,
-                            })?;
-                        (Kind::Normal, "LevelVerified", msg)
-                    }
-                    Some(why) => {
-                        let msg = format!("level {level} failed: {why}");
-                        status
-                            .record_level_failed(level, wall, msg.clone())
-                            .map_err(|source| Error::Status {
-                                name: name.into(),
-                                source,
-                            })?;
-                        (Kind::Warning, "LevelFailed", msg)
-                    }
-                };
-                persist_then_tell(ctx, &api, &nf, status, label, (kind, reason, &msg)).await?;
-            }
-            Step::TrustSelfFence { level } => {
-                let observed = format!(
-                    "node {node} silent past its advertised self-fence timeout plus margin"
-                );
-                let evidence = vec![Evidence {
+                        ),
+                        other => format!("fence of node {node} failed: {}", other.as_str()),
+                    };
+                    status
+                        .fail(reason, wall, msg.clone())
+                        .map_err(|source| Error::Status {
+                            name: name.into(),
+                            source,
+                        })?;
+                    persist(&api, &nf, status, label).await?;
+                    ctx.metrics.fence("failed");
+                    event(ctx, &nf, Kind::Warning, "FenceFailed", &msg).await;
+                }
+                Step::RestartSelfFenceWait {
                     level,
-                    device: String::new(),
-                    kind: EvidenceKind::SelfFenceTimeout,
-                    observed: observed.clone(),
-                    at: MicroTime(wall),
-                }];
-                status
-                    .record_level_verified(level, evidence, wall, observed.clone())
-                    .map_err(|source| Error::Status {
-                        name: name.into(),
-                        source,
-                    })?;
-                persist_then_tell(
-                    ctx,
-                    &api,
-                    &nf,
-                    status,
-                    label,
-                    (Kind::Normal, "LevelVerified", &observed),
-                )
-                .await?;
-            }
-            Step::Enter(phase) => {
-                let msg = match phase {
-                    Phase::Fenced => format!("node {node} is verified fenced"),
-                    Phase::Releasing => format!("releasing node {node}'s pods and volumes"),
-                    Phase::Released => format!(
-                        "node {node} released: {} pod(s), {} VolumeAttachment(s)",
-                        status.release.pods.len(),
-                        status.release.attachments.len()
-                    ),
-                    Phase::Recovering => format!("recovering node {node}"),
-                    Phase::Done => format!("node {node} recovered"),
-                    other => format!("entered {}", other.as_str()),
-                };
-                enter(ctx, &nf, &mut status, phase, msg.clone()).await?;
-                persist(&api, &nf, status, label).await?;
-                match phase {
-                    Phase::Released => ctx.metrics.fence("released"),
-                    Phase::Done => ctx.metrics.fence("done"),
-                    _ => {}
+                    silent_since,
+                    trusted_after,
+                    marker,
+                } => {
+                    let planned = status.plan.as_mut().and_then(|p| {
+                        p.levels
+                            .get_mut(usize::try_from(level).unwrap_or(usize::MAX))
+                    });
+                    let Some(planned) = planned else {
+                        return Ok(true);
+                    };
+                    planned.silent_since = Some(MicroTime(silent_since));
+                    planned.silent_marker = marker;
+                    planned.trusted_after = Some(MicroTime(trusted_after));
+                    persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal,
+                        "SelfFenceWaitRestarted",
+                        &format!("node {node} renewed at {silent_since} during the self-fence wait; its self-fence is trusted from {trusted_after} at the earliest"))).await?;
                 }
-                event(ctx, &nf, Kind::Normal, phase.as_str(), &msg).await;
-            }
-            Step::Fail(reason) => {
-                let msg = match reason {
-                    FailureReason::AllLevelsFailed => format!(
-                        "every fencing level failed for node {node}; NOTHING was released: {}",
-                        status
-                            .levels
-                            .iter()
-                            .map(|l| l.message.as_str())
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    ),
-                    other => format!("fence of node {node} failed: {}", other.as_str()),
-                };
-                status
-                    .fail(reason, wall, msg.clone())
-                    .map_err(|source| Error::Status {
-                        name: name.into(),
-                        source,
-                    })?;
-                persist(&api, &nf, status, label).await?;
-                ctx.metrics.fence("failed");
-                event(ctx, &nf, Kind::Warning, "FenceFailed", &msg).await;
-            }
-            Step::RestartSelfFenceWait {
-                level,
-                silent_since,
-                trusted_after,
-                marker,
-            } => {
-                let planned = status.plan.as_mut().and_then(|p| {
-                    p.levels
-                        .get_mut(usize::try_from(level).unwrap_or(usize::MAX))
-                });
-                let Some(planned) = planned else {
-                    return Ok(());
-                };
-                planned.silent_since = Some(MicroTime(silent_since));
-                planned.silent_marker = marker;
-                planned.trusted_after = Some(MicroTime(trusted_after));
-                persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal,
-                    "SelfFenceWaitRestarted",
-                    &format!("node {node} renewed at {silent_since} during the self-fence wait; its self-fence is trusted from {trusted_after} at the earliest"))).await?;
-            }
-            Step::FailLevel { level, why } => {
-                let msg = format!("level {level} failed: {why}");
-                status
-                    .record_level_failed(level, wall, msg.clone())
-                    .map_err(|source| Error::Status {
-                        name: name.into(),
-                        source,
-                    })?;
-                persist_then_tell(
-                    ctx,
-                    &api,
-                    &nf,
-                    status,
-                    label,
-                    (Kind::Warning, "LevelFailed", &msg),
-                )
-                .await?;
-            }
-            Step::HoldPod(pod) => {
-                let coverage = status
-                    .verified_fence()
-                    .map(|v| v.coverage().as_str())
-                    .unwrap_or("nothing");
-                status.release.held.push(released(&pod));
-                persist_then_tell(ctx, &api, &nf, status, label, (Kind::Warning,
-                    "NotCoveredByFence",
-                    &format!(
-                        "pod {}/{} (uid {}) is NOT released: the verified fence covers {coverage} pods and this pod mounts no PersistentVolumeClaim, so it may still run on {node}",
-                        pod.namespace, pod.name, pod.uid
-                    ))).await?;
-            }
-            Step::RecordCleanProof(proof) => {
-                status.recovery.clean_proof = Some(proof.clone());
-                persist_then_tell(
-                    ctx,
-                    &api,
-                    &nf,
-                    status,
-                    label,
-                    (
-                        Kind::Normal,
-                        "ReleasedPodsGone",
-                        &format!("node {node}: {proof}"),
-                    ),
-                )
-                .await?;
-            }
-            Step::ApplyTaint(proof) => {
-                ctx.leader.check(token).await?;
-                crate::release::apply_taint(&ctx.client, &node, &proof).await?;
-                status.release.tainted_at = Some(MicroTime(now_wall()));
-                persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal, "Tainted", &format!("node {node} tainted node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"))).await?;
-            }
-            Step::ReleasePod(proof, pod) => {
-                ctx.leader.check(token).await?;
-                // Write-ahead: the status names the pod before its deletion is sent, so a
-                // leader that dies after the deletion leaves a record the next one completes.
-                let nf = if status.release.releasing.as_ref().map(|r| r.uid.as_str())
-                    == Some(pod.uid.as_str())
-                {
-                    nf
-                } else {
-                    status.release.releasing = Some(released(&pod));
-                    persist(&api, &nf, status.clone(), "release_pod_intent").await?
-                };
-                ctx.leader.check(token).await?;
-                crate::release::release_pod(&ctx.client, &node, &pod, &proof).await?;
-                record_released(
-                    ctx,
-                    &api,
-                    &nf,
-                    status,
-                    label,
-                    &pod,
-                    "marked Failed and deleted with grace 0",
-                )
-                .await?;
-            }
-            Step::RecordReleased(pod) => {
-                record_released(
-                    ctx,
-                    &api,
-                    &nf,
-                    status,
-                    label,
-                    &pod,
-                    "is gone: its release, started before a leader change, is recorded",
-                )
-                .await?;
-            }
-            Step::DeleteAttachment(proof, va) => {
-                ctx.leader.check(token).await?;
-                crate::release::delete_attachment(&ctx.client, &va, &proof).await?;
-                status.release.attachments.push(released(&va));
-                persist_then_tell(
-                    ctx,
-                    &api,
-                    &nf,
-                    status,
-                    label,
-                    (
-                        Kind::Normal,
-                        "AttachmentReleased",
-                        &format!("VolumeAttachment {} (uid {}) deleted", va.name, va.uid),
-                    ),
-                )
-                .await?;
-            }
-            Step::ClearAttachRecord(proof, record) => {
-                ctx.leader.check(token).await?;
-                crate::release::clear_attach_record(&ctx.client, &node, &record, &proof).await?;
-                status.release.attach_records.push(released(&record));
-                persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal,
-                    "AttachRecordCleared",
-                    &format!(
-                        "volume {} removed from node {node}'s volumesInUse (the node is fenced and mounts nothing)",
-                        record.name
-                    ))).await?;
-            }
-            Step::PowerOn(devices) | Step::Unfence(devices) => {
-                type Mark = fn(&mut NodeFenceStatus) -> &mut Option<MicroTime>;
-                let (mark, done, failed): (Mark, _, _) = if label == "power_on" {
-                    (
-                        |s| &mut s.recovery.powered_on_at,
-                        ("PoweredOn", format!("node {node} powered on")),
-                        "PowerOnFailed",
+                Step::FailLevel { level, why } => {
+                    let msg = format!("level {level} failed: {why}");
+                    status
+                        .record_level_failed(level, wall, msg.clone())
+                        .map_err(|source| Error::Status {
+                            name: name.into(),
+                            source,
+                        })?;
+                    persist_then_tell(
+                        ctx,
+                        &api,
+                        &nf,
+                        status,
+                        label,
+                        (Kind::Warning, "LevelFailed", &msg),
                     )
-                } else {
-                    (
-                        |s| &mut s.recovery.unfenced_at,
-                        ("Unfenced", format!("node {node}'s storage fence lifted")),
-                        "UnfenceFailed",
+                    .await?;
+                }
+                Step::HoldPod(pod) => {
+                    let coverage = status
+                        .verified_fence()
+                        .map(|v| v.coverage().as_str())
+                        .unwrap_or("nothing");
+                    status.release.held.push(released(&pod));
+                    persist_then_tell(ctx, &api, &nf, status, label, (Kind::Warning,
+                        "NotCoveredByFence",
+                        &format!(
+                            "pod {}/{} (uid {}) is NOT released: the verified fence covers {coverage} pods and this pod mounts no PersistentVolumeClaim, so it may still run on {node}",
+                            pod.namespace, pod.name, pod.uid
+                        ))).await?;
+                }
+                Step::RecordCleanProof(proof) => {
+                    status.recovery.clean_proof = Some(proof.clone());
+                    persist_then_tell(
+                        ctx,
+                        &api,
+                        &nf,
+                        status,
+                        label,
+                        (
+                            Kind::Normal,
+                            "ReleasedPodsGone",
+                            &format!("node {node}: {proof}"),
+                        ),
                     )
-                };
-                if !recovery_action(ctx, &api, &nf, status, &devices, token, mark, done, failed)
-                    .await?
-                {
-                    return Ok(());
+                    .await?;
+                }
+                Step::ApplyTaint(proof) => {
+                    ctx.leader.check(token).await?;
+                    crate::release::apply_taint(&ctx.client, &node, &proof).await?;
+                    status.release.tainted_at = Some(MicroTime(now_wall()));
+                    persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal, "Tainted", &format!("node {node} tainted node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"))).await?;
+                }
+                Step::ReleasePod(proof, pod) => {
+                    ctx.leader.check(token).await?;
+                    // Write-ahead: the status names the pod before its deletion is sent, so a
+                    // leader that dies after the deletion leaves a record the next one completes.
+                    let nf = if status.release.releasing.as_ref().map(|r| r.uid.as_str())
+                        == Some(pod.uid.as_str())
+                    {
+                        nf
+                    } else {
+                        status.release.releasing = Some(released(&pod));
+                        persist(&api, &nf, status.clone(), "release_pod_intent").await?
+                    };
+                    ctx.leader.check(token).await?;
+                    crate::release::release_pod(&ctx.client, &node, &pod, &proof).await?;
+                    record_released(
+                        ctx,
+                        &api,
+                        &nf,
+                        status,
+                        label,
+                        &pod,
+                        "marked Failed and deleted with grace 0",
+                    )
+                    .await?;
+                }
+                Step::RecordReleased(pod) => {
+                    record_released(
+                        ctx,
+                        &api,
+                        &nf,
+                        status,
+                        label,
+                        &pod,
+                        "is gone: its release, started before a leader change, is recorded",
+                    )
+                    .await?;
+                }
+                Step::DeleteAttachment(proof, va) => {
+                    ctx.leader.check(token).await?;
+                    crate::release::delete_attachment(&ctx.client, &va, &proof).await?;
+                    status.release.attachments.push(released(&va));
+                    persist_then_tell(
+                        ctx,
+                        &api,
+                        &nf,
+                        status,
+                        label,
+                        (
+                            Kind::Normal,
+                            "AttachmentReleased",
+                            &format!("VolumeAttachment {} (uid {}) deleted", va.name, va.uid),
+                        ),
+                    )
+                    .await?;
+                }
+                Step::ClearAttachRecord(proof, record) => {
+                    ctx.leader.check(token).await?;
+                    crate::release::clear_attach_record(&ctx.client, &node, &record, &proof).await?;
+                    status.release.attach_records.push(released(&record));
+                    persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal,
+                        "AttachRecordCleared",
+                        &format!(
+                            "volume {} removed from node {node}'s volumesInUse (the node is fenced and mounts nothing)",
+                            record.name
+                        ))).await?;
+                }
+                Step::PowerOn(devices) | Step::Unfence(devices) => {
+                    type Mark = fn(&mut NodeFenceStatus) -> &mut Option<MicroTime>;
+                    let (mark, done, failed): (Mark, _, _) = if label == "power_on" {
+                        (
+                            |s| &mut s.recovery.powered_on_at,
+                            ("PoweredOn", format!("node {node} powered on")),
+                            "PowerOnFailed",
+                        )
+                    } else {
+                        (
+                            |s| &mut s.recovery.unfenced_at,
+                            ("Unfenced", format!("node {node}'s storage fence lifted")),
+                            "UnfenceFailed",
+                        )
+                    };
+                    if !recovery_action(ctx, &api, &nf, status, &devices, token, mark, done, failed)
+                        .await?
+                    {
+                        return Ok(true);
+                    }
+                }
+                Step::RemoveTaint => {
+                    ctx.leader.check(token).await?;
+                    crate::release::remove_taint(&ctx.client, &node).await?;
+                    status.recovery.untainted_at = Some(MicroTime(now_wall()));
+                    persist_then_tell(
+                        ctx,
+                        &api,
+                        &nf,
+                        status,
+                        label,
+                        (
+                            Kind::Normal,
+                            "Untainted",
+                            &format!("out-of-service taint removed from node {node}"),
+                        ),
+                    )
+                    .await?;
                 }
             }
-            Step::RemoveTaint => {
-                ctx.leader.check(token).await?;
-                crate::release::remove_taint(&ctx.client, &node).await?;
-                status.recovery.untainted_at = Some(MicroTime(now_wall()));
-                persist_then_tell(
-                    ctx,
-                    &api,
-                    &nf,
-                    status,
-                    label,
-                    (
-                        Kind::Normal,
-                        "Untainted",
-                        &format!("out-of-service taint removed from node {node}"),
-                    ),
-                )
-                .await?;
-            }
+            Ok::<bool, Error>(false)
+        }
+        .instrument(span)
+        .await?;
+        if done {
+            return Ok(());
         }
     }
     Ok(())

@@ -1,6 +1,8 @@
 //! Manual fencing: a person's `NodeFence` for a healthy node holds unless it carries the
 //! documented `nodeHealth` override (and `forgiveness`, since a live node never exhausts its
-//! pods' forgiveness); with them, the node is fenced and released.
+//! pods' forgiveness); with them, the node is fenced and released. The controller exports its
+//! traces over OTLP: the fence's steps and device commands arrive as spans that name the node,
+//! the NodeFence, the phase, the token and the device.
 
 mod common;
 
@@ -30,7 +32,15 @@ fn manual_fence_of_a_healthy_node_needs_the_node_health_override() {
     let c = client(&lab, &rt);
     wait_nodes_ready(&lab, &c, &rt);
     namespace(&c, &rt, SYSTEM_NS);
-    let _ctl = start_controller(&lab, "ctl-m");
+    let collector = palisade_telemetry::receiver::Receiver::start().expect("OTLP receiver");
+    let cp = lab.control_plane().expect("control plane");
+    let _ctl = start_controller_as(
+        &lab,
+        "ctl-m",
+        cp.admin_kubeconfig(),
+        &[],
+        &["--otlp-endpoint".to_string(), collector.endpoint()],
+    );
     policy(&c, &rt);
     ipmi_targets(&lab, &c, &rt);
     let api: Api<NodeFence> = Api::all(c.clone());
@@ -69,4 +79,36 @@ fn manual_fence_of_a_healthy_node_needs_the_node_health_override() {
     let m1 = rt.block_on(api.get("manual-m1")).unwrap();
     assert_eq!(m1.status.unwrap().phase, Phase::Pending);
     assert!(!lab.machines()[1].processes().is_empty());
+
+    // The traces: the batch exporter sends every few seconds.
+    let (step, device) = eventually("m2's fence in the traces", Duration::from_secs(60), || {
+        let spans = collector.spans();
+        let attr = |s: &palisade_telemetry::receiver::ReceivedSpan, k: &str| {
+            s.attributes.get(k).cloned().unwrap_or_default()
+        };
+        let device = spans.iter().find(|s| {
+            s.name == "device" && attr(s, "node") == "m2" && attr(s, "outcome") == "Succeeded"
+        })?;
+        let step = spans.iter().find(|s| s.span_id == device.parent_span_id)?;
+        Some((step.clone(), device.clone()))
+    });
+    assert_eq!(step.service, "palisade-controller");
+    assert_eq!(step.name, "step");
+    assert_eq!(step.attributes["nodefence"], "manual-m2");
+    assert_eq!(step.attributes["node"], "m2");
+    assert_eq!(step.attributes["phase"], "Fencing");
+    assert_eq!(step.attributes["token"], device.attributes["token"]);
+    assert!(
+        device.attributes["device"].starts_with("ipmi://"),
+        "{device:?}"
+    );
+    assert_eq!(collector.rejected(), 0);
+    assert!(
+        collector
+            .spans()
+            .iter()
+            .all(|s| !(s.name == "device"
+                && s.attributes.get("node").map(String::as_str) == Some("m1"))),
+        "no device was commanded for the held m1"
+    );
 }

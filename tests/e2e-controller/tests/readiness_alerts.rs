@@ -225,4 +225,34 @@ fn a_bmc_that_stops_answering_makes_the_target_not_ready_and_fires_the_alert() {
         "a readiness check never powers a machine off"
     );
     assert!(sim.fences("rd-m0").is_empty(), "nothing was fenced");
+
+    // Every metric the shipped dashboard and rules query is one the controller exports (a
+    // histogram's `_bucket`, `_sum` and `_count` series under its `# TYPE` line).
+    let exported = ctl.metrics().expect("the controller's /metrics");
+    let manifests = concat!(env!("CARGO_MANIFEST_DIR"), "/../../controller/manifests");
+    let mut queried = std::collections::BTreeSet::new();
+    for file in ["grafana-dashboard.json", "prometheus-rules.yaml"] {
+        let text = std::fs::read_to_string(format!("{manifests}/{file}")).unwrap();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("palisade_") {
+            rest = &rest[at..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                .unwrap_or(rest.len());
+            queried.insert(rest[..end].to_string());
+            rest = &rest[end..];
+        }
+    }
+    assert!(queried.len() >= 10, "the manifests query {queried:?}");
+    for metric in &queried {
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| metric.strip_suffix(s))
+            .filter(|b| exported.contains(&format!("# TYPE {b} histogram")))
+            .unwrap_or(metric);
+        assert!(
+            exported.contains(&format!("# TYPE {base} ")),
+            "{metric} is queried by the manifests but not exported:\n{exported}"
+        );
+    }
 }

@@ -48,6 +48,7 @@ impl Worker {
     ///
     /// [`Runtime::kill_all`]: crate::runtime::Runtime::kill_all
     /// [`Runtime::any_alive`]: crate::runtime::Runtime::any_alive
+    #[tracing::instrument(name = "self_fence", skip_all)]
     pub(super) async fn self_fence(&mut self) {
         let first = !self.rec.fenced;
         if first {

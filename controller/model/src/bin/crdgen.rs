@@ -1,6 +1,15 @@
-//! Print every Palisade CRD as YAML (the content of `controller/manifests/crds.yaml`).
+//! Print every Palisade CRD as YAML: `crdgen` gives `controller/manifests/crds.yaml` (every
+//! supported version), `crdgen --cel` gives `controller/manifests/crds-cel.yaml` (1.25+, with
+//! CEL rules).
 
 fn main() -> anyhow::Result<()> {
-    print!("{}", palisade_model::crds_yaml()?);
+    let mut cel = false;
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--cel" => cel = true,
+            other => anyhow::bail!("unknown argument {other:?}; usage: crdgen [--cel]"),
+        }
+    }
+    print!("{}", palisade_model::crds_yaml(cel)?);
     Ok(())
 }
