@@ -1,8 +1,9 @@
 //! The fence-agents contract, proven by Pacemaker itself. The `palisade-fence` CLI is put in
 //! place as `/usr/sbin/fence_palisade`; its metadata validates against fence-agents'
-//! `metadata.rng`; Debian's `pacemaker-fenced --stand-alone` registers IPMI and PDU devices
-//! with `stonith_admin -R`, validates good and bad options, fences (`-F`) and unfences (`-U`)
-//! a lab machine through its BMC, and runs a two-level topology whose first level (a BMC with a
+//! `metadata.rng`; Debian's `pacemaker-fenced --stand-alone` registers IPMI, Redfish and PDU
+//! devices with `stonith_admin -R`, validates good and bad options, fences (`-F`) and unfences
+//! (`-U`) a lab machine through its IPMI BMC and then through a Redfish BMC (sushy-emulator,
+//! tied to the machine's power), and runs a two-level topology whose first level (a BMC with a
 //! wrong password) fails and whose second (the PDU) succeeds. The machines really go off.
 //! Secrets reach the agent through files (`password_file`, `community_file`), never argv.
 
@@ -12,6 +13,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use common::*;
+use palisade_lab::redfish::{machine_power_hook, Sushy, SushySystem};
 use palisade_lab::Lab;
 
 const FENCED: &str = "/usr/lib/pacemaker/pacemaker-fenced";
@@ -57,10 +59,10 @@ fn ipmi_params(lab: &Lab, i: usize, password_file: &str) -> Vec<String> {
     .to_vec()
 }
 
-/// The results Pacemaker logged for its attempts on m1 with `device` ("... targeting m1 using
-/// <device> returned <rc>"), in order.
-fn results(log: &str, device: &str) -> Vec<i64> {
-    let marker = format!("targeting m1 using {device} returned ");
+/// The results Pacemaker logged for its attempts on `target` with `device` ("... targeting
+/// <target> using <device> returned <rc>"), in order.
+fn results(log: &str, target: &str, device: &str) -> Vec<i64> {
+    let marker = format!("targeting {target} using {device} returned ");
     log.lines()
         .filter_map(|l| {
             let rest = &l[l.find(&marker)? + marker.len()..];
@@ -180,6 +182,62 @@ fn pacemaker_registers_fences_unfences_and_falls_through_levels_with_palisade_fe
         .wait_power(true, Duration::from_secs(30))
         .expect("m0 is on again");
 
+    // m0 again, through Redfish: a sushy-emulator system whose power is m0's (a change is
+    // applied to the machine through its BMC before sushy reads it back), chosen by its UUID,
+    // its certificate trusted through the CA file; the only level of m0's topology.
+    let m0 = &lab.machines()[0];
+    let redfish_password = format!("redfish-{}", std::process::id());
+    let sushy = Sushy::start_with_power_hook(
+        &lab.dir().join("sushy"),
+        &[SushySystem {
+            name: "m0".into(),
+            uuid: m0.system_uuid().into(),
+            power_on: true,
+        }],
+        "admin",
+        &redfish_password,
+        machine_power_hook(m0),
+    )
+    .expect("sushy-emulator starts (hack/install-deps.sh installs it)");
+    let redfish_password_file = dir.path().join("redfish-password");
+    std::fs::write(&redfish_password_file, format!("{redfish_password}\n")).unwrap();
+    let redfish_params = vec![
+        "agent=redfish".to_string(),
+        "ip=127.0.0.1".into(),
+        format!("ipport={}", sushy.port()),
+        "username=admin".into(),
+        format!("password_file={}", redfish_password_file.display()),
+        "ssl=1".into(),
+        format!("ssl_ca_file={}", sushy.ca_file().display()),
+        format!("plug={}", m0.system_uuid()),
+        "pcmk_host_list=m0".into(),
+    ];
+    assert!(register("redfish-m0", &redfish_params).status.success());
+    assert!(admin(&["-r", "m0", "-i", "1", "-v", "redfish-m0"])
+        .status
+        .success());
+    assert!(
+        admin(&["-F", "m0", "--timeout", "90"]).status.success(),
+        "fence m0 through Redfish"
+    );
+    m0.wait_power(false, Duration::from_secs(30))
+        .expect("m0 really went off through Redfish");
+    assert!(
+        admin(&["-U", "m0", "--timeout", "90"]).status.success(),
+        "unfence m0 through Redfish"
+    );
+    m0.wait_power(true, Duration::from_secs(30))
+        .expect("m0 is on again through Redfish");
+    let log = std::fs::read_to_string(&detail_log).unwrap_or_default();
+    assert!(
+        results(&log, "m0", "redfish-m0").contains(&0),
+        "Pacemaker logged no success of redfish-m0 on m0:\n{}",
+        log.lines()
+            .filter(|l| l.contains("m0"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
     // m1: level 1 is its BMC with a wrong password (fails), level 2 the PDU outlet (succeeds).
     let wrong = dir.path().join("wrong-password");
     std::fs::write(&wrong, "not-the-password\n").unwrap();
@@ -216,7 +274,8 @@ fn pacemaker_registers_fences_unfences_and_falls_through_levels_with_palisade_fe
     // Pacemaker's own log: level 1 failed (whatever its status: the agent's exit 1, or
     // Pacemaker's own timeout on a loaded machine), then level 2 fenced m1.
     let fell_through = |log: &str| {
-        results(log, "ipmi-m1-wrong").iter().any(|r| *r != 0) && results(log, "pdu-m1").contains(&0)
+        results(log, "m1", "ipmi-m1-wrong").iter().any(|r| *r != 0)
+            && results(log, "m1", "pdu-m1").contains(&0)
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -238,4 +297,5 @@ fn pacemaker_registers_fences_unfences_and_falls_through_levels_with_palisade_fe
     let listed = String::from_utf8_lossy(&admin(&["--list-registered"]).stdout).to_string();
     let community = palisade_lab::PduInfo::secret(&pdu.community_rw_file).unwrap();
     assert!(!listed.contains(&community));
+    assert!(!listed.contains(&redfish_password));
 }
