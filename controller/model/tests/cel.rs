@@ -139,7 +139,8 @@ fn policy_rules_refuse_what_validate_refuses_for_the_same_reason() {
     let topology = message_of("FencingPolicy", "topologyKey");
     let selector = message_of("FencingPolicy", "matchExpressions");
     type Check = fn(&PolicyError) -> bool;
-    let cases: Vec<(&str, FencingPolicySpec, Option<(&str, Check)>)> = vec![
+    type Expect = Option<(&'static str, Check)>;
+    let cases: Vec<(&str, FencingPolicySpec, Expect)> = vec![
         ("defaults", FencingPolicySpec::default(), None),
         (
             "suspect 50 > unhealthy 10",
