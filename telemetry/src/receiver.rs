@@ -73,6 +73,11 @@ impl Receiver {
         })
     }
 
+    /// The loopback address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// The base URL to give an exporter (`--otlp-endpoint`).
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)

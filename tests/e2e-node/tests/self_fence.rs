@@ -1,6 +1,8 @@
 //! Self-fencing: a machine cut off from the API kills its PVC-using pods within
 //! `--self-fence-after`, leaves other pods running, and resumes them only once the API
-//! confirms they still belong to it.
+//! confirms they still belong to it. The agent exports its traces over OTLP (to a collector
+//! on the management side that the partition does not cut): the self-fence is a span under
+//! the pod's.
 
 mod common;
 
@@ -23,6 +25,7 @@ fn pid_of(n: &str) -> Option<i32> {
 /// m0; returns the lab, runtime, client and the two containers' host pids.
 fn lab_with_two_pods(
     ns: &str,
+    agent_args: &[String],
 ) -> (
     palisade_lab::Lab,
     tokio::runtime::Runtime,
@@ -30,7 +33,7 @@ fn lab_with_two_pods(
     i32,
     i32,
 ) {
-    let lab = start_lab(1);
+    let lab = start_lab_with(1, agent_args);
     let rt = rt();
     let c = client(&lab, &rt);
     wait_nodes_ready(&lab, &c, &rt);
@@ -95,7 +98,13 @@ fn lab_with_two_pods(
 
 #[test]
 fn partitioned_machine_kills_pvc_pods_within_self_fence_after_and_keeps_others() {
-    let (lab, rt, c, stateful, stateless) = lab_with_two_pods("fence");
+    const OTLP_HUB_PORT: u16 = 4318;
+    let collector = palisade_telemetry::receiver::Receiver::start().expect("OTLP receiver");
+    let otlp = format!("http://{}:{OTLP_HUB_PORT}", palisade_lab::netns::HUB_ADDR);
+    let (lab, rt, c, stateful, stateless) =
+        lab_with_two_pods("fence", &["--otlp-endpoint".into(), otlp]);
+    lab.expose_on_hub(OTLP_HUB_PORT, collector.addr())
+        .expect("the collector on the hub");
     let nodes: Api<Node> = Api::all(c.clone());
     let node = rt.block_on(nodes.get("m0")).unwrap();
     assert_eq!(
@@ -145,6 +154,36 @@ fn partitioned_machine_kills_pvc_pods_within_self_fence_after_and_keeps_others()
     assert!(alive(stateless), "the pod without a PVC was never touched");
     let log = agent_log(&lab, 0);
     assert!(log.contains("self-fencing"), "agent logged the self-fence");
+    // The self-fence in the agent's traces: a span naming the pod it killed, a child of the
+    // pod worker's span (which stays open while the pod runs, so only its ID is seen here).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let fence = loop {
+        let found = collector.spans().into_iter().find(|s| {
+            s.name == "self_fence"
+                && s.service == "palisade-node"
+                && s.attributes.get("first").map(String::as_str) == Some("true")
+        });
+        if let Some(f) = found {
+            break f;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no self-fence span in 30 s; received {:?}; the agent logged:\n{}",
+            collector.spans(),
+            agent_log(&lab, 0)
+                .lines()
+                .filter(|l| l.contains("OTLP") || l.contains("otlp") || l.contains("export"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(fence.attributes["pod"].contains("stateful"), "{fence:?}");
+    assert!(
+        !fence.parent_span_id.is_empty(),
+        "under the pod's span: {fence:?}"
+    );
+    assert_eq!(collector.rejected(), 0);
 }
 
 /// An agent restarted while cut off from the API never completes its first LIST, so no pod
@@ -152,7 +191,7 @@ fn partitioned_machine_kills_pvc_pods_within_self_fence_after_and_keeps_others()
 /// from its runtime before anything else.
 #[test]
 fn an_agent_restarted_while_partitioned_with_a_stale_lease_kills_its_containers() {
-    let (lab, _rt, _c, stateful, stateless) = lab_with_two_pods("restart");
+    let (lab, _rt, _c, stateful, stateless) = lab_with_two_pods("restart", &[]);
     stop_agent(&lab, 0);
     lab.partition(0, Cut::ControlPlane).unwrap();
     let stopped_at = now_s();
@@ -192,7 +231,7 @@ fn an_agent_restarted_while_partitioned_with_a_stale_lease_kills_its_containers(
 /// self-fence, not left to run out its grace period.
 #[test]
 fn a_terminating_pvc_pod_is_killed_by_the_self_fence() {
-    let (lab, rt, c, stateful, _stateless) = lab_with_two_pods("term");
+    let (lab, rt, c, stateful, _stateless) = lab_with_two_pods("term", &[]);
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(c.clone(), "term");
     rt.block_on(pods.delete("stateful", &Default::default()))
         .unwrap();

@@ -554,6 +554,20 @@ for ns in $(ip netns list 2>/dev/null | awk '{{print $1}}' | grep '^pl{id}-'); d
         &self.hub_ns
     }
 
+    /// Makes a service on the host's loopback (`upstream`) reachable from every machine at
+    /// [`netns::HUB_ADDR`]`:hub_port`, like the control plane is, but never cut by a
+    /// partition (an out-of-band collector, for example an OTLP receiver).
+    pub fn expose_on_hub(&self, hub_port: u16, upstream: SocketAddr) -> Result<SocketAddr> {
+        let at = SocketAddr::new(IpAddr::V4(netns::HUB_ADDR), hub_port);
+        let listener = netns::bind_tcp_in(&self.hub_ns, at)?;
+        self.handle().spawn(forwarder::relay(
+            listener,
+            upstream,
+            forwarder::CutSet::default(),
+        ));
+        Ok(at)
+    }
+
     /// Cuts machine `index` off, as `cut` says. Its processes keep running.
     pub fn partition(&self, index: usize, cut: Cut) -> Result<()> {
         let m = self

@@ -48,7 +48,7 @@ impl Worker {
     ///
     /// [`Runtime::kill_all`]: crate::runtime::Runtime::kill_all
     /// [`Runtime::any_alive`]: crate::runtime::Runtime::any_alive
-    #[tracing::instrument(name = "self_fence", skip_all)]
+    #[tracing::instrument(name = "self_fence", skip_all, fields(pod = %self.pref, first = !self.rec.fenced))]
     pub(super) async fn self_fence(&mut self) {
         let first = !self.rec.fenced;
         if first {

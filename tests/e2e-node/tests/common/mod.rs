@@ -18,9 +18,15 @@ pub const MAX_BACKOFF_S: u64 = 20;
 /// Starts a lab with `machines` machines, each running `palisade-node` under a supervisor
 /// loop that restarts it unless `<machine dir>/agent-stopped` exists.
 pub fn start_lab(machines: usize) -> Lab {
+    start_lab_with(machines, &[])
+}
+
+/// [`start_lab`] with extra arguments for every agent.
+pub fn start_lab_with(machines: usize, extra_args: &[String]) -> Lab {
     let agents = palisade_scenario::AgentOptions {
         self_fence_seconds: SELF_FENCE_AFTER_S,
         max_restart_backoff_seconds: Some(MAX_BACKOFF_S),
+        extra_args: extra_args.to_vec(),
         ..Default::default()
     };
     palisade_scenario::lab_with_agents(machines, false, &agents).expect("lab starts")
