@@ -38,6 +38,28 @@ pub enum RedfishTls {
     Fingerprint([u8; 32]),
     /// Any certificate (`ssl_insecure`). Logged as a warning on every use.
     Insecure,
+    /// Only certificates issued by the CA in this PEM text (host name checked): the
+    /// `caBundle` of the device's credentials Secret, for `ca=secret`.
+    CaPem(String),
+    /// `ca=secret` as parsed from a URL: the CA is the `caBundle` of the device's credentials
+    /// Secret. The caller replaces it with [`RedfishTls::CaPem`] once it has read the Secret
+    /// ([`RedfishTls::with_secret_ca`]); left unresolved, the client refuses to connect.
+    CaFromSecret,
+}
+
+impl RedfishTls {
+    /// Resolves [`RedfishTls::CaFromSecret`] with the Secret's `caBundle` (`None` when the
+    /// Secret has none: an error naming what is missing). Any other trust is kept as it is.
+    pub fn with_secret_ca(self, ca_bundle: Option<&str>) -> Result<Self, String> {
+        match (self, ca_bundle) {
+            (Self::CaFromSecret, Some(pem)) => Ok(Self::CaPem(pem.to_string())),
+            (Self::CaFromSecret, None) => Err(
+                "ca=secret: the device's credentials Secret has no caBundle (the CA that issued the BMC certificate)"
+                    .into(),
+            ),
+            (other, _) => Ok(other),
+        }
+    }
 }
 
 /// How the Redfish client authenticates.
@@ -291,12 +313,30 @@ impl Target {
                         crate::redfish::discovery::check_systems_uri(p).map_err(|e| bad(s, e))?,
                     ),
                 };
-                let tls = crate::redfish::tls::parse_trust(
-                    get("ca_file"),
-                    get("fingerprint"),
-                    get("ssl_insecure"),
-                )
-                .map_err(|e| bad(s, e))?;
+                let named = ["ca_file", "fingerprint", "ssl_insecure"]
+                    .iter()
+                    .any(|k| get(k).is_some());
+                let tls = match get("ca") {
+                    Some("secret") if !named => RedfishTls::CaFromSecret,
+                    Some("secret") => {
+                        return Err(bad(
+                            s,
+                            "give exactly one of ca=secret, ca_file, fingerprint and ssl_insecure",
+                        ))
+                    }
+                    Some(v) => {
+                        return Err(bad(
+                            s,
+                            format!("ca={v}: the only value is secret (the caBundle of the device's Secret)"),
+                        ))
+                    }
+                    None => crate::redfish::tls::parse_trust(
+                        get("ca_file"),
+                        get("fingerprint"),
+                        get("ssl_insecure"),
+                    )
+                    .map_err(|e| bad(s, e))?,
+                };
                 let auth = match get("auth").unwrap_or("auto") {
                     "auto" => RedfishAuth::Auto,
                     "session" => RedfishAuth::Session,
@@ -473,5 +513,14 @@ mod tests {
             "one trust only, and a whole digest"
         );
         assert!(Target::parse("redfish+http://a@bmc?ssl_insecure=1").is_err());
+        let Target::Redfish(r) = Target::parse("redfish+https://a@bmc?ca=secret").unwrap() else {
+            panic!()
+        };
+        assert_eq!(r.tls, RedfishTls::CaFromSecret);
+        assert!(
+            Target::parse("redfish+https://a@bmc?ca=secret&ca_file=/etc/ca.pem").is_err(),
+            "ca=secret is one trust among the others"
+        );
+        assert!(Target::parse("redfish+https://a@bmc?ca=/etc/ca.pem").is_err());
     }
 }

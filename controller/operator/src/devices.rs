@@ -119,7 +119,12 @@ fn power_device(url: &str, secret: &BTreeMap<String, String>) -> Result<Device, 
         device: url.to_string(),
         message,
     };
-    let target = Target::parse(url).map_err(|e| dev(e.to_string()))?;
+    let mut target = Target::parse(url).map_err(|e| dev(e.to_string()))?;
+    if let Target::Redfish(r) = &mut target {
+        // `ca=secret`: the BMC's CA is the Secret's caBundle, not a file on this host.
+        let ca = secret.get("caBundle").map(String::as_str);
+        r.tls = r.tls.clone().with_secret_ca(ca).map_err(dev)?;
+    }
     let s = |k: &str| {
         secret
             .get(k)

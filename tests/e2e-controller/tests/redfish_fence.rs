@@ -1,7 +1,8 @@
 //! A node fenced through Redfish by the controller: m0's FenceTarget names one device, a
-//! sushy-emulator ComputerSystem (pinned by UUID, its certificate trusted through the CA
-//! file) whose power is m0's (`palisade_lab::redfish::machine_power_hook`). m0 is cut off;
-//! the controller powers it off through Redfish, verifies `PowerState: Off`, and only then
+//! sushy-emulator ComputerSystem (pinned by UUID, its certificate trusted through the CA in
+//! the device's Secret, `ca=secret`) whose power is m0's
+//! (`palisade_lab::redfish::machine_power_hook`). m0 is cut off; the controller powers it
+//! off through Redfish, verifies `PowerState: Off`, and only then
 //! releases its pod. m0 is really off: not one of its processes is left.
 
 mod common;
@@ -34,12 +35,18 @@ fn the_controller_fences_a_node_through_redfish_and_the_machine_is_off() {
     .expect("sushy-emulator starts (hack/install-deps.sh installs it)");
     let ctl = start_controller(&lab, "ctl-redfish");
     policy(&c, &rt);
-    secret(&c, &rt, "bmc-redfish", &[("password", &password)]);
+    // The BMC's CA comes from the device's Secret (`ca=secret`), not from a file on the
+    // controller's host.
+    secret(
+        &c,
+        &rt,
+        "bmc-redfish",
+        &[("password", &password), ("caBundle", sushy.ca_pem())],
+    );
     let url = format!(
-        "redfish+https://admin@127.0.0.1:{}?uuid={}&ca_file={}",
+        "redfish+https://admin@127.0.0.1:{}?uuid={}&ca=secret",
         sushy.port(),
         m0.system_uuid(),
-        sushy.ca_file().display()
     );
     fence_target(
         &c,

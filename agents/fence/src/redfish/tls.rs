@@ -164,6 +164,19 @@ impl ServerCertVerifier for PinnedVerifier {
     }
 }
 
+/// The root store of the PEM certificates in `pem` (from `source`); at least one.
+fn roots(pem: &[u8], source: &str) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(pem) {
+        let c = c.map_err(|e| format!("{source}: {e}"))?;
+        roots.add(c).map_err(|e| format!("{source}: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("{source}: holds no PEM certificate"));
+    }
+    Ok(roots)
+}
+
 /// Builds the rustls configuration for `trust`. TLS 1.2 stays enabled: most BMCs (and
 /// sushy-emulator) speak nothing newer.
 pub(crate) fn client_config(trust: &RedfishTls) -> Result<ClientConfig, String> {
@@ -174,18 +187,17 @@ pub(crate) fn client_config(trust: &RedfishTls) -> Result<ClientConfig, String> 
     let mut cfg = match trust {
         RedfishTls::CaFile(path) => {
             let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let mut roots = RootCertStore::empty();
-            for c in CertificateDer::pem_slice_iter(&pem) {
-                let c = c.map_err(|e| format!("{}: {e}", path.display()))?;
-                roots
-                    .add(c)
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-            }
-            if roots.is_empty() {
-                return Err(format!("{}: holds no PEM certificate", path.display()));
-            }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            builder
+                .with_root_certificates(roots(&pem, &path.display().to_string())?)
+                .with_no_client_auth()
         }
+        RedfishTls::CaPem(pem) => builder
+            .with_root_certificates(roots(pem.as_bytes(), "the Secret's caBundle")?)
+            .with_no_client_auth(),
+        RedfishTls::CaFromSecret => return Err(
+            "ca=secret: the caBundle of the device's Secret was not supplied (a bug in the caller)"
+                .into(),
+        ),
         RedfishTls::Fingerprint(pin) => builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(PinnedVerifier {
@@ -250,6 +262,29 @@ mod tests {
         assert_eq!(format_fingerprint(&[0xab; 32]), colons);
         assert!(parse_fingerprint(&"ab".repeat(31)).is_err());
         assert!(parse_fingerprint(&"zz".repeat(32)).is_err());
+    }
+
+    #[test]
+    fn a_ca_from_the_secret_must_be_supplied_and_hold_a_certificate() {
+        let e = client_config(&RedfishTls::CaFromSecret).unwrap_err();
+        assert!(e.contains("was not supplied"), "{e}");
+        let e = client_config(&RedfishTls::CaPem("not a certificate".into())).unwrap_err();
+        assert!(e.contains("holds no PEM certificate"), "{e}");
+        let ca = rcgen::generate_simple_self_signed(vec!["bmc".into()]).unwrap();
+        assert!(client_config(&RedfishTls::CaPem(ca.cert.pem())).is_ok());
+        assert_eq!(
+            RedfishTls::CaFromSecret
+                .with_secret_ca(Some("PEM"))
+                .unwrap(),
+            RedfishTls::CaPem("PEM".into())
+        );
+        let e = RedfishTls::CaFromSecret.with_secret_ca(None).unwrap_err();
+        assert!(e.contains("has no caBundle"), "{e}");
+        assert_eq!(
+            RedfishTls::Insecure.with_secret_ca(Some("PEM")).unwrap(),
+            RedfishTls::Insecure,
+            "a Secret's caBundle never replaces the trust a URL names"
+        );
     }
 
     #[test]
