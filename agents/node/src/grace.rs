@@ -1,6 +1,6 @@
 //! Termination grace-period arithmetic, exactly as the kubelet does it.
 //!
-//! Two functions mirror the two kubelet functions the seed quotes:
+//! Two functions mirror the two kubelet functions that define it:
 //! - [`effective_pod_grace_period`] is `calculateEffectiveGracePeriod` (pod workers): the
 //!   pod-level grace period, which only ever shrinks once a termination has begun;
 //! - [`container_grace_period`] and [`stop_window`] are `killContainer`: the per-container

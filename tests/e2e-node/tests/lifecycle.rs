@@ -129,7 +129,7 @@ struct TermCase {
     name: &'static str,
     grace: i64,
     pre_stop: Option<u64>,
-    /// The seed-003 window after the preStop hook (or after TERM without one).
+    /// The kubelet's TERM-to-KILL window after the preStop hook (or after TERM without one).
     want_window: f64,
     /// How long the hook is charged (min(p, g)).
     hook: f64,

@@ -16,8 +16,7 @@
 //! GET that first observes it and sends the PUT before answering that GET, so the listener
 //! runs the hook (e.g. "power the lab machine off through its BMC and wait until its processes
 //! are gone") *before* any client can read the new `PowerState`: a Redfish read of `Off` then
-//! means the machine really is off. Facts and measurements:
-//! `../shared/notes/redfish-sushy.md`. `hack/install-deps.sh` installs the emulator into a
+//! means the machine really is off. `hack/install-deps.sh` installs the emulator into a
 //! virtualenv (`~/.cache/palisade/sushy-tools-<version>`; `PALISADE_SUSHY_VENV` overrides).
 
 use std::fmt::Write as _;

@@ -7,10 +7,11 @@
 //! - **Resident memory** (`VmRSS`, and `VmHWM` as the peak) of the agent process once every
 //!   pod is Running, after the agent has settled.
 //!
-//! - **KILL time against the seed-003 deadline.** After the above (and once those pods are
+//! - **KILL time against the kubelet's deadline** (KILL once the grace period, less the
+//!   preStop hook's time and at least 2 s, has passed since TERM). After the above (and once those pods are
 //!   gone), `KILL_PODS` pods whose container ignores TERM are created with several grace
 //!   periods and preStop hooks, deleted through the API, and for each one the moment its
-//!   process died is compared with the deadline the seed-003 arithmetic gives. The
+//!   process died is compared with the deadline the kubelet's grace arithmetic (`palisade_node::grace`) gives. The
 //!   measurement does not trust the agent: the container itself writes when TERM reached it
 //!   (a `trap` that logs and carries on), the preStop hook writes when it started and ended,
 //!   the bench writes when it sent the DELETE, and the death is observed from the host by
@@ -565,7 +566,7 @@ impl KillReport {
         let n = self.samples.len();
         println!();
         println!(
-            "KILL time vs the seed-003 deadline ({n} TERM-ignoring pods deleted at once; death seen from the host, polled every {} ms)",
+            "KILL time vs the kubelet's deadline ({n} TERM-ignoring pods deleted at once; death seen from the host, polled every {} ms)",
             DEATH_POLL.as_millis()
         );
         println!("| metric | p50 | p99 | max | n | target |");
