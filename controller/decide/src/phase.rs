@@ -67,6 +67,12 @@ pub struct Observations<'a> {
     /// The node's current heartbeat marker ([`crate::detector::Detector::marker`]); `None` if
     /// the controller does not see the node's heartbeat at all.
     pub heartbeat_marker: Option<String>,
+    /// How long this controller process has itself watched the node without a heartbeat
+    /// change, on its monotonic clock (since it observed the last change, or since it first
+    /// saw the node); `None` unless what it watched is [`Self::heartbeat_marker`]. A self-fence
+    /// is trusted only once this covers the whole wait, so a step of the wall clock (which
+    /// `trustedAfter` is written in) can never shorten the wait.
+    pub watched_silence: Option<std::time::Duration>,
     /// The self-fence wait the node's latest observed advertisement earns ([`palisade_model::advertise::Advertisement::trust_wait`]
     /// with the policy's margin); `None` when it earns no trust.
     pub self_fence_wait: Option<std::time::Duration>,
@@ -536,12 +542,16 @@ fn self_fence_level(
         }
         PeerTrust::From(t) => trusted_after.max(t),
     };
-    if obs.now.wall >= trusted_after {
+    // Both clocks must agree the wait is over: the wall clock (the deadline persisted for any
+    // controller) and this process's monotonic clock (immune to wall-clock steps; after a
+    // restart it counts from when this process first saw the node, which only waits longer).
+    let watched = obs.watched_silence.unwrap_or_default();
+    if obs.now.wall >= trusted_after && watched >= wait {
         Step::TrustSelfFence { level }
     } else {
         Step::Wait {
             why: WaitFor::SelfFence,
-            until: Some(trusted_after),
+            until: Some(trusted_after.max(jiff_add(obs.now.wall, wait.saturating_sub(watched)))),
         }
     }
 }

@@ -91,6 +91,10 @@ struct World {
     agent_clean: bool,
     last_renewal: Option<Timestamp>,
     marker: Option<String>,
+    /// When the controller's detector last saw the node's heartbeat change (monotonic).
+    watched_since: Option<Mono>,
+    /// How far the controller's wall clock has stepped from true time (seconds).
+    wall_step: i64,
     self_fence_wait: Option<Duration>,
     peer_trust: PeerTrust,
     taint: bool,
@@ -112,6 +116,8 @@ impl World {
             agent_clean: false,
             last_renewal: None,
             marker: Some("renew-0".into()),
+            watched_since: Some(Mono::from_secs(1000)),
+            wall_step: 0,
             self_fence_wait: None,
             peer_trust: PeerTrust::NotPeerChecked,
             taint: false,
@@ -128,7 +134,7 @@ impl World {
     fn clocks(&self) -> Clocks {
         Clocks {
             mono: Mono::from_secs(1000 + self.now as u64),
-            wall: wall(self.now),
+            wall: wall(self.now + self.wall_step),
         }
     }
 
@@ -144,6 +150,7 @@ impl World {
             node_healthy: self.node_healthy,
             last_renewal: self.last_renewal,
             heartbeat_marker: self.marker.clone(),
+            watched_silence: self.watched_since.map(|c| self.clocks().mono.since(c)),
             self_fence_wait: self.self_fence_wait,
             peer_trust: self.peer_trust,
             clean_proof: self
@@ -673,6 +680,43 @@ fn self_fence_level_waits_for_its_trust_time() {
         next_step(&sp, &st, &w.obs()),
         Step::Fail(FailureReason::BudgetExceeded)
     );
+}
+
+/// A step of the controller's wall clock (NTP, a mis-set clock) never shortens the self-fence
+/// wait: the wall deadline is also checked against what this process watched on its monotonic
+/// clock. (Found by the simulation's clock-step fault: a forward step of 28 s trusted a
+/// self-fence at once and two copies of a pod ran.)
+#[test]
+fn a_forward_wall_clock_step_does_not_shorten_the_self_fence_wait() {
+    let (sp, st, mut w) = self_fenced_world(Coverage::All);
+    w.now = 5;
+    w.wall_step = 30;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::SelfFence,
+            until: Some(wall(35 + 15))
+        },
+        "the wall clock says 35 s, past the 20 s deadline, but only 5 s were watched"
+    );
+    w.now = 19;
+    assert!(matches!(next_step(&sp, &st, &w.obs()), Step::Wait { .. }));
+    w.now = 20;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::TrustSelfFence { level: 0 }
+    );
+    // A restarted controller counts from when it first saw the node, and a detector that
+    // does not watch the marker trusts nothing.
+    w.watched_since = Some(Mono::from_secs(1000 + 18));
+    assert!(matches!(next_step(&sp, &st, &w.obs()), Step::Wait { .. }));
+    w.now = 38;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::TrustSelfFence { level: 0 }
+    );
+    w.watched_since = None;
+    assert!(matches!(next_step(&sp, &st, &w.obs()), Step::Wait { .. }));
 }
 
 /// A world whose plan is one trusted self-fence level (wait 20 s from t=0, scope `scope`),

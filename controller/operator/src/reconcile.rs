@@ -586,11 +586,10 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             Vec::new()
         };
         let (last_renewal, advertised) = renewal_of(ctx, &node);
-        let watched_marker = ctx
-            .detector
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .marker(&node);
+        let (watched_marker, watched_since) = {
+            let detector = ctx.detector.lock().unwrap_or_else(|p| p.into_inner());
+            (detector.marker(&node), detector.last_change(&node))
+        };
         let heartbeat_marker = if self_fence_pending(&status) {
             fresh_marker(ctx, &node).await?
         } else {
@@ -659,6 +658,9 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             // The observed time belongs to the marker only when the watch has caught up
             // with the fresh read.
             last_renewal: last_renewal.filter(|_| heartbeat_marker == watched_marker),
+            watched_silence: watched_since
+                .filter(|_| heartbeat_marker == watched_marker)
+                .map(|c| ctx.now().mono.since(c)),
             heartbeat_marker,
             self_fence_wait,
             peer_trust,

@@ -84,6 +84,9 @@ pub enum Fault {
     SplitNodes(u64),
     /// The node network heals.
     HealNodes,
+    /// The controller's wall clock steps by this many milliseconds (an NTP correction, a
+    /// mis-set clock): forward or back. Its monotonic clock does not move.
+    ControllerClockStep(i64),
 }
 
 /// A whole run: configuration plus the faults in time (milliseconds).
@@ -283,6 +286,17 @@ impl Schedule {
                     events.push((at, Fault::ApiDown));
                     events.push((at + 8_000 + r.below(30_000), Fault::ApiUp));
                 }
+            }
+        }
+        // Wall-clock steps of the controller's host, drawn apart from `r` so that every other
+        // part of a schedule stays what it was for its seed.
+        let mut clock = Rng::new(seed ^ 0xC10C_57E9);
+        if clock.chance(30) {
+            for _ in 0..1 + clock.below(2) {
+                let at = 3_000 + clock.below(90_000);
+                let size = 1_000 + clock.below(30_000) as i64;
+                let step = if clock.chance(70) { size } else { -size };
+                events.push((at, Fault::ControllerClockStep(step)));
             }
         }
         events.sort_by_key(|(t, _)| *t);

@@ -51,11 +51,14 @@ pub enum Bug {
     /// Record a released pod only after its deletion (no write-ahead record): a controller
     /// that dies in between leaves a deleted pod the status does not name.
     RecordAfterDelete,
+    /// Measure the self-fence wait on the wall clock only (a step of the controller's wall
+    /// clock shortens it).
+    WallClockOnly,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 7] = [
+    pub const ALL: [Bug; 8] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -63,6 +66,7 @@ impl Bug {
         Bug::IgnoreMajorityBound,
         Bug::LooseMajority,
         Bug::RecordAfterDelete,
+        Bug::WallClockOnly,
     ];
 
     /// Parses a bug's name (as printed by `{:?}`).
@@ -193,6 +197,8 @@ pub struct World<'s> {
     fences: Vec<Fence>,
     tainted: Vec<bool>,
     api_up: bool,
+    /// How far the controller's wall clock is from true time (clock steps), in ms.
+    ctl_wall_offset_ms: i64,
     ctl: Controller,
     policy: FencingPolicySpec,
     next_event: usize,
@@ -270,6 +276,7 @@ impl<'s> World<'s> {
             fences: Vec::new(),
             tainted: vec![false; s.nodes.len()],
             api_up: true,
+            ctl_wall_offset_ms: 0,
             ctl: Controller {
                 up: true,
                 token: 1,
@@ -291,9 +298,12 @@ impl<'s> World<'s> {
             .push(format!("[{:>7.2}s] {what}", self.now as f64 / 1000.0));
     }
 
+    /// The controller's wall clock: true time plus the steps it took.
     fn wall(&self) -> Timestamp {
         epoch()
-            .checked_add(SignedDuration::from_millis(self.now as i64))
+            .checked_add(SignedDuration::from_millis(
+                self.now as i64 + self.ctl_wall_offset_ms,
+            ))
             .unwrap_or(epoch())
     }
 
@@ -370,6 +380,7 @@ impl<'s> World<'s> {
                         self.restart_controller();
                     }
                 }
+                Fault::ControllerClockStep(ms) => self.ctl_wall_offset_ms += ms,
                 Fault::ApiDown => self.api_up = false,
                 Fault::ApiUp => self.api_up = true,
                 Fault::PowerDevice(i, m) => self.machines[i].power_mode = m,
@@ -971,6 +982,15 @@ impl<'s> World<'s> {
             // The observed time belongs to the marker only when the watch has caught up.
             last_renewal: last_renewal
                 .filter(|_| fresh_or_watched == self.ctl.detector.marker(name)),
+            watched_silence: if self.bug == Some(Bug::WallClockOnly) {
+                Some(std::time::Duration::MAX)
+            } else {
+                self.ctl
+                    .detector
+                    .last_change(name)
+                    .filter(|_| fresh_or_watched == self.ctl.detector.marker(name))
+                    .map(|c| now.mono.since(c))
+            },
             heartbeat_marker: fresh_or_watched,
             self_fence_wait: advertised.trust_wait(margin),
             peer_trust,
