@@ -87,6 +87,9 @@ pub enum Fault {
     /// The controller's wall clock steps by this many milliseconds (an NTP correction, a
     /// mis-set clock): forward or back. Its monotonic clock does not move.
     ControllerClockStep(i64),
+    /// The node's wall clock steps by this many milliseconds, beyond the skew the rules
+    /// assume: its `renewTime` stamps move; its monotonic clocks (self-fence, watchdog) do not.
+    NodeClockStep(usize, i64),
 }
 
 /// A whole run: configuration plus the faults in time (milliseconds).
@@ -297,6 +300,15 @@ impl Schedule {
                 let size = 1_000 + clock.below(30_000) as i64;
                 let step = if clock.chance(70) { size } else { -size };
                 events.push((at, Fault::ControllerClockStep(step)));
+            }
+        }
+        if clock.chance(30) {
+            for _ in 0..1 + clock.below(2) {
+                let at = 3_000 + clock.below(90_000);
+                let node = clock.below(n as u64) as usize;
+                let size = 1_500 + clock.below(30_000) as i64;
+                let step = if clock.chance(50) { size } else { -size };
+                events.push((at, Fault::NodeClockStep(node, step)));
             }
         }
         events.sort_by_key(|(t, _)| *t);

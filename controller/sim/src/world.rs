@@ -147,6 +147,9 @@ struct Machine {
     excusing: bool,
     /// The node-network side the machine is on (0 unless the node network is split).
     net_side: bool,
+    /// How far the node's wall clock has stepped (beyond its bounded skew), in ms: its
+    /// `renewTime` stamps carry it; its monotonic clocks do not.
+    clock_step_ms: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -243,6 +246,7 @@ impl<'s> World<'s> {
                 next_poll: 0,
                 excusing: false,
                 net_side: false,
+                clock_step_ms: 0,
             })
             .collect();
         let policy: FencingPolicySpec = serde_json::from_value(serde_json::json!({
@@ -381,6 +385,7 @@ impl<'s> World<'s> {
                     }
                 }
                 Fault::ControllerClockStep(ms) => self.ctl_wall_offset_ms += ms,
+                Fault::NodeClockStep(i, ms) => self.machines[i].clock_step_ms += ms,
                 Fault::ApiDown => self.api_up = false,
                 Fault::ApiUp => self.api_up = true,
                 Fault::PowerDevice(i, m) => self.machines[i].power_mode = m,
@@ -476,9 +481,12 @@ impl<'s> World<'s> {
                     }),
                 };
                 // The renewTime stamp: the send time on the node's clock, off the controller's
-                // by its bias plus a jitter, never more than the assumed 1 s.
+                // by its bias plus a jitter (within the assumed 1 s), plus any step its clock
+                // took (beyond it).
                 let jitter = self.skew_rng.below(601) as i64 - 300;
-                let stamp = now as i64 + (cfg.skew_ms + jitter).clamp(-1_000, 1_000);
+                let stamp = now as i64
+                    + (cfg.skew_ms + jitter).clamp(-1_000, 1_000)
+                    + self.machines[i].clock_step_ms;
                 self.leases[i].0 += 1;
                 self.leases[i].1 = ad.clone();
                 self.lease_log[i].push((now, self.leases[i].0, stamp, ad));
