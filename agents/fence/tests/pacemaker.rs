@@ -13,7 +13,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use common::*;
-use palisade_lab::redfish::{machine_power_hook, Sushy, SushySystem};
+use palisade_lab::redfish::Sushy;
 use palisade_lab::Lab;
 
 const FENCED: &str = "/usr/lib/pacemaker/pacemaker-fenced";
@@ -187,18 +187,8 @@ fn pacemaker_registers_fences_unfences_and_falls_through_levels_with_palisade_fe
     // its certificate trusted through the CA file; the only level of m0's topology.
     let m0 = &lab.machines()[0];
     let redfish_password = format!("redfish-{}", std::process::id());
-    let sushy = Sushy::start_with_power_hook(
-        &lab.dir().join("sushy"),
-        &[SushySystem {
-            name: "m0".into(),
-            uuid: m0.system_uuid().into(),
-            power_on: true,
-        }],
-        "admin",
-        &redfish_password,
-        machine_power_hook(m0),
-    )
-    .expect("sushy-emulator starts (hack/install-deps.sh installs it)");
+    let sushy = Sushy::for_machine(&lab.dir().join("sushy"), m0, "admin", &redfish_password)
+        .expect("sushy-emulator starts (hack/install-deps.sh installs it)");
     let redfish_password_file = dir.path().join("redfish-password");
     std::fs::write(&redfish_password_file, format!("{redfish_password}\n")).unwrap();
     let redfish_params = vec![

@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt};
-use palisade_lab::redfish::{machine_power_hook, Sushy, SushySystem};
+use palisade_lab::redfish::Sushy;
 use palisade_lab::Cut;
 use palisade_model::nodefence::{EvidenceKind, LevelResult, Phase};
 
@@ -21,18 +21,8 @@ fn the_controller_fences_a_node_through_redfish_and_the_machine_is_off() {
     let (lab, rt, c) = lab_ready(3, false);
     let m0 = &lab.machines()[0];
     let password = format!("redfish-{}", std::process::id());
-    let sushy = Sushy::start_with_power_hook(
-        &lab.dir().join("sushy"),
-        &[SushySystem {
-            name: "m0".into(),
-            uuid: m0.system_uuid().into(),
-            power_on: true,
-        }],
-        "admin",
-        &password,
-        machine_power_hook(m0),
-    )
-    .expect("sushy-emulator starts (hack/install-deps.sh installs it)");
+    let sushy = Sushy::for_machine(&lab.dir().join("sushy"), m0, "admin", &password)
+        .expect("sushy-emulator starts (hack/install-deps.sh installs it)");
     let ctl = start_controller(&lab, "ctl-redfish");
     policy(&c, &rt);
     // The BMC's CA comes from the device's Secret (`ca=secret`), not from a file on the

@@ -169,6 +169,27 @@ impl Sushy {
         Self::start_inner(dir, systems, user, password, Backend::Fake(Some(hook)))
     }
 
+    /// One system standing for lab machine `m` (its name and SMBIOS UUID, on at start) whose
+    /// power is the machine's ([`machine_power_hook`]).
+    pub fn for_machine(
+        dir: &Path,
+        m: &crate::Machine,
+        user: &str,
+        password: &str,
+    ) -> Result<Sushy> {
+        Self::start_with_power_hook(
+            dir,
+            &[SushySystem {
+                name: m.name().into(),
+                uuid: m.system_uuid().into(),
+                power_on: true,
+            }],
+            user,
+            password,
+            machine_power_hook(m),
+        )
+    }
+
     fn start_inner(
         dir: &Path,
         systems: &[SushySystem],
