@@ -1,4 +1,5 @@
-//! `kubectl palisade delete-pod NAMESPACE/POD`: the safe force deletion.
+//! `kubectl palisade delete-pod NAMESPACE/POD` (or `delete pod POD -n NAMESPACE --force`): the
+//! safe force deletion.
 //!
 //! Guarantees: without `--confirm`, a pod is force-deleted only when a NodeFence for its node
 //! holds a verified fence (power off, trusted self-fence, or a storage block) that covers the

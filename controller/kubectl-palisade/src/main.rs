@@ -5,7 +5,7 @@
 //! - `explain NODE`: why Palisade did or did not fence a node, guard by guard;
 //! - `fence NODE --reason ...` (and `--wait`), `cancel NODEFENCE`;
 //! - `timeline NODEFENCE [--svg FILE] [--png FILE]`: a fence's story, to the millisecond;
-//! - `delete-pod NAMESPACE/POD`: the safe force deletion: only when the pod's node is fenced
+//! - `delete-pod NAMESPACE/POD` (or `delete pod POD -n NAMESPACE --force`): the safe force deletion: only when the pod's node is fenced
 //!   (verified, and the fence covers the pod), or with `--confirm` after a warning that says what
 //!   may run twice; who forced it is recorded;
 //! - `check`: a preflight of the whole configuration.
@@ -105,8 +105,34 @@ enum Command {
         #[arg(long)]
         confirm: bool,
     },
+    /// `delete pod POD -n NAMESPACE --force`: the same safe force deletion, spelled as kubectl
+    /// spells a force deletion.
+    Delete {
+        #[command(subcommand)]
+        what: Delete,
+    },
     /// Preflight: policies, targets, the controller, trust settings.
     Check,
+}
+
+/// What `delete` deletes.
+#[derive(Subcommand, Debug)]
+enum Delete {
+    /// Force-delete a pod only when its node is fenced (or with --confirm).
+    Pod {
+        /// The pod.
+        pod: String,
+        /// Its namespace.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+        /// Required: this command only force-deletes (no grace period, no kubelet
+        /// confirmation), and only what a verified fence covers unless --confirm.
+        #[arg(long, required = true)]
+        force: bool,
+        /// Delete although the node is not fenced (after reading the warning).
+        #[arg(long)]
+        confirm: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -168,6 +194,15 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             png,
         } => timeline::run(&client, &nodefence, svg.as_deref(), png.as_deref()).await,
         Command::DeletePod { pod, confirm } => force::run(&client, &pod, confirm).await,
+        Command::Delete {
+            what:
+                Delete::Pod {
+                    pod,
+                    namespace,
+                    force: _,
+                    confirm,
+                },
+        } => force::run(&client, &format!("{namespace}/{pod}"), confirm).await,
         Command::Check => check::run(&client, ns).await,
     }
 }

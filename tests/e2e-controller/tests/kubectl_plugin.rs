@@ -145,6 +145,12 @@ fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
     let o = plugin(&lab, &["delete-pod", "kp/web-0"]);
     assert_eq!(o.code, 3, "refused");
     assert!(o.stderr.contains("two copies of kp/web-0"), "{}", o.stderr);
+    // kubectl's spelling: refused the same way; without --force it is a usage error.
+    let o = plugin(&lab, &["delete", "pod", "web-0", "-n", "kp", "--force"]);
+    assert_eq!(o.code, 3, "refused: {}", o.stderr);
+    assert!(o.stderr.contains("two copies of kp/web-0"), "{}", o.stderr);
+    let o = plugin(&lab, &["delete", "pod", "web-0", "-n", "kp"]);
+    assert_eq!(o.code, 2, "--force is required: {}", o.stderr);
     assert!(
         rt.block_on(pods.get_opt("web-0")).unwrap().is_some(),
         "nothing deleted"
