@@ -203,6 +203,12 @@ fn pacemaker_registers_fences_unfences_and_falls_through_levels_with_palisade_fe
         format!("plug={}", m0.system_uuid()),
         "pcmk_host_list=m0".into(),
     ];
+    // Only the Redfish device may fence m0 now (stand-alone Pacemaker picks any capable
+    // device, whatever the topology says).
+    assert!(
+        admin(&["-D", "ipmi-m0"]).status.success(),
+        "deregister ipmi-m0"
+    );
     assert!(register("redfish-m0", &redfish_params).status.success());
     assert!(admin(&["-r", "m0", "-i", "1", "-v", "redfish-m0"])
         .status
