@@ -8,7 +8,7 @@ use crate::bridge::{BridgeDevice, BridgeIdentity};
 use crate::error::FenceError;
 use crate::ipmi::IpmiDevice;
 use crate::pdu::PduDevice;
-use crate::power::PowerState;
+use crate::power::{PowerState, ResetSent};
 use crate::redfish::RedfishDevice;
 use crate::secret::Secret;
 use crate::target::Target;
@@ -77,6 +77,20 @@ pub trait PowerDevice: Send + Sync {
         let off = self.off().await?;
         let on = self.on().await?;
         Ok((off, on))
+    }
+
+    /// Restarts the machine without ever turning its power off (IPMI chassis hard reset,
+    /// Redfish `ForceRestart`), for hosts that lose their BMC when off. Returns once the device
+    /// accepted the command.
+    ///
+    /// Guarantees: no power-off command is sent; a device that cannot restart without one (a
+    /// PDU outlet, a bridge) refuses with [`FenceError::Config`] and sends nothing. The receipt
+    /// proves nothing about the machine ([`ResetSent`]).
+    async fn warm_reset(&self) -> Result<ResetSent, FenceError> {
+        Err(FenceError::Config(format!(
+            "{}: this device cannot restart a machine without powering it off",
+            self.name()
+        )))
     }
 
     /// Checks that the device is reachable and the credentials are good.
@@ -163,6 +177,9 @@ impl PowerDevice for Device {
     }
     async fn reboot(&self) -> Result<(VerifiedOff, VerifiedOn), FenceError> {
         self.inner().reboot().await
+    }
+    async fn warm_reset(&self) -> Result<ResetSent, FenceError> {
+        self.inner().warm_reset().await
     }
     async fn monitor(&self) -> Result<(), FenceError> {
         self.inner().monitor().await

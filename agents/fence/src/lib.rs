@@ -33,7 +33,7 @@ pub mod verify;
 
 pub use device::{Credentials, Device, DeviceOptions, PowerDevice};
 pub use error::FenceError;
-pub use power::{PowerAction, PowerState};
+pub use power::{PowerAction, PowerState, ResetSent};
 pub use secret::Secret;
 pub use target::Target;
 pub use verify::{VerifiedOff, VerifiedOn};

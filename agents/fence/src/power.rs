@@ -44,3 +44,18 @@ impl fmt::Display for PowerAction {
         })
     }
 }
+
+/// A receipt for a warm reset ([`crate::PowerDevice::warm_reset`]): the device accepted a
+/// restart command that does not turn the power off.
+///
+/// Guarantees: nothing. It is not evidence of anything: the machine may not have restarted
+/// (firmware may ignore the command, or the host may hang in its reset). A fence that resets
+/// instead of powering off is proven by another device (a verified storage block), and a
+/// restart is proven only by the node itself (a new boot ID).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResetSent {
+    /// The device, as named in logs (never a secret).
+    pub device: String,
+    /// The command sent, for example `chassis hard reset` or `ComputerSystem.Reset ForceRestart`.
+    pub command: String,
+}

@@ -55,6 +55,7 @@ fn main() {
                             credentials_secret_ref: None,
                             timeout_seconds: 20,
                         }],
+                        power_off: Default::default(),
                     }],
                 }),
                 pods: (0..10)

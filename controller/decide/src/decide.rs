@@ -296,15 +296,8 @@ fn gate<'a>(
                     } else {
                         l.name.clone()
                     },
-                    devices: l
-                        .devices
-                        .iter()
-                        .map(|d| PlannedDevice {
-                            url: d.url.clone(),
-                            kind: d.kind,
-                            timeout_seconds: d.timeout_seconds,
-                        })
-                        .collect(),
+                    devices: planned_devices(l),
+                    power_off: l.power_off,
                 })
                 .collect()
         }
@@ -469,4 +462,23 @@ fn admit(nodes: &[&NodeSnapshot], mut candidates: Vec<Box<Candidate<'_>>>) -> Ve
         });
     }
     out
+}
+
+/// A level's devices as planned: in the FenceTarget's order, except that a level that must
+/// not power the machine off runs its storage devices first (no reset before every block is
+/// verified).
+fn planned_devices(l: &palisade_model::target::FenceLevel) -> Vec<PlannedDevice> {
+    let mut devices: Vec<PlannedDevice> = l
+        .devices
+        .iter()
+        .map(|d| PlannedDevice {
+            url: d.url.clone(),
+            kind: d.kind,
+            timeout_seconds: d.timeout_seconds,
+        })
+        .collect();
+    if l.power_off == palisade_model::target::PowerOff::Disallowed {
+        devices.sort_by_key(|d| d.kind != palisade_model::target::DeviceKind::Storage);
+    }
+    devices
 }

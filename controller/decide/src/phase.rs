@@ -119,6 +119,12 @@ pub struct NodePod {
 /// from the one recorded when fencing started (the machine restarted), or the agent's complete
 /// runtime inventory names none of the released pods.
 ///
+/// When the verified level reset the machine instead of powering it off
+/// ([`LevelKind::StorageThenReset`]), only the new boot ID is proof: the reset is the fence's
+/// promise that nothing of the old boot touches the storage once it is unblocked (its page
+/// cache, its mounts, processes outside any pod), and only a new boot shows it happened. A node
+/// that advertised no boot ID when fencing began never gets this proof (it waits, and says so).
+///
 /// Assumptions: the agent's inventory comes from its runtime (processes and durable state),
 /// not from the API; the agent never starts a container for a pod deleted from the API.
 pub fn clean_proof(
@@ -134,6 +140,15 @@ pub fn clean_proof(
                 "boot ID changed from {before} to {now} (renewal observed at {renewed_at})"
             ));
         }
+    }
+    let reset_fence = status.verified_fence().is_some_and(|v| {
+        usize::try_from(v.level())
+            .ok()
+            .and_then(|i| status.plan.as_ref()?.levels.get(i))
+            .is_some_and(|l| l.kind == LevelKind::StorageThenReset)
+    });
+    if reset_fence {
+        return None;
     }
     let inventory = ad.runtime_pods.as_ref()?;
     let still: Vec<&str> = status
@@ -221,11 +236,19 @@ pub enum Step {
     },
     /// Run one hardware level: command every device, then verify; record each attempt, then
     /// the level as verified (with evidence) or failed.
+    ///
+    /// With `reset` (a `powerOff: Disallowed` level, [`LevelKind::StorageThenReset`]): the
+    /// storage devices (first in `devices`) block, verified; only if every one is verified, the
+    /// power devices are sent a warm reset ([`palisade_model::nodefence::DeviceAction::Reset`]),
+    /// never a power off. The level is verified on the storage evidence; a failed reset is
+    /// recorded as an attempt and does not fail it.
     RunLevel {
         /// Plan level index.
         level: i32,
         /// Its devices.
         devices: Vec<PlannedDevice>,
+        /// Whether power devices restart the machine instead of powering it off.
+        reset: bool,
     },
     /// The self-fence trust time has passed: record the level verified with
     /// `SelfFenceTimeout` evidence.
@@ -465,6 +488,22 @@ fn fencing(status: &NodeFenceStatus, obs: &Observations<'_>) -> Step {
         LevelKind::Hardware => Step::RunLevel {
             level,
             devices: planned.devices.clone(),
+            reset: false,
+        },
+        // No storage device: nothing could prove this level (refused by validation; an
+        // edited or hand-written plan still never resets on nothing).
+        LevelKind::StorageThenReset
+            if !planned
+                .devices
+                .iter()
+                .any(|d| d.kind == DeviceKind::Storage) =>
+        {
+            Step::Fail(FailureReason::NoPlan)
+        }
+        LevelKind::StorageThenReset => Step::RunLevel {
+            level,
+            devices: planned.devices.clone(),
+            reset: true,
         },
         LevelKind::SelfFence => self_fence_level(level, planned, obs),
     }
@@ -633,6 +672,10 @@ fn releasing(status: &NodeFenceStatus, obs: &Observations<'_>, proof: VerifiedFe
 /// A failed level may still have blocked the node at the storage or cut its power (one device
 /// succeeded, another did not), so recovery reverses every tried level, not only the verified
 /// one. Power-on and unblock are idempotent.
+///
+/// The power devices of a level that must not power the machine off
+/// ([`LevelKind::StorageThenReset`]) are never listed: they only reset it, and a host that
+/// loses its BMC when off is never sent a power command in recovery either.
 fn tried_devices(status: &NodeFenceStatus, kind: DeviceKind) -> Vec<PlannedDevice> {
     let Some(plan) = status.plan.as_ref() else {
         return vec![];
@@ -641,7 +684,8 @@ fn tried_devices(status: &NodeFenceStatus, kind: DeviceKind) -> Vec<PlannedDevic
     for outcome in &status.levels {
         let level = usize::try_from(outcome.level)
             .ok()
-            .and_then(|i| plan.levels.get(i));
+            .and_then(|i| plan.levels.get(i))
+            .filter(|l| !(kind == DeviceKind::Power && l.kind == LevelKind::StorageThenReset));
         for d in level.iter().flat_map(|l| &l.devices) {
             if d.kind == kind && !out.iter().any(|o| o.url == d.url) {
                 out.push(d.clone());

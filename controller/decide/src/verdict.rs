@@ -9,6 +9,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use palisade_model::nodefence::{self, Coverage, LevelKind, PlannedDevice, RequestedBy};
+use palisade_model::target::PowerOff;
 
 use crate::clock::{Clocks, Mono};
 use crate::snapshot::Exclusion;
@@ -162,8 +163,10 @@ pub enum PlanLevel {
     Hardware {
         /// Level name.
         name: String,
-        /// Its devices.
+        /// Its devices (a `powerOff: Disallowed` level: storage first).
         devices: Vec<PlannedDevice>,
+        /// Whether the level may power the machine off.
+        power_off: PowerOff,
     },
     /// The policy-enabled trust rule: the node counts as fenced from `silent_since + wait`.
     SelfFence {
@@ -187,9 +190,16 @@ impl FencePlan {
                 .levels
                 .iter()
                 .map(|l| match l {
-                    PlanLevel::Hardware { name, devices } => nodefence::PlannedLevel {
+                    PlanLevel::Hardware {
+                        name,
+                        devices,
+                        power_off,
+                    } => nodefence::PlannedLevel {
                         name: name.clone(),
-                        kind: LevelKind::Hardware,
+                        kind: match power_off {
+                            PowerOff::Allowed => LevelKind::Hardware,
+                            PowerOff::Disallowed => LevelKind::StorageThenReset,
+                        },
                         devices: devices.clone(),
                         trusted_after: None,
                         silent_since: None,

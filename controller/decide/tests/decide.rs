@@ -900,3 +900,35 @@ fn the_random_snapshots_exercise_fences_and_holds() {
         );
     }
 }
+
+#[test]
+fn a_level_that_must_not_power_off_is_planned_storage_first() {
+    let mut s = world();
+    let mut t = target(vec![vec![
+        ("ipmi://bmc-m0".to_string(), DeviceKind::Power),
+        ("storagefw+https://fw/m0".to_string(), DeviceKind::Storage),
+    ]]);
+    t.levels[0].power_off = palisade_model::target::PowerOff::Disallowed;
+    node_mut(&mut s, "m0").fence_target = Some(t);
+    let Some(Verdict::Fence(plan)) = verdict_of(&s, "m0") else {
+        panic!("expected fence")
+    };
+    let PlanLevel::Hardware {
+        devices, power_off, ..
+    } = &plan.levels[0]
+    else {
+        panic!("expected a hardware level: {plan:?}")
+    };
+    assert_eq!(*power_off, palisade_model::target::PowerOff::Disallowed);
+    let kinds: Vec<DeviceKind> = devices.iter().map(|d| d.kind).collect();
+    assert_eq!(kinds, vec![DeviceKind::Storage, DeviceKind::Power]);
+    // Persisted as a level that resets instead of powering off.
+    let persisted = plan.to_status(&palisade_decide::Clocks {
+        mono: Mono::from_secs(NOW),
+        wall: wall(0),
+    });
+    assert_eq!(
+        persisted.levels[0].kind,
+        palisade_model::nodefence::LevelKind::StorageThenReset
+    );
+}

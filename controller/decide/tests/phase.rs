@@ -19,7 +19,7 @@ use palisade_model::nodefence::{
     PinnedNode, PlannedDevice, ReleasedObject, RequestedBy,
 };
 use palisade_model::policy::{Recovery, UntaintWhen};
-use palisade_model::target::DeviceKind;
+use palisade_model::target::{DeviceKind, PowerOff};
 use proptest::prelude::*;
 
 fn spec(by: RequestedBy) -> NodeFenceSpec {
@@ -49,6 +49,7 @@ fn plan() -> FencePlan {
             PlanLevel::Hardware {
                 name: "ipmi".into(),
                 devices: vec![dev("ipmi://bmc", DeviceKind::Power)],
+                power_off: PowerOff::Allowed,
             },
             PlanLevel::Hardware {
                 name: "pdu+storage".into(),
@@ -56,6 +57,7 @@ fn plan() -> FencePlan {
                     dev("snmp+pdu://pdu/1", DeviceKind::Power),
                     dev("storagefw+https://fw/m0", DeviceKind::Storage),
                 ],
+                power_off: PowerOff::Allowed,
             },
         ],
         priority: 0,
@@ -191,10 +193,16 @@ fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn
             st.fencing_token = Some(*token);
             st.transition(Phase::Fencing, at, "fencing").unwrap();
         }
-        Step::RunLevel { level, devices } => {
+        Step::RunLevel {
+            level,
+            devices,
+            reset,
+        } => {
             if level_ok(*level) {
+                // A reset is never evidence.
                 let evidence = devices
                     .iter()
+                    .filter(|d| !(*reset && d.kind == DeviceKind::Power))
                     .map(|d| Evidence {
                         level: *level,
                         device: d.url.clone(),
@@ -938,6 +946,7 @@ fn a_storage_only_fence_releases_only_pods_that_mount_a_claim() {
     p.levels = vec![PlanLevel::Hardware {
         name: "storage".into(),
         devices: vec![dev("storagefw+https://fw/m0", DeviceKind::Storage)],
+        power_off: PowerOff::Allowed,
     }];
     w.verdict = Some(Verdict::Fence(p));
     let mut st = created();
@@ -1278,4 +1287,129 @@ fn the_random_runs_reach_every_outcome() {
             "{want} never reached: {phases:?}"
         );
     }
+}
+
+/// One level for a host that must not power off: storage firewall, then the BMC's reset.
+fn reset_plan() -> FencePlan {
+    let mut p = plan();
+    p.levels = vec![PlanLevel::Hardware {
+        name: "storage+reset".into(),
+        devices: vec![
+            dev("storagefw+https://fw/m0", DeviceKind::Storage),
+            dev("ipmi://bmc", DeviceKind::Power),
+        ],
+        power_off: PowerOff::Disallowed,
+    }];
+    p
+}
+
+#[test]
+fn a_host_that_must_not_power_off_is_reset_released_on_storage_and_never_powered() {
+    let sp = spec(RequestedBy::Controller);
+    let mut w = World::new();
+    w.verdict = Some(Verdict::Fence(reset_plan()));
+    let mut st = created();
+    let mut steps = release_all(&sp, &mut st, &mut w, &|_| true);
+    let run = steps
+        .iter()
+        .find(|s| matches!(s, Step::RunLevel { .. }))
+        .expect("the level ran");
+    assert!(
+        matches!(run, Step::RunLevel { reset: true, .. }),
+        "the level resets instead of powering off: {run:?}"
+    );
+    // Verified on the storage block alone: only the pod that mounts a claim is released.
+    assert_eq!(st.verified_fence().unwrap().coverage(), Coverage::Stateful);
+    let released: Vec<&str> = st.release.pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(released, vec!["db-0"]);
+    // Recovery, with power_on in the policy: never a power command; the block is lifted only
+    // after a clean proof.
+    assert!(w.recovery.power_on);
+    for _ in 0..30 {
+        let step = next_step(&sp, &st, &w.obs());
+        if let Step::Wait {
+            why: WaitFor::Rejoin,
+            ..
+        } = step
+        {
+            w.node_healthy = true;
+            w.agent_clean = true;
+        }
+        if step == Step::Nothing {
+            break;
+        }
+        apply(&step, &mut st, &mut w, &|_| true);
+        steps.push(step);
+        w.now += 1;
+    }
+    assert_eq!(st.phase, Phase::Done, "{steps:?}");
+    assert!(
+        !steps.iter().any(|s| matches!(s, Step::PowerOn(_))),
+        "a host that must not power off gets no power command: {steps:?}"
+    );
+    let proof = steps
+        .iter()
+        .position(|s| matches!(s, Step::RecordCleanProof(_)))
+        .expect("a clean proof was recorded");
+    let unfence = steps
+        .iter()
+        .position(|s| matches!(s, Step::Unfence(d) if d == &vec![dev("storagefw+https://fw/m0", DeviceKind::Storage)]))
+        .expect("the storage block was lifted");
+    assert!(proof < unfence);
+}
+
+#[test]
+fn after_a_reset_fence_only_a_new_boot_id_is_a_clean_proof() {
+    let sp = spec(RequestedBy::Controller);
+    let mut w = World::new();
+    w.verdict = Some(Verdict::Fence(reset_plan()));
+    let mut st = created();
+    release_all(&sp, &mut st, &mut w, &|_| true);
+    st.recovery.boot_id_at_fence = Some("boot-a".into());
+    let since = wall(10);
+    // The same boot, with an inventory that lists none of the released pods: that proves a
+    // power-off fence clean, but not this one (nothing shows the reset happened).
+    let same_boot = Advertisement {
+        boot_id: Some("boot-a".into()),
+        runtime_pods: Some(Default::default()),
+        ..Default::default()
+    };
+    assert_eq!(clean_proof(&st, &same_boot, Some(wall(11)), since), None);
+    // No boot ID advertised at all: no proof either.
+    let no_boot = Advertisement {
+        runtime_pods: Some(Default::default()),
+        ..Default::default()
+    };
+    assert_eq!(clean_proof(&st, &no_boot, Some(wall(11)), since), None);
+    // A new boot ID is the proof.
+    let rebooted = Advertisement {
+        boot_id: Some("boot-b".into()),
+        ..Default::default()
+    };
+    assert!(clean_proof(&st, &rebooted, Some(wall(11)), since)
+        .unwrap()
+        .contains("boot-b"));
+    // The same status on a power-off plan accepts the inventory (the rule is the level's).
+    let mut powered = st.clone();
+    powered.plan.as_mut().unwrap().levels[0].kind = palisade_model::nodefence::LevelKind::Hardware;
+    assert!(clean_proof(&powered, &same_boot, Some(wall(11)), since).is_some());
+}
+
+#[test]
+fn a_reset_level_without_a_storage_device_fails_without_acting() {
+    let sp = spec(RequestedBy::Controller);
+    let mut w = World::new();
+    let mut p = reset_plan();
+    if let PlanLevel::Hardware { devices, .. } = &mut p.levels[0] {
+        devices.retain(|d| d.kind == DeviceKind::Power);
+    }
+    w.verdict = Some(Verdict::Fence(p));
+    let mut st = created();
+    let start = next_step(&sp, &st, &w.obs());
+    assert!(matches!(start, Step::StartFencing { .. }));
+    apply(&start, &mut st, &mut w, &|_| true);
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Fail(FailureReason::NoPlan)
+    );
 }

@@ -109,6 +109,18 @@ pub const RULES: &[Rule] = &[
         message: "only ipmi, redfish+https and SNMPv3 PDU URLs may name a user; credentials belong in the Secret named by credentialsSecretRef",
     },
     Rule {
+        kind: "FenceTarget",
+        path: &["spec", "levels", "[]"],
+        rule: "!has(self.powerOff) || self.powerOff != 'Disallowed' || self.devices.exists(d, d.kind == 'Storage')",
+        message: "a powerOff: Disallowed level needs a Storage device (a reset proves nothing; only a verified storage block can)",
+    },
+    Rule {
+        kind: "FenceTarget",
+        path: &["spec", "levels", "[]"],
+        rule: r"!has(self.powerOff) || self.powerOff != 'Disallowed' || self.devices.all(d, d.kind != 'Power' || d.url.matches('^(ipmi|redfish\\+https)://'))",
+        message: "a powerOff: Disallowed level restarts through direct ipmi:// or redfish+https:// BMCs only",
+    },
+    Rule {
         kind: "NodeFence",
         path: &["spec"],
         rule: "self == oldSelf",

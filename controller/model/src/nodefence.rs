@@ -367,6 +367,11 @@ pub enum LevelKind {
     Hardware,
     /// The policy-enabled trust rule: the node's agent self-fences after a timeout it advertises.
     SelfFence,
+    /// A FenceTarget level with `powerOff: Disallowed`: its storage devices block (verified),
+    /// then its power devices restart the machine without powering it off
+    /// ([`DeviceAction::Reset`], not evidence). Verified on the storage blocks alone; recovery
+    /// never powers on and lifts the block only after a new boot ID.
+    StorageThenReset,
 }
 
 /// A device in a planned level (no credentials: those stay in the Secret or the bridge).
@@ -449,6 +454,9 @@ pub enum DeviceAction {
     PowerStatus,
     /// Power on.
     PowerOn,
+    /// Restart without powering off (IPMI chassis hard reset, Redfish `ForceRestart`): a
+    /// command, never evidence.
+    Reset,
     /// Block the node at the storage.
     Block,
     /// Read the storage block status.

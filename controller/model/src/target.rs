@@ -54,6 +54,37 @@ pub struct FenceLevel {
     /// The devices of this level (at most 16).
     #[schemars(length(min = 1, max = 16))]
     pub devices: Vec<FenceDevice>,
+    /// Whether this level may turn the machine's power off (default `Allowed`).
+    #[serde(default, skip_serializing_if = "PowerOff::is_allowed")]
+    pub power_off: PowerOff,
+}
+
+/// Whether a level may power the machine off.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub enum PowerOff {
+    /// The level's power devices power the machine off, verified.
+    #[default]
+    Allowed,
+    /// For hosts that lose their BMC when off (a BMC sharing the host's NIC over NC-SI): the
+    /// level's storage devices fence first (block, verified), then its power devices restart
+    /// the machine without powering it off (IPMI chassis hard reset, Redfish `ForceRestart`).
+    ///
+    /// Guarantees: the level is verified on its storage blocks alone, so it covers only the
+    /// pods that mount a claim; no reset is sent unless every storage block was verified; no
+    /// power-off command is ever sent for it, and never a power-on in recovery; the storage
+    /// block is lifted only after the node reports a boot ID other than the one it had when
+    /// fencing began. Assumptions: the level has at least one storage device, and its power
+    /// devices are direct IPMI or Redfish BMCs ([`FenceTargetSpec::validate`] refuses others).
+    Disallowed,
+}
+
+impl PowerOff {
+    /// The default.
+    pub fn is_allowed(&self) -> bool {
+        *self == PowerOff::Allowed
+    }
 }
 
 /// One fencing device.
@@ -224,6 +255,21 @@ pub enum TargetError {
         /// The URL, with the credentials replaced by `REDACTED`.
         url: String,
     },
+    /// A `powerOff: Disallowed` level without a storage device: nothing would prove the fence.
+    #[error("levels[{level}] has powerOff: Disallowed but no Storage device: a reset proves nothing, only a verified storage block can")]
+    NoStorageToReset {
+        /// Level index.
+        level: usize,
+    },
+    /// A power device in a `powerOff: Disallowed` level that cannot restart without powering
+    /// off (a PDU outlet) or whose reset Palisade does not drive (a bridge).
+    #[error("levels[{level}].devices[{device}]: a powerOff: Disallowed level restarts through a direct ipmi:// or redfish+https:// BMC only (a PDU outlet can only cut the power; resets through the firmware-bridge are not supported)")]
+    CannotReset {
+        /// Level index.
+        level: usize,
+        /// Device index.
+        device: usize,
+    },
     /// A timeout outside 1..=600 s.
     #[error("levels[{level}].devices[{device}].timeoutSeconds {value} must be in 1..=600")]
     Timeout {
@@ -327,6 +373,20 @@ impl FenceTargetSpec {
         for (level, l) in self.levels.iter().enumerate() {
             if l.devices.is_empty() {
                 errors.push(TargetError::EmptyLevel { level });
+            }
+            if l.power_off == PowerOff::Disallowed {
+                if !l.devices.iter().any(|d| d.kind == DeviceKind::Storage) {
+                    errors.push(TargetError::NoStorageToReset { level });
+                }
+                for (device, d) in l.devices.iter().enumerate() {
+                    let resettable = matches!(
+                        DeviceScheme::of(&d.url),
+                        Some(DeviceScheme::Ipmi | DeviceScheme::Redfish)
+                    );
+                    if d.kind == DeviceKind::Power && !resettable {
+                        errors.push(TargetError::CannotReset { level, device });
+                    }
+                }
             }
             for (device, d) in l.devices.iter().enumerate() {
                 if has_credentials(&d.url) {
@@ -479,6 +539,7 @@ mod tests {
                 levels: vec![FenceLevel {
                     name: "a".into(),
                     devices: vec![device(&url, DeviceKind::Power, secret())],
+                    power_off: PowerOff::Allowed,
                 }],
             };
             let errors = spec.validate().unwrap_err();
@@ -520,6 +581,78 @@ mod tests {
         assert_eq!(spec.validate(), Ok(()));
     }
 
+    fn no_power_off(devices: Vec<FenceDevice>) -> FenceTargetSpec {
+        FenceTargetSpec {
+            levels: vec![FenceLevel {
+                name: "storage+reset".into(),
+                devices,
+                power_off: PowerOff::Disallowed,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_level_that_must_not_power_off_needs_storage_and_a_direct_bmc() {
+        let storage = || {
+            device(
+                "storagefw+https://fw:8443/nodes/m0",
+                DeviceKind::Storage,
+                secret(),
+            )
+        };
+        // Storage plus a direct IPMI or Redfish BMC, or storage alone, or storage via a bridge.
+        for ok in [
+            vec![
+                storage(),
+                device("ipmi://bmc:623", DeviceKind::Power, secret()),
+            ],
+            vec![
+                storage(),
+                device("redfish+https://bmc/", DeviceKind::Power, secret()),
+            ],
+            vec![storage()],
+            vec![device("bridge://b:8443/m0", DeviceKind::Storage, None)],
+        ] {
+            assert_eq!(no_power_off(ok.clone()).validate(), Ok(()), "{ok:?}");
+        }
+        // No storage device: a reset proves nothing.
+        let errors = no_power_off(vec![device("ipmi://bmc", DeviceKind::Power, secret())])
+            .validate()
+            .unwrap_err();
+        assert_eq!(errors, vec![TargetError::NoStorageToReset { level: 0 }]);
+        assert!(errors[0].to_string().contains("no Storage device"));
+        // A PDU outlet can only cut the power; a bridge's reset is not driven.
+        let errors = no_power_off(vec![
+            storage(),
+            device("snmp+pdu://pdu/outlets/1", DeviceKind::Power, secret()),
+            device("bridge://b:8443/m0", DeviceKind::Power, None),
+        ])
+        .validate()
+        .unwrap_err();
+        assert_eq!(
+            errors,
+            vec![
+                TargetError::CannotReset {
+                    level: 0,
+                    device: 1
+                },
+                TargetError::CannotReset {
+                    level: 0,
+                    device: 2
+                },
+            ]
+        );
+        // The field round-trips, and `Allowed` is the default that is not written.
+        let json = serde_json::to_value(no_power_off(vec![storage()])).unwrap();
+        assert_eq!(json["levels"][0]["powerOff"], "Disallowed");
+        let back: FenceTargetSpec = serde_json::from_value(json).unwrap();
+        assert_eq!(back.levels[0].power_off, PowerOff::Disallowed);
+        let mut allowed = no_power_off(vec![storage()]);
+        allowed.levels[0].power_off = PowerOff::Allowed;
+        let json = serde_json::to_value(&allowed).unwrap();
+        assert!(json["levels"][0].get("powerOff").is_none());
+    }
+
     #[test]
     fn malformed_targets_are_rejected_with_positions() {
         let spec = FenceTargetSpec {
@@ -533,10 +666,12 @@ mod tests {
                         device("ftp://x", DeviceKind::Power, secret()),
                         device("bridge://m0", DeviceKind::Power, None),
                     ],
+                    power_off: PowerOff::Allowed,
                 },
                 FenceLevel {
                     name: "b".into(),
                     devices: vec![],
+                    power_off: PowerOff::Allowed,
                 },
             ],
         };

@@ -14,7 +14,9 @@ use cel::{Context, Program, Value as Cel};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 use palisade_model::cel::{Rule, RULES};
 use palisade_model::policy::PolicyError;
-use palisade_model::target::{DeviceKind, FenceDevice, FenceLevel, SecretRef, TargetError};
+use palisade_model::target::{
+    DeviceKind, FenceDevice, FenceLevel, PowerOff, SecretRef, TargetError,
+};
 use palisade_model::{FenceTargetSpec, FencingPolicySpec, NodeFenceSpec};
 use serde_json::{json, Value};
 
@@ -259,6 +261,8 @@ fn cel_message_for(e: &TargetError) -> Option<&'static str> {
         },
         TargetError::BridgeUrl { .. } => message_of("FenceTarget", "bridge://<host>"),
         TargetError::CredentialsInUrl { .. } => message_of("FenceTarget", "may name a user"),
+        TargetError::NoStorageToReset { .. } => message_of("FenceTarget", "needs a Storage device"),
+        TargetError::CannotReset { .. } => message_of("FenceTarget", "restarts through direct"),
         _ => return None,
     })
 }
@@ -319,6 +323,7 @@ fn device_rules_agree_with_validate_on_every_url_kind_and_secret() {
                     levels: vec![FenceLevel {
                         name: "only".into(),
                         devices: vec![device],
+                        power_off: Default::default(),
                     }],
                 };
                 let cel = refused("FenceTarget", &json!({ "spec": spec }), None);
@@ -342,6 +347,49 @@ fn device_rules_agree_with_validate_on_every_url_kind_and_secret() {
         }
     }
     assert_eq!(compared, urls.len() * 4);
+}
+
+#[test]
+fn level_rules_for_hosts_that_must_not_power_off_agree_with_validate() {
+    let dev = |url: &str, kind: DeviceKind| FenceDevice {
+        url: url.into(),
+        kind,
+        credentials_secret_ref: (!url.starts_with("bridge://")).then(|| secret().unwrap()),
+        timeout_seconds: 20,
+    };
+    let storage = || dev("storagefw+https://fw:8443/nodes/m0", DeviceKind::Storage);
+    let cases = [
+        vec![storage(), dev("ipmi://bmc:623", DeviceKind::Power)],
+        vec![storage(), dev("redfish+https://bmc", DeviceKind::Power)],
+        vec![storage()],
+        vec![dev("bridge://b:8443/m0", DeviceKind::Storage)],
+        vec![dev("ipmi://bmc:623", DeviceKind::Power)],
+        vec![storage(), dev("snmp+pdu://pdu:161/4", DeviceKind::Power)],
+        vec![storage(), dev("bridge://b:8443/m0", DeviceKind::Power)],
+        vec![dev("snmp+pdu://pdu:161/4", DeviceKind::Power)],
+    ];
+    let mut refusals = 0;
+    for devices in cases {
+        for power_off in [PowerOff::Allowed, PowerOff::Disallowed] {
+            let spec = FenceTargetSpec {
+                levels: vec![FenceLevel {
+                    name: "l".into(),
+                    devices: devices.clone(),
+                    power_off,
+                }],
+            };
+            let cel = refused("FenceTarget", &json!({ "spec": spec }), None);
+            let errors = spec.validate().err().unwrap_or_default();
+            let expected: BTreeSet<_> = errors.iter().filter_map(cel_message_for).collect();
+            assert_eq!(
+                cel, expected,
+                "{power_off:?} {devices:?}: validate said {errors:?}"
+            );
+            refusals += cel.len();
+        }
+    }
+    // The table exercises both rules (not a vacuous agreement on "nothing refused").
+    assert_eq!(refusals, 5);
 }
 
 #[test]

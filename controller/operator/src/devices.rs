@@ -58,6 +58,9 @@ pub struct LevelRun {
     pub evidence: Vec<Evidence>,
     /// `None` when every device was verified; otherwise why the level failed.
     pub failure: Option<String>,
+    /// For a level that resets instead of powering off: the resets that were not accepted
+    /// (they do not fail the level, whose proof is the storage block).
+    pub resets_failed: Vec<String>,
 }
 
 fn now() -> MicroTime {
@@ -249,6 +252,59 @@ async fn storage_node(ctx: &Ctx, node: &str) -> Result<palisade_storagefw::NodeR
     palisade_storagefw::NodeRef::new(node, node_addresses(n.as_ref())).map_err(|e| e.to_string())
 }
 
+fn budget_of(d: &PlannedDevice) -> Duration {
+    Duration::from_secs(u64::try_from(d.timeout_seconds).unwrap_or(20).max(1))
+}
+
+/// The last check before a direct command, after the API reads that precede it: our term
+/// must still be valid on our own clock (no round trip, so the window stays small).
+fn still_leading(ctx: &Ctx, token: i64) -> Result<(), (AttemptOutcome, String)> {
+    if ctx.leader.token() == Some(token) {
+        Ok(())
+    } else {
+        Err((
+            AttemptOutcome::StaleToken,
+            format!("term {token} ended before the command was sent"),
+        ))
+    }
+}
+
+/// Restarts the machine through a direct IPMI or Redfish BMC without powering it off (a level
+/// with `powerOff: Disallowed`).
+///
+/// Guarantees: never evidence (a reset proves nothing; the restart shows only as a new boot
+/// ID); never a power-off command; leadership with `token` is checked first and the term once
+/// more before the command. A device of another scheme is refused with nothing sent.
+async fn warm_reset(ctx: &Ctx, node: &str, d: &PlannedDevice, token: i64) -> Acted {
+    use palisade_fence::PowerDevice as _;
+    ctx.leader
+        .check(token)
+        .await
+        .map_err(|e| (AttemptOutcome::StaleToken, e.to_string()))?;
+    match DeviceScheme::of(&d.url) {
+        Some(DeviceScheme::Ipmi | DeviceScheme::Redfish) if d.kind == DeviceKind::Power => {
+            let secret = secret_for(ctx, node, &d.url).await.map_err(failed)?;
+            let device = power_device(&d.url, &secret).map_err(failed)?;
+            still_leading(ctx, token)?;
+            let sent = bounded(budget_of(d), "reset acknowledgement", async {
+                device.warm_reset().await.map_err(fence_error)
+            })
+            .await?;
+            Ok((
+                format!(
+                    "{} accepted by {} (not evidence: the restart is proven only by a new boot ID)",
+                    sent.command, sent.device
+                ),
+                None,
+            ))
+        }
+        scheme => Err(failed(format!(
+            "a {:?} device with scheme {scheme:?} cannot restart the machine without powering it off; nothing sent",
+            d.kind
+        ))),
+    }
+}
+
 /// Drives one device one way. `key` is the idempotency key of this step (used by `bridge://`).
 ///
 /// Guarantees: evidence is returned only for a verified fence; leadership with `token` is
@@ -265,20 +321,9 @@ async fn act(
         .check(token)
         .await
         .map_err(|e| (AttemptOutcome::StaleToken, e.to_string()))?;
-    let budget = Duration::from_secs(u64::try_from(d.timeout_seconds).unwrap_or(20).max(1));
+    let budget = budget_of(d);
     let fence = direction == Direction::Fence;
-    // The last check before a direct command, after the API reads that precede it: our term
-    // must still be valid on our own clock (no round trip, so the window stays small).
-    let still_leading = || {
-        if ctx.leader.token() == Some(token) {
-            Ok(())
-        } else {
-            Err((
-                AttemptOutcome::StaleToken,
-                format!("term {token} ended before the command was sent"),
-            ))
-        }
-    };
+    let still_leading = || still_leading(ctx, token);
     let scheme = DeviceScheme::of(&d.url);
     match (d.kind, scheme) {
         (
@@ -422,18 +467,34 @@ fn step_key(step: &str, level: i32, index: usize, action: DeviceAction) -> Strin
 
 /// Runs the devices of one level one way, recording an attempt per device; stops at the first
 /// failure.
+///
+/// With `reset` (fencing a level that must not power off): every storage device runs first
+/// (whatever the plan's order), and the power devices are reset, not powered off, only once
+/// every storage block was verified; a reset that fails is recorded and does not fail the
+/// level.
+#[allow(clippy::too_many_arguments)]
 async fn drive(
     ctx: &Ctx,
     node: &str,
     level: i32,
     devices: &[PlannedDevice],
     direction: Direction,
+    reset: bool,
     token: i64,
     step: &str,
 ) -> LevelRun {
     let mut run = LevelRun::default();
-    for (index, d) in devices.iter().enumerate() {
-        let action = action_of(d.kind, direction);
+    let mut order: Vec<(usize, &PlannedDevice)> = devices.iter().enumerate().collect();
+    if reset {
+        order.sort_by_key(|(_, d)| d.kind != DeviceKind::Storage);
+    }
+    for (index, d) in order {
+        let resetting = reset && direction == Direction::Fence && d.kind == DeviceKind::Power;
+        let action = if resetting {
+            DeviceAction::Reset
+        } else {
+            action_of(d.kind, direction)
+        };
         let key = step_key(step, level, index, action);
         let span = tracing::info_span!(
             "device",
@@ -444,9 +505,15 @@ async fn drive(
             token,
             outcome = tracing::field::Empty,
         );
-        let acted = act(ctx, node, d, direction, token, &key)
-            .instrument(span.clone())
-            .await;
+        let acted = if resetting {
+            warm_reset(ctx, node, d, token)
+                .instrument(span.clone())
+                .await
+        } else {
+            act(ctx, node, d, direction, token, &key)
+                .instrument(span.clone())
+                .await
+        };
         let (outcome, message, evidence) = match acted {
             Ok((m, e)) => (AttemptOutcome::Succeeded, m, e),
             Err((o, m)) => (o, m, None),
@@ -462,6 +529,16 @@ async fn drive(
             at: now(),
             message: message.clone(),
         });
+        if resetting {
+            if outcome == AttemptOutcome::StaleToken {
+                run.failure = Some(format!("{}: {message}", d.url));
+                break;
+            }
+            if outcome != AttemptOutcome::Succeeded {
+                run.resets_failed.push(format!("{}: {message}", d.url));
+            }
+            continue;
+        }
         let verified = match (direction, evidence) {
             (Direction::Fence, Some((kind, observed))) => {
                 run.evidence.push(Evidence {
@@ -492,9 +569,20 @@ pub async fn run_level(
     level: i32,
     devices: &[PlannedDevice],
     token: i64,
+    reset: bool,
     step: &str,
 ) -> LevelRun {
-    drive(ctx, node, level, devices, Direction::Fence, token, step).await
+    drive(
+        ctx,
+        node,
+        level,
+        devices,
+        Direction::Fence,
+        reset,
+        token,
+        step,
+    )
+    .await
 }
 
 /// Recovery: powers on (power devices) or lifts the storage block (storage devices). Returns
@@ -507,7 +595,17 @@ pub async fn recover(
     token: i64,
     step: &str,
 ) -> (Vec<DeviceAttempt>, Result<(), String>) {
-    let run = drive(ctx, node, level, devices, Direction::Recover, token, step).await;
+    let run = drive(
+        ctx,
+        node,
+        level,
+        devices,
+        Direction::Recover,
+        false,
+        token,
+        step,
+    )
+    .await;
     (run.attempts, run.failure.map_or(Ok(()), Err))
 }
 

@@ -854,10 +854,16 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                     )
                     .await?;
                 }
-                Step::RunLevel { level, devices } => {
+                Step::RunLevel {
+                    level,
+                    devices,
+                    reset,
+                } => {
                     let step = step_name(&nf, token, &status);
-                    let run =
-                        crate::devices::run_level(ctx, &node, level, &devices, token, &step).await;
+                    let run = crate::devices::run_level(
+                        ctx, &node, level, &devices, token, reset, &step,
+                    )
+                    .await;
                     if stale_token(ctx, &nf, token, &run.attempts).await {
                         return Ok(true);
                     }
@@ -866,7 +872,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                     let wall = now_wall();
                     let (kind, reason, msg) = match run.failure {
                         None => {
-                            let msg = format!(
+                            let mut msg = format!(
                                 "level {level} verified: {}",
                                 run.evidence
                                     .iter()
@@ -874,6 +880,16 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                                     .collect::<Vec<_>>()
                                     .join("; ")
                             );
+                            if reset {
+                                msg.push_str(&if run.resets_failed.is_empty() {
+                                    "; the machine was reset, not powered off (recovery waits for a new boot ID)".to_string()
+                                } else {
+                                    format!(
+                                        "; reset not accepted ({}): the storage block stays until the node reports a new boot ID",
+                                        run.resets_failed.join("; ")
+                                    )
+                                });
+                            }
                             status
                                 .record_level_verified(level, run.evidence, wall, msg.clone())
                                 .map_err(|source| Error::Status {

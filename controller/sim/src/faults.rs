@@ -11,6 +11,9 @@ pub enum Fencing {
     Storage,
     /// One level with both the BMC and the storage firewall.
     PowerAndStorage,
+    /// A host that must not be powered off: one level with `powerOff: Disallowed` (the
+    /// storage firewall blocks, then the BMC resets the machine).
+    StorageThenReset,
     /// No FenceTarget: only a trusted self-fence, if any.
     None,
 }
@@ -312,6 +315,15 @@ impl Schedule {
             }
         }
         events.sort_by_key(|(t, _)| *t);
+        // Hosts that must not power off, drawn apart from `r` too: some power-and-storage
+        // nodes reset instead of powering off.
+        let mut no_power_off = Rng::new(seed ^ 0x00FF_05E7);
+        let mut nodes: Vec<NodeConfig> = nodes;
+        for node in &mut nodes {
+            if node.fencing == Fencing::PowerAndStorage && no_power_off.chance(50) {
+                node.fencing = Fencing::StorageThenReset;
+            }
+        }
         Schedule {
             seed,
             nodes,

@@ -46,6 +46,7 @@ pub fn campaign(seed: u64, count: u64, bug: Option<Bug>) -> Campaign {
         c.released += out.released;
         c.held += out.held;
         c.excused += out.excused;
+        c.resets += out.resets;
         if let Some(v) = out.violation {
             c.failure = Some((s, v));
             return c;
@@ -69,6 +70,8 @@ pub struct Campaign {
     pub held: u64,
     /// Times a stale agent was excused by its peers' vouches.
     pub excused: u64,
+    /// Warm resets of hosts that must not power off.
+    pub resets: u64,
     /// The first failing seed and its violation.
     pub failure: Option<(u64, Violation)>,
 }

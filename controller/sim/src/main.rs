@@ -60,6 +60,7 @@ fn main() {
     println!("  released:    {}", c.released);
     println!("  held:        {}", c.held);
     println!("  excused:     {}", c.excused);
+    println!("  resets:      {}", c.resets);
     println!("  violations:  {}", u8::from(c.failure.is_some()));
     println!("  runtime:     {:.1}s", start.elapsed().as_secs_f64());
     if let Some((s, v)) = c.failure {

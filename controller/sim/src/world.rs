@@ -24,10 +24,13 @@ use palisade_decide::snapshot::{
 use palisade_decide::{decide, next_step, Clocks, Mono, Verdict};
 use palisade_model::advertise::{Advertisement, PeerCheck, SelfFenceScope, Watchdog};
 use palisade_model::nodefence::{
-    Evidence, EvidenceKind, NodeFenceSpec, NodeFenceStatus, Phase, ReleasedObject, RequestedBy,
+    Evidence, EvidenceKind, LevelKind, NodeFenceSpec, NodeFenceStatus, Phase, ReleasedObject,
+    RequestedBy,
 };
 use palisade_model::policy::FencingPolicySpec;
-use palisade_model::target::{DeviceKind, FenceDevice, FenceLevel, FenceTargetSpec, SecretRef};
+use palisade_model::target::{
+    DeviceKind, FenceDevice, FenceLevel, FenceTargetSpec, PowerOff, SecretRef,
+};
 
 use crate::faults::{DeviceMode, Fault, Fencing, Schedule};
 use crate::rng::Rng;
@@ -54,11 +57,16 @@ pub enum Bug {
     /// Measure the self-fence wait on the wall clock only (a step of the controller's wall
     /// clock shortens it).
     WallClockOnly,
+    /// Power a host that must not power off off anyway (ignore the level's reset).
+    PowerOffInsteadOfReset,
+    /// Accept the runtime inventory as the clean proof after a reset fence (unblock the
+    /// storage without a new boot).
+    UnblockWithoutNewBoot,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 8] = [
+    pub const ALL: [Bug; 10] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -67,6 +75,8 @@ impl Bug {
         Bug::LooseMajority,
         Bug::RecordAfterDelete,
         Bug::WallClockOnly,
+        Bug::PowerOffInsteadOfReset,
+        Bug::UnblockWithoutNewBoot,
     ];
 
     /// Parses a bug's name (as printed by `{:?}`).
@@ -99,6 +109,8 @@ pub struct Outcome {
     pub held: u64,
     /// Times a stale agent was excused by its peers (kept its pods and its watchdog petted).
     pub excused: u64,
+    /// Warm resets a fence of a host that must not power off sent (and the BMC carried out).
+    pub resets: u64,
     /// The whole history of the run.
     pub history: Vec<String>,
 }
@@ -195,6 +207,9 @@ pub struct World<'s> {
     crash_rng: Rng,
     /// Pods a release deleted, for the check that the status names every one of them.
     released_uids: BTreeSet<String>,
+    /// A promise to a host that must not power off, broken by a device command (a power off or
+    /// on, or a storage unblock without a new boot since fencing began).
+    broken_promise: Option<String>,
     pods: Vec<Pod>,
     identities: Vec<(String, bool)>,
     fences: Vec<Fence>,
@@ -268,6 +283,7 @@ impl<'s> World<'s> {
             skew_rng: Rng::new(s.seed ^ 0x5EED_C10C),
             crash_rng: Rng::new(s.seed ^ 0x0C2A_54ED),
             released_uids: BTreeSet::new(),
+            broken_promise: None,
             machines,
             pods: Vec::new(),
             identities: vec![
@@ -442,6 +458,35 @@ impl<'s> World<'s> {
         self.log(format!("m{i} powered on (boot {})", self.machines[i].boot));
     }
 
+    /// Restarts a powered machine in place (a BMC's warm reset): its containers die, it boots
+    /// again with a new boot ID, and its power never goes off.
+    fn reset_machine(&mut self, i: usize) {
+        if !self.machines[i].powered {
+            return;
+        }
+        let m = &mut self.machines[i];
+        m.containers.clear();
+        m.boot += 1;
+        self.out.resets += 1;
+        self.start_agent(i);
+        self.log(format!("m{i} reset (boot {})", self.machines[i].boot));
+    }
+
+    /// A power command from the controller: a broken promise for a host that must not power
+    /// off.
+    fn power_command(&mut self, i: usize, what: &str) {
+        if self.s.nodes[i].fencing == Fencing::StorageThenReset && self.broken_promise.is_none() {
+            self.broken_promise = Some(format!(
+                "m{i} must not power off, and the controller sent it {what}"
+            ));
+        }
+    }
+
+    /// The boot ID the machine's agent advertises.
+    fn boot_id(&self, i: usize) -> String {
+        format!("{}-boot-{}", self.machines[i].name, self.machines[i].boot)
+    }
+
     fn power_off(&mut self, i: usize) {
         let m = &mut self.machines[i];
         if m.powered {
@@ -472,7 +517,7 @@ impl<'s> World<'s> {
                     }),
                     scope: Some(SelfFenceScope::All),
                     version: None,
-                    boot_id: Some(format!("{}-boot-{}", m.name, m.boot)),
+                    boot_id: Some(self.boot_id(i)),
                     // Taken from the runtime at this renewal, before this tick's kills.
                     runtime_pods: Some(m.containers.clone()),
                     peer_check: cfg.peer_check.map(|(vouch_after, answer_valid)| PeerCheck {
@@ -668,6 +713,9 @@ impl<'s> World<'s> {
 
     /// The invariants.
     fn check(&self) -> Option<Violation> {
+        if let Some(what) = &self.broken_promise {
+            return Some(self.violation(what.clone()));
+        }
         if let Some(uid) = self.released_uids.iter().find(|uid| {
             !self.fences.iter().any(|f| {
                 let r = &f.status.release;
@@ -734,12 +782,20 @@ impl<'s> World<'s> {
             Fencing::Power => vec![power],
             Fencing::Storage => vec![storage],
             Fencing::PowerAndStorage => vec![power, storage],
+            // Listed power first: the plan must still block the storage before the reset.
+            Fencing::StorageThenReset => vec![power, storage],
             Fencing::None => return None,
+        };
+        let power_off = if self.s.nodes[i].fencing == Fencing::StorageThenReset {
+            PowerOff::Disallowed
+        } else {
+            PowerOff::Allowed
         };
         Some(FenceTargetSpec {
             levels: vec![FenceLevel {
                 name: "level".into(),
                 devices,
+                power_off,
             }],
         })
     }
@@ -938,9 +994,23 @@ impl<'s> World<'s> {
             }
             _ => PeerTrust::NotPeerChecked,
         };
+        // The planted bug forgets that the fence reset the machine (any proof will do).
+        let forgetful;
+        let st_for_proof = if self.bug == Some(Bug::UnblockWithoutNewBoot) {
+            let mut copy = st.clone();
+            for l in copy.plan.iter_mut().flat_map(|p| p.levels.iter_mut()) {
+                if l.kind == LevelKind::StorageThenReset {
+                    l.kind = LevelKind::Hardware;
+                }
+            }
+            forgetful = copy;
+            &forgetful
+        } else {
+            st
+        };
         let clean = match st.entered_at().filter(|_| st.phase == Phase::Recovering) {
             Some(at) => clean_proof(
-                st,
+                st_for_proof,
                 &advertised,
                 last_renewal,
                 at.checked_add(SETTLE).unwrap_or(at),
@@ -1093,10 +1163,26 @@ impl<'s> World<'s> {
                     }
                 }
             }
-            Step::RunLevel { level, devices } => {
+            Step::RunLevel {
+                level,
+                devices,
+                reset,
+            } => {
+                let reset = reset && self.bug != Some(Bug::PowerOffInsteadOfReset);
                 let mut evidence = Vec::new();
                 let mut ok = true;
                 for d in &devices {
+                    if reset && d.kind == DeviceKind::Power {
+                        // Sent only once every storage block was verified, as the controller
+                        // does; a reset proves nothing and fails nothing.
+                        if ok && self.machines[i].power_mode == DeviceMode::Works {
+                            self.reset_machine(i);
+                        }
+                        continue;
+                    }
+                    if d.kind == DeviceKind::Power {
+                        self.power_command(i, "a power off");
+                    }
                     let (mode, kind) = match d.kind {
                         DeviceKind::Power => (self.machines[i].power_mode, EvidenceKind::PowerOff),
                         DeviceKind::Storage => {
@@ -1206,6 +1292,7 @@ impl<'s> World<'s> {
             }
             Step::DeleteAttachment(..) | Step::ClearAttachRecord(..) => {}
             Step::PowerOn(_) => {
+                self.power_command(i, "a power on");
                 if self.machines[i].power_mode == DeviceMode::Works {
                     self.power_on(i);
                 }
@@ -1214,6 +1301,16 @@ impl<'s> World<'s> {
                 }
             }
             Step::Unfence(_) => {
+                let at_fence = self.fences[f].status.recovery.boot_id_at_fence.clone();
+                let now_boot = self.boot_id(i);
+                if self.s.nodes[i].fencing == Fencing::StorageThenReset
+                    && self.broken_promise.is_none()
+                    && at_fence.as_ref().is_none_or(|b| *b == now_boot)
+                {
+                    self.broken_promise = Some(format!(
+                        "{name}: storage of a host that must not power off unblocked in boot {now_boot}, not newer than {at_fence:?} when fencing began"
+                    ));
+                }
                 if self.machines[i].storage_mode == DeviceMode::Works {
                     self.machines[i].storage_blocked = false;
                 }

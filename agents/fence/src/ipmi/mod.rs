@@ -29,7 +29,7 @@ use self::session::{list_cipher_suites, OpenError, Session, SessionParams};
 use self::transport::Transport;
 use crate::device::{Credentials, DeviceOptions, PowerDevice};
 use crate::error::FenceError;
-use crate::power::PowerState;
+use crate::power::{PowerState, ResetSent};
 use crate::target::IpmiTarget;
 use crate::verify::{self, Commanded, StatusProbe, VerifiedOff, VerifiedOn};
 
@@ -288,6 +288,36 @@ impl PowerDevice for IpmiDevice {
                 detail: "internal: off evidence for on".into(),
             }),
         }
+    }
+
+    /// Chassis Control `hard reset`, in one session with a status read first: a chassis that
+    /// reports off is not reset (a reset would not start it, and the command's meaning on an
+    /// off chassis varies between BMCs).
+    async fn warm_reset(&self) -> Result<ResetSent, FenceError> {
+        let mut s = self.open(Privilege::Administrator).await?;
+        let r = async {
+            self.check_identity(&mut s).await?;
+            let st = s
+                .command_ok(&GetChassisStatus, "Get Chassis Status")
+                .await?;
+            if !st.power_on {
+                return Err(FenceError::DeviceRefused {
+                    device: self.name.clone(),
+                    detail:
+                        "the chassis reports power off: a hard reset would not start it; not sent"
+                            .into(),
+                });
+            }
+            s.command_ok(&ChassisControl::HardReset, "Chassis Control")
+                .await?;
+            Ok(ResetSent {
+                device: self.name.clone(),
+                command: "chassis hard reset".into(),
+            })
+        }
+        .await;
+        s.close().await;
+        r
     }
 
     async fn monitor(&self) -> Result<(), FenceError> {

@@ -45,7 +45,7 @@ use self::session::Session;
 use self::transport::Http;
 use crate::device::{Credentials, DeviceOptions, PowerDevice};
 use crate::error::FenceError;
-use crate::power::PowerState;
+use crate::power::{PowerState, ResetSent};
 use crate::secret::Secret;
 use crate::target::{RedfishTarget, RedfishTls};
 use crate::verify::{self, Commanded, VerifiedOff, VerifiedOn, VerifyPolicy};
@@ -274,6 +274,16 @@ impl PowerDevice for RedfishDevice {
                 detail: "internal: off evidence for on".into(),
             }),
         }
+    }
+
+    /// `ComputerSystem.Reset` with `ForceRestart` only (never `PowerCycle`, which turns the
+    /// power off), when the system allows it.
+    async fn warm_reset(&self) -> Result<ResetSent, FenceError> {
+        let sent = self.reset(&[ResetType::ForceRestart]).await?;
+        Ok(ResetSent {
+            device: self.name.clone(),
+            command: format!("ComputerSystem.Reset {}", sent.as_str()),
+        })
     }
 
     /// The systems of the BMC, as (`Id`, `Name` or else `UUID`): what `plug` may name.

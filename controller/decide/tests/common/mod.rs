@@ -63,6 +63,7 @@ pub fn target(levels: Vec<Vec<(String, DeviceKind)>>) -> FenceTargetSpec {
                         timeout_seconds: 10,
                     })
                     .collect(),
+                power_off: Default::default(),
             })
             .collect(),
     }
