@@ -288,6 +288,10 @@ fn libvirt_backed_sushy_is_fenced_on_the_first_read_and_recovered() {
         );
         let on = a.on().await.expect("on is verified");
         assert_eq!(on.polls(), 1);
+        // A warm reset (a host that must not power off): ForceRestart, never a power off.
+        let sent = a.warm_reset().await.expect("ForceRestart is accepted");
+        assert_eq!(sent.command, "ComputerSystem.Reset ForceRestart");
+        assert_eq!(a.status().await.unwrap(), PowerState::On);
     });
 }
 

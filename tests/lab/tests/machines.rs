@@ -241,3 +241,31 @@ fn a_machine_on_two_outlets_stays_up_until_both_are_off() {
     assert!(out.status.success(), "{out:?}");
     m.wait_power(false, Duration::from_secs(10)).unwrap();
 }
+
+/// A namespace machine's BMC has no VM to reset: it refuses a hard reset (as some real BMCs
+/// do) and changes nothing. The QEMU machine's BMC resets its VM (`tests/qemu.rs`).
+#[test]
+fn a_namespace_machine_bmc_refuses_a_hard_reset_and_changes_nothing() {
+    let lab = lab(1, 1);
+    let m = &lab.machines()[0];
+    let before = eventually("machine processes", Duration::from_secs(10), || {
+        let p = m.processes();
+        (p.len() >= 4).then_some(p)
+    });
+    let boot = std::fs::read_to_string(m.dir().join("boot_id")).unwrap();
+    let reset = ipmitool(&lab, 0, &["chassis", "power", "reset"]);
+    assert!(!reset.status.success(), "{reset:?}");
+    assert!(
+        String::from_utf8_lossy(&reset.stderr).contains("Invalid data field"),
+        "{reset:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.dir().join("boot_id")).unwrap(),
+        boot
+    );
+    assert!(before.iter().all(|p| palisade_lab::process::alive(*p)));
+    assert_eq!(
+        stdout(&ipmitool(&lab, 0, &["chassis", "power", "status"])),
+        "Chassis Power is on"
+    );
+}

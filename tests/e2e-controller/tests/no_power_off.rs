@@ -1,0 +1,243 @@
+//! A host that must not be powered off (its BMC shares the host's NIC and is lost when the host
+//! is off): its only level says `powerOff: Disallowed`, with its BMC listed *before* the storage
+//! firewall.
+//!
+//! The controller blocks the storage first (verified), then asks the BMC for a warm reset. The
+//! lab's namespace-machine BMC (`ipmi_sim` with no VM behind it) refuses a hard reset ("invalid
+//! data field"), as some real BMCs do: the level is still verified on the storage block alone,
+//! and the refusal is on record. The machine is never sent a power command, neither to fence
+//! nor in recovery (although the policy asks for `powerOn`). When the node comes back in the
+//! same boot, the storage stays blocked and the `NodeFence` stays Recovering; only after the
+//! machine has booted again (a person cycles it) is the block lifted and the fence Done.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::PostParams;
+use kube::Api;
+use palisade_lab::Cut;
+use palisade_model::nodefence::{AttemptOutcome, Coverage, DeviceAction, Phase};
+use palisade_model::FenceTarget;
+use serde_json::json;
+
+fn ipmitool(port: u16, user: &str, password_file: &Path, args: &[&str]) -> String {
+    let out = Command::new("ipmitool")
+        .args([
+            "-I",
+            "lanplus",
+            "-C",
+            "3",
+            "-N",
+            "1",
+            "-R",
+            "2",
+            "-H",
+            "127.0.0.1",
+            "-p",
+        ])
+        .arg(port.to_string())
+        .arg("-U")
+        .arg(user)
+        .arg("-f")
+        .arg(password_file)
+        .args(args)
+        .output()
+        .expect("run ipmitool");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn a_host_that_must_not_power_off_is_fenced_at_its_storage_and_unblocked_only_after_a_new_boot() {
+    let (lab, rt, c) = lab_ready(3, false);
+    let storage = palisade_scenario::Storage::start(&lab, &["db"]).expect("storage server");
+    let ctl = start_controller(&lab, "ctl-no-power-off");
+    policy_with(
+        &c,
+        &rt,
+        json!({"recovery": {"powerOn": true, "untaintWhen": "NodeReady"}}),
+    );
+    let m0 = &lab.machines()[0];
+    let bmc = m0.bmc();
+    secret(&c, &rt, "bmc-m0", &[("password", &bmc.password().unwrap())]);
+    secret(
+        &c,
+        &rt,
+        "storage-m0",
+        &[("caBundle", &storage.ca_pem), ("token", &storage.token)],
+    );
+    let target: FenceTarget = serde_json::from_value(json!({
+        "apiVersion": "palisade.dev/v1alpha1", "kind": "FenceTarget",
+        "metadata": {"name": "m0"},
+        "spec": {"levels": [{
+            "name": "storage+reset",
+            "powerOff": "Disallowed",
+            "devices": [
+                palisade_scenario::device(&ipmi_url(&lab, 0), "Power", "bmc-m0"),
+                palisade_scenario::device(&storage.fence_url(), "Storage", "storage-m0"),
+            ],
+        }]},
+    }))
+    .unwrap();
+    let targets: Api<FenceTarget> = Api::all(c.clone());
+    eventually("FenceTarget created", Duration::from_secs(30), || {
+        rt.block_on(targets.create(&PostParams::default(), &target))
+            .ok()
+    });
+    let status = || {
+        ipmitool(
+            bmc.port,
+            &bmc.user,
+            &bmc.password_file,
+            &["chassis", "power", "status"],
+        )
+    };
+    assert_eq!(status(), "Chassis Power is on");
+    let first_boot = m0.boot_id().expect("m0 has a boot ID");
+
+    let t_cut = k8s_openapi::jiff::Timestamp::now();
+    lab.partition(0, Cut::All).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let nf = loop {
+        let fences = fences_for(&c, &rt, "m0");
+        // Released, then at once Recovering (the policy has a recovery; nothing to power on).
+        if let Some(f) = fences.iter().find(|f| {
+            f.status
+                .as_ref()
+                .is_some_and(|s| matches!(s.phase, Phase::Released | Phase::Recovering))
+        }) {
+            break f.clone();
+        }
+        if std::time::Instant::now() > deadline {
+            let log = ctl.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            panic!(
+                "m0's NodeFence not Released in 180 s: {:#?}\ncontroller log (last lines, newest first):\n{}",
+                fences.iter().map(|f| &f.status).collect::<Vec<_>>(),
+                tail.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    print_timeline(&nf, t_cut);
+    let st = nf.status.clone().unwrap();
+    for a in &st.attempts {
+        eprintln!(
+            "attempt: {:?} {} {:?}: {}",
+            a.action, a.device, a.outcome, a.message
+        );
+    }
+    // Verified on the storage block alone.
+    assert_eq!(st.verified_fence().unwrap().coverage(), Coverage::Stateful);
+    // The storage block came first and was verified; then the reset was asked for (and
+    // refused by this BMC); never a power off.
+    let block = st
+        .attempts
+        .iter()
+        .position(|a| a.action == DeviceAction::Block && a.outcome == AttemptOutcome::Succeeded)
+        .expect("a verified storage block");
+    let reset = st
+        .attempts
+        .iter()
+        .position(|a| a.action == DeviceAction::Reset)
+        .expect("a reset was asked for");
+    assert!(block < reset, "storage before the reset: {:?}", st.attempts);
+    assert_ne!(
+        st.attempts[reset].outcome,
+        AttemptOutcome::Succeeded,
+        "this lab BMC refuses a hard reset"
+    );
+    assert!(
+        !st.attempts
+            .iter()
+            .any(|a| matches!(a.action, DeviceAction::PowerOff | DeviceAction::PowerOn)),
+        "no power command: {:?}",
+        st.attempts
+    );
+    assert!(m0.is_powered(), "m0 was never powered off");
+    assert_eq!(status(), "Chassis Power is on");
+
+    // The node comes back in the same boot: the fence waits for a new boot ID, the storage
+    // stays blocked, and still no power command is sent (the policy's powerOn does not apply).
+    let t_heal = k8s_openapi::jiff::Timestamp::now();
+    lab.heal(0).unwrap();
+    let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-node-lease");
+    eventually(
+        "m0 renews its Lease after the heal",
+        Duration::from_secs(120),
+        || {
+            let renew = rt.block_on(leases.get("m0")).ok()?.spec?.renew_time?;
+            (renew.0 > t_heal).then_some(())
+        },
+    );
+    eventually("m0's NodeFence Recovering", Duration::from_secs(60), || {
+        fences_for(&c, &rt, "m0").into_iter().find(|f| {
+            f.status
+                .as_ref()
+                .is_some_and(|s| s.phase == Phase::Recovering)
+        })
+    });
+    ctl.wait_ticks(10);
+    let waiting = fences_for(&c, &rt, "m0")
+        .into_iter()
+        .find(|f| f.metadata.name == nf.metadata.name)
+        .and_then(|f| f.status)
+        .unwrap();
+    assert_eq!(
+        waiting.phase,
+        Phase::Recovering,
+        "{:?}",
+        waiting.transitions
+    );
+    assert!(waiting.recovery.clean_proof.is_none());
+    assert!(
+        waiting.recovery.unfenced_at.is_none(),
+        "storage still blocked"
+    );
+    assert!(waiting.recovery.powered_on_at.is_none());
+    assert_eq!(m0.boot_id().as_deref(), Some(first_boot.as_str()));
+
+    // A person cycles the machine: it boots again with a new boot ID, and only then is the
+    // block lifted and the fence Done.
+    assert_eq!(
+        ipmitool(
+            bmc.port,
+            &bmc.user,
+            &bmc.password_file,
+            &["chassis", "power", "off"]
+        ),
+        "Chassis Power Control: Down/Off"
+    );
+    m0.wait_power(false, Duration::from_secs(30))
+        .expect("m0 off");
+    ipmitool(
+        bmc.port,
+        &bmc.user,
+        &bmc.password_file,
+        &["chassis", "power", "on"],
+    );
+    m0.wait_power(true, Duration::from_secs(30)).expect("m0 on");
+    let done = eventually("m0's NodeFence Done", Duration::from_secs(180), || {
+        fences_for(&c, &rt, "m0").into_iter().find(|f| {
+            f.metadata.name == nf.metadata.name
+                && f.status.as_ref().is_some_and(|s| s.phase == Phase::Done)
+        })
+    });
+    let st = done.status.unwrap();
+    let proof = st.recovery.clean_proof.clone().unwrap_or_default();
+    eprintln!("clean proof: {proof}");
+    assert!(proof.contains("boot ID changed"), "proof: {proof:?}");
+    assert!(st.recovery.unfenced_at.is_some(), "storage unblocked");
+    assert!(st.recovery.powered_on_at.is_none());
+    assert!(
+        !st.attempts
+            .iter()
+            .any(|a| matches!(a.action, DeviceAction::PowerOff | DeviceAction::PowerOn)),
+        "no power command from the controller: {:?}",
+        st.attempts
+    );
+}
