@@ -12,8 +12,6 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -25,29 +23,9 @@ use palisade_model::nodefence::{AttemptOutcome, Coverage, DeviceAction, Phase};
 use palisade_model::FenceTarget;
 use serde_json::json;
 
-fn ipmitool(port: u16, user: &str, password_file: &Path, args: &[&str]) -> String {
-    let out = Command::new("ipmitool")
-        .args([
-            "-I",
-            "lanplus",
-            "-C",
-            "3",
-            "-N",
-            "1",
-            "-R",
-            "2",
-            "-H",
-            "127.0.0.1",
-            "-p",
-        ])
-        .arg(port.to_string())
-        .arg("-U")
-        .arg(user)
-        .arg("-f")
-        .arg(password_file)
-        .args(args)
-        .output()
-        .expect("run ipmitool");
+/// `ipmitool` against m0's BMC (the lab's login; the password stays in its file).
+fn ipmitool(bmc: &palisade_lab::BmcInfo, args: &[&str]) -> String {
+    let out = bmc.ipmitool().args(args).output().expect("run ipmitool");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 

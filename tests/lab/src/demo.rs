@@ -58,12 +58,9 @@ impl Timeline {
 }
 
 fn ipmitool(lab: &Lab, machine: usize, args: &[&str]) -> Result<String> {
-    let m = &lab.machines()[machine];
-    let out = Command::new("ipmitool")
-        .args(["-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p"])
-        .arg(m.bmc().port.to_string())
-        .args(["-U", &m.bmc().user, "-f"])
-        .arg(&m.bmc().password_file)
+    let out = lab.machines()[machine]
+        .bmc()
+        .ipmitool()
         .args(args)
         .output()
         .context("running ipmitool")?;

@@ -428,23 +428,9 @@ impl Lab {
     pub fn wait_bmc(&self, m: &Machine) -> Result<()> {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let out = Command::new("ipmitool")
-                .args([
-                    "-I",
-                    "lanplus",
-                    "-C",
-                    "3",
-                    "-N",
-                    "1",
-                    "-R",
-                    "1",
-                    "-H",
-                    "127.0.0.1",
-                    "-p",
-                ])
-                .arg(m.bmc.port.to_string())
-                .args(["-U", &m.bmc.user, "-f"])
-                .arg(&m.bmc.password_file)
+            let out = m
+                .bmc
+                .ipmitool()
                 .args(["chassis", "power", "status"])
                 .stdin(Stdio::null())
                 .output();

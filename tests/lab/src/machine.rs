@@ -42,6 +42,20 @@ impl BmcInfo {
             .map(|s| s.trim_end().to_string())
             .map_err(LabError::io(&self.password_file))
     }
+
+    /// An `ipmitool` command for this BMC (RMCP+ with cipher suite 3, a 1 s exchange timeout,
+    /// two retries), logged in from the password file (the password is never an argument).
+    /// Append the subcommand, for example `["chassis", "power", "status"]`.
+    pub fn ipmitool(&self) -> Command {
+        let mut c = Command::new("ipmitool");
+        c.args(["-I", "lanplus", "-C", "3", "-N", "1", "-R", "2", "-H"])
+            .arg(self.host.to_string())
+            .arg("-p")
+            .arg(self.port.to_string())
+            .args(["-U", &self.user, "-f"])
+            .arg(&self.password_file);
+        c
+    }
 }
 
 /// One simulated bare-metal machine.

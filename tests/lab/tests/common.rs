@@ -30,26 +30,16 @@ pub fn ipmitool(lab: &Lab, i: usize, args: &[&str]) -> Output {
 
 /// Runs ipmitool against a BMC port with the given user and password file.
 pub fn ipmitool_with(port: u16, user: &str, password_file: &Path, args: &[&str]) -> Output {
-    Command::new("ipmitool")
-        .args([
-            "-I",
-            "lanplus",
-            "-C",
-            "3",
-            "-N",
-            "1",
-            "-R",
-            "2",
-            "-H",
-            "127.0.0.1",
-            "-p",
-        ])
-        .arg(port.to_string())
-        .args(["-U", user, "-f"])
-        .arg(password_file)
-        .args(args)
-        .output()
-        .expect("ipmitool runs")
+    palisade_lab::BmcInfo {
+        host: std::net::Ipv4Addr::LOCALHOST,
+        port,
+        user: user.into(),
+        password_file: password_file.into(),
+    }
+    .ipmitool()
+    .args(args)
+    .output()
+    .expect("ipmitool runs")
 }
 
 /// Runs a Net-SNMP tool against the lab PDU with the credentials in `conf_dir`'s snmp.conf.
