@@ -57,6 +57,8 @@ pub enum Bug {
     /// Measure the self-fence wait on the wall clock only (a step of the controller's wall
     /// clock shortens it).
     WallClockOnly,
+    /// Count a late peer vouch from its arrival instead of its request's send time.
+    VouchFromArrival,
     /// Power a host that must not power off off anyway (ignore the level's reset).
     PowerOffInsteadOfReset,
     /// Accept the runtime inventory as the clean proof after a reset fence (unblock the
@@ -66,7 +68,7 @@ pub enum Bug {
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 10] = [
+    pub const ALL: [Bug; 11] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -75,6 +77,7 @@ impl Bug {
         Bug::LooseMajority,
         Bug::RecordAfterDelete,
         Bug::WallClockOnly,
+        Bug::VouchFromArrival,
         Bug::PowerOffInsteadOfReset,
         Bug::UnblockWithoutNewBoot,
     ];
@@ -152,6 +155,8 @@ struct Machine {
     fence_active: bool,
     /// Per peer: the send time of the request its standing vouch answered.
     vouches: BTreeMap<usize, u64>,
+    /// Peer requests whose answers are late: (arrives at, peer, sent at).
+    in_flight: Vec<(u64, usize, u64)>,
     /// The excuse published by the last poll round (`until`, exclusive).
     excused_until: Option<u64>,
     next_poll: u64,
@@ -205,6 +210,9 @@ pub struct World<'s> {
     skew_rng: Rng,
     /// Draws the controller crashes in the middle of a release (apart from `rng`, as above).
     crash_rng: Rng,
+    /// Draws the fate of each peer request (answered at once, late, or lost), apart from
+    /// `rng` as above.
+    net_rng: Rng,
     /// Pods a release deleted, for the check that the status names every one of them.
     released_uids: BTreeSet<String>,
     /// A promise to a host that must not power off, broken by a device command (a power off or
@@ -257,6 +265,7 @@ impl<'s> World<'s> {
                 last_write: 0,
                 fence_active: false,
                 vouches: BTreeMap::new(),
+                in_flight: Vec::new(),
                 excused_until: None,
                 next_poll: 0,
                 excusing: false,
@@ -282,6 +291,7 @@ impl<'s> World<'s> {
             lease_log: vec![vec![(0, 0, 0, Advertisement::default())]; s.nodes.len()],
             skew_rng: Rng::new(s.seed ^ 0x5EED_C10C),
             crash_rng: Rng::new(s.seed ^ 0x0C2A_54ED),
+            net_rng: Rng::new(s.seed ^ 0x0A75_DE1A),
             released_uids: BTreeSet::new(),
             broken_promise: None,
             machines,
@@ -435,6 +445,7 @@ impl<'s> World<'s> {
         m.last_write = now;
         m.fence_active = false;
         m.vouches.clear();
+        m.in_flight.clear();
         m.excused_until = None;
         m.next_poll = now;
         m.excusing = false;
@@ -542,6 +553,7 @@ impl<'s> World<'s> {
                 // A successful renewal lifts the fence; the poller stops and forgets.
                 m.fence_active = false;
                 m.vouches.clear();
+                m.in_flight.clear();
                 m.excused_until = None;
                 m.excusing = false;
             }
@@ -566,6 +578,7 @@ impl<'s> World<'s> {
                 } else {
                     let m = &mut self.machines[i];
                     m.vouches.clear();
+                    m.in_flight.clear();
                     m.excused_until = None;
                 }
             }
@@ -594,21 +607,47 @@ impl<'s> World<'s> {
 
     /// One poll round of agent `i`: asks every peer, then publishes until when a strict
     /// majority of the members (itself one voter when it may vouch) excuses it.
+    ///
+    /// Requests are lost (10 %), answered late (30 %: 1 ms to 2.5 s, judged by the peer when
+    /// they arrive and tallied at the first round after that) or at once. A late vouch counts
+    /// from its request's send time, as in the agent.
     fn poll(&mut self, i: usize, vouch_after: u64, answer_valid: u64) {
         let now = self.now;
         let n = self.machines.len();
-        let answers: Vec<(usize, Option<bool>)> = (0..n)
-            .filter(|&j| j != i)
-            .map(|j| (j, self.answer(i, j)))
-            .collect();
+        let mut answers: Vec<(usize, u64, Option<bool>)> = Vec::new();
+        let (arrived, late): (Vec<_>, Vec<_>) = std::mem::take(&mut self.machines[i].in_flight)
+            .into_iter()
+            .partition(|(at, _, _)| *at <= now);
+        self.machines[i].in_flight = late;
+        for (_, j, sent) in arrived {
+            // The planted bug counts a late vouch from its arrival.
+            let from = if self.bug == Some(Bug::VouchFromArrival) {
+                now
+            } else {
+                sent
+            };
+            answers.push((j, from, self.answer(i, j)));
+        }
+        for j in (0..n).filter(|&j| j != i) {
+            let fate = self.net_rng.below(100);
+            if fate < 10 {
+                continue;
+            }
+            if fate < 40 {
+                let arrives = now + 1 + self.net_rng.below(2_500);
+                self.machines[i].in_flight.push((arrives, j, now));
+                continue;
+            }
+            answers.push((j, now, self.answer(i, j)));
+        }
         let loose = self.bug == Some(Bug::LooseMajority);
         let m = &mut self.machines[i];
-        for (j, a) in answers {
+        for (j, sent_at, a) in answers {
             // A "no" or no answer adds nothing and takes nothing away: an earlier vouch
             // lapses on its own, `answer_valid` after its request (as in the agent).
             if a == Some(true) {
-                let sent = m.vouches.entry(j).or_insert(now);
-                *sent = (*sent).max(now);
+                let sent = m.vouches.entry(j).or_insert(sent_at);
+                *sent = (*sent).max(sent_at);
             }
         }
         m.next_poll = now + POLL_MS;
