@@ -57,8 +57,6 @@ pub enum Bug {
     /// Measure the self-fence wait on the wall clock only (a step of the controller's wall
     /// clock shortens it).
     WallClockOnly,
-    /// Count a late peer vouch from its arrival instead of its request's send time.
-    VouchFromArrival,
     /// Power a host that must not power off off anyway (ignore the level's reset).
     PowerOffInsteadOfReset,
     /// Accept the runtime inventory as the clean proof after a reset fence (unblock the
@@ -68,7 +66,7 @@ pub enum Bug {
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 11] = [
+    pub const ALL: [Bug; 10] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -77,7 +75,6 @@ impl Bug {
         Bug::LooseMajority,
         Bug::RecordAfterDelete,
         Bug::WallClockOnly,
-        Bug::VouchFromArrival,
         Bug::PowerOffInsteadOfReset,
         Bug::UnblockWithoutNewBoot,
     ];
@@ -86,6 +83,18 @@ impl Bug {
     pub fn parse(s: &str) -> Option<Bug> {
         Bug::ALL.into_iter().find(|b| format!("{b:?}") == s)
     }
+}
+
+/// A peer request answered late: the peer judges it when it arrives (`judged_at`), and its
+/// answer reaches the asking agent later still (`arrives`).
+#[derive(Debug, Clone)]
+struct InFlight {
+    peer: usize,
+    sent: u64,
+    judged_at: u64,
+    arrives: u64,
+    /// The peer's answer once judged (`None` inside: the request failed).
+    answer: Option<Option<bool>>,
 }
 
 /// An invariant broken.
@@ -126,6 +135,8 @@ const SETTLE: SignedDuration = SignedDuration::from_secs(2);
 const MAX_WATCH_LAG_MS: u64 = 1_500;
 /// How often an agent that cannot renew asks its peers.
 const POLL_MS: u64 = 1_000;
+/// The agent's peer request timeout (0.8 of the poll interval, as `palisade-node` sets it).
+const REQUEST_TIMEOUT_MS: u64 = 800;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Agent {
@@ -155,8 +166,8 @@ struct Machine {
     fence_active: bool,
     /// Per peer: the send time of the request its standing vouch answered.
     vouches: BTreeMap<usize, u64>,
-    /// Peer requests whose answers are late: (arrives at, peer, sent at).
-    in_flight: Vec<(u64, usize, u64)>,
+    /// Peer requests whose answers are late.
+    in_flight: Vec<InFlight>,
     /// The excuse published by the last poll round (`until`, exclusive).
     excused_until: Option<u64>,
     next_poll: u64,
@@ -349,6 +360,7 @@ impl<'s> World<'s> {
         while self.now <= self.s.length_ms {
             self.faults();
             for i in 0..self.machines.len() {
+                self.judge_in_flight(i);
                 self.agent(i);
                 self.watchdog(i);
             }
@@ -608,25 +620,24 @@ impl<'s> World<'s> {
     /// One poll round of agent `i`: asks every peer, then publishes until when a strict
     /// majority of the members (itself one voter when it may vouch) excuses it.
     ///
-    /// Requests are lost (10 %), answered late (30 %: 1 ms to 2.5 s, judged by the peer when
-    /// they arrive and tallied at the first round after that) or at once. A late vouch counts
-    /// from its request's send time, as in the agent.
+    /// Requests are lost (10 %), answered late (30 %: the peer judges it up to 0.6 s after it
+    /// was sent, and its answer arrives up to 0.6 s after that; the agent drops an answer later
+    /// than its request timeout, and tallies the others at the first round after they arrived)
+    /// or at once. A late vouch counts from its request's send time, as in the agent.
     fn poll(&mut self, i: usize, vouch_after: u64, answer_valid: u64) {
         let now = self.now;
         let n = self.machines.len();
         let mut answers: Vec<(usize, u64, Option<bool>)> = Vec::new();
         let (arrived, late): (Vec<_>, Vec<_>) = std::mem::take(&mut self.machines[i].in_flight)
             .into_iter()
-            .partition(|(at, _, _)| *at <= now);
+            .partition(|r| r.arrives <= now && r.answer.is_some());
         self.machines[i].in_flight = late;
-        for (_, j, sent) in arrived {
-            // The planted bug counts a late vouch from its arrival.
-            let from = if self.bug == Some(Bug::VouchFromArrival) {
-                now
-            } else {
-                sent
-            };
-            answers.push((j, from, self.answer(i, j)));
+        for r in arrived {
+            // The agent gives up on a request after its timeout (0.8 of the poll interval):
+            // a later answer is dropped.
+            if r.arrives - r.sent <= REQUEST_TIMEOUT_MS {
+                answers.push((r.peer, r.sent, r.answer.flatten()));
+            }
         }
         for j in (0..n).filter(|&j| j != i) {
             let fate = self.net_rng.below(100);
@@ -634,8 +645,15 @@ impl<'s> World<'s> {
                 continue;
             }
             if fate < 40 {
-                let arrives = now + 1 + self.net_rng.below(2_500);
-                self.machines[i].in_flight.push((arrives, j, now));
+                let judged_at = now + self.net_rng.below(600);
+                let arrives = judged_at + 1 + self.net_rng.below(600);
+                self.machines[i].in_flight.push(InFlight {
+                    peer: j,
+                    sent: now,
+                    judged_at,
+                    arrives,
+                    answer: None,
+                });
                 continue;
             }
             answers.push((j, now, self.answer(i, j)));
@@ -668,6 +686,18 @@ impl<'s> World<'s> {
             valid.get(need - 1).copied()
         };
         m.excused_until = until.filter(|&u| u > now);
+    }
+
+    /// The peers judge the late requests that reached them by now.
+    fn judge_in_flight(&mut self, i: usize) {
+        let now = self.now;
+        for k in 0..self.machines[i].in_flight.len() {
+            let r = &self.machines[i].in_flight[k];
+            if r.answer.is_none() && r.judged_at <= now {
+                let answer = self.answer(i, r.peer);
+                self.machines[i].in_flight[k].answer = Some(answer);
+            }
+        }
     }
 
     /// What peer `to` answers agent `from` now: `None` when the request fails (unreachable over
