@@ -66,14 +66,7 @@ fn a_host_that_must_not_power_off_is_fenced_at_its_storage_and_unblocked_only_af
         rt.block_on(targets.create(&PostParams::default(), &target))
             .ok()
     });
-    let status = || {
-        ipmitool(
-            bmc.port,
-            &bmc.user,
-            &bmc.password_file,
-            &["chassis", "power", "status"],
-        )
-    };
+    let status = || ipmitool(bmc, &["chassis", "power", "status"]);
     assert_eq!(status(), "Chassis Power is on");
     let first_boot = m0.boot_id().expect("m0 has a boot ID");
 
@@ -182,22 +175,12 @@ fn a_host_that_must_not_power_off_is_fenced_at_its_storage_and_unblocked_only_af
     // A person cycles the machine: it boots again with a new boot ID, and only then is the
     // block lifted and the fence Done.
     assert_eq!(
-        ipmitool(
-            bmc.port,
-            &bmc.user,
-            &bmc.password_file,
-            &["chassis", "power", "off"]
-        ),
+        ipmitool(bmc, &["chassis", "power", "off"]),
         "Chassis Power Control: Down/Off"
     );
     m0.wait_power(false, Duration::from_secs(30))
         .expect("m0 off");
-    ipmitool(
-        bmc.port,
-        &bmc.user,
-        &bmc.password_file,
-        &["chassis", "power", "on"],
-    );
+    ipmitool(bmc, &["chassis", "power", "on"]);
     m0.wait_power(true, Duration::from_secs(30)).expect("m0 on");
     let done = eventually("m0's NodeFence Done", Duration::from_secs(180), || {
         fences_for(&c, &rt, "m0").into_iter().find(|f| {
