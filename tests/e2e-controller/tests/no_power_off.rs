@@ -14,13 +14,12 @@ mod common;
 
 use std::time::Duration;
 
+use common::no_power_off::{assert_no_power_command, reset_target, storage_then_reset};
 use common::*;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::PostParams;
 use kube::Api;
 use palisade_lab::Cut;
-use palisade_model::nodefence::{AttemptOutcome, Coverage, DeviceAction, Phase};
-use palisade_model::FenceTarget;
+use palisade_model::nodefence::{AttemptOutcome, Phase};
 use serde_json::json;
 
 /// `ipmitool` against m0's BMC (the lab's login; the password stays in its file).
@@ -41,31 +40,7 @@ fn a_host_that_must_not_power_off_is_fenced_at_its_storage_and_unblocked_only_af
     );
     let m0 = &lab.machines()[0];
     let bmc = m0.bmc();
-    secret(&c, &rt, "bmc-m0", &[("password", &bmc.password().unwrap())]);
-    secret(
-        &c,
-        &rt,
-        "storage-m0",
-        &[("caBundle", &storage.ca_pem), ("token", &storage.token)],
-    );
-    let target: FenceTarget = serde_json::from_value(json!({
-        "apiVersion": "palisade.dev/v1alpha1", "kind": "FenceTarget",
-        "metadata": {"name": "m0"},
-        "spec": {"levels": [{
-            "name": "storage+reset",
-            "powerOff": "Disallowed",
-            "devices": [
-                palisade_scenario::device(&ipmi_url(&lab, 0), "Power", "bmc-m0"),
-                palisade_scenario::device(&storage.fence_url(), "Storage", "storage-m0"),
-            ],
-        }]},
-    }))
-    .unwrap();
-    let targets: Api<FenceTarget> = Api::all(c.clone());
-    eventually("FenceTarget created", Duration::from_secs(30), || {
-        rt.block_on(targets.create(&PostParams::default(), &target))
-            .ok()
-    });
+    reset_target(&lab, &c, &rt, &storage, true);
     let status = || ipmitool(bmc, &["chassis", "power", "status"]);
     assert_eq!(status(), "Chassis Power is on");
     let first_boot = m0.boot_id().expect("m0 has a boot ID");
@@ -96,38 +71,13 @@ fn a_host_that_must_not_power_off_is_fenced_at_its_storage_and_unblocked_only_af
     };
     print_timeline(&nf, t_cut);
     let st = nf.status.clone().unwrap();
-    for a in &st.attempts {
-        eprintln!(
-            "attempt: {:?} {} {:?}: {}",
-            a.action, a.device, a.outcome, a.message
-        );
-    }
-    // Verified on the storage block alone.
-    assert_eq!(st.verified_fence().unwrap().coverage(), Coverage::Stateful);
-    // The storage block came first and was verified; then the reset was asked for (and
-    // refused by this BMC); never a power off.
-    let block = st
-        .attempts
-        .iter()
-        .position(|a| a.action == DeviceAction::Block && a.outcome == AttemptOutcome::Succeeded)
-        .expect("a verified storage block");
-    let reset = st
-        .attempts
-        .iter()
-        .position(|a| a.action == DeviceAction::Reset)
-        .expect("a reset was asked for");
-    assert!(block < reset, "storage before the reset: {:?}", st.attempts);
+    // Verified on the storage block alone, the block before the reset, never a power command;
+    // this BMC refuses the reset.
+    let reset = storage_then_reset(&st);
     assert_ne!(
-        st.attempts[reset].outcome,
+        reset.outcome,
         AttemptOutcome::Succeeded,
         "this lab BMC refuses a hard reset"
-    );
-    assert!(
-        !st.attempts
-            .iter()
-            .any(|a| matches!(a.action, DeviceAction::PowerOff | DeviceAction::PowerOn)),
-        "no power command: {:?}",
-        st.attempts
     );
     assert!(m0.is_powered(), "m0 was never powered off");
     assert_eq!(status(), "Chassis Power is on");
@@ -194,11 +144,5 @@ fn a_host_that_must_not_power_off_is_fenced_at_its_storage_and_unblocked_only_af
     assert!(proof.contains("boot ID changed"), "proof: {proof:?}");
     assert!(st.recovery.unfenced_at.is_some(), "storage unblocked");
     assert!(st.recovery.powered_on_at.is_none());
-    assert!(
-        !st.attempts
-            .iter()
-            .any(|a| matches!(a.action, DeviceAction::PowerOff | DeviceAction::PowerOn)),
-        "no power command from the controller: {:?}",
-        st.attempts
-    );
+    assert_no_power_command(&st);
 }

@@ -12,14 +12,13 @@ mod common;
 
 use std::time::Duration;
 
+use common::no_power_off::{assert_no_power_command, reset_target, storage_then_reset};
 use common::sim::{Sim, SimNode};
 use common::*;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::PostParams;
 use kube::Api;
 use palisade_lab::{Cut, Lab, LabConfig, MachineKind, QemuConfig};
-use palisade_model::nodefence::{AttemptOutcome, Coverage, DeviceAction, Phase};
-use palisade_model::FenceTarget;
+use palisade_model::nodefence::{AttemptOutcome, DeviceAction, Phase};
 use serde_json::json;
 
 #[test]
@@ -50,32 +49,7 @@ fn a_qemu_machine_that_must_not_power_off_is_reset_in_place_and_unblocked_on_its
         &rt,
         json!({"recovery": {"powerOn": true, "untaintWhen": "NodeReady"}}),
     );
-    let bmc = m0.bmc();
-    secret(&c, &rt, "bmc-m0", &[("password", &bmc.password().unwrap())]);
-    secret(
-        &c,
-        &rt,
-        "storage-m0",
-        &[("caBundle", &storage.ca_pem), ("token", &storage.token)],
-    );
-    let target: FenceTarget = serde_json::from_value(json!({
-        "apiVersion": "palisade.dev/v1alpha1", "kind": "FenceTarget",
-        "metadata": {"name": "m0"},
-        "spec": {"levels": [{
-            "name": "storage+reset",
-            "powerOff": "Disallowed",
-            "devices": [
-                palisade_scenario::device(&storage.fence_url(), "Storage", "storage-m0"),
-                palisade_scenario::device(&ipmi_url(&lab, 0), "Power", "bmc-m0"),
-            ],
-        }]},
-    }))
-    .unwrap();
-    let targets: Api<FenceTarget> = Api::all(c.clone());
-    eventually("FenceTarget created", Duration::from_secs(30), || {
-        rt.block_on(targets.create(&PostParams::default(), &target))
-            .ok()
-    });
+    reset_target(&lab, &c, &rt, &storage, false);
 
     let qemu = m0.power_pid().expect("the VM runs");
     let first_boot = m0.boot_id().expect("the guest wrote its boot ID");
@@ -102,26 +76,9 @@ fn a_qemu_machine_that_must_not_power_off_is_reset_in_place_and_unblocked_on_its
         },
     );
     let st = nf.status.clone().unwrap();
-    for a in &st.attempts {
-        eprintln!(
-            "attempt: {:?} {} {:?}: {}",
-            a.action, a.device, a.outcome, a.message
-        );
-    }
-    assert_eq!(st.verified_fence().unwrap().coverage(), Coverage::Stateful);
-    let block = st
-        .attempts
-        .iter()
-        .position(|a| a.action == DeviceAction::Block && a.outcome == AttemptOutcome::Succeeded)
-        .expect("a verified storage block");
-    let reset = st
-        .attempts
-        .iter()
-        .position(|a| a.action == DeviceAction::Reset)
-        .unwrap();
-    assert!(block < reset, "storage before the reset: {:?}", st.attempts);
+    let reset = storage_then_reset(&st);
     assert_eq!(
-        st.attempts[reset].outcome,
+        reset.outcome,
         AttemptOutcome::Succeeded,
         "the QEMU machine's BMC accepts a hard reset"
     );
@@ -148,13 +105,7 @@ fn a_qemu_machine_that_must_not_power_off_is_reset_in_place_and_unblocked_on_its
     assert!(proof.contains(&second_boot), "proof: {proof:?}");
     assert!(st.recovery.unfenced_at.is_some(), "storage unblocked");
     assert!(st.recovery.powered_on_at.is_none());
-    assert!(
-        !st.attempts
-            .iter()
-            .any(|a| matches!(a.action, DeviceAction::PowerOff | DeviceAction::PowerOn)),
-        "no power command: {:?}",
-        st.attempts
-    );
+    assert_no_power_command(&st);
     assert_eq!(m0.power_pid(), Some(qemu), "the same VM process throughout");
     drop(ctl);
 }

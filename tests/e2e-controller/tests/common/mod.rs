@@ -2,6 +2,7 @@
 //! controller as a child process, Palisade objects, and polling with deadlines.
 #![allow(dead_code)]
 
+pub mod no_power_off;
 pub mod sim;
 
 use std::path::PathBuf;
