@@ -982,6 +982,14 @@ fn a_stateful_scope_self_fence_covers_only_claim_pods() {
     assert_eq!(st.release.held[0].name, "web-1");
 }
 
+/// What an agent that just booted with `boot_id` advertises (no inventory).
+fn booted(boot_id: &str) -> Advertisement {
+    Advertisement {
+        boot_id: Some(boot_id.into()),
+        ..Default::default()
+    }
+}
+
 #[test]
 fn clean_proof_needs_a_new_boot_id_or_an_inventory_without_the_released_pods() {
     let mut st = NodeFenceStatus::default();
@@ -1002,10 +1010,7 @@ fn clean_proof_needs_a_new_boot_id_or_an_inventory_without_the_released_pods() {
     assert_eq!(clean_proof(&st, &ad, Some(wall(9)), since), None);
     assert!(clean_proof(&st, &ad, Some(wall(11)), since).is_some());
     // A new boot ID proves it on its own.
-    let rebooted = Advertisement {
-        boot_id: Some("boot-b".into()),
-        ..Default::default()
-    };
+    let rebooted = booted("boot-b");
     assert!(clean_proof(&st, &rebooted, Some(wall(11)), since)
         .unwrap()
         .contains("boot-b"));
@@ -1382,10 +1387,7 @@ fn after_a_reset_fence_only_a_new_boot_id_is_a_clean_proof() {
     };
     assert_eq!(clean_proof(&st, &no_boot, Some(wall(11)), since), None);
     // A new boot ID is the proof.
-    let rebooted = Advertisement {
-        boot_id: Some("boot-b".into()),
-        ..Default::default()
-    };
+    let rebooted = booted("boot-b");
     assert!(clean_proof(&st, &rebooted, Some(wall(11)), since)
         .unwrap()
         .contains("boot-b"));
