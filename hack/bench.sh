@@ -45,7 +45,7 @@ if [ "$want" = all ] || [ "$want" = node ]; then
 fi
 if [ "$want" = all ] || [ "$want" = recovery ]; then
   run recovery palisade-recovery-bench -p palisade-scenario -p palisade-node \
-    -p palisade-controller -p palisade-bridge -p palisade-labstore -- --runs 5 --without-seconds 90
+    -p palisade-controller -p palisade-bridge -p palisade-labstore -- --runs 10 --without-seconds 90
 fi
 if [ "$want" = all ] || [ "$want" = scale ]; then
   # 2,000 simulated nodes; 100 go silent within 2 s (one every 20 ms).

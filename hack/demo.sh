@@ -8,7 +8,11 @@
 #   4. the at-most-one checker gives its verdict; a timeline is printed; all is torn down.
 #   5. the lab tour: palisade-fence fences one machine through its BMC and another through
 #      its PDU outlet (verified off, then on), cross-checked with ipmitool and snmpget.
-# `hack/demo.sh lab` runs only the tour.
+# The machines are QEMU virtual machines (TCG) whose BMCs are ipmi_sim: an IPMI power off really
+# stops the VM, and a power on boots it with a new boot ID.
+#   hack/demo.sh            the fencing demo, then the lab tour, on QEMU machines
+#   hack/demo.sh --netns    the same on namespace machines (boot in milliseconds)
+#   hack/demo.sh lab        only the tour (also: hack/demo.sh lab --netns)
 # Needs root: the lab creates network and PID namespaces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,12 +28,21 @@ say "installing dependencies"
 bash hack/install-deps.sh
 say "building"
 cargo build --workspace --bins --quiet
-if [ "${1:-}" = lab ]; then
+tour_only=0
+kind=()
+for arg in "$@"; do
+  case "$arg" in
+    lab) tour_only=1 ;;
+    --netns) kind=(--netns) ;;
+    *) echo "usage: hack/demo.sh [lab] [--netns]" >&2; exit 2 ;;
+  esac
+done
+if [ "$tour_only" = 1 ]; then
   say "running the lab tour"
-  exec ./target/debug/palisade-lab demo
+  exec ./target/debug/palisade-lab demo "${kind[@]}"
 fi
 say "running the fencing demo"
-./target/debug/palisade-demo
+./target/debug/palisade-demo "${kind[@]}"
 echo
 say "running the lab tour"
-exec ./target/debug/palisade-lab demo
+exec ./target/debug/palisade-lab demo "${kind[@]}"

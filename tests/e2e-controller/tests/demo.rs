@@ -1,4 +1,5 @@
-//! The headline, exactly as `hack/demo.sh` shows it: a StatefulSet writer with a ReadWriteOnce
+//! The headline, exactly as `hack/demo.sh` shows it, on QEMU machines (virtual machines whose
+//! BMCs are `ipmi_sim`, running `palisade-node` in the guest): a StatefulSet writer with a ReadWriteOnce
 //! CSI volume on m0, m0 cut off, fenced through the firmware-bridge (power and storage,
 //! verified), released (pod, VolumeAttachment and the node's stale `volumesInUse`), the volume
 //! attached to another machine by Kubernetes' own attach-detach controller, the replacement
@@ -19,6 +20,7 @@ fn the_demo_recovers_an_rwo_statefulset_through_the_bridge_with_a_clean_verdict(
     eprintln!("{stdout}");
     assert!(out.status.success(), "the demo failed:\n{stdout}\n{stderr}");
     for expected in [
+        "m0 is a QEMU VM whose BMC is ipmi_sim",
         "Running on m0 with PVC data-db-0",
         "fenced, verified: PowerOff by bridge://",
         "StorageBlocked by bridge://",

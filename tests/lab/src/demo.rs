@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use palisade_lab::{Lab, LabConfig, SnmpCred};
+use palisade_lab::{Lab, LabConfig, MachineKind, QemuConfig, SnmpCred};
 
 /// Prints the lab's parts and how to reach them.
 pub fn print_status(lab: &Lab) {
@@ -32,20 +32,48 @@ pub fn print_status(lab: &Lab) {
     }
     println!();
     println!(
-        "  {:<6} {:<14} {:<18} {:<8} {:<8} {:<6}",
-        "NAME", "ADDRESS", "BMC (IPMI 2.0)", "OUTLETS", "POWER", "PROCS"
+        "  {:<6} {:<10} {:<14} {:<18} {:<8} {:<6} {:<6} {:<8}",
+        "NAME", "KIND", "ADDRESS", "BMC (IPMI 2.0)", "OUTLETS", "POWER", "PROCS", "BOOT ID"
     );
     for m in lab.machines() {
         let outlets: Vec<String> = m.outlets().iter().map(|o| o.to_string()).collect();
         println!(
-            "  {:<6} {:<14} {:<18} {:<8} {:<8} {:<6}",
+            "  {:<6} {:<10} {:<14} {:<18} {:<8} {:<6} {:<6} {:<8}",
             m.name(),
+            kind_name(m.kind()),
             m.address().to_string(),
             format!("127.0.0.1:{}", m.bmc().port),
             outlets.join(","),
             if m.is_powered() { "on" } else { "off" },
-            m.processes().len()
+            m.processes().len(),
+            short_boot(m)
         );
+    }
+}
+
+/// A machine kind as the status table shows it.
+fn kind_name(kind: MachineKind) -> &'static str {
+    match kind {
+        MachineKind::Namespace => "namespace",
+        MachineKind::Qemu => "qemu-vm",
+    }
+}
+
+/// What runs on a machine, as seen from the host: its processes (a namespace machine) or its
+/// VM's process (a QEMU machine, whose guest processes only the guest sees).
+fn running(m: &palisade_lab::Machine) -> String {
+    match (m.kind(), m.power_pid()) {
+        (MachineKind::Namespace, _) => format!("{} processes", m.processes().len()),
+        (MachineKind::Qemu, Some(pid)) => format!("VM process {pid}"),
+        (MachineKind::Qemu, None) => "no VM process".into(),
+    }
+}
+
+/// The first 8 characters of a machine's boot ID, or `-` (off, or not booted yet).
+fn short_boot(m: &palisade_lab::Machine) -> String {
+    match (m.is_powered(), m.boot_id()) {
+        (true, Some(id)) => id.chars().take(8).collect(),
+        _ => "-".into(),
     }
 }
 
@@ -122,13 +150,22 @@ fn fence(options: &[(&str, String)], action: &str) -> Result<(i32, String)> {
     ))
 }
 
-/// Runs the demo.
-pub fn run() -> Result<()> {
+/// How long a machine may take to boot again after power on (a TCG guest under load).
+const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs the demo on machines of the given kind.
+pub fn run(kind: MachineKind) -> Result<()> {
     let t = Timeline(Instant::now());
-    t.say("starting the lab: etcd, kube-apiserver, kube-controller-manager, kube-scheduler 1.20.2, 3 machines with BMCs, a PDU");
+    let machines = match kind {
+        MachineKind::Qemu => "3 QEMU VMs whose BMCs are ipmi_sim",
+        MachineKind::Namespace => "3 namespace machines whose BMCs are ipmi_sim",
+    };
+    t.say(&format!("starting the lab: etcd, kube-apiserver, kube-controller-manager, kube-scheduler 1.20.2, {machines}, a PDU"));
     // Every machine runs a process tree (a child and a grandchild) that power cuts must kill.
     let lab = Lab::start(LabConfig {
         machine_command: "sh -c 'sleep infinity & wait' & exec sleep infinity".into(),
+        machine_kind: kind,
+        qemu: QemuConfig::default(),
         ..Default::default()
     })
     .context("starting the lab")?;
@@ -138,11 +175,12 @@ pub fn run() -> Result<()> {
 
     let m = &lab.machines()[1];
     t.say(&format!(
-        "{}: BMC says \"{}\"; {} processes running",
+        "{}: BMC says \"{}\"; {} running",
         m.name(),
         ipmitool(&lab, 1, &["chassis", "power", "status"])?,
-        m.processes().len()
+        running(m)
     ));
+    let before = m.boot_id();
     let bmc = m.bmc();
     let ipmi = [
         ("agent", "ipmilan".to_string()),
@@ -163,9 +201,9 @@ pub fn run() -> Result<()> {
     m.wait_power(false, Duration::from_secs(15))?;
     t.say(&format!("{}: {out}", m.name()));
     t.say(&format!(
-        "{}: {} processes left; ipmitool says \"{}\"",
+        "{}: {} left; ipmitool says \"{}\"",
         m.name(),
-        m.processes().len(),
+        running(m),
         ipmitool(&lab, 1, &["chassis", "power", "status"])?
     ));
     let (code, out) = fence(&ipmi, "on")?;
@@ -173,13 +211,17 @@ pub fn run() -> Result<()> {
         bail!("palisade-fence on failed ({code}): {out}");
     }
     m.wait_power(true, Duration::from_secs(15))?;
+    let boot = m.wait_booted(before.as_deref(), BOOT_TIMEOUT)?;
     t.say(&format!(
-        "{}: palisade-fence on: {out}; booted, {} processes",
+        "{}: palisade-fence on: {out}; booted again with a new boot ID {} (was {}), {}",
         m.name(),
-        m.processes().len()
+        &boot[..8.min(boot.len())],
+        before.as_deref().map_or("-", |b| &b[..8.min(b.len())]),
+        running(m)
     ));
 
     let m = &lab.machines()[2];
+    let before = m.boot_id();
     let outlet = m.outlets()[0];
     let state = format!(".1.3.6.1.4.1.318.1.1.12.3.5.1.1.4.{outlet}");
     t.say(&format!(
@@ -210,9 +252,9 @@ pub fn run() -> Result<()> {
     m.wait_power(false, Duration::from_secs(15))?;
     t.say(&format!("{}: {out}", m.name()));
     t.say(&format!(
-        "{}: machine down ({} processes), its BMC lost power too (running: {}); outlet reads {}",
+        "{}: machine down ({}), its BMC lost power too (running: {}); outlet reads {}",
         m.name(),
-        m.processes().len(),
+        running(m),
         m.bmc_running(),
         snmp(&lab, "snmpget", &[&state])?
     ));
@@ -222,10 +264,12 @@ pub fn run() -> Result<()> {
     }
     m.wait_power(true, Duration::from_secs(15))?;
     lab.wait_bmc(m)?;
+    let boot = m.wait_booted(before.as_deref(), BOOT_TIMEOUT)?;
     t.say(&format!(
-        "{}: palisade-fence on: {out}; BMC back, machine booted ({} processes)",
+        "{}: palisade-fence on: {out}; BMC back, machine booted with a new boot ID {} ({})",
         m.name(),
-        m.processes().len()
+        &boot[..8.min(boot.len())],
+        running(m)
     ));
     println!();
     print_status(&lab);

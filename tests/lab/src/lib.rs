@@ -161,6 +161,8 @@ impl Lab {
             .unwrap_or_else(std::env::temp_dir);
         let dir = base.join(format!("palisade-lab-{id}"));
         fs::create_dir_all(&dir).map_err(LabError::io(&dir))?;
+        let shared = dir.join("shared");
+        fs::create_dir_all(&shared).map_err(LabError::io(&shared))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name(format!("lab-{id}"))
@@ -295,6 +297,7 @@ impl Lab {
             machine::write_files(&machine::MachineFiles {
                 lab_id: &self.id,
                 lab_bin: &lab_bin,
+                shared_dir: &self.shared_dir(),
                 machine: &machine,
                 password: &password,
                 command: &config.machine_command,
@@ -497,6 +500,15 @@ for ns in $(ip netns list 2>/dev/null | awk '{{print $1}}' | grep '^pl{id}-'); d
     /// The lab's directory: certificates, logs and state of every part.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// A directory every machine sees at this same path, read-write, whatever its kind (a
+    /// namespace machine sees the host's file system; a QEMU guest mounts this directory over
+    /// 9p): where workloads write what the suite reads back, such as a writer's
+    /// acknowledgements. It holds nothing secret; the rest of the lab directory (BMC
+    /// credentials, keys) stays invisible to QEMU guests.
+    pub fn shared_dir(&self) -> PathBuf {
+        self.dir.join("shared")
     }
 
     /// The lab's certificate authority, to issue certificates for lab services.

@@ -295,6 +295,8 @@ pub fn kill_machine_and_bmc(machine_dir: &Path, marker: &str) {
 pub(crate) struct MachineFiles<'a> {
     pub lab_id: &'a str,
     pub lab_bin: &'a Path,
+    /// The lab's shared directory ([`crate::Lab::shared_dir`]).
+    pub shared_dir: &'a Path,
     pub machine: &'a Machine,
     pub password: &'a str,
     pub command: &'a str,
@@ -451,6 +453,7 @@ fn write_qemu_files(
         assets,
         config,
         bin_dir: f.lab_bin.parent(),
+        shared_dir: f.shared_dir,
     });
     let quoted: Vec<String> = args.iter().map(|a| qemu::sh_quote(a)).collect();
     // `exec` all the way down: the BMC tracks this script's PID, which becomes QEMU's, so

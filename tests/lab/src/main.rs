@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use palisade_lab::{Lab, LabConfig};
+use palisade_lab::{Lab, LabConfig, MachineKind, QemuConfig};
 
 mod demo;
 mod init;
@@ -34,9 +34,16 @@ enum Cmd {
         /// The command each machine runs when it boots.
         #[arg(long, default_value = "exec sleep infinity")]
         machine_command: String,
+        /// QEMU virtual machines (powered by their ipmi_sim BMC) instead of namespace machines.
+        #[arg(long)]
+        qemu: bool,
     },
     /// Run the demo: bring the lab up, show it, fence a machine by BMC and by PDU, tear down.
-    Demo,
+    Demo {
+        /// Namespace machines instead of QEMU virtual machines.
+        #[arg(long)]
+        netns: bool,
+    },
     /// (internal) The PDU's Net-SNMP pass_persist handler.
     PduAgent {
         /// The PDU state file.
@@ -77,14 +84,19 @@ fn main() -> Result<()> {
             tap,
             command,
         } => Ok(palisade_lab::qemu::exec_with_tap(&netns, &tap, &command)?),
-        Cmd::Demo => {
+        Cmd::Demo { netns } => {
             init_tracing();
-            demo::run()
+            demo::run(if netns {
+                MachineKind::Namespace
+            } else {
+                MachineKind::Qemu
+            })
         }
         Cmd::Up {
             machines,
             no_control_plane,
             machine_command,
+            qemu,
         } => {
             init_tracing();
             if machines == 0 && no_control_plane {
@@ -94,6 +106,12 @@ fn main() -> Result<()> {
                 machines,
                 control_plane: !no_control_plane,
                 machine_command,
+                machine_kind: if qemu {
+                    MachineKind::Qemu
+                } else {
+                    MachineKind::Namespace
+                },
+                qemu: QemuConfig::default(),
                 ..Default::default()
             })
             .context("starting the lab")?;

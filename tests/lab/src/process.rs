@@ -164,6 +164,24 @@ impl Drop for Daemon {
     }
 }
 
+/// A memory figure of a process, in KiB: `field` (for example `"VmRSS"`, `"VmHWM"`) of
+/// `/proc/<pid>/status`, or `"Pss"` of `/proc/<pid>/smaps_rollup`. `None` once the process is
+/// gone or if the kernel does not report the field.
+pub fn memory_kib(pid: i32, field: &str) -> Option<u64> {
+    let file = if field == "Pss" {
+        "smaps_rollup"
+    } else {
+        "status"
+    };
+    let text = std::fs::read_to_string(format!("/proc/{pid}/{file}")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The last `lines` lines of a log file, for error messages.
 pub fn log_tail(path: &Path, lines: usize) -> String {
     let Ok(mut f) = File::open(path) else {

@@ -19,7 +19,9 @@
 //! `/usr` and the directory of the lab's binaries (the suite's `target/<profile>`) read-only
 //! over 9p, at the same paths: the very `palisade-node` and workload binaries the suite built
 //! run inside the VM, dynamically linked against the host's libraries, with no second build.
-//! Nothing else of the host is visible (the lab directory, with the BMC credentials, is not).
+//! The lab's shared directory (`Lab::shared_dir`, where workloads write what the suite reads
+//! back) is mounted read-write at its own path. Nothing else of the host is visible (the rest
+//! of the lab directory, with the BMC credentials, is not).
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, IntoRawFd};
@@ -177,6 +179,8 @@ pub(crate) struct VmSpec<'a> {
     pub config: &'a QemuConfig,
     /// The directory of the lab's binaries, shared read-only at the same path.
     pub bin_dir: Option<&'a Path>,
+    /// The lab's shared directory, shared read-write at the same path.
+    pub shared_dir: &'a Path,
 }
 
 /// The name of the tap that carries a QEMU machine's NIC inside its network namespace.
@@ -189,12 +193,13 @@ pub const TAP_FD: &str = "{tapfd}";
 pub(crate) fn qemu_args(v: &VmSpec<'_>) -> Vec<String> {
     let accel = if kvm_usable() { "kvm" } else { "tcg" };
     let append = format!(
-        "console=ttyS0 panic=-1 quiet no_timer_check pl_name={name} pl_ip={ip}/{prefix} pl_gw={gw} pl_wdt={wdt} pl_9p=machine{bin}",
+        "console=ttyS0 panic=-1 quiet no_timer_check pl_name={name} pl_ip={ip}/{prefix} pl_gw={gw} pl_wdt={wdt} pl_9p=machine pl_shared={shared}{bin}",
         name = v.name,
         ip = v.address,
         prefix = crate::netns::PREFIX,
         gw = crate::netns::HUB_ADDR,
         wdt = v.config.watchdog_seconds,
+        shared = v.shared_dir.display(),
         bin = v
             .bin_dir
             .map(|d| format!(" pl_bin={}", d.display()))
@@ -259,6 +264,11 @@ pub(crate) fn qemu_args(v: &VmSpec<'_>) -> Vec<String> {
     a.extend([
         "-virtfs".into(),
         "local,path=/usr,mount_tag=usr,security_model=none,readonly=on,id=usr".into(),
+        "-virtfs".into(),
+        format!(
+            "local,path={},mount_tag=shared,security_model=none,id=shared",
+            v.shared_dir.display()
+        ),
     ]);
     if let Some(d) = v.bin_dir {
         a.extend([

@@ -147,7 +147,8 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
     };
 
     // The writer StatefulSet, placed on m0.
-    let acks = lab.dir().join("acks");
+    // Acknowledgements go to the lab's shared directory: QEMU guests see it too.
+    let acks = lab.shared_dir().join("acks");
     std::fs::create_dir_all(&acks)?;
     let writer = palisade_lab::bin_path("palisade-writer")?;
     cordon(&c.client, &c.rt, "m1", true)?;

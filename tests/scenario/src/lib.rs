@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret, ServiceAccount};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
-use palisade_lab::{Lab, LabConfig};
+use palisade_lab::{Lab, LabConfig, MachineKind, QemuConfig};
 use palisade_model::{FenceTarget, FencingPolicy, NodeFence};
 use serde_json::json;
 
@@ -77,13 +77,35 @@ done"#,
 
 /// Starts a lab whose machines run `palisade-node`.
 pub fn lab_with_agents(machines: usize, pdu: bool, agents: &AgentOptions) -> Result<Lab> {
+    lab_of_kind(MachineKind::Namespace, machines, pdu, agents)
+}
+
+/// Starts a lab whose machines, of the given kind, run `palisade-node`. QEMU machines boot
+/// together (the lab waits for each guest to report ready), with the default [`QemuConfig`].
+pub fn lab_of_kind(
+    kind: MachineKind,
+    machines: usize,
+    pdu: bool,
+    agents: &AgentOptions,
+) -> Result<Lab> {
     Ok(Lab::start(LabConfig {
         machines,
         control_plane: true,
         pdu,
         machine_command: node_agent_command(agents)?,
+        machine_kind: kind,
+        qemu: QemuConfig::default(),
         ..Default::default()
     })?)
+}
+
+/// How the timeline names a machine kind: "a QEMU VM whose BMC is ipmi_sim" or "a set of
+/// namespaces whose BMC is ipmi_sim".
+pub fn kind_phrase(kind: MachineKind) -> &'static str {
+    match kind {
+        MachineKind::Qemu => "a QEMU VM whose BMC is ipmi_sim",
+        MachineKind::Namespace => "a set of Linux namespaces whose BMC is ipmi_sim",
+    }
 }
 
 /// A multi-threaded runtime for a scenario's API calls.

@@ -61,16 +61,8 @@ fn agent_pid(lab: &palisade_lab::Lab) -> Option<i32> {
 
 /// `VmRSS` and `VmHWM` of `pid`, in KiB.
 fn memory_kib(pid: i32) -> Option<(u64, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| {
-        s.lines()
-            .find(|l| l.starts_with(name))?
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
-    };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
+    use palisade_lab::process::memory_kib as field;
+    Some((field(pid, "VmRSS")?, field(pid, "VmHWM")?))
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {

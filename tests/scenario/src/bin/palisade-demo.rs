@@ -6,20 +6,33 @@
 //! verified), releases the pod and the volume, and the StatefulSet's replacement writes from
 //! another machine. The at-most-one checker then reads the volume and the writers'
 //! acknowledgements and gives its verdict, and the bridge's audit log shows who did what.
+//!
+//! The machines are QEMU virtual machines whose BMCs are `ipmi_sim` (the power off really stops
+//! the VM); `--netns` runs the same story on namespace machines.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use palisade_lab::MachineKind;
 use palisade_scenario::headline::{self, Options, Timeline};
 use palisade_scenario::*;
 
 fn main() -> Result<()> {
+    let kind = match std::env::args().nth(1).as_deref() {
+        None => MachineKind::Qemu,
+        Some("--netns") => MachineKind::Namespace,
+        Some(other) => bail!("unknown argument {other:?}; usage: palisade-demo [--netns]"),
+    };
     let t = Timeline::new(false);
-    t.say("starting the lab: Kubernetes 1.20.2 control plane, 3 machines running palisade-node, BMCs, a PDU");
-    let lab = lab_with_agents(3, true, &AgentOptions::default()).context("starting the lab")?;
+    t.say(format!(
+        "starting the lab: Kubernetes 1.20.2 control plane, 3 machines running palisade-node (each {}), a PDU",
+        kind_phrase(kind)
+    ));
+    let lab = lab_of_kind(kind, 3, true, &AgentOptions::default()).context("starting the lab")?;
     let c = Cluster::connect(&lab)?;
     c.wait_nodes_ready(&lab)?;
     t.say(format!(
-        "lab {} up; nodes m0, m1, m2 Ready (lab dir {})",
+        "lab {} up; nodes m0, m1, m2 Ready; m0 is {} (lab dir {})",
         lab.id(),
+        kind_phrase(kind),
         lab.dir().display()
     ));
     let opts = Options::default();
