@@ -234,6 +234,7 @@ impl StorageFirewall {
             profile: self.cfg.profile.name.clone(),
             verified_at: SystemTime::now(),
             status: status.raw,
+            hold: node.hold().map(str::to_owned),
         })
     }
 
@@ -243,12 +244,19 @@ impl StorageFirewall {
         &self,
         fenced: VerifiedBlocked,
     ) -> Result<VerifiedUnblocked, StorageFwError> {
-        let node = NodeRef::new(&fenced.node, fenced.addresses.clone())?;
+        let mut node = NodeRef::new(&fenced.node, fenced.addresses.clone())?;
+        if let Some(hold) = &fenced.hold {
+            node = node.with_hold(hold)?;
+        }
         self.unblock(&node).await
     }
 
     /// Unfences the node: the explicit step required before the node may write again. Sends
     /// the unblock command, then reads the status back until it no longer reports "blocked".
+    ///
+    /// With a hold ([`NodeRef::with_hold`]) and a profile that sends it, the firewall lifts
+    /// only that hold: if another fence still holds the node, the read-back reports it blocked
+    /// and this fails (the node stays fenced).
     pub async fn unblock(&self, node: &NodeRef) -> Result<VerifiedUnblocked, StorageFwError> {
         let req = self.cfg.profile.unblock.render(node);
         self.send("unblock", node, req).await?;

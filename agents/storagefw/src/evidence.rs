@@ -29,6 +29,7 @@ pub struct NodeStatus {
 ///     profile: "lab".into(),
 ///     verified_at: std::time::SystemTime::UNIX_EPOCH,
 ///     status: serde_json::Value::Null,
+///     hold: None,
 /// };
 /// ```
 #[derive(Debug, Clone, PartialEq)]
@@ -39,6 +40,7 @@ pub struct VerifiedBlocked {
     pub(crate) profile: String,
     pub(crate) verified_at: SystemTime,
     pub(crate) status: serde_json::Value,
+    pub(crate) hold: Option<String>,
 }
 
 impl VerifiedBlocked {
@@ -141,6 +143,7 @@ mod tests {
             profile: "lab".into(),
             verified_at: SystemTime::UNIX_EPOCH,
             status: serde_json::Value::Null,
+            hold: None,
         }
     }
 

@@ -6,17 +6,28 @@
 //! ```json
 //! {
 //!   "name": "lab",
-//!   "block":   {"method": "POST", "path": "/v1/nodes/{node}/block", "body": {"addresses": "{addresses}"}},
-//!   "unblock": {"method": "POST", "path": "/v1/nodes/{node}/unblock", "body": {}},
+//!   "block":   {"method": "POST", "path": "/v1/nodes/{node}/block", "body": {"addresses": "{addresses}", "hold": "{hold}"}},
+//!   "unblock": {"method": "POST", "path": "/v1/nodes/{node}/unblock", "body": {"hold": "{hold}"}},
 //!   "status":  {"method": "GET",  "path": "/v1/nodes/{node}"},
 //!   "blocked_pointer": "/blocked",
 //!   "blocked_value": true
 //! }
 //! ```
 //!
-//! Placeholders: `{node}` (the node name) and `{addresses}` (the node's addresses). In a path,
+//! Placeholders: `{node}` (the node name), `{addresses}` (the node's addresses) and `{hold}`
+//! (the fence's own hold, see below; empty when the caller names none). In a path,
 //! `{addresses}` becomes a comma-separated list. In a body, a string that is exactly
 //! `"{addresses}"` becomes a JSON array of strings; elsewhere in strings it is comma-joined.
+//!
+//! **Holds.** A controller that fences directly (no token-checking firewall-bridge between it
+//! and the array) names each fence's block with a hold (`palisade-<NodeFence UID>`), and its
+//! unblock lifts only that hold: the node stays blocked while any other hold remains. A leader
+//! frozen after its last leadership check and resumed after a standby has fenced the node
+//! again can therefore deliver its late unblock without lifting the newer block. An array
+//! whose API cannot scope a block this way (a profile without `{hold}` in its unblock) gives no
+//! such protection; put such a device behind the firewall-bridge, whose fencing tokens refuse
+//! the deposed leader. The lab storage server keeps holds; an unblock with an empty hold is the
+//! operator's node-wide unblock.
 
 use std::net::IpAddr;
 
@@ -72,6 +83,7 @@ pub struct RenderedRequest {
 pub struct NodeRef {
     name: String,
     addresses: Vec<IpAddr>,
+    hold: Option<String>,
 }
 
 impl NodeRef {
@@ -99,7 +111,33 @@ impl NodeRef {
         Ok(NodeRef {
             name: name.to_owned(),
             addresses,
+            hold: None,
         })
+    }
+
+    /// Names the fence's own hold on the node (`{hold}` in a profile): a block adds it, an
+    /// unblock lifts only it. The same characters as a node name, at most 253.
+    pub fn with_hold(mut self, hold: &str) -> Result<Self, StorageFwError> {
+        let ok = !hold.is_empty()
+            && hold.len() <= 253
+            && hold
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+        if !ok {
+            return Err(StorageFwError::InvalidNode {
+                node: self.name,
+                reason: format!(
+                    "hold {hold:?} must be 1..=253 lowercase alphanumerics, '-' or '.'"
+                ),
+            });
+        }
+        self.hold = Some(hold.to_owned());
+        Ok(self)
+    }
+
+    /// The fence's hold, if named.
+    pub fn hold(&self) -> Option<&str> {
+        self.hold.as_deref()
     }
 
     /// The node name.
@@ -120,8 +158,8 @@ impl Profile {
     pub fn lab() -> Self {
         serde_json::from_value(serde_json::json!({
             "name": "lab",
-            "block": {"method": "POST", "path": "/v1/nodes/{node}/block", "body": {"addresses": "{addresses}"}},
-            "unblock": {"method": "POST", "path": "/v1/nodes/{node}/unblock", "body": {}},
+            "block": {"method": "POST", "path": "/v1/nodes/{node}/block", "body": {"addresses": "{addresses}", "hold": "{hold}"}},
+            "unblock": {"method": "POST", "path": "/v1/nodes/{node}/unblock", "body": {"hold": "{hold}"}},
             "status": {"method": "GET", "path": "/v1/nodes/{node}"},
             "blocked_pointer": "/blocked",
             "blocked_value": true
@@ -202,6 +240,7 @@ impl RequestTemplate {
         let subst = |s: &str| {
             s.replace("{node}", &node.name)
                 .replace("{addresses}", &joined)
+                .replace("{hold}", node.hold.as_deref().unwrap_or(""))
         };
         RenderedRequest {
             method: self.method.clone(),
@@ -252,8 +291,20 @@ mod tests {
         assert_eq!(r.path, "/v1/nodes/m0/block");
         assert_eq!(
             r.body,
-            Some(json!({"addresses": ["10.213.0.11", "fd00::11"]}))
+            Some(json!({"addresses": ["10.213.0.11", "fd00::11"], "hold": ""}))
         );
+    }
+
+    #[test]
+    fn lab_profile_scopes_block_and_unblock_to_the_fences_hold() {
+        let node = m0().with_hold("palisade-0f8d3a52").unwrap();
+        let b = Profile::lab().block.render(&node);
+        assert_eq!(b.body.unwrap()["hold"], json!("palisade-0f8d3a52"));
+        let u = Profile::lab().unblock.render(&node);
+        assert_eq!(u.body, Some(json!({"hold": "palisade-0f8d3a52"})));
+        for bad in ["", "Upper", "a/b", "a b", "x\"y"] {
+            assert!(m0().with_hold(bad).is_err(), "{bad:?} accepted");
+        }
     }
 
     #[test]

@@ -17,16 +17,24 @@
 //! clock once more immediately before a direct (non-bridge) command is sent, after the
 //! credentials and the node's addresses were read.
 //!
-//! The remaining window (deposed leaders): a direct device (IPMI, SNMP PDU, storage firewall)
-//! knows nothing of tokens, so a leader deposed *after* its last check (a process pause between
-//! the check and the packet, or a command still in flight when the term ends) can still reach
-//! it. The window is the time from the last local check to the device acting: normally
-//! milliseconds, but unbounded under a process freeze. A late power off only fences more; a
-//! late power on or storage unblock could lift a newer fence. Devices reached through the
-//! firmware-bridge close it: every bridge action, fence and recovery alike (power off and on,
-//! storage block and unblock), carries the token, and the bridge refuses a token below the
-//! highest it has seen ([`AttemptOutcome::StaleToken`]). Recovery through a direct device is
-//! safe only while a person or the deployment guarantees a single controller process.
+//! Deposed leaders: a direct device (IPMI, SNMP PDU, storage firewall) knows nothing of
+//! tokens, so a leader deposed *after* its last check (a process pause between the check and
+//! the packet, or a command still in flight when the term ends) can still reach it, however
+//! late. What each late command can do:
+//! - a power off, a reset or a storage block only fences more;
+//! - a power on boots a machine whose processes all ended when it was powered off, and whose
+//!   released pods are gone from the API: nothing of the released workload comes back;
+//! - a storage unblock is the one that could lift a newer fence. It names the fence's own hold
+//!   ([`StepIds::hold`], `palisade-<NodeFence UID>`): the firewall lifts that hold only and the
+//!   node stays blocked while a newer fence holds it (the lab storage server keeps holds; a
+//!   vendor profile must put `{hold}` in its unblock for this, see `palisade_storagefw::profile`).
+//!
+//! Devices reached through the firmware-bridge are also protected by tokens: every bridge
+//! action, fence and recovery alike (power off and on, storage block and unblock), carries the
+//! token, and the bridge refuses a token below the highest it has seen
+//! ([`AttemptOutcome::StaleToken`]). The deterministic simulation (`palisade-sim`) freezes
+//! leaders at their device commands and plants a node-wide unblock (`NodeWideUnblock`) to show
+//! the hold is what keeps at-most-one.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -305,17 +313,30 @@ async fn warm_reset(ctx: &Ctx, node: &str, d: &PlannedDevice, token: i64) -> Act
     }
 }
 
-/// Drives one device one way. `key` is the idempotency key of this step (used by `bridge://`).
+/// The names of one device step of a `NodeFence`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepIds {
+    /// Names the step for idempotency keys (`nf-<uid>-t<token>-a<attempts so far>`): the same
+    /// when an interrupted step is resumed, new for a new step or a new leader.
+    pub step: String,
+    /// The fence's own hold at a storage firewall (`palisade-<NodeFence UID>`), the same for
+    /// every leader and step of the fence: its block adds it and its unblock lifts only it.
+    pub hold: String,
+}
+
+/// Drives one device one way. `key` is the idempotency key of this step (used by `bridge://`);
+/// `hold` is the fence's hold at a direct storage firewall.
 ///
 /// Guarantees: evidence is returned only for a verified fence; leadership with `token` is
-/// checked first.
+/// checked first. A direct storage firewall's block and unblock name the fence's hold, so a
+/// deposed leader's late unblock lifts only its own fence's hold, never a newer fence's block.
 async fn act(
     ctx: &Ctx,
     node: &str,
     d: &PlannedDevice,
     direction: Direction,
     token: i64,
-    key: &str,
+    (key, hold): (&str, &str),
 ) -> Acted {
     ctx.leader
         .check(token)
@@ -401,7 +422,10 @@ async fn act(
         (DeviceKind::Storage, Some(DeviceScheme::StorageFirewall)) => {
             let secret = secret_for(ctx, node, &d.url).await.map_err(failed)?;
             let client = storage_client(&d.url, &secret).map_err(failed)?;
-            let noderef = storage_node(ctx, node).await.map_err(failed)?;
+            let noderef = storage_node(ctx, node)
+                .await
+                .and_then(|n| n.with_hold(hold).map_err(|e| e.to_string()))
+                .map_err(failed)?;
             still_leading()?;
             if !fence {
                 bounded(budget, "unblock", async {
@@ -481,7 +505,7 @@ async fn drive(
     direction: Direction,
     reset: bool,
     token: i64,
-    step: &str,
+    ids: &StepIds,
 ) -> LevelRun {
     let mut run = LevelRun::default();
     let mut order: Vec<(usize, &PlannedDevice)> = devices.iter().enumerate().collect();
@@ -495,7 +519,7 @@ async fn drive(
         } else {
             action_of(d.kind, direction)
         };
-        let key = step_key(step, level, index, action);
+        let key = step_key(&ids.step, level, index, action);
         let span = tracing::info_span!(
             "device",
             node,
@@ -510,7 +534,7 @@ async fn drive(
                 .instrument(span.clone())
                 .await
         } else {
-            act(ctx, node, d, direction, token, &key)
+            act(ctx, node, d, direction, token, (&key, &ids.hold))
                 .instrument(span.clone())
                 .await
         };
@@ -562,7 +586,8 @@ async fn drive(
 }
 
 /// Runs one fencing level: every device must be commanded and verified. Stops at the first
-/// failure. `step` identifies this step of the `NodeFence` (its idempotency key is derived from it).
+/// failure. `ids` names this step of the `NodeFence` (its idempotency key is derived from it) and
+/// the fence's storage hold.
 pub async fn run_level(
     ctx: &Ctx,
     node: &str,
@@ -570,7 +595,7 @@ pub async fn run_level(
     devices: &[PlannedDevice],
     token: i64,
     reset: bool,
-    step: &str,
+    ids: &StepIds,
 ) -> LevelRun {
     drive(
         ctx,
@@ -580,7 +605,7 @@ pub async fn run_level(
         Direction::Fence,
         reset,
         token,
-        step,
+        ids,
     )
     .await
 }
@@ -593,7 +618,7 @@ pub async fn recover(
     level: i32,
     devices: &[PlannedDevice],
     token: i64,
-    step: &str,
+    ids: &StepIds,
 ) -> (Vec<DeviceAttempt>, Result<(), String>) {
     let run = drive(
         ctx,
@@ -603,7 +628,7 @@ pub async fn recover(
         Direction::Recover,
         false,
         token,
-        step,
+        ids,
     )
     .await;
     (run.attempts, run.failure.map_or(Ok(()), Err))

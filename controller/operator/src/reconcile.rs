@@ -394,13 +394,14 @@ fn released(o: &ObjectRef) -> ReleasedObject {
 /// Names the next device step of `nf` for idempotency keys: the `NodeFence` UID, the token and
 /// the number of attempts already persisted. A step resumed after a crash (its attempts were
 /// never persisted) gets the same name, so a bridge answers it from its record instead of
-/// acting twice; a new step, or a new leader, gets a new one.
-fn step_name(nf: &NodeFence, token: i64, status: &NodeFenceStatus) -> String {
-    format!(
-        "nf-{}-t{token}-a{}",
-        nf.metadata.uid.as_deref().unwrap_or("no-uid"),
-        status.attempts.len()
-    )
+/// acting twice; a new step, or a new leader, gets a new one. The fence's storage hold is
+/// `palisade-<UID>` for every step and leader.
+fn step_name(nf: &NodeFence, token: i64, status: &NodeFenceStatus) -> crate::devices::StepIds {
+    let uid = nf.metadata.uid.as_deref().unwrap_or("no-uid");
+    crate::devices::StepIds {
+        step: format!("nf-{uid}-t{token}-a{}", status.attempts.len()),
+        hold: format!("palisade-{uid}"),
+    }
 }
 
 /// One recovery action (power on, or lifting the storage fence) on the devices of the fence's

@@ -93,6 +93,23 @@ pub enum Fault {
     /// The node's wall clock steps by this many milliseconds, beyond the skew the rules
     /// assume: its `renewTime` stamps move; its monotonic clocks (self-fence, watchdog) do not.
     NodeClockStep(usize, i64),
+    /// The leader pauses (SIGSTOP, a VM or GC pause) right after its last leadership check,
+    /// before its next device command is sent, for this many milliseconds. Past its Lease
+    /// duration a standby takes over (a higher token, no memory); when the old leader
+    /// resumes, its pending command still reaches the device, then it finds itself deposed and
+    /// stops. A shorter pause only delays it.
+    FreezeLeaderAtCommand(u64),
+    /// The node's Lease writes time out (an overloaded API server, a stuck storage backend):
+    /// the agent gives up on each. With `land`, each still lands on the API server, up to 4 s
+    /// later; without, none lands. Reads (the pods bound to the node) still work.
+    SlowWrites {
+        /// The node.
+        node: usize,
+        /// Whether the writes land late (or never).
+        land: bool,
+    },
+    /// The node's Lease writes are answered in time again.
+    FastWrites(usize),
 }
 
 /// A whole run: configuration plus the faults in time (milliseconds).
@@ -314,6 +331,57 @@ impl Schedule {
                 events.push((at, Fault::NodeClockStep(node, step)));
             }
         }
+        // Frozen leaders, drawn apart from `r` too. Half of them are aimed: a node is fenced,
+        // heals, and the leader freezes at its next command (often the unblock of that
+        // recovery) for long enough that a standby finishes the recovery and fences the node
+        // again, with its agent hung, while the old leader's command waits to be delivered.
+        let mut freeze = Rng::new(seed ^ 0x0F2E_E2E5);
+        let mut aimed_at = None;
+        if freeze.chance(25) {
+            // The freeze starts about when the recovery unblocks (a few seconds after the
+            // heal); the standby takes over 15 s later and finishes that recovery; then the node
+            // is cut again with its agent hung, fenced and released while the old leader waits.
+            let node = freeze.below(n as u64) as usize;
+            let at = 3_000 + freeze.below(30_000);
+            let heal = at + 8_000 + freeze.below(8_000);
+            events.push((at, Fault::CutApi(node)));
+            events.push((heal, Fault::Heal(node)));
+            let again = heal + 24_000 + freeze.below(10_000);
+            let thaw = again - heal + 8_000 + freeze.below(20_000);
+            events.push((heal, Fault::FreezeLeaderAtCommand(thaw)));
+            events.push((again, Fault::CutApi(node)));
+            events.push((again + 100, Fault::HangAgent(node)));
+            let back = again + 20_000 + freeze.below(20_000);
+            events.push((back, Fault::Heal(node)));
+            events.push((back, Fault::ResumeAgent(node)));
+            if freeze.chance(60) {
+                aimed_at = Some(node);
+            }
+        } else if freeze.chance(20) {
+            let at = 3_000 + freeze.below(90_000);
+            events.push((
+                at,
+                Fault::FreezeLeaderAtCommand(1_000 + freeze.below(40_000)),
+            ));
+        }
+        // Lease writes that time out, drawn apart from `r` too.
+        let mut slow = Rng::new(seed ^ 0x1EA5_E1A7);
+        if slow.chance(30) {
+            for _ in 0..1 + slow.below(2) {
+                let node = slow.below(n as u64) as usize;
+                let at = 3_000 + slow.below(90_000);
+                let land = slow.chance(50);
+                let until = at + 3_000 + slow.below(30_000);
+                events.push((at, Fault::SlowWrites { node, land }));
+                events.push((until, Fault::FastWrites(node)));
+                // Half the time the node is then cut off while its writes still time out.
+                if slow.chance(50) {
+                    let cut = at + slow.below(until - at);
+                    events.push((cut, Fault::CutApi(node)));
+                    events.push((cut + 5_000 + slow.below(20_000), Fault::Heal(node)));
+                }
+            }
+        }
         events.sort_by_key(|(t, _)| *t);
         // Hosts that must not power off, drawn apart from `r` too: some power-and-storage
         // nodes reset instead of powering off.
@@ -323,6 +391,12 @@ impl Schedule {
             if node.fencing == Fencing::PowerAndStorage && no_power_off.chance(50) {
                 node.fencing = Fencing::StorageThenReset;
             }
+        }
+        // An aimed freeze's node is fenced by its storage alone (its hung processes live on).
+        if let Some(k) = aimed_at {
+            nodes[k].fencing = Fencing::Storage;
+            nodes[k].storage_mode = DeviceMode::Works;
+            nodes[k].watchdog = None;
         }
         Schedule {
             seed,

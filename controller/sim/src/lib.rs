@@ -8,8 +8,10 @@
 //! start and kill containers and self-fence, hardware watchdogs, BMCs and a storage firewall
 //! that succeed, fail or ignore commands — and a clock the simulation owns. [`faults`] draws a
 //! seeded schedule of faults (partitions, hung, crashed and restarted agents, controller
-//! crashes, API outages, node-network splits, lying devices, flapping; agents with a peer
-//! check that excuse each other during an outage); the world's checker asserts the invariants
+//! crashes, leaders frozen before a device command while a standby takes over, API outages,
+//! Lease writes that time out and land late or never, clock steps, node-network splits, lying
+//! devices, flapping; agents with a peer check that excuse each other during an outage); the
+//! world's checker asserts the invariants
 //! after every tick:
 //!
 //! - at most one live copy of each StatefulSet identity can do harm (a process whose writes
@@ -47,6 +49,8 @@ pub fn campaign(seed: u64, count: u64, bug: Option<Bug>) -> Campaign {
         c.held += out.held;
         c.excused += out.excused;
         c.resets += out.resets;
+        c.stale_commands += out.stale_commands;
+        c.late_writes += out.late_writes;
         if let Some(v) = out.violation {
             c.failure = Some((s, v));
             return c;
@@ -72,6 +76,10 @@ pub struct Campaign {
     pub excused: u64,
     /// Warm resets of hosts that must not power off.
     pub resets: u64,
+    /// Device commands delivered by a deposed leader after a freeze.
+    pub stale_commands: u64,
+    /// Lease writes that landed after their agent gave up on them.
+    pub late_writes: u64,
     /// The first failing seed and its violation.
     pub failure: Option<(u64, Violation)>,
 }

@@ -61,6 +61,14 @@ fn main() {
     println!("  held:        {}", c.held);
     println!("  excused:     {}", c.excused);
     println!("  resets:      {}", c.resets);
+    println!(
+        "  stale cmds:  {} (device commands a deposed leader delivered after a freeze)",
+        c.stale_commands
+    );
+    println!(
+        "  late writes: {} (Lease writes that landed after their agent gave up)",
+        c.late_writes
+    );
     println!("  violations:  {}", u8::from(c.failure.is_some()));
     println!("  runtime:     {:.1}s", start.elapsed().as_secs_f64());
     if let Some((s, v)) = c.failure {

@@ -2,9 +2,13 @@
 //!
 //! The harness mirrors what the I/O controller (`palisade-controller`'s `detect` and
 //! `reconcile`) does with each step: the same observations, the same records in the status.
-//! Simplifications, each on the side of the adversary: the API has no watch lag (the
-//! controller sees renewals at once), one controller runs at a time (a crash loses its memory
-//! and a restart takes a higher token). Agents with a peer check poll their peers over the
+//! The controller's watch lags by up to 1.5 s; a crash loses its memory and a restart takes a
+//! higher token. A leader can also freeze between its last leadership check and a device
+//! command: a standby takes over after the leader's Lease duration, and the old leader's
+//! pending command reaches the device when it resumes (its status writes would fail their
+//! precondition, so only the device sees it). The storage firewall keeps one hold per fence
+//! that blocked a node, and a fence's unblock lifts only its own, as the lab storage server
+//! does for a controller's direct storage device. Agents with a peer check poll their peers over the
 //! node network every second while their Lease is stale and keep their pods (and pet their
 //! watchdog) while a strict majority vouches; the controller bounds its trust in their
 //! self-fence by the healthy majority it observed (`palisade_decide::majority`), like
@@ -24,8 +28,8 @@ use palisade_decide::snapshot::{
 use palisade_decide::{decide, next_step, Clocks, Mono, Verdict};
 use palisade_model::advertise::{Advertisement, PeerCheck, SelfFenceScope, Watchdog};
 use palisade_model::nodefence::{
-    Evidence, EvidenceKind, LevelKind, NodeFenceSpec, NodeFenceStatus, Phase, ReleasedObject,
-    RequestedBy,
+    Evidence, EvidenceKind, LevelKind, NodeFenceSpec, NodeFenceStatus, Phase, PlannedDevice,
+    ReleasedObject, RequestedBy,
 };
 use palisade_model::policy::FencingPolicySpec;
 use palisade_model::target::{
@@ -62,11 +66,17 @@ pub enum Bug {
     /// Accept the runtime inventory as the clean proof after a reset fence (unblock the
     /// storage without a new boot).
     UnblockWithoutNewBoot,
+    /// Lift every block of the node on unfence (a node-wide unblock) instead of only the
+    /// fence's own hold: a deposed leader's late unblock lifts a newer fence's block.
+    NodeWideUnblock,
+    /// The agent counts a Lease write whose request timed out as made: its self-fence clock
+    /// restarts although the write may land late or never.
+    CountUnackedRenewal,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 10] = [
+    pub const ALL: [Bug; 12] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -77,6 +87,8 @@ impl Bug {
         Bug::WallClockOnly,
         Bug::PowerOffInsteadOfReset,
         Bug::UnblockWithoutNewBoot,
+        Bug::NodeWideUnblock,
+        Bug::CountUnackedRenewal,
     ];
 
     /// Parses a bug's name (as printed by `{:?}`).
@@ -123,11 +135,17 @@ pub struct Outcome {
     pub excused: u64,
     /// Warm resets a fence of a host that must not power off sent (and the BMC carried out).
     pub resets: u64,
+    /// Device commands a deposed leader delivered after it resumed from a freeze.
+    pub stale_commands: u64,
+    /// Lease writes that landed after their agent had given up on them.
+    pub late_writes: u64,
     /// The whole history of the run.
     pub history: Vec<String>,
 }
 
 const TICK_MS: u64 = 250;
+/// The leader's Lease duration: a standby takes over a leader frozen this long.
+const LEADER_LEASE_MS: u64 = 15_000;
 const RENEW_MS: u64 = 1_000;
 const SETTLE: SignedDuration = SignedDuration::from_secs(2);
 /// The longest watch lag simulated. The controller's settle time (2 s) must exceed it: a
@@ -153,8 +171,16 @@ struct Machine {
     agent: Agent,
     cut_api: bool,
     cut_all: bool,
-    storage_blocked: bool,
+    /// The storage firewall's holds on the node, one per fence that blocked it (the fence's
+    /// name): the node is blocked while any is held, and a fence's unblock lifts only its own.
+    storage_holds: BTreeSet<String>,
+    /// When the last renewal the agent saw succeed was sent (its self-fence clock).
     last_renew_sent: Option<u64>,
+    /// When the agent last tried to renew (it tries once per renew interval).
+    last_attempt: Option<u64>,
+    /// Whether the node's Lease writes time out, and whether they land late
+    /// ([`Fault::SlowWrites`]).
+    slow_writes: Option<bool>,
     watchdog_armed: bool,
     last_pet: u64,
     containers: BTreeSet<String>,
@@ -205,6 +231,20 @@ struct Controller {
     streaks: Streaks,
 }
 
+/// A leader frozen between its last leadership check and a device command.
+struct Frozen {
+    /// When it resumes.
+    until: u64,
+    /// When its Lease runs out and a standby takes over.
+    takeover_at: u64,
+    /// Its token.
+    token: i64,
+    /// The command it had checked its leadership for: (fence, step).
+    pending: (usize, Step),
+    /// Whether a standby took over.
+    deposed: bool,
+}
+
 /// The world of one run.
 pub struct World<'s> {
     s: &'s Schedule,
@@ -237,6 +277,14 @@ pub struct World<'s> {
     /// How far the controller's wall clock is from true time (clock steps), in ms.
     ctl_wall_offset_ms: i64,
     ctl: Controller,
+    /// An armed freeze: the leader freezes for this long at its next device command.
+    freeze_trap: Option<u64>,
+    /// The frozen leader, if any (the running one is `ctl`, once a standby took over).
+    frozen: Option<Frozen>,
+    /// Lease writes the agents gave up on that will still land: (when, node, stamp, what).
+    late_writes: Vec<(u64, usize, i64, Advertisement)>,
+    /// Draws the fate of a timed-out write (late, and how late, or lost), apart from `rng`.
+    write_rng: Rng,
     policy: FencingPolicySpec,
     next_event: usize,
     uid_counter: u64,
@@ -266,8 +314,10 @@ impl<'s> World<'s> {
                 agent: Agent::Running,
                 cut_api: false,
                 cut_all: false,
-                storage_blocked: false,
+                storage_holds: BTreeSet::new(),
                 last_renew_sent: None,
+                last_attempt: None,
+                slow_writes: None,
                 watchdog_armed: s.nodes[i].watchdog.is_some(),
                 last_pet: 0,
                 containers: BTreeSet::new(),
@@ -326,6 +376,10 @@ impl<'s> World<'s> {
                 changed_at: HashMap::new(),
                 streaks: Streaks::new(),
             },
+            freeze_trap: None,
+            frozen: None,
+            late_writes: Vec::new(),
+            write_rng: Rng::new(s.seed ^ 0x0D1A_7E5E),
             policy,
             next_event: 0,
             uid_counter: 0,
@@ -365,7 +419,10 @@ impl<'s> World<'s> {
                 self.watchdog(i);
             }
             self.statefulsets();
-            if self.ctl.up && self.api_up && self.now % 500 == 0 {
+            self.land_late_writes();
+            self.frozen_leader();
+            let leader_frozen = self.frozen.as_ref().is_some_and(|f| !f.deposed);
+            if self.ctl.up && self.api_up && self.now % 500 == 0 && !leader_frozen {
                 self.controller();
             }
             if let Some(v) = self.check() {
@@ -416,7 +473,16 @@ impl<'s> World<'s> {
                         self.start_agent(i);
                     }
                 }
-                Fault::ControllerCrash => self.ctl.up = false,
+                Fault::ControllerCrash => {
+                    self.ctl.up = false;
+                    // A frozen leader killed before it resumed sends nothing.
+                    if self.frozen.as_ref().is_some_and(|f| !f.deposed) {
+                        self.frozen = None;
+                    }
+                }
+                Fault::FreezeLeaderAtCommand(ms) => self.freeze_trap = Some(ms),
+                Fault::SlowWrites { node, land } => self.machines[node].slow_writes = Some(land),
+                Fault::FastWrites(i) => self.machines[i].slow_writes = None,
                 Fault::ControllerStart => {
                     if !self.ctl.up {
                         self.restart_controller();
@@ -461,6 +527,7 @@ impl<'s> World<'s> {
         m.excused_until = None;
         m.next_poll = now;
         m.excusing = false;
+        m.last_attempt = None;
         let stale = m
             .last_renew_sent
             .is_none_or(|t| now.saturating_sub(t) > after);
@@ -529,47 +596,52 @@ impl<'s> World<'s> {
             return;
         }
         let reaches = api_up && !m.cut_api && !m.cut_all;
-        if reaches {
-            let m = &self.machines[i];
-            if m.last_renew_sent.is_none_or(|t| now - t >= RENEW_MS) {
-                let ad = Advertisement {
-                    self_fence_after: Some(Duration::from_secs(cfg.self_fence_after)),
-                    watchdog: cfg.watchdog.filter(|_| m.watchdog_armed).map(|w| Watchdog {
-                        timeout: Duration::from_secs(w),
-                        nowayout: cfg.nowayout,
-                    }),
-                    scope: Some(SelfFenceScope::All),
-                    version: None,
-                    boot_id: Some(self.boot_id(i)),
-                    // Taken from the runtime at this renewal, before this tick's kills.
-                    runtime_pods: Some(m.containers.clone()),
-                    peer_check: cfg.peer_check.map(|(vouch_after, answer_valid)| PeerCheck {
-                        vouch_after: Duration::from_secs(vouch_after),
-                        answer_valid: Duration::from_secs(answer_valid),
-                    }),
-                };
-                // The renewTime stamp: the send time on the node's clock, off the controller's
-                // by its bias plus a jitter (within the assumed 1 s), plus any step its clock
-                // took (beyond it).
-                let jitter = self.skew_rng.below(601) as i64 - 300;
-                let stamp = now as i64
-                    + (cfg.skew_ms + jitter).clamp(-1_000, 1_000)
-                    + self.machines[i].clock_step_ms;
-                self.leases[i].0 += 1;
-                self.leases[i].1 = ad.clone();
-                self.lease_log[i].push((now, self.leases[i].0, stamp, ad));
-                let m = &mut self.machines[i];
-                m.last_write = now;
-                m.last_renew_sent = Some(now);
-                m.last_pet = now;
-                // A successful renewal lifts the fence; the poller stops and forgets.
-                m.fence_active = false;
-                m.vouches.clear();
-                m.in_flight.clear();
-                m.excused_until = None;
-                m.excusing = false;
+        if reaches && m.last_attempt.is_none_or(|t| now - t >= RENEW_MS) {
+            let ad = Advertisement {
+                self_fence_after: Some(Duration::from_secs(cfg.self_fence_after)),
+                watchdog: cfg.watchdog.filter(|_| m.watchdog_armed).map(|w| Watchdog {
+                    timeout: Duration::from_secs(w),
+                    nowayout: cfg.nowayout,
+                }),
+                scope: Some(SelfFenceScope::All),
+                version: None,
+                boot_id: Some(self.boot_id(i)),
+                // Taken from the runtime at this renewal, before this tick's kills.
+                runtime_pods: Some(m.containers.clone()),
+                peer_check: cfg.peer_check.map(|(vouch_after, answer_valid)| PeerCheck {
+                    vouch_after: Duration::from_secs(vouch_after),
+                    answer_valid: Duration::from_secs(answer_valid),
+                }),
+            };
+            // The renewTime stamp: the send time on the node's clock, off the controller's
+            // by its bias plus a jitter (within the assumed 1 s), plus any step its clock
+            // took (beyond it).
+            let jitter = self.skew_rng.below(601) as i64 - 300;
+            let stamp = now as i64
+                + (cfg.skew_ms + jitter).clamp(-1_000, 1_000)
+                + self.machines[i].clock_step_ms;
+            self.machines[i].last_attempt = Some(now);
+            if let Some(land) = self.machines[i].slow_writes {
+                // The request times out and the agent gives up on it; the API server may
+                // still apply it 0.9–4 s later.
+                if land {
+                    let land = now + 900 + self.write_rng.below(3_101);
+                    self.late_writes.push((land, i, stamp, ad));
+                }
+                if self.bug == Some(Bug::CountUnackedRenewal) {
+                    self.renewed(i);
+                }
+            } else {
+                self.write_lease(i, stamp, ad);
+                self.renewed(i);
             }
-            // Sync with the API: run what is bound here, kill what is not.
+        }
+        let m = &self.machines[i];
+        let age = now.saturating_sub(m.last_renew_sent.unwrap_or(0));
+        let stale = age > cfg.self_fence_after * 1000;
+        if reaches && !m.fence_active && !stale {
+            // Sync with the API: run what is bound here, kill what is not; pet while the Lease
+            // is fresh.
             let want: BTreeSet<String> = self
                 .pods
                 .iter()
@@ -579,8 +651,8 @@ impl<'s> World<'s> {
             let m = &mut self.machines[i];
             m.containers.retain(|c| want.contains(c));
             m.containers.extend(want);
+            m.last_pet = now;
         } else {
-            let age = now.saturating_sub(self.machines[i].last_renew_sent.unwrap_or(0));
             // The poller runs while the last renewal is older than the renew interval.
             if let Some((vouch_after, answer_valid)) = cfg.peer_check {
                 if age > RENEW_MS {
@@ -596,7 +668,6 @@ impl<'s> World<'s> {
             }
             let m = &mut self.machines[i];
             let excused = m.excused_until.is_some_and(|u| now < u);
-            let stale = age > cfg.self_fence_after * 1000;
             if !m.fence_active && stale && !excused {
                 m.fence_active = true;
             }
@@ -613,6 +684,44 @@ impl<'s> World<'s> {
             if newly {
                 self.out.excused += 1;
                 self.log(format!("m{i}: stale, excused by its peers"));
+            }
+        }
+    }
+
+    /// A Lease write reaches the API server now, with its send-time stamp.
+    fn write_lease(&mut self, i: usize, stamp: i64, ad: Advertisement) {
+        self.leases[i].0 += 1;
+        self.leases[i].1 = ad.clone();
+        self.lease_log[i].push((self.now, self.leases[i].0, stamp, ad));
+    }
+
+    /// The agent saw its renewal succeed: its self-fence clock restarts, the latch lifts, the
+    /// poller stops and forgets.
+    fn renewed(&mut self, i: usize) {
+        let now = self.now;
+        let m = &mut self.machines[i];
+        m.last_write = now;
+        m.last_renew_sent = Some(now);
+        m.last_pet = now;
+        m.fence_active = false;
+        m.vouches.clear();
+        m.in_flight.clear();
+        m.excused_until = None;
+        m.excusing = false;
+    }
+
+    /// Lease writes their agents gave up on land now (if the API server is up).
+    fn land_late_writes(&mut self) {
+        let now = self.now;
+        let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.late_writes)
+            .into_iter()
+            .partition(|w| w.0 <= now);
+        self.late_writes = rest;
+        for (_, i, stamp, ad) in due {
+            if self.api_up {
+                self.write_lease(i, stamp, ad);
+                self.out.late_writes += 1;
+                self.log(format!("m{i}: a Lease write its agent gave up on lands"));
             }
         }
     }
@@ -768,6 +877,157 @@ impl<'s> World<'s> {
         }
     }
 
+    /// The frozen leader: a standby takes over once its Lease ran out; when it resumes, its
+    /// pending command is delivered (a deposed leader's reaches the devices only: its status
+    /// writes fail their resourceVersion precondition, and it stops).
+    fn frozen_leader(&mut self) {
+        let Some(fz) = &mut self.frozen else {
+            return;
+        };
+        if !fz.deposed && self.now >= fz.takeover_at && self.now < fz.until {
+            fz.deposed = true;
+            let token = fz.token;
+            self.log(format!(
+                "leader (token {token}) frozen past its Lease: a standby takes over"
+            ));
+            self.restart_controller();
+            return;
+        }
+        if self.now < fz.until {
+            return;
+        }
+        let Some(fz) = self.frozen.take() else {
+            return;
+        };
+        let (f, step) = fz.pending;
+        if fz.deposed {
+            self.log(format!(
+                "deposed leader (token {}) resumes: its {} for {} reaches the devices",
+                fz.token,
+                step.label(),
+                self.fences[f].name
+            ));
+            self.out.stale_commands += 1;
+            self.stale_command(f, step);
+        } else {
+            self.log(format!("leader (token {}) resumes", fz.token));
+            self.apply(f, step);
+        }
+    }
+
+    /// A deposed leader's device command, delivered late: what the devices do with it.
+    fn stale_command(&mut self, f: usize, step: Step) {
+        let i = self.fences[f].node;
+        match step {
+            Step::RunLevel {
+                level,
+                devices,
+                reset,
+            } => {
+                let _ = self.drive_devices(f, level, &devices, reset);
+            }
+            Step::Unfence(_) => {
+                let _ = self.unblock_storage(f);
+            }
+            Step::PowerOn(_) => {
+                self.power_command(i, "a power on");
+                if self.machines[i].power_mode == DeviceMode::Works {
+                    self.power_on(i);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Sends a level's device commands for fence `f` and reads each back: whether every device
+    /// verified, and the evidence. A reset level resets the machine (power devices) only once
+    /// every storage block before it was verified, as the controller does; a reset proves
+    /// nothing and fails nothing.
+    fn drive_devices(
+        &mut self,
+        f: usize,
+        level: i32,
+        devices: &[PlannedDevice],
+        reset: bool,
+    ) -> (bool, Vec<Evidence>) {
+        let i = self.fences[f].node;
+        let wall = self.wall();
+        let reset = reset && self.bug != Some(Bug::PowerOffInsteadOfReset);
+        let mut evidence = Vec::new();
+        let mut ok = true;
+        for d in devices {
+            if reset && d.kind == DeviceKind::Power {
+                if ok && self.machines[i].power_mode == DeviceMode::Works {
+                    self.reset_machine(i);
+                }
+                continue;
+            }
+            if d.kind == DeviceKind::Power {
+                self.power_command(i, "a power off");
+            }
+            let (mode, kind) = match d.kind {
+                DeviceKind::Power => (self.machines[i].power_mode, EvidenceKind::PowerOff),
+                DeviceKind::Storage => {
+                    (self.machines[i].storage_mode, EvidenceKind::StorageBlocked)
+                }
+            };
+            if mode == DeviceMode::Fails {
+                ok = false;
+                continue;
+            }
+            if mode == DeviceMode::Works {
+                match d.kind {
+                    DeviceKind::Power => self.power_off(i),
+                    DeviceKind::Storage => {
+                        let hold = self.fences[f].name.clone();
+                        self.machines[i].storage_holds.insert(hold);
+                    }
+                }
+            }
+            let verified = match d.kind {
+                DeviceKind::Power => !self.machines[i].powered,
+                DeviceKind::Storage => !self.machines[i].storage_holds.is_empty(),
+            };
+            if verified || self.bug == Some(Bug::TrustCommand) {
+                evidence.push(Evidence {
+                    level,
+                    device: d.url.clone(),
+                    kind,
+                    observed: "read back".into(),
+                    at: MicroTime(wall),
+                });
+            } else {
+                ok = false;
+            }
+        }
+        (ok, evidence)
+    }
+
+    /// Sends fence `f`'s storage unblock: the firewall lifts the fence's own hold (every hold,
+    /// under [`Bug::NodeWideUnblock`]). Returns whether the firewall acknowledged it.
+    fn unblock_storage(&mut self, f: usize) -> bool {
+        let i = self.fences[f].node;
+        let name = self.fences[f].name.clone();
+        let at_fence = self.fences[f].status.recovery.boot_id_at_fence.clone();
+        let now_boot = self.boot_id(i);
+        if self.s.nodes[i].fencing == Fencing::StorageThenReset
+            && self.broken_promise.is_none()
+            && at_fence.as_ref().is_none_or(|b| *b == now_boot)
+        {
+            self.broken_promise = Some(format!(
+                "{name}: storage of a host that must not power off unblocked in boot {now_boot}, not newer than {at_fence:?} when fencing began"
+            ));
+        }
+        if self.machines[i].storage_mode == DeviceMode::Works {
+            if self.bug == Some(Bug::NodeWideUnblock) {
+                self.machines[i].storage_holds.clear();
+            } else {
+                self.machines[i].storage_holds.remove(&name);
+            }
+        }
+        self.machines[i].storage_mode != DeviceMode::Fails
+    }
+
     /// A new controller: a higher token, no memory.
     fn restart_controller(&mut self) {
         self.ctl = Controller {
@@ -805,7 +1065,7 @@ impl<'s> World<'s> {
                     continue;
                 }
                 let harmful = if *claim {
-                    !m.storage_blocked && !m.cut_all
+                    m.storage_holds.is_empty() && !m.cut_all
                 } else {
                     true
                 };
@@ -962,6 +1222,27 @@ impl<'s> World<'s> {
                     Step::Nothing | Step::Wait { .. } | Step::Hold(_) | Step::Refuse { .. }
                 ) {
                     break;
+                }
+                let command = matches!(
+                    step,
+                    Step::RunLevel { .. } | Step::Unfence(_) | Step::PowerOn(_)
+                );
+                if let Some(ms) = self.freeze_trap.filter(|_| command) {
+                    self.freeze_trap = None;
+                    self.log(format!(
+                        "leader (token {}) freezes for {ms} ms before its {} for {}",
+                        self.ctl.token,
+                        step.label(),
+                        self.fences[f].name
+                    ));
+                    self.frozen = Some(Frozen {
+                        until: self.now + ms,
+                        takeover_at: self.now + LEADER_LEASE_MS,
+                        token: self.ctl.token,
+                        pending: (f, step),
+                        deposed: false,
+                    });
+                    return;
                 }
                 self.apply(f, step);
             }
@@ -1237,53 +1518,7 @@ impl<'s> World<'s> {
                 devices,
                 reset,
             } => {
-                let reset = reset && self.bug != Some(Bug::PowerOffInsteadOfReset);
-                let mut evidence = Vec::new();
-                let mut ok = true;
-                for d in &devices {
-                    if reset && d.kind == DeviceKind::Power {
-                        // Sent only once every storage block was verified, as the controller
-                        // does; a reset proves nothing and fails nothing.
-                        if ok && self.machines[i].power_mode == DeviceMode::Works {
-                            self.reset_machine(i);
-                        }
-                        continue;
-                    }
-                    if d.kind == DeviceKind::Power {
-                        self.power_command(i, "a power off");
-                    }
-                    let (mode, kind) = match d.kind {
-                        DeviceKind::Power => (self.machines[i].power_mode, EvidenceKind::PowerOff),
-                        DeviceKind::Storage => {
-                            (self.machines[i].storage_mode, EvidenceKind::StorageBlocked)
-                        }
-                    };
-                    if mode == DeviceMode::Fails {
-                        ok = false;
-                        continue;
-                    }
-                    if mode == DeviceMode::Works {
-                        match d.kind {
-                            DeviceKind::Power => self.power_off(i),
-                            DeviceKind::Storage => self.machines[i].storage_blocked = true,
-                        }
-                    }
-                    let verified = match d.kind {
-                        DeviceKind::Power => !self.machines[i].powered,
-                        DeviceKind::Storage => self.machines[i].storage_blocked,
-                    };
-                    if verified || self.bug == Some(Bug::TrustCommand) {
-                        evidence.push(Evidence {
-                            level,
-                            device: d.url.clone(),
-                            kind,
-                            observed: "read back".into(),
-                            at: MicroTime(wall),
-                        });
-                    } else {
-                        ok = false;
-                    }
-                }
+                let (ok, evidence) = self.drive_devices(f, level, &devices, reset);
                 let st = &mut self.fences[f].status;
                 if ok && !evidence.is_empty() {
                     let _ = st.record_level_verified(level, evidence, wall, "verified");
@@ -1370,20 +1605,7 @@ impl<'s> World<'s> {
                 }
             }
             Step::Unfence(_) => {
-                let at_fence = self.fences[f].status.recovery.boot_id_at_fence.clone();
-                let now_boot = self.boot_id(i);
-                if self.s.nodes[i].fencing == Fencing::StorageThenReset
-                    && self.broken_promise.is_none()
-                    && at_fence.as_ref().is_none_or(|b| *b == now_boot)
-                {
-                    self.broken_promise = Some(format!(
-                        "{name}: storage of a host that must not power off unblocked in boot {now_boot}, not newer than {at_fence:?} when fencing began"
-                    ));
-                }
-                if self.machines[i].storage_mode == DeviceMode::Works {
-                    self.machines[i].storage_blocked = false;
-                }
-                if self.machines[i].storage_mode != DeviceMode::Fails {
+                if self.unblock_storage(f) {
                     self.fences[f].status.recovery.unfenced_at = Some(MicroTime(wall));
                     self.log(format!("{name}: storage unfenced"));
                 }

@@ -41,7 +41,7 @@ fn ten_thousand_fault_schedules_keep_at_most_one() {
 #[test]
 fn every_planted_bug_is_caught() {
     for bug in Bug::ALL {
-        let c = campaign(1, 2_000, Some(bug));
+        let c = campaign(1, 10_000, Some(bug));
         let Some((seed, v)) = c.failure else {
             panic!(
                 "planted bug {bug:?} went unnoticed in {} schedules",

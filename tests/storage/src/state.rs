@@ -32,6 +32,11 @@ pub struct AccessState {
     /// Per volume, the nodes allowed to write it and their addresses.
     #[serde(default)]
     pub grants: BTreeMap<String, BTreeMap<String, BTreeSet<IpAddr>>>,
+    /// Per blocked node, the holds on it: one per fence that blocked it (the name the fence
+    /// gave), `""` for a block that named none. A node is blocked while it has any hold; a
+    /// blocked node without an entry (a state file from before holds) has the unnamed one.
+    #[serde(default)]
+    pub holds: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl AccessState {
@@ -99,6 +104,17 @@ impl AccessState {
     /// blocked set, or `None` (and changes nothing) when no address is known at all, because
     /// a block that blocks nothing must never be reported as a fence.
     pub fn block(&mut self, node: &str, addresses: &[IpAddr]) -> Option<BTreeSet<IpAddr>> {
+        self.block_for(node, addresses, "")
+    }
+
+    /// [`AccessState::block`] on behalf of the fence named `hold` (`""`: unnamed): the node
+    /// stays blocked until every hold on it is lifted.
+    pub fn block_for(
+        &mut self,
+        node: &str,
+        addresses: &[IpAddr],
+        hold: &str,
+    ) -> Option<BTreeSet<IpAddr>> {
         let mut set = self.granted_addresses(node);
         set.extend(addresses.iter().copied());
         if let Some(existing) = self.blocked.get(node) {
@@ -107,13 +123,51 @@ impl AccessState {
         if set.is_empty() {
             return None;
         }
+        let legacy = !self.holds.contains_key(node) && self.blocked.contains_key(node);
+        let holds = self.holds.entry(node.to_owned()).or_default();
+        if legacy {
+            holds.insert(String::new());
+        }
+        holds.insert(hold.to_owned());
         self.blocked.insert(node.to_owned(), set.clone());
         Some(set)
     }
 
-    /// Lifts the block of `node` (the explicit unfence). Returns whether it was blocked.
+    /// Lifts every block of `node` (the operator's node-wide unfence). Returns whether it was
+    /// blocked.
     pub fn unblock(&mut self, node: &str) -> bool {
+        self.holds.remove(node);
         self.blocked.remove(node).is_some()
+    }
+
+    /// Lifts the hold `hold` of one fence on `node`; the node stays blocked while any other
+    /// hold remains. Returns whether the node had that hold.
+    ///
+    /// Guarantees: a fence's unblock never lifts another fence's block, so a late unblock from
+    /// a deposed controller cannot unfence a node that a newer fence blocked.
+    pub fn release_hold(&mut self, node: &str, hold: &str) -> bool {
+        if !self.blocked.contains_key(node) {
+            return false;
+        }
+        let holds = self
+            .holds
+            .entry(node.to_owned())
+            .or_insert_with(|| BTreeSet::from([String::new()]));
+        let had = holds.remove(hold);
+        if holds.is_empty() {
+            self.holds.remove(node);
+            self.blocked.remove(node);
+        }
+        had
+    }
+
+    /// The holds on `node` (empty when it is not blocked).
+    pub fn holds_of(&self, node: &str) -> Vec<String> {
+        match (self.blocked.contains_key(node), self.holds.get(node)) {
+            (false, _) => Vec::new(),
+            (true, Some(h)) => h.iter().cloned().collect(),
+            (true, None) => vec![String::new()],
+        }
     }
 
     /// Allows `node` (with `addresses`) to write `volume`; replaces the node's previous
@@ -226,6 +280,44 @@ mod tests {
         assert!(s.unblock("m0"));
         assert!(!s.unblock("m0"));
         assert_eq!(s.check_write("v", ip("10.0.0.1")), Ok(()));
+    }
+
+    #[test]
+    fn a_fences_unblock_lifts_only_its_own_hold() {
+        let mut s = AccessState::default();
+        s.grant("db", "m0", &[ip("10.0.0.1")]);
+        s.block_for("m0", &[], "palisade-old").unwrap();
+        // The old fence's recovery lifted its hold; a newer fence blocks the node again.
+        assert!(s.release_hold("m0", "palisade-old"));
+        assert!(s.blocked.is_empty());
+        s.block_for("m0", &[], "palisade-new").unwrap();
+        // A deposed controller's late unblock of the old fence changes nothing.
+        assert!(!s.release_hold("m0", "palisade-old"));
+        assert_eq!(
+            s.check_write("db", ip("10.0.0.1")),
+            Err(Refusal::Blocked { node: "m0".into() })
+        );
+        assert_eq!(s.holds_of("m0"), vec!["palisade-new".to_string()]);
+        // Two holds: the node is blocked until both are lifted.
+        s.block_for("m0", &[], "palisade-other").unwrap();
+        assert!(s.release_hold("m0", "palisade-new"));
+        assert!(s.blocked_node_of(ip("10.0.0.1")).is_some());
+        assert!(s.release_hold("m0", "palisade-other"));
+        assert_eq!(s.check_write("db", ip("10.0.0.1")), Ok(()));
+        // An unnamed block (or one from a state file before holds) survives a named unblock;
+        // the operator's node-wide unblock lifts everything.
+        s.block("m0", &[]).unwrap();
+        s.holds.clear();
+        assert!(!s.release_hold("m0", "palisade-new"));
+        assert!(s.blocked_node_of(ip("10.0.0.1")).is_some());
+        s.block_for("m0", &[], "palisade-x").unwrap();
+        assert_eq!(
+            s.holds_of("m0"),
+            vec![String::new(), "palisade-x".to_string()]
+        );
+        assert!(s.unblock("m0"));
+        assert!(s.holds_of("m0").is_empty());
+        assert_eq!(s.check_write("db", ip("10.0.0.1")), Ok(()));
     }
 
     #[test]

@@ -385,3 +385,79 @@ async fn malformed_unknown_and_oversized_requests_get_clean_errors() {
     }
     assert!(c.append("vol-a", b"x".to_vec()).await.is_err());
 }
+
+/// A deposed controller's late unblock: fence A blocked m0 and later lifted its hold; fence B
+/// blocked m0 again. The old controller, frozen after its last leadership check, now delivers
+/// fence A's unblock. It lifts A's hold only (already gone): m0 stays blocked for B, its
+/// writes refused, across a server restart; B's own unblock opens it. The node-wide unblock
+/// (no hold: the operator's) lifts every hold.
+#[tokio::test]
+async fn a_late_unblock_of_an_older_fence_leaves_a_newer_fence_block_in_place() {
+    init();
+    let pki = Pki::new();
+    let state = tempfile::tempdir().unwrap();
+    let opts = ServerOpts {
+        pki: &pki,
+        state_dir: state.path(),
+        data_port: free_port(),
+        admin_port: free_port(),
+        client_ca: false,
+        token: true,
+        volumes: &["vol-a"],
+    };
+    let mut srv = ServerProc::start(&opts);
+    srv.admin_client(&pki)
+        .grant("vol-a", "m0", &[ip("127.0.0.11")])
+        .await
+        .unwrap();
+    let fw = srv.agent(&pki);
+    let m0 = || NodeRef::new("m0", vec![]).unwrap();
+    let fence_a = m0().with_hold("palisade-fence-a").unwrap();
+    let fence_b = m0().with_hold("palisade-fence-b").unwrap();
+
+    fw.block(&fence_a).await.unwrap();
+    let late = fw.block(&fence_a).await.unwrap(); // what the frozen leader still holds
+    fw.unblock(&fence_a).await.unwrap();
+    let b = fw.block(&fence_b).await.unwrap();
+    assert_eq!(b.status()["holds"], serde_json::json!(["palisade-fence-b"]));
+
+    // The late unblock: refused as evidence (m0 is still blocked), and it changed nothing.
+    let err = fw.unfence(late).await.unwrap_err();
+    assert!(err.to_string().contains("not confirmed"), "{err}");
+    let st = fw.status(&m0()).await.unwrap();
+    assert!(st.blocked, "the newer fence's block was lifted");
+    let write = async {
+        let mut c = DataClient::connect(srv.data, Some(ip("127.0.0.11"))).await?;
+        c.append("vol-a", b"old writer".to_vec()).await
+    };
+    match write.await {
+        Err(ClientError::Closed { .. }) | Err(ClientError::Io { .. }) => {}
+        Err(ClientError::Refused { code, .. }) => assert_eq!(code, ErrorCode::Blocked),
+        other => panic!("a write from the fenced node was not refused: {other:?}"),
+    }
+
+    // The holds are durable.
+    srv.sigkill();
+    let srv = ServerProc::start(&opts);
+    let fw = srv.agent(&pki);
+    assert!(
+        fw.status(&m0()).await.unwrap().blocked,
+        "block lost in restart"
+    );
+    fw.unblock(&fence_a).await.unwrap_err();
+    assert!(fw.status(&m0()).await.unwrap().blocked);
+
+    // Two holds at once; fence B's unblock leaves C's; the operator's unblock lifts all.
+    let fence_c = m0().with_hold("palisade-fence-c").unwrap();
+    fw.block(&fence_c).await.unwrap();
+    fw.unblock(&fence_b).await.unwrap_err();
+    assert!(fw.status(&m0()).await.unwrap().blocked);
+    fw.block(&fence_b).await.unwrap();
+    fw.unblock(&m0()).await.unwrap();
+    let st = fw.status(&m0()).await.unwrap();
+    assert!(!st.blocked);
+    let mut c = DataClient::connect(srv.data, Some(ip("127.0.0.11")))
+        .await
+        .unwrap();
+    assert_eq!(c.append("vol-a", b"after".to_vec()).await.unwrap(), 0);
+}

@@ -4,10 +4,14 @@
 //! Routes (JSON in and out; errors are `{"error": "..."}` with a 4xx/5xx status):
 //! - `GET /healthz` (no authentication);
 //! - `GET /v1/status`: everything blocked, every grant, volumes and connection count;
-//! - `GET /v1/nodes/{node}`: `{"node", "blocked", "blocked_addresses", "granted_volumes"}`;
-//! - `POST /v1/nodes/{node}/block` with `{"addresses": [..]}` (optional; the node's granted
-//!   addresses are always included). Cuts the node's open data connections;
-//! - `POST /v1/nodes/{node}/unblock`: the explicit unfence;
+//! - `GET /v1/nodes/{node}`: `{"node", "blocked", "blocked_addresses", "holds",
+//!   "granted_volumes", "granted_addresses"}`;
+//! - `POST /v1/nodes/{node}/block` with `{"addresses": [..], "hold": ".."}` (both optional; the
+//!   node's granted addresses are always included; `hold` names the fence's own hold). Cuts
+//!   the node's open data connections;
+//! - `POST /v1/nodes/{node}/unblock` with `{"hold": ".."}`: the explicit unfence, of that hold
+//!   only (the node stays blocked while another fence holds it); without a hold (or with an
+//!   empty one), every hold: the operator's node-wide unblock;
 //! - `GET /v1/volumes`, `PUT /v1/volumes/{volume}`, `GET /v1/volumes/{volume}`;
 //! - `PUT /v1/volumes/{volume}/grants/{node}` with `{"addresses": [..]}`;
 //! - `DELETE /v1/volumes/{volume}/grants/{node}`.
@@ -102,15 +106,37 @@ fn valid_volume(volume: &str) -> Result<(), ApiError> {
 struct AddressesBody {
     #[serde(default)]
     addresses: Vec<IpAddr>,
+    /// The fence's own hold (block and unblock); empty: unnamed.
+    #[serde(default)]
+    hold: String,
 }
 
-fn parse_addresses(body: &Bytes) -> Result<Vec<IpAddr>, ApiError> {
+/// Parses a block, unblock or grant body (an empty body is an empty one): the canonical
+/// addresses and the hold, checked as `palisade_storagefw` checks it.
+fn parse_body(body: &Bytes, node: &str) -> Result<(Vec<IpAddr>, String), ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(vec![]);
+        return Ok((vec![], String::new()));
     }
-    serde_json::from_slice::<AddressesBody>(body)
-        .map(|b| b.addresses.into_iter().map(|a| a.to_canonical()).collect())
-        .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))
+    let b = serde_json::from_slice::<AddressesBody>(body)
+        .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))?;
+    if !b.hold.is_empty() {
+        palisade_storagefw::NodeRef::new(node, vec![])
+            .and_then(|n| n.with_hold(&b.hold))
+            .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))?;
+    }
+    let addresses = b.addresses.into_iter().map(|a| a.to_canonical()).collect();
+    Ok((addresses, b.hold))
+}
+
+/// A grant's body: addresses only.
+fn parse_addresses(body: &Bytes, node: &str) -> Result<Vec<IpAddr>, ApiError> {
+    match parse_body(body, node)? {
+        (addresses, hold) if hold.is_empty() => Ok(addresses),
+        _ => Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "a grant takes no \"hold\"".into(),
+        )),
+    }
 }
 
 fn persist_failed(e: crate::error::StateError) -> Response {
@@ -133,6 +159,7 @@ fn node_view(state: &crate::state::AccessState, node: &str) -> serde_json::Value
         "node": node,
         "blocked": blocked.is_some(),
         "blocked_addresses": blocked.cloned().unwrap_or_default(),
+        "holds": state.holds_of(node),
         "granted_volumes": granted,
         "granted_addresses": state.granted_addresses(node),
     })
@@ -168,15 +195,15 @@ async fn block(State(app): State<AppState>, Path(node): Path<String>, body: Byte
     if let Err(r) = valid_node(&node) {
         return r.into_response();
     }
-    let addrs = match parse_addresses(&body) {
-        Ok(a) => a,
+    let (addrs, hold) = match parse_body(&body, &node) {
+        Ok(b) => b,
         Err(r) => return r.into_response(),
     };
     // The write lock waits for in-flight appends, so after this returns no append from the
     // node can be acknowledged.
     let mut state = app.shared.access.write().await;
     let mut next = state.clone();
-    if next.block(&node, &addrs).is_none() {
+    if next.block_for(&node, &addrs, &hold).is_none() {
         return err(
             StatusCode::BAD_REQUEST,
             format!("no address known for node {node}: pass \"addresses\""),
@@ -187,23 +214,32 @@ async fn block(State(app): State<AppState>, Path(node): Path<String>, body: Byte
     }
     *state = next;
     let cut = app.shared.cut_fenced(&state);
-    tracing::info!(node, cut, "node blocked at the storage firewall");
+    tracing::info!(node, cut, hold, "node blocked at the storage firewall");
     Json(node_view(&state, &node)).into_response()
 }
 
-async fn unblock(State(app): State<AppState>, Path(node): Path<String>) -> Response {
+async fn unblock(State(app): State<AppState>, Path(node): Path<String>, body: Bytes) -> Response {
     if let Err(r) = valid_node(&node) {
         return r.into_response();
     }
+    let hold = match parse_body(&body, &node) {
+        Ok((_, hold)) => hold,
+        Err(r) => return r.into_response(),
+    };
     let mut state = app.shared.access.write().await;
     let mut next = state.clone();
-    let was = next.unblock(&node);
-    if was {
+    let changed = if hold.is_empty() {
+        next.unblock(&node)
+    } else {
+        next.release_hold(&node, &hold)
+    };
+    if changed {
         if let Err(e) = app.shared.state_file.save(&next) {
             return persist_failed(e);
         }
         *state = next;
-        tracing::info!(node, "node unblocked (unfenced) at the storage firewall");
+        let left = state.holds_of(&node);
+        tracing::info!(node, hold, ?left, "hold lifted at the storage firewall");
     }
     Json(node_view(&state, &node)).into_response()
 }
@@ -257,7 +293,7 @@ async fn grant(
     if let Err(r) = valid_volume(&volume).and_then(|_| valid_node(&node)) {
         return r.into_response();
     }
-    let addrs = match parse_addresses(&body) {
+    let addrs = match parse_addresses(&body, &node) {
         Ok(a) if !a.is_empty() => a,
         Ok(_) => return err(StatusCode::BAD_REQUEST, "\"addresses\" must not be empty"),
         Err(r) => return r.into_response(),
