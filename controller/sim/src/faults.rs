@@ -49,6 +49,9 @@ pub struct NodeConfig {
     /// The bias of the node's wall clock against the controller's (milliseconds, within
     /// ±1 s: the skew the healthy majority assumes); each Lease stamp also jitters around it.
     pub skew_ms: i64,
+    /// The machine is not in the cluster at first (powered off, no Node): it joins with
+    /// [`Fault::Join`].
+    pub joins_late: bool,
 }
 
 /// A fault, applied at a point in simulated time.
@@ -110,6 +113,9 @@ pub enum Fault {
     },
     /// The node's Lease writes are answered in time again.
     FastWrites(usize),
+    /// A new machine joins the cluster: it is powered on for the first time, its agent
+    /// registers its Node, and every agent that reaches the API from then on counts it.
+    Join(usize),
 }
 
 /// A whole run: configuration plus the faults in time (milliseconds).
@@ -175,6 +181,7 @@ impl Schedule {
                     storage_mode,
                     peer_check,
                     skew_ms,
+                    joins_late: false,
                 }
             })
             .collect();
@@ -406,6 +413,48 @@ impl Schedule {
             events,
             length_ms,
         }
+    }
+}
+
+impl Schedule {
+    /// The schedule of `seed` with a cluster that grows while part of it is cut off (opt in,
+    /// `palisade-sim --joins`): one or two machines join 10–40 s in, while a group of the
+    /// first members that is a majority of the Node list before the join, but not after, is
+    /// cut from the control plane from just before the join for 20–60 s. Drawn apart from the
+    /// rest of the schedule.
+    ///
+    /// This is an open finding, not part of the default campaign: an agent cut off before the
+    /// join still counts the old Node list, so it and its partners are excused by a majority
+    /// of that list while the controller sees a healthy majority of the new one.
+    pub fn generate_with_joins(seed: u64) -> Schedule {
+        let mut s = Schedule::generate(seed);
+        let mut r = Rng::new(seed ^ 0x0010_1175);
+        let n = s.nodes.len();
+        let joiners = 1 + r.below(2) as usize;
+        if n < joiners + 2 {
+            return s;
+        }
+        let first = n - joiners;
+        for node in &mut s.nodes[first..] {
+            node.joins_late = true;
+        }
+        let at = 10_000 + r.below(30_000);
+        for i in first..n {
+            s.events.push((at + r.below(2_000), Fault::Join(i)));
+        }
+        // A majority of the `first` members, a minority of all `n`.
+        let group = first / 2 + 1;
+        if 2 * group < n {
+            let cut = at.saturating_sub(1_000 + r.below(4_000));
+            let heal = at + 20_000 + r.below(40_000);
+            for i in 0..group {
+                s.events.push((cut, Fault::CutApi(i)));
+                s.events.push((heal, Fault::Heal(i)));
+            }
+        }
+        // Faults drawn for a machine that is not in the cluster yet do nothing to it.
+        s.events.sort_by_key(|(t, _)| *t);
+        s
     }
 }
 

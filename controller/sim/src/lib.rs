@@ -37,10 +37,21 @@ pub fn run(schedule: &Schedule, bug: Option<Bug>) -> Outcome {
 /// Runs `count` schedules from `seed`, stopping at the first violation (returned with its
 /// seed). Returns the number of schedules run and totals over them.
 pub fn campaign(seed: u64, count: u64, bug: Option<Bug>) -> Campaign {
+    campaign_of(Schedule::generate, seed, count, bug)
+}
+
+/// [`campaign`] over the schedules `generate` draws (for example
+/// [`Schedule::generate_with_joins`]).
+pub fn campaign_of(
+    generate: fn(u64) -> Schedule,
+    seed: u64,
+    count: u64,
+    bug: Option<Bug>,
+) -> Campaign {
     let mut c = Campaign::default();
     for i in 0..count {
         let s = seed.wrapping_add(i);
-        let schedule = Schedule::generate(s);
+        let schedule = generate(s);
         let out = run(&schedule, bug);
         c.schedules += 1;
         c.faults += schedule.events.len() as u64;

@@ -1,8 +1,11 @@
 //! `palisade-sim`: runs the deterministic simulation.
 //!
 //! ```text
-//! palisade-sim [--seed S] [--schedules N] [--bug NAME]
+//! palisade-sim [--seed S] [--schedules N] [--bug NAME] [--joins] [--trace]
 //! ```
+//!
+//! `--joins` draws schedules whose cluster grows while part of it is cut off
+//! ([`Schedule::generate_with_joins`]: an open finding, not in the default campaign).
 //!
 //! Prints a report (schedules, fault events, fences, releases, held pods, violations, runtime,
 //! seed). A violation exits 1 after printing the shrunk schedule, its history and the command
@@ -10,7 +13,7 @@
 
 use std::time::Instant;
 
-use palisade_sim::{campaign, run, shrink, Bug, Schedule};
+use palisade_sim::{campaign_of, run, shrink, Bug, Schedule};
 
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter()
@@ -36,8 +39,18 @@ fn main() {
     let bug = arg(&args, "--bug").map(|b| {
         Bug::parse(&b).unwrap_or_else(|| die(&format!("unknown bug {b}; one of {:?}", Bug::ALL)))
     });
+    let generate: fn(u64) -> Schedule = if args.iter().any(|a| a == "--joins") {
+        Schedule::generate_with_joins
+    } else {
+        Schedule::generate
+    };
+    let joins = if args.iter().any(|a| a == "--joins") {
+        " --joins"
+    } else {
+        ""
+    };
     if args.iter().any(|a| a == "--trace") {
-        let s = Schedule::generate(seed);
+        let s = generate(seed);
         println!(
             "nodes: {:?}\ntrust: {} powerOn: {}",
             s.nodes, s.trust_self_fence, s.power_on
@@ -47,7 +60,7 @@ fn main() {
         }
     }
     let start = Instant::now();
-    let c = campaign(seed, count, bug);
+    let c = campaign_of(generate, seed, count, bug);
     println!("palisade-sim report");
     println!("  seed:        {seed}");
     println!(
@@ -72,7 +85,7 @@ fn main() {
     println!("  violations:  {}", u8::from(c.failure.is_some()));
     println!("  runtime:     {:.1}s", start.elapsed().as_secs_f64());
     if let Some((s, v)) = c.failure {
-        let small = shrink(&Schedule::generate(s), bug);
+        let small = shrink(&generate(s), bug);
         let out = run(&small, bug);
         println!("VIOLATION at seed {s}: {}", v.what);
         println!(
@@ -88,7 +101,7 @@ fn main() {
             }
         }
         println!(
-            "replay: palisade-sim --seed {s} --schedules 1{}",
+            "replay: palisade-sim --seed {s} --schedules 1{joins}{}",
             bug.map_or(String::new(), |b| format!(" --bug {b:?}"))
         );
         std::process::exit(1);

@@ -181,6 +181,11 @@ struct Machine {
     /// Whether the node's Lease writes time out, and whether they land late
     /// ([`Fault::SlowWrites`]).
     slow_writes: Option<bool>,
+    /// Whether the machine is in the cluster (its Node exists).
+    member: bool,
+    /// The Node list its agent saw last (refreshed whenever it reaches the API): the peers it
+    /// asks and the members it counts.
+    known: Vec<usize>,
     watchdog_armed: bool,
     last_pet: u64,
     containers: BTreeSet<String>,
@@ -309,7 +314,11 @@ impl<'s> World<'s> {
         let machines = (0..s.nodes.len())
             .map(|i| Machine {
                 name: format!("m{i}"),
-                powered: true,
+                powered: !s.nodes[i].joins_late,
+                member: !s.nodes[i].joins_late,
+                known: (0..s.nodes.len())
+                    .filter(|&j| !s.nodes[j].joins_late)
+                    .collect(),
                 boot: 1,
                 agent: Agent::Running,
                 cut_api: false,
@@ -483,6 +492,10 @@ impl<'s> World<'s> {
                 Fault::FreezeLeaderAtCommand(ms) => self.freeze_trap = Some(ms),
                 Fault::SlowWrites { node, land } => self.machines[node].slow_writes = Some(land),
                 Fault::FastWrites(i) => self.machines[i].slow_writes = None,
+                Fault::Join(i) => {
+                    self.machines[i].member = true;
+                    self.power_on(i);
+                }
                 Fault::ControllerStart => {
                     if !self.ctl.up {
                         self.restart_controller();
@@ -537,7 +550,7 @@ impl<'s> World<'s> {
     }
 
     fn power_on(&mut self, i: usize) {
-        if self.machines[i].powered {
+        if self.machines[i].powered || !self.machines[i].member {
             return;
         }
         let m = &mut self.machines[i];
@@ -596,6 +609,12 @@ impl<'s> World<'s> {
             return;
         }
         let reaches = api_up && !m.cut_api && !m.cut_all;
+        if reaches {
+            // The Node list, read while the API answers.
+            let members = self.members();
+            self.machines[i].known = members;
+        }
+        let m = &self.machines[i];
         if reaches && m.last_attempt.is_none_or(|t| now - t >= RENEW_MS) {
             let ad = Advertisement {
                 self_fence_after: Some(Duration::from_secs(cfg.self_fence_after)),
@@ -688,6 +707,13 @@ impl<'s> World<'s> {
         }
     }
 
+    /// The machines in the cluster (the Node list), in order.
+    fn members(&self) -> Vec<usize> {
+        (0..self.machines.len())
+            .filter(|&i| self.machines[i].member)
+            .collect()
+    }
+
     /// A Lease write reaches the API server now, with its send-time stamp.
     fn write_lease(&mut self, i: usize, stamp: i64, ad: Advertisement) {
         self.leases[i].0 += 1;
@@ -735,7 +761,9 @@ impl<'s> World<'s> {
     /// or at once. A late vouch counts from its request's send time, as in the agent.
     fn poll(&mut self, i: usize, vouch_after: u64, answer_valid: u64) {
         let now = self.now;
-        let n = self.machines.len();
+        // The members this agent counts, and the peers it asks: its last-seen Node list.
+        let known = self.machines[i].known.clone();
+        let n = known.len();
         let mut answers: Vec<(usize, u64, Option<bool>)> = Vec::new();
         let (arrived, late): (Vec<_>, Vec<_>) = std::mem::take(&mut self.machines[i].in_flight)
             .into_iter()
@@ -748,7 +776,7 @@ impl<'s> World<'s> {
                 answers.push((r.peer, r.sent, r.answer.flatten()));
             }
         }
-        for j in (0..n).filter(|&j| j != i) {
+        for j in known.into_iter().filter(|&j| j != i) {
             let fate = self.net_rng.below(100);
             if fate < 10 {
                 continue;
@@ -853,7 +881,7 @@ impl<'s> World<'s> {
             let usable: Vec<usize> = (0..self.machines.len())
                 .filter(|&i| {
                     let m = &self.machines[i];
-                    m.powered && !m.cut_api && !m.cut_all && !self.tainted[i]
+                    m.member && m.powered && !m.cut_api && !m.cut_all && !self.tainted[i]
                 })
                 .collect();
             if usable.is_empty() {
@@ -1134,7 +1162,7 @@ impl<'s> World<'s> {
         // Observe heartbeats, through a watch that lags by up to MAX_WATCH_LAG_MS.
         let lag = self.rng.below(MAX_WATCH_LAG_MS + 1);
         let seen_at = self.now.saturating_sub(lag);
-        for i in 0..self.machines.len() {
+        for i in self.members() {
             let name = self.machines[i].name.clone();
             let (count, stamp, lease_ad) = self.lease_log[i]
                 .iter()
@@ -1250,7 +1278,9 @@ impl<'s> World<'s> {
     }
 
     fn snapshot(&self, now: Clocks) -> Snapshot {
-        let nodes = (0..self.machines.len())
+        let nodes = self
+            .members()
+            .into_iter()
             .map(|i| {
                 let name = self.machines[i].name.clone();
                 let mut fence = FenceState::None;
@@ -1335,7 +1365,7 @@ impl<'s> World<'s> {
                 let since = self
                     .ctl
                     .streaks
-                    .majority_since(self.machines.len(), now.wall);
+                    .majority_since(self.members().len(), now.wall);
                 let watchdog = advertised.watchdog.map(|w| w.timeout).unwrap_or_default();
                 match peer_checked_trust(since, peer.answer_valid, watchdog, margin) {
                     Some(t) => PeerTrust::From(t),
