@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Fault campaigns, judged by the at-most-one checker. Not part of hack/test.sh (which runs a
 # short, fixed-seed sample of each): these are long, benchmark-like runs.
-#   hack/chaos.sh --sim [--schedules N] [--seed S] [--bug NAME]
+#   hack/chaos.sh --sim [--schedules N] [--seed S] [--bug NAME] [--joins]
 #       the deterministic simulation of the controller core: N seeded fault schedules
 #       (default 1,000,000); a violation exits 1 with the shrunk schedule, its history and
 #       the command that replays it. --bug plants a known mistake (the run must fail).
+#       --joins grows the cluster while part of it is cut off (an open finding: it fails).
 #   hack/chaos.sh --lab [--seed S] [--events N] [--minutes M] [--machines K] [--writers W]
 #       the nemesis on the real lab (as root): one lab of K namespace machines (default 5),
 #       W StatefulSet writers (default 2), N seeded fault events (default 20) applied and
@@ -21,6 +22,7 @@ mode=""
 schedules=1000000
 seed=""
 bug=()
+joins=()
 lab_args=()
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -29,8 +31,9 @@ while [ "$#" -gt 0 ]; do
     --schedules) schedules=$2; shift ;;
     --seed) seed=$2; shift ;;
     --bug) bug=(--bug "$2"); shift ;;
+    --joins) joins=(--joins) ;;
     --events|--minutes|--machines|--writers) lab_args+=("$1" "$2"); shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "hack/chaos.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -46,8 +49,8 @@ fi
 [ -n "$seed" ] || seed=$(( $(date +%s) % 1000000007 ))
 mkdir -p target/chaos
 if [ "$mode" = lab ]; then
-  if [ "${#bug[@]}" -gt 0 ]; then
-    echo "hack/chaos.sh: --bug is a --sim option (the lab nemesis has no planted bugs yet)" >&2
+  if [ "${#bug[@]}" -gt 0 ] || [ "${#joins[@]}" -gt 0 ]; then
+    echo "hack/chaos.sh: --bug and --joins are --sim options (the lab nemesis has no planted bugs yet)" >&2
     exit 2
   fi
   if [ "$(id -u)" -ne 0 ]; then
@@ -69,9 +72,9 @@ if [ "$mode" = lab ]; then
 fi
 say "building palisade-sim (release)"
 cargo build --release --quiet -p palisade-sim
-say "simulating $schedules schedules from seed $seed ${bug[*]:-}"
+say "simulating $schedules schedules from seed $seed ${bug[*]:-} ${joins[*]:-}"
 report="target/chaos/sim-seed$seed.txt"
 status=0
-target/release/palisade-sim --seed "$seed" --schedules "$schedules" "${bug[@]}" | tee "$report" || status=$?
+target/release/palisade-sim --seed "$seed" --schedules "$schedules" "${bug[@]}" "${joins[@]}" | tee "$report" || status=$?
 say "report: $report"
 exit "$status"
