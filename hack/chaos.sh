@@ -5,7 +5,7 @@
 #       the deterministic simulation of the controller core: N seeded fault schedules
 #       (default 1,000,000); a violation exits 1 with the shrunk schedule, its history and
 #       the command that replays it. --bug plants a known mistake (the run must fail).
-#       --joins grows the cluster while part of it is cut off (an open finding: it fails).
+#       --joins grows the cluster while part of it is cut off in every schedule (a quarter without).
 #   hack/chaos.sh --lab [--seed S] [--events N] [--minutes M] [--machines K] [--writers W]
 #       the nemesis on the real lab (as root): one lab of K namespace machines (default 5),
 #       W StatefulSet writers (default 2), N seeded fault events (default 20) applied and

@@ -387,8 +387,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 metrics.peer.clone(),
             ));
             let (peers_tx, peers_rx) = tokio::sync::watch::channel(Vec::new());
-            // Membership changes rarely; the majority tolerates one Node more in the
-            // controller's list than in ours (see the README).
+            // Each renewal advertises the list it was built from; the poller counts the list
+            // of the last successful renewal, the set the controller judges us against.
+            let book = Arc::new(palisade_node::peer::MemberBook::new(&args.node_name));
             tokio::spawn(palisade_node::peer::node_list_loop(
                 client.clone(),
                 Duration::from_secs(60),
@@ -402,16 +403,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
             tokio::spawn(palisade_node::peer::poll(
                 pcfg.clone(),
                 key,
-                peers_rx,
+                book.clone(),
                 writes.clone(),
                 needed,
                 excused_tx,
                 metrics.peer.clone(),
             ));
-            Some(palisade_model::advertise::PeerCheck {
-                vouch_after: pcfg.vouch_after,
-                answer_valid: pcfg.answer_valid,
-            })
+            Some((
+                palisade_model::advertise::PeerCheck {
+                    vouch_after: pcfg.vouch_after,
+                    answer_valid: pcfg.answer_valid,
+                    members: None,
+                },
+                book,
+                peers_rx,
+            ))
         }
         None => {
             drop(excused_tx);
@@ -491,6 +497,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         fence_state_tx,
         metrics.clone(),
     ));
+    let book = peer_check.as_ref().map(|(_, book, _)| book.clone());
     let advertise: node::Advertiser = {
         let runtime = ctx.runtime.clone();
         let watchdog_state = watchdog_state.clone();
@@ -514,7 +521,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
             version: Some(env!("CARGO_PKG_VERSION").to_string()),
             boot_id: node::boot_id(),
             runtime_pods: Some(palisade_node::inventory::live_pods(runtime.as_ref())),
-            peer_check,
+            peer_check: peer_check.as_ref().map(|(p, book, peers)| {
+                palisade_model::advertise::PeerCheck {
+                    members: book.offer(&peers.borrow()),
+                    ..*p
+                }
+            }),
+        })
+    };
+    let written: node::Written = {
+        Arc::new(move |ad: &palisade_model::advertise::Advertisement| {
+            if let (Some(book), Some(set)) = (&book, ad.peer_check.and_then(|p| p.members)) {
+                book.written(set);
+            }
         })
     };
     tokio::spawn(node::lease_loop(
@@ -522,7 +541,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ncfg.clone(),
         renew_tx,
         metrics.clone(),
-        advertise,
+        (advertise, written),
         writes,
     ));
     tokio::spawn(node::status_loop(

@@ -35,6 +35,10 @@ pub const SELF_FENCE_ANNOTATION: &str = palisade_model::advertise::SELF_FENCE_AF
 /// reads — the runtime's containers, the boot ID, the watchdog — is current).
 pub type Advertiser = Arc<dyn Fn() -> Advertisement + Send + Sync>;
 
+/// Told each advertisement a successful renewal wrote (the peer check counts the member list
+/// the last one carried).
+pub type Written = Arc<dyn Fn(&Advertisement) + Send + Sync>;
+
 /// Errors talking to the API about the Node and its Lease.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -364,7 +368,8 @@ pub async fn status_loop(
 }
 
 /// Renews the Lease forever, writing `advertise()` with every renewal; publishes on
-/// `renewed` the instant each successful renewal request was *sent*.
+/// `renewed` the instant each successful renewal request was *sent*, and tells `written` the
+/// advertisement it wrote.
 ///
 /// Guarantees: the self-fence clock counts from when the request left, never from when the
 /// answer arrived, so a slow answer cannot extend it: the API server recorded the renewal no
@@ -376,7 +381,7 @@ pub async fn lease_loop(
     cfg: NodeConfig,
     renewed: watch::Sender<Instant>,
     metrics: Arc<Metrics>,
-    advertise: Advertiser,
+    (advertise, written): (Advertiser, Written),
     writes: crate::peer::WriteClock,
 ) {
     let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
@@ -388,9 +393,11 @@ pub async fn lease_loop(
     let timeout = cfg.renew_interval.max(Duration::from_millis(500));
     loop {
         let sent = Instant::now();
-        let res = renew_once(&api, &nodes, &cfg, timeout, &advertise(), &writes).await;
+        let ad = advertise();
+        let res = renew_once(&api, &nodes, &cfg, timeout, &ad, &writes).await;
         match res {
             Ok(()) => {
+                written(&ad);
                 renewed.send_replace(sent);
                 metrics
                     .lease_renewals

@@ -10,7 +10,7 @@
 //! provably sent a write less than `vouch_after` before every instant: it could not vouch.
 //!
 //! So while the controller sees a strict majority healthy without a break since `t_h`
-//! ([`Streaks::majority_since`]), no strict majority can have vouched for anyone after `t_h`
+//! ([`Streaks::majority_since_among`], over the member set the node advertised), no strict majority can have vouched for anyone after `t_h`
 //! (two strict majorities of one set share a node; the silent node is not healthy). A silent
 //! node's excuse therefore ends by `t_h + answer_valid`, its watchdog resets it by
 //! `+ watchdog timeout`, and [`peer_checked_trust`] adds both, the policy's margin and the clock
@@ -21,10 +21,11 @@
 //! stamp, breaks the streak: a clock that is off makes a node *less* healthy, never more); the
 //! controller's Node list is the set the agents count their majority over.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use palisade_model::advertise::MemberSet;
 
 /// The largest wall-clock difference assumed between any node and the controller.
 pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(1);
@@ -143,12 +144,11 @@ impl Streaks {
         self.nodes.keys().map(String::as_str)
     }
 
-    /// Since when (controller wall time) a strict majority of `members` nodes has been healthy
-    /// without a break, as of `now`; `None` when no strict majority is healthy now.
-    ///
-    /// Guarantees: every node counted was, at every instant from the result to `now`, within
-    /// its window of a write it sent before that instant (see the module docs).
-    pub fn majority_since(&self, members: usize, now: Timestamp) -> Option<Timestamp> {
+    /// Since when a strict majority of `members` nodes, any nodes with a streak, has been
+    /// healthy (tests of the streak arithmetic; the controller counts one member set, with
+    /// `majority_since_among`).
+    #[cfg(test)]
+    fn majority_since(&self, members: usize, now: Timestamp) -> Option<Timestamp> {
         if members == 0 {
             return None;
         }
@@ -161,6 +161,77 @@ impl Streaks {
             .collect();
         starts.sort();
         starts.get(members / 2).copied()
+    }
+}
+
+impl Streaks {
+    /// Since when (controller wall time) a strict majority of `members` (the Node names a
+    /// silent node's peer check counts) has been healthy without a break, as of `now`,
+    /// counting only those nodes; `None` when no strict majority of them is healthy now.
+    ///
+    /// Guarantees: every node counted is in `members` and was, at every instant from the
+    /// result to `now`, within its window of a write it sent before that instant (see the
+    /// module docs), so the healthy majority intersects any strict majority of the same set
+    /// (the peers that may excuse the node). Members without a streak count as not healthy.
+    pub fn majority_since_among(
+        &self,
+        members: &BTreeSet<String>,
+        now: Timestamp,
+    ) -> Option<Timestamp> {
+        if members.is_empty() {
+            return None;
+        }
+        let mut starts: Vec<Timestamp> = members
+            .iter()
+            .filter_map(|m| self.nodes.get(m))
+            .filter(|s| add(s.last, s.window) >= now)
+            .map(|s| add(s.first, MAX_CLOCK_SKEW * 2))
+            .filter(|start| *start <= now)
+            .collect();
+        starts.sort();
+        starts.get(members.len() / 2).copied()
+    }
+}
+
+/// The Node sets the controller has seen, by [`MemberSet`], newest last (at most
+/// [`MemberHistory::CAPACITY`]): a silent node's peer check counts the set it advertised, which
+/// may be an older one than today's Node list.
+///
+/// Guarantees: [`MemberHistory::get`] returns only a set that was recorded and whose
+/// [`MemberSet`] is the one asked for; a set not seen (or forgotten) gives `None`, which must
+/// earn no peer trust.
+#[derive(Debug, Clone, Default)]
+pub struct MemberHistory {
+    sets: std::collections::VecDeque<(MemberSet, BTreeSet<String>)>,
+}
+
+impl MemberHistory {
+    /// How many distinct sets are kept.
+    pub const CAPACITY: usize = 64;
+
+    /// No sets.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records the current Node names (a no-op when they are the newest set already) and
+    /// returns their [`MemberSet`].
+    pub fn record(&mut self, names: BTreeSet<String>) -> MemberSet {
+        let set = MemberSet::of(&names);
+        if self.sets.back().is_some_and(|(s, _)| *s == set) {
+            return set;
+        }
+        self.sets.retain(|(s, _)| *s != set);
+        self.sets.push_back((set, names));
+        while self.sets.len() > Self::CAPACITY {
+            self.sets.pop_front();
+        }
+        set
+    }
+
+    /// The Node names of `set`, if it was recorded.
+    pub fn get(&self, set: MemberSet) -> Option<&BTreeSet<String>> {
+        self.sets.iter().find(|(s, _)| *s == set).map(|(_, n)| n)
     }
 }
 
@@ -218,6 +289,41 @@ mod tests {
         assert_eq!(s.majority_since(5, t(20)), Some(t(12)));
         assert_eq!(s.majority_since(7, t(20)), None);
         assert_eq!(s.majority_since(0, t(20)), None);
+    }
+
+    #[test]
+    fn a_majority_among_a_member_set_counts_only_its_members() {
+        let mut s = Streaks::new();
+        // Five Nodes now; a silent node's peer check still counts the old three (a, b, c),
+        // of which only c is healthy. The newcomers d and e are healthy too.
+        for n in ["c", "d", "e"] {
+            renew(&mut s, n, 0, 20);
+        }
+        let old: BTreeSet<String> = ["a", "b", "c"].map(String::from).into();
+        let new: BTreeSet<String> = ["a", "b", "c", "d", "e"].map(String::from).into();
+        // Three of five are healthy: a majority of the new set, none of the old one.
+        assert_eq!(s.majority_since_among(&new, t(20)), Some(t(2)));
+        assert_eq!(s.majority_since(5, t(20)), Some(t(2)));
+        assert_eq!(s.majority_since_among(&old, t(20)), None);
+        renew(&mut s, "b", 10, 20);
+        assert_eq!(s.majority_since_among(&old, t(20)), Some(t(12)));
+        assert_eq!(s.majority_since_among(&BTreeSet::new(), t(20)), None);
+    }
+
+    #[test]
+    fn the_member_history_finds_recorded_sets_only() {
+        let mut h = MemberHistory::new();
+        let names = |n: &[&str]| -> BTreeSet<String> { n.iter().map(|s| s.to_string()).collect() };
+        let old = h.record(names(&["a", "b", "c"]));
+        assert_eq!(h.record(names(&["a", "b", "c"])), old);
+        let new = h.record(names(&["a", "b", "c", "d", "e"]));
+        assert_eq!(h.get(old), Some(&names(&["a", "b", "c"])));
+        assert_eq!(h.get(new).map(BTreeSet::len), Some(5));
+        assert_eq!(h.get(MemberSet::of(["x"])), None);
+        for i in 0..MemberHistory::CAPACITY {
+            h.record(names(&[&format!("n{i}")]));
+        }
+        assert_eq!(h.get(old), None, "the oldest set is forgotten");
     }
 
     #[test]

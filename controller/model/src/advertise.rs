@@ -45,6 +45,58 @@ pub const PEER_VOUCH_AFTER: &str = "palisade.dev/peer-vouch-after-seconds";
 /// Lease annotation: whole seconds (rounded *up*) a peer's vouch counts, from the moment the
 /// agent sent the request it answers.
 pub const PEER_ANSWER_VALID: &str = "palisade.dev/peer-answer-valid-seconds";
+/// Lease annotation: the Node list the agent's peer check counts, as `<count>:<digest>` (see
+/// [`MemberSet`]). The agent counts, for its excuse, the list of its last successful renewal,
+/// which is this value (absent: the controller gives the node no peer trust).
+pub const PEER_MEMBERS: &str = "palisade.dev/peer-members";
+
+/// A set of Node names, by size and digest: what the agent's peer check counts as the members,
+/// written with each renewal so that the controller judges a silent node's excuse against the
+/// same members (two strict majorities intersect only within one set).
+///
+/// Guarantees: equal sets give equal values, whatever their order or repetitions; the digest
+/// is FNV-1a (64 bit) over the sorted, distinct names, each followed by a newline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MemberSet {
+    /// How many distinct names.
+    pub count: u32,
+    /// The digest of the sorted, distinct names.
+    pub digest: u64,
+}
+
+impl MemberSet {
+    /// The set of `names`.
+    pub fn of<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> MemberSet {
+        let names: BTreeSet<String> = names.into_iter().map(|n| n.as_ref().to_string()).collect();
+        let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in names
+            .iter()
+            .flat_map(|n| n.bytes().chain(std::iter::once(b'\n')))
+        {
+            digest ^= u64::from(b);
+            digest = digest.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        MemberSet {
+            count: u32::try_from(names.len()).unwrap_or(u32::MAX),
+            digest,
+        }
+    }
+
+    /// Parses `<count>:<digest in hex>`.
+    pub fn parse(s: &str) -> Option<MemberSet> {
+        let (count, digest) = s.trim().split_once(':')?;
+        Some(MemberSet {
+            count: count.parse().ok()?,
+            digest: u64::from_str_radix(digest, 16).ok()?,
+        })
+    }
+}
+
+impl std::fmt::Display for MemberSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{:016x}", self.count, self.digest)
+    }
+}
 
 /// Which pods a self-fence kills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -94,6 +146,8 @@ pub struct PeerCheck {
     pub vouch_after: Duration,
     /// How long a vouch excuses the asking node (an upper bound of the agent's).
     pub answer_valid: Duration,
+    /// The members the agent counts for its excuse (`None`: unknown, which earns no trust).
+    pub members: Option<MemberSet>,
 }
 
 /// What one renewal advertises.
@@ -162,6 +216,7 @@ impl Advertisement {
                 .map(|(vouch_after, answer_valid)| PeerCheck {
                     vouch_after,
                     answer_valid,
+                    members: a.get(PEER_MEMBERS).and_then(|v| MemberSet::parse(v)),
                 }),
         }
     }
@@ -213,6 +268,12 @@ impl Advertisement {
             PEER_ANSWER_VALID,
             self.peer_check
                 .map(|p| ceil_secs(p.answer_valid).to_string()),
+        );
+        put(
+            PEER_MEMBERS,
+            self.peer_check
+                .and_then(|p| p.members)
+                .map(|m| m.to_string()),
         );
         out
     }
@@ -316,6 +377,7 @@ mod tests {
             peer_check: Some(PeerCheck {
                 vouch_after: Duration::from_secs(6),
                 answer_valid: Duration::from_secs(3),
+                members: Some(MemberSet::of(["m0", "m1", "m2"])),
             }),
         };
         let written: BTreeMap<String, String> = ad
@@ -336,6 +398,7 @@ mod tests {
             peer_check: Some(PeerCheck {
                 vouch_after: Duration::from_millis(6_900),
                 answer_valid: Duration::from_millis(2_100),
+                members: None,
             }),
             ..Default::default()
         }
@@ -344,5 +407,21 @@ mod tests {
         assert_eq!(peer[PEER_ANSWER_VALID].as_deref(), Some("3"));
         let none = Advertisement::default().to_annotations();
         assert!(none.get(WATCHDOG_TIMEOUT).is_some_and(|v| v.is_none()));
+        assert!(none.get(PEER_MEMBERS).is_some_and(|v| v.is_none()));
+    }
+
+    #[test]
+    fn member_sets_are_equal_for_equal_name_sets_only() {
+        let a = MemberSet::of(["m1", "m0", "m2", "m0"]);
+        assert_eq!(a, MemberSet::of(["m0", "m1", "m2"]));
+        assert_eq!(a.count, 3);
+        assert_ne!(a, MemberSet::of(["m0", "m1"]));
+        assert_ne!(a, MemberSet::of(["m0", "m1", "m3"]));
+        // Names are separated: "ab" + "c" is not "a" + "bc".
+        assert_ne!(MemberSet::of(["ab", "c"]), MemberSet::of(["a", "bc"]));
+        assert_eq!(MemberSet::parse(&a.to_string()), Some(a));
+        for bad in ["", "3", "x:1", "3:zz", "3:"] {
+            assert_eq!(MemberSet::parse(bad), None, "{bad:?}");
+        }
     }
 }

@@ -73,6 +73,10 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
     let nodes = ctx.cache.nodes.state();
     let mut detector = ctx.detector.lock().unwrap_or_else(|p| p.into_inner());
     let names: HashSet<String> = nodes.iter().map(|n| n.name_any()).collect();
+    ctx.members
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .record(names.iter().cloned().collect());
     let stale: Vec<String> = detector
         .nodes()
         .filter(|n| !names.contains(*n))

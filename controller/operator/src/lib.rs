@@ -120,6 +120,8 @@ pub struct Ctx {
     pub streaks: Mutex<palisade_decide::majority::Streaks>,
     /// The self-fence advertisement observed with each node's latest observed renewal.
     pub advertised: Mutex<HashMap<String, palisade_model::advertise::Advertisement>>,
+    /// The Node sets seen (every detector tick), for the member set a peer check advertises.
+    pub members: Mutex<palisade_decide::majority::MemberHistory>,
     /// Held while a worker counts fences in flight and records its own start, so two workers
     /// never both see room under `maxConcurrent` and both start.
     pub start_gate: tokio::sync::Mutex<()>,
@@ -148,6 +150,7 @@ impl Ctx {
             changed_at: Mutex::new(HashMap::new()),
             streaks: Mutex::new(palisade_decide::majority::Streaks::new()),
             advertised: Mutex::new(HashMap::new()),
+            members: Mutex::new(palisade_decide::majority::MemberHistory::new()),
             start_gate: tokio::sync::Mutex::new(()),
             workers: Mutex::new(HashSet::new()),
             start: Instant::now(),

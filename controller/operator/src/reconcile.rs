@@ -136,7 +136,9 @@ fn renewal_of(ctx: &Ctx, node: &str) -> (Option<Timestamp>, Advertisement) {
 }
 
 /// The healthy-majority bound on trusting the node's self-fence, from the advertisement it
-/// wrote with its last observed renewal and the streaks of every Node the controller knows.
+/// wrote with its last observed renewal and the streaks of the Nodes its peer check counts:
+/// the member set it advertised (an older Node list, if it was cut off before Nodes joined or
+/// left). A member set it did not advertise, or one this controller never saw, earns no trust.
 fn peer_trust(
     ctx: &Ctx,
     advertised: &Advertisement,
@@ -146,12 +148,26 @@ fn peer_trust(
     let Some(peer) = advertised.peer_check else {
         return PeerTrust::NotPeerChecked;
     };
-    let members = ctx.cache.nodes.state().len();
+    let names = ctx
+        .cache
+        .nodes
+        .state()
+        .iter()
+        .map(|n| kube::ResourceExt::name_any(n.as_ref()))
+        .collect();
+    let members = {
+        let mut history = ctx.members.lock().unwrap_or_else(|p| p.into_inner());
+        history.record(names);
+        match peer.members.and_then(|m| history.get(m)) {
+            Some(set) => set.clone(),
+            None => return PeerTrust::NoMajority,
+        }
+    };
     let since = ctx
         .streaks
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .majority_since(members, ctx.now().wall);
+        .majority_since_among(&members, ctx.now().wall);
     // Without an advertised watchdog the self-fence earns no trust anyway; count none here.
     let watchdog = advertised.watchdog.map(|w| w.timeout).unwrap_or_default();
     match palisade_decide::majority::peer_checked_trust(since, peer.answer_valid, watchdog, margin)

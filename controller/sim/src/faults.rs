@@ -136,8 +136,19 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// The schedule of `seed`.
+    /// The schedule of `seed`: in a quarter of them (drawn apart from the rest) the cluster
+    /// grows while part of it is cut off (as [`Schedule::generate_with_joins`] does in every one).
     pub fn generate(seed: u64) -> Schedule {
+        let mut s = Schedule::base(seed);
+        let mut joins = Rng::new(seed ^ 0x0010_1175);
+        if joins.chance(25) {
+            s.add_joins(&mut joins);
+        }
+        s
+    }
+
+    /// The schedule of `seed` without Node list changes.
+    fn base(seed: u64) -> Schedule {
         let mut r = Rng::new(seed);
         let n = 3 + r.below(3) as usize;
         // Half the schedules run the agents' peer check, on most of their nodes.
@@ -417,30 +428,36 @@ impl Schedule {
 }
 
 impl Schedule {
-    /// The schedule of `seed` with a cluster that grows while part of it is cut off (opt in,
-    /// `palisade-sim --joins`): one or two machines join 10–40 s in, while a group of the
+    /// The schedule of `seed` with a cluster that grows while part of it is cut off
+    /// (`palisade-sim --joins`): one or two machines join 10–40 s in, while a group of the
     /// first members that is a majority of the Node list before the join, but not after, is
-    /// cut from the control plane from just before the join for 20–60 s. Drawn apart from the
-    /// rest of the schedule.
-    ///
-    /// This is an open finding, not part of the default campaign: an agent cut off before the
-    /// join still counts the old Node list, so it and its partners are excused by a majority
-    /// of that list while the controller sees a healthy majority of the new one.
+    /// cut from the control plane from just before the join for 20–60 s. (An agent cut off
+    /// before the join still counts the old list; the controller must judge it against that
+    /// list, not today's.)
     pub fn generate_with_joins(seed: u64) -> Schedule {
-        let mut s = Schedule::generate(seed);
-        let mut r = Rng::new(seed ^ 0x0010_1175);
-        let n = s.nodes.len();
+        let mut s = Schedule::base(seed);
+        s.add_joins(&mut Rng::new(seed ^ 0x0010_1175));
+        s
+    }
+
+    /// One or two machines join 10–40 s in, while a group of the first members that is a
+    /// majority of the Node list before the join, but not after, is cut from the control plane
+    /// from just before the join for 20–60 s. Drawn from `r`, apart from the rest of the
+    /// schedule. (An agent cut off before the join still counts the old list; the controller
+    /// must judge it against that list, not today's.)
+    fn add_joins(&mut self, r: &mut Rng) {
+        let n = self.nodes.len();
         let joiners = 1 + r.below(2) as usize;
         if n < joiners + 2 {
-            return s;
+            return;
         }
         let first = n - joiners;
-        for node in &mut s.nodes[first..] {
+        for node in &mut self.nodes[first..] {
             node.joins_late = true;
         }
         let at = 10_000 + r.below(30_000);
         for i in first..n {
-            s.events.push((at + r.below(2_000), Fault::Join(i)));
+            self.events.push((at + r.below(2_000), Fault::Join(i)));
         }
         // A majority of the `first` members, a minority of all `n`.
         let group = first / 2 + 1;
@@ -448,13 +465,12 @@ impl Schedule {
             let cut = at.saturating_sub(1_000 + r.below(4_000));
             let heal = at + 20_000 + r.below(40_000);
             for i in 0..group {
-                s.events.push((cut, Fault::CutApi(i)));
-                s.events.push((heal, Fault::Heal(i)));
+                self.events.push((cut, Fault::CutApi(i)));
+                self.events.push((heal, Fault::Heal(i)));
             }
         }
         // Faults drawn for a machine that is not in the cluster yet do nothing to it.
-        s.events.sort_by_key(|(t, _)| *t);
-        s
+        self.events.sort_by_key(|(t, _)| *t);
     }
 }
 

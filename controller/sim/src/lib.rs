@@ -9,7 +9,8 @@
 //! that succeed, fail or ignore commands — and a clock the simulation owns. [`faults`] draws a
 //! seeded schedule of faults (partitions, hung, crashed and restarted agents, controller
 //! crashes, leaders frozen before a device command while a standby takes over, API outages,
-//! Lease writes that time out and land late or never, clock steps, node-network splits, lying
+//! Lease writes that time out and land late or never, Nodes that join while part of the cluster
+//! is cut off, clock steps, node-network splits, lying
 //! devices, flapping; agents with a peer check that excuse each other during an outage); the
 //! world's checker asserts the invariants
 //! after every tick:

@@ -5,7 +5,7 @@
 //! ```
 //!
 //! `--joins` draws schedules whose cluster grows while part of it is cut off
-//! ([`Schedule::generate_with_joins`]: an open finding, not in the default campaign).
+//! in every schedule ([`Schedule::generate_with_joins`]; the default campaign does in a quarter).
 //!
 //! Prints a report (schedules, fault events, fences, releases, held pods, violations, runtime,
 //! seed). A violation exits 1 after printing the shrunk schedule, its history and the command

@@ -8,7 +8,9 @@
 //! pending command reaches the device when it resumes (its status writes would fail their
 //! precondition, so only the device sees it). The storage firewall keeps one hold per fence
 //! that blocked a node, and a fence's unblock lifts only its own, as the lab storage server
-//! does for a controller's direct storage device. Agents with a peer check poll their peers over the
+//! does for a controller's direct storage device. The cluster can grow: each agent counts the
+//! Node list of its last successful renewal (and of every attempt since), which its renewals
+//! advertise, and the controller judges a silent node against the set it advertised. Agents with a peer check poll their peers over the
 //! node network every second while their Lease is stale and keep their pods (and pet their
 //! watchdog) while a strict majority vouches; the controller bounds its trust in their
 //! self-fence by the healthy majority it observed (`palisade_decide::majority`), like
@@ -20,13 +22,13 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use palisade_decide::detector::{Detector, Health, Heartbeat, Observed, Thresholds};
-use palisade_decide::majority::{peer_checked_trust, Streaks, DEFAULT_WINDOW};
+use palisade_decide::majority::{peer_checked_trust, MemberHistory, Streaks, DEFAULT_WINDOW};
 use palisade_decide::phase::{clean_proof, NodePod, ObjectRef, Observations, PeerTrust, Step};
 use palisade_decide::snapshot::{
     FenceState, NodeSnapshot, PodSnapshot, PolicySnapshot, Snapshot, Tolerance,
 };
 use palisade_decide::{decide, next_step, Clocks, Mono, Verdict};
-use palisade_model::advertise::{Advertisement, PeerCheck, SelfFenceScope, Watchdog};
+use palisade_model::advertise::{Advertisement, MemberSet, PeerCheck, SelfFenceScope, Watchdog};
 use palisade_model::nodefence::{
     Evidence, EvidenceKind, LevelKind, NodeFenceSpec, NodeFenceStatus, Phase, PlannedDevice,
     ReleasedObject, RequestedBy,
@@ -72,11 +74,15 @@ pub enum Bug {
     /// The agent counts a Lease write whose request timed out as made: its self-fence clock
     /// restarts although the write may land late or never.
     CountUnackedRenewal,
+    /// The old rule for Node list changes: the agent counts its latest Node list and the
+    /// controller today's, whatever the node advertised (two majorities of different lists
+    /// need not intersect).
+    LatestListOnly,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 12] = [
+    pub const ALL: [Bug; 13] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -89,6 +95,7 @@ impl Bug {
         Bug::UnblockWithoutNewBoot,
         Bug::NodeWideUnblock,
         Bug::CountUnackedRenewal,
+        Bug::LatestListOnly,
     ];
 
     /// Parses a bug's name (as printed by `{:?}`).
@@ -183,9 +190,12 @@ struct Machine {
     slow_writes: Option<bool>,
     /// Whether the machine is in the cluster (its Node exists).
     member: bool,
-    /// The Node list its agent saw last (refreshed whenever it reaches the API): the peers it
-    /// asks and the members it counts.
+    /// The Node list its agent saw last (refreshed whenever it reaches the API).
     known: Vec<usize>,
+    /// The list its last successful renewal advertised, and the lists of the renewal attempts
+    /// after it (which may still land): a strict majority of each must excuse it.
+    counted: Option<Vec<usize>>,
+    offered: Vec<Vec<usize>>,
     watchdog_armed: bool,
     last_pet: u64,
     containers: BTreeSet<String>,
@@ -286,8 +296,11 @@ pub struct World<'s> {
     freeze_trap: Option<u64>,
     /// The frozen leader, if any (the running one is `ctl`, once a standby took over).
     frozen: Option<Frozen>,
-    /// Lease writes the agents gave up on that will still land: (when, node, stamp, what).
-    late_writes: Vec<(u64, usize, i64, Advertisement)>,
+    /// Lease writes the agents gave up on that will still land: (when, node, sent, stamp,
+    /// what).
+    late_writes: Vec<(u64, usize, u64, i64, Advertisement)>,
+    /// The Node sets the controller has seen (for the member set a peer check advertises).
+    member_history: MemberHistory,
     /// Draws the fate of a timed-out write (late, and how late, or lost), apart from `rng`.
     write_rng: Rng,
     policy: FencingPolicySpec,
@@ -319,6 +332,8 @@ impl<'s> World<'s> {
                 known: (0..s.nodes.len())
                     .filter(|&j| !s.nodes[j].joins_late)
                     .collect(),
+                counted: None,
+                offered: Vec::new(),
                 boot: 1,
                 agent: Agent::Running,
                 cut_api: false,
@@ -388,6 +403,7 @@ impl<'s> World<'s> {
             freeze_trap: None,
             frozen: None,
             late_writes: Vec::new(),
+            member_history: MemberHistory::new(),
             write_rng: Rng::new(s.seed ^ 0x0D1A_7E5E),
             policy,
             next_event: 0,
@@ -630,6 +646,7 @@ impl<'s> World<'s> {
                 peer_check: cfg.peer_check.map(|(vouch_after, answer_valid)| PeerCheck {
                     vouch_after: Duration::from_secs(vouch_after),
                     answer_valid: Duration::from_secs(answer_valid),
+                    members: (!m.known.is_empty()).then(|| self.member_set(&m.known)),
                 }),
             };
             // The renewTime stamp: the send time on the node's clock, off the controller's
@@ -640,12 +657,16 @@ impl<'s> World<'s> {
                 + (cfg.skew_ms + jitter).clamp(-1_000, 1_000)
                 + self.machines[i].clock_step_ms;
             self.machines[i].last_attempt = Some(now);
+            let list = self.machines[i].known.clone();
+            if !self.machines[i].offered.contains(&list) {
+                self.machines[i].offered.push(list);
+            }
             if let Some(land) = self.machines[i].slow_writes {
                 // The request times out and the agent gives up on it; the API server may
                 // still apply it 0.9–4 s later.
                 if land {
                     let land = now + 900 + self.write_rng.below(3_101);
-                    self.late_writes.push((land, i, stamp, ad));
+                    self.late_writes.push((land, i, now, stamp, ad));
                 }
                 if self.bug == Some(Bug::CountUnackedRenewal) {
                     self.renewed(i);
@@ -707,6 +728,11 @@ impl<'s> World<'s> {
         }
     }
 
+    /// The member set of machines `list` (their Node names).
+    fn member_set(&self, list: &[usize]) -> MemberSet {
+        MemberSet::of(list.iter().map(|&j| self.machines[j].name.as_str()))
+    }
+
     /// The machines in the cluster (the Node list), in order.
     fn members(&self) -> Vec<usize> {
         (0..self.machines.len())
@@ -726,6 +752,9 @@ impl<'s> World<'s> {
     fn renewed(&mut self, i: usize) {
         let now = self.now;
         let m = &mut self.machines[i];
+        // The list this renewal advertised counts; no earlier attempt can land any more.
+        m.counted = Some(m.known.clone());
+        m.offered.clear();
         m.last_write = now;
         m.last_renew_sent = Some(now);
         m.last_pet = now;
@@ -743,8 +772,11 @@ impl<'s> World<'s> {
             .into_iter()
             .partition(|w| w.0 <= now);
         self.late_writes = rest;
-        for (_, i, stamp, ad) in due {
-            if self.api_up {
+        for (_, i, sent, stamp, ad) in due {
+            // The Lease is replaced with the resourceVersion read before the write was sent:
+            // it lands only if no other write landed since.
+            let conflict = self.lease_log[i].last().is_some_and(|w| w.0 >= sent);
+            if self.api_up && !conflict {
                 self.write_lease(i, stamp, ad);
                 self.out.late_writes += 1;
                 self.log(format!("m{i}: a Lease write its agent gave up on lands"));
@@ -761,9 +793,27 @@ impl<'s> World<'s> {
     /// or at once. A late vouch counts from its request's send time, as in the agent.
     fn poll(&mut self, i: usize, vouch_after: u64, answer_valid: u64) {
         let now = self.now;
-        // The members this agent counts, and the peers it asks: its last-seen Node list.
-        let known = self.machines[i].known.clone();
-        let n = known.len();
+        // The lists a strict majority of each must excuse this agent (its last successful
+        // renewal's and every later attempt's), and the peers it asks: all of theirs.
+        let lists: Vec<Vec<usize>> = {
+            let m = &self.machines[i];
+            let mut l: Vec<Vec<usize>> = m.counted.iter().cloned().collect();
+            if self.bug != Some(Bug::LatestListOnly) {
+                l.extend(
+                    m.offered
+                        .iter()
+                        .filter(|o| Some(*o) != m.counted.as_ref())
+                        .cloned(),
+                );
+            }
+            if m.counted.is_none() || self.bug == Some(Bug::LatestListOnly) {
+                l = vec![m.known.clone()];
+            }
+            l
+        };
+        let mut asked: Vec<usize> = lists.iter().flatten().copied().collect();
+        asked.sort_unstable();
+        asked.dedup();
         let mut answers: Vec<(usize, u64, Option<bool>)> = Vec::new();
         let (arrived, late): (Vec<_>, Vec<_>) = std::mem::take(&mut self.machines[i].in_flight)
             .into_iter()
@@ -776,7 +826,7 @@ impl<'s> World<'s> {
                 answers.push((r.peer, r.sent, r.answer.flatten()));
             }
         }
-        for j in known.into_iter().filter(|&j| j != i) {
+        for j in asked.into_iter().filter(|&j| j != i) {
             let fate = self.net_rng.below(100);
             if fate < 10 {
                 continue;
@@ -806,22 +856,33 @@ impl<'s> World<'s> {
             }
         }
         m.next_poll = now + POLL_MS;
-        let k = if loose { n / 2 } else { n / 2 + 1 };
         let self_votes = now.saturating_sub(m.last_write) > vouch_after * 1000;
-        let need = k.saturating_sub(usize::from(self_votes));
         let valid_for = answer_valid * 1000;
-        let until = if need == 0 {
-            Some(now + valid_for)
-        } else {
-            let mut valid: Vec<u64> = m
-                .vouches
-                .values()
-                .map(|sent| sent + valid_for)
-                .filter(|&u| u > now)
-                .collect();
-            valid.sort_unstable_by(|a, b| b.cmp(a));
-            valid.get(need - 1).copied()
-        };
+        // Excused until the earliest of what each list's strict majority gives.
+        let each: Option<Vec<u64>> = lists
+            .iter()
+            .map(|list| {
+                let n = list.len();
+                if n == 0 {
+                    return None;
+                }
+                let k = if loose { n / 2 } else { n / 2 + 1 };
+                let need = k.saturating_sub(usize::from(self_votes));
+                if need == 0 {
+                    return Some(now + valid_for);
+                }
+                let mut valid: Vec<u64> = m
+                    .vouches
+                    .iter()
+                    .filter(|(j, _)| list.contains(j))
+                    .map(|(_, sent)| sent + valid_for)
+                    .filter(|&u| u > now)
+                    .collect();
+                valid.sort_unstable_by(|a, b| b.cmp(a));
+                valid.get(need - 1).copied()
+            })
+            .collect();
+        let until = each.and_then(|u| u.into_iter().min());
         m.excused_until = until.filter(|&u| u > now);
     }
 
@@ -1058,6 +1119,7 @@ impl<'s> World<'s> {
 
     /// A new controller: a higher token, no memory.
     fn restart_controller(&mut self) {
+        self.member_history = MemberHistory::new();
         self.ctl = Controller {
             up: true,
             token: self.ctl.token + 1,
@@ -1162,6 +1224,12 @@ impl<'s> World<'s> {
         // Observe heartbeats, through a watch that lags by up to MAX_WATCH_LAG_MS.
         let lag = self.rng.below(MAX_WATCH_LAG_MS + 1);
         let seen_at = self.now.saturating_sub(lag);
+        let names = self
+            .members()
+            .into_iter()
+            .map(|i| self.machines[i].name.clone())
+            .collect();
+        self.member_history.record(names);
         for i in self.members() {
             let name = self.machines[i].name.clone();
             let (count, stamp, lease_ad) = self.lease_log[i]
@@ -1362,10 +1430,21 @@ impl<'s> World<'s> {
         // As `reconcile.rs::peer_trust`: the members are every Node.
         let peer_trust = match advertised.peer_check {
             Some(peer) if self.bug != Some(Bug::IgnoreMajorityBound) => {
-                let since = self
-                    .ctl
-                    .streaks
-                    .majority_since(self.members().len(), now.wall);
+                // The member set the node advertised, as `reconcile.rs::peer_trust` resolves
+                // it (unknown: no healthy majority to count, so no trust).
+                let set = if self.bug == Some(Bug::LatestListOnly) {
+                    Some(
+                        self.members()
+                            .into_iter()
+                            .map(|i| self.machines[i].name.clone())
+                            .collect(),
+                    )
+                } else {
+                    peer.members
+                        .and_then(|m| self.member_history.get(m))
+                        .cloned()
+                };
+                let since = set.and_then(|s| self.ctl.streaks.majority_since_among(&s, now.wall));
                 let watchdog = advertised.watchdog.map(|w| w.timeout).unwrap_or_default();
                 match peer_checked_trust(since, peer.answer_valid, watchdog, margin) {
                     Some(t) => PeerTrust::From(t),

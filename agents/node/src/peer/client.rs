@@ -80,7 +80,8 @@ fn members(me: &str, peers: &[Peer]) -> usize {
 /// Polls the peers while `needed()` holds, and publishes on `out` the instant until which
 /// this node is excused from self-fencing.
 ///
-/// Every `poll_interval` while needed, asks every reachable peer of the latest list (skipping
+/// Every `poll_interval` while needed, asks every reachable peer of the list the last
+/// successful renewal advertised ([`super::MemberBook::advertised`]; skipping
 /// this node by name) in parallel, each bounded by `request_timeout`, feeds the answers to an
 /// [`Excuse`] (a failed request adds nothing; earlier vouches lapse on their own), and publishes
 /// [`Excuse::excused_until`] after the round. While not needed it publishes `None` and forgets
@@ -88,7 +89,8 @@ fn members(me: &str, peers: &[Peer]) -> usize {
 ///
 /// Guarantees: what is published is `Some(t)` only when, at the end of the round, a strict
 /// majority of the members vouched with answers to requests sent no earlier than
-/// `t - answer_valid`. An empty peer list (never listed yet) is never excused.
+/// `t - answer_valid`. Without an advertised list (never listed, or never renewed with one) the
+/// node is never excused.
 ///
 /// Assumptions: `writes` is this agent's own write clock (its vote); consumers treat the
 /// published instant as expired once now reaches it, and check `needed` themselves no more
@@ -96,7 +98,7 @@ fn members(me: &str, peers: &[Peer]) -> usize {
 pub async fn poll(
     cfg: PeerConfig,
     key: Arc<PeerKey>,
-    peers: watch::Receiver<Vec<Peer>>,
+    peers: Arc<super::MemberBook>,
     writes: WriteClock,
     needed: Arc<dyn Fn() -> bool + Send + Sync>,
     out: watch::Sender<Option<Instant>>,
@@ -107,11 +109,19 @@ pub async fn poll(
     loop {
         let round = Instant::now();
         let until = if needed() {
-            let list = peers.borrow().clone();
-            excuse.set_members(members(&cfg.node, &list));
-            excuse.retain(|name| list.iter().any(|p| p.name == name));
-            let asks = list
+            // The lists the controller may judge us against (the last successful renewal's
+            // and every later attempt's): a strict majority of each must vouch.
+            let lists = peers.advertised().unwrap_or_default();
+            let mut union: Vec<&Peer> = Vec::new();
+            for p in lists.iter().flatten() {
+                if !union.iter().any(|q| q.name == p.name) {
+                    union.push(p);
+                }
+            }
+            excuse.retain(|name| union.iter().any(|p| p.name == name));
+            let asks = union
                 .iter()
+                .copied()
                 .filter(|p| p.name != cfg.node && p.reachable())
                 .map(|p| {
                     let key = &key;
@@ -150,7 +160,17 @@ pub async fn poll(
             }
             // `needed` may have turned false while the round ran.
             if needed() {
-                excuse.excused_until(writes.last_write(), Instant::now())
+                let now = Instant::now();
+                let each: Option<Vec<Instant>> = lists
+                    .iter()
+                    .map(|list| {
+                        let mut e = excuse.clone();
+                        e.set_members(members(&cfg.node, list));
+                        e.retain(|name| list.iter().any(|p| p.name == name));
+                        e.excused_until(writes.last_write(), now)
+                    })
+                    .collect();
+                each.and_then(|u| u.into_iter().min())
             } else {
                 excuse.clear();
                 None
@@ -389,7 +409,10 @@ mod tests {
             peer("b", Ipv4Addr::new(127, 0, 0, 2)),
             peer("c", Ipv4Addr::new(127, 0, 0, 3)),
         ];
-        let (_peers_tx, peers_rx) = watch::channel(list);
+        // The list as a successful renewal advertised it.
+        let peers = Arc::new(crate::peer::MemberBook::new("a"));
+        let set = peers.offer(&list).unwrap();
+        peers.written(set);
         let need = Arc::new(AtomicBool::new(true));
         let needed = {
             let need = need.clone();
@@ -404,7 +427,7 @@ mod tests {
         tokio::spawn(poll(
             a,
             k,
-            peers_rx,
+            peers,
             WriteClock::new(),
             needed,
             out_tx,

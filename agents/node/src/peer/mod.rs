@@ -17,12 +17,16 @@
 //! valid for `answer_valid` after its *request was sent* (and no longer, whatever the peer
 //! answers later).
 //!
+//! The members counted are those of the Node list the agent last advertised with a successful
+//! renewal ([`members`]), the very set the controller judges the node's excuse against.
+//!
 //! Modules: [`excuse`] is the pure majority arithmetic; `wire` is the line protocol (one
 //! HMAC-signed JSON line each way); `server` answers peers ([`serve`]); `client` asks them
-//! ([`poll`]); `nodes` keeps the peer set ([`node_list_loop`]).
+//! ([`poll`]); `nodes` keeps the peer set ([`node_list_loop`]); [`members`] the list counted.
 
 mod client;
 pub mod excuse;
+pub mod members;
 mod nodes;
 mod server;
 mod wire;
@@ -40,6 +44,7 @@ use tokio::time::Instant;
 
 pub use client::poll;
 pub use excuse::Excuse;
+pub use members::MemberBook;
 pub use nodes::node_list_loop;
 pub use server::serve;
 
