@@ -221,6 +221,20 @@ struct Machine {
     clock_step_ms: i64,
 }
 
+impl Machine {
+    /// The agent's peer state starts over at `now`: it just wrote (or started), pets, holds no
+    /// answers, no excuse and no fence.
+    fn fresh_start(&mut self, now: u64) {
+        self.last_write = now;
+        self.last_pet = now;
+        self.fence_active = false;
+        self.vouches.clear();
+        self.in_flight.clear();
+        self.excused_until = None;
+        self.excusing = false;
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Pod {
     uid: String,
@@ -546,16 +560,10 @@ impl<'s> World<'s> {
         let m = &mut self.machines[i];
         m.agent = Agent::Running;
         m.watchdog_armed = self.s.nodes[i].watchdog.is_some();
-        m.last_pet = now;
         // A fresh agent: its write clock starts now (a previous incarnation may just have
         // written), no answers, no excuse, no fence yet.
-        m.last_write = now;
-        m.fence_active = false;
-        m.vouches.clear();
-        m.in_flight.clear();
-        m.excused_until = None;
+        m.fresh_start(now);
         m.next_poll = now;
-        m.excusing = false;
         m.last_attempt = None;
         let stale = m
             .last_renew_sent
@@ -755,14 +763,8 @@ impl<'s> World<'s> {
         // The list this renewal advertised counts; no earlier attempt can land any more.
         m.counted = Some(m.known.clone());
         m.offered.clear();
-        m.last_write = now;
         m.last_renew_sent = Some(now);
-        m.last_pet = now;
-        m.fence_active = false;
-        m.vouches.clear();
-        m.in_flight.clear();
-        m.excused_until = None;
-        m.excusing = false;
+        m.fresh_start(now);
     }
 
     /// Lease writes their agents gave up on land now (if the API server is up).

@@ -124,15 +124,7 @@ async fn sigkill_of_the_server_mid_write_loses_no_acknowledged_write() {
     let pki = Pki::new();
     let state = tempfile::tempdir().unwrap();
     let vols = ["vol-d0", "vol-d1", "vol-d2"];
-    let opts = ServerOpts {
-        pki: &pki,
-        state_dir: state.path(),
-        data_port: free_port(),
-        admin_port: free_port(),
-        client_ca: false,
-        token: true,
-        volumes: &vols,
-    };
+    let opts = ServerOpts::usual(&pki, state.path(), &vols);
     let mut srv = ServerProc::start(&opts);
     let admin = srv.admin_client(&pki);
     let logs = tempfile::tempdir().unwrap();

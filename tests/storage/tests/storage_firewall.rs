@@ -396,15 +396,7 @@ async fn a_late_unblock_of_an_older_fence_leaves_a_newer_fence_block_in_place() 
     init();
     let pki = Pki::new();
     let state = tempfile::tempdir().unwrap();
-    let opts = ServerOpts {
-        pki: &pki,
-        state_dir: state.path(),
-        data_port: free_port(),
-        admin_port: free_port(),
-        client_ca: false,
-        token: true,
-        volumes: &["vol-a"],
-    };
+    let opts = ServerOpts::usual(&pki, state.path(), &["vol-a"]);
     let mut srv = ServerProc::start(&opts);
     srv.admin_client(&pki)
         .grant("vol-a", "m0", &[ip("127.0.0.11")])

@@ -89,6 +89,22 @@ pub struct ServerOpts<'a> {
     pub volumes: &'a [&'a str],
 }
 
+impl<'a> ServerOpts<'a> {
+    /// Free ports, token authentication, no client CA: what most tests want. Kept to restart
+    /// the server on the same ports.
+    pub fn usual(pki: &'a Pki, state_dir: &'a Path, volumes: &'a [&'a str]) -> Self {
+        ServerOpts {
+            pki,
+            state_dir,
+            data_port: free_port(),
+            admin_port: free_port(),
+            client_ca: false,
+            token: true,
+            volumes,
+        }
+    }
+}
+
 impl ServerProc {
     pub fn start(o: &ServerOpts<'_>) -> ServerProc {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_palisade-storage-server"));
@@ -133,15 +149,7 @@ impl ServerProc {
 
     /// Starts on fresh ports with a token.
     pub fn start_default(pki: &Pki, state_dir: &Path, volumes: &[&str]) -> ServerProc {
-        ServerProc::start(&ServerOpts {
-            pki,
-            state_dir,
-            data_port: free_port(),
-            admin_port: free_port(),
-            client_ca: false,
-            token: true,
-            volumes,
-        })
+        ServerProc::start(&ServerOpts::usual(pki, state_dir, volumes))
     }
 
     pub fn sigkill(&mut self) {
