@@ -36,6 +36,10 @@ struct Book {
     overflow: bool,
     /// The list the last successful renewal carried.
     written: Option<(MemberSet, Vec<Peer>)>,
+    /// The latest list offered: the freshest addresses (a member set is names only, so a
+    /// member that had no InternalIP when its list was advertised is asked at the address it
+    /// has now).
+    latest: Vec<Peer>,
 }
 
 impl MemberBook {
@@ -64,6 +68,7 @@ impl MemberBook {
                 .chain(std::iter::once(self.node.as_str())),
         );
         let mut b = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        b.latest = peers.to_vec();
         if !b.offered.iter().any(|(s, _)| *s == set) {
             b.offered.push_back((set, peers.to_vec()));
             if b.offered.len() > Self::KEEP {
@@ -85,20 +90,31 @@ impl MemberBook {
     }
 
     /// The lists a strict majority of each of which must excuse the node: the last successful
-    /// renewal's and every later attempt's. `None`: never renewed with a list, or too many
-    /// attempts to know.
+    /// renewal's and every later attempt's, each member at its latest known address. `None`:
+    /// never renewed with a list, or too many attempts to know.
     pub fn advertised(&self) -> Option<Vec<Vec<Peer>>> {
         let b = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if b.overflow {
             return None;
         }
         let (written, list) = b.written.as_ref()?;
-        let mut lists = vec![list.clone()];
+        let fresh = |l: &[Peer]| -> Vec<Peer> {
+            l.iter()
+                .map(|p| {
+                    b.latest
+                        .iter()
+                        .find(|q| q.name == p.name && q.reachable())
+                        .unwrap_or(p)
+                        .clone()
+                })
+                .collect()
+        };
+        let mut lists = vec![fresh(list)];
         lists.extend(
             b.offered
                 .iter()
                 .filter(|(s, _)| s != written)
-                .map(|(_, l)| l.clone()),
+                .map(|(_, l)| fresh(l)),
         );
         Some(lists)
     }
@@ -143,6 +159,23 @@ mod tests {
         let last = book.offer(&[peer("b")]).unwrap();
         book.written(last);
         assert_eq!(lens(&book), Some(vec![1]));
+    }
+
+    #[test]
+    fn a_member_is_asked_at_its_latest_address() {
+        let book = MemberBook::new("a");
+        // Advertised while b had no InternalIP yet; the next renewal (with b's address, and c
+        // new) does not succeed: b is asked at its new address, c counts only in its own list.
+        let early = book.offer(&[peer("b")]).unwrap();
+        book.written(early);
+        let b_now = Peer {
+            name: "b".into(),
+            addr: "10.0.0.2".parse().unwrap(),
+        };
+        book.offer(&[b_now.clone(), peer("c")]);
+        let lists = book.advertised().unwrap();
+        assert_eq!(lists[0], vec![b_now.clone()]);
+        assert_eq!(lists[1], vec![b_now, peer("c")]);
     }
 
     fn lens(book: &MemberBook) -> Option<Vec<usize>> {
