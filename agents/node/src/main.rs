@@ -498,6 +498,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
         metrics.clone(),
     ));
     let book = peer_check.as_ref().map(|(_, book, _)| book.clone());
+    let renew_now = Arc::new(tokio::sync::Notify::new());
+    if let Some((_, _, peers)) = &peer_check {
+        // A new member list reaches the Lease at once: until a renewal carries it, the
+        // controller judges the node against the old list (or none), and so does the poller.
+        let (mut peers, renew_now) = (peers.clone(), renew_now.clone());
+        tokio::spawn(async move {
+            while peers.changed().await.is_ok() {
+                renew_now.notify_one();
+            }
+        });
+    }
     let advertise: node::Advertiser = {
         let runtime = ctx.runtime.clone();
         let watchdog_state = watchdog_state.clone();
@@ -541,7 +552,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ncfg.clone(),
         renew_tx,
         metrics.clone(),
-        (advertise, written),
+        node::Advertising {
+            advertise,
+            written,
+            renew_now,
+        },
         writes,
     ));
     tokio::spawn(node::status_loop(

@@ -39,6 +39,19 @@ pub type Advertiser = Arc<dyn Fn() -> Advertisement + Send + Sync>;
 /// the last one carried).
 pub type Written = Arc<dyn Fn(&Advertisement) + Send + Sync>;
 
+/// What each renewal writes besides the Lease's own fields, and when it must not wait.
+#[derive(Clone)]
+pub struct Advertising {
+    /// Builds the advertisement for each renewal.
+    pub advertise: Advertiser,
+    /// Told what a successful renewal wrote.
+    pub written: Written,
+    /// Notified when the advertisement changed in a way that must reach the API at once (the
+    /// peer check's member list: until a renewal carries it, no peer can excuse the node). A
+    /// notification while a renewal is in flight is kept and acted on after it.
+    pub renew_now: Arc<tokio::sync::Notify>,
+}
+
 /// Errors talking to the API about the Node and its Lease.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -367,9 +380,10 @@ pub async fn status_loop(
     }
 }
 
-/// Renews the Lease forever, writing `advertise()` with every renewal; publishes on
-/// `renewed` the instant each successful renewal request was *sent*, and tells `written` the
-/// advertisement it wrote.
+/// Renews the Lease forever, writing `ads.advertise()` with every renewal; publishes on
+/// `renewed` the instant each successful renewal request was *sent*, and tells `ads.written`
+/// the advertisement it wrote. A successful renewal is followed by the next after
+/// `renew_interval`, or at once when `ads.renew_now` is notified.
 ///
 /// Guarantees: the self-fence clock counts from when the request left, never from when the
 /// answer arrived, so a slow answer cannot extend it: the API server recorded the renewal no
@@ -381,7 +395,7 @@ pub async fn lease_loop(
     cfg: NodeConfig,
     renewed: watch::Sender<Instant>,
     metrics: Arc<Metrics>,
-    (advertise, written): (Advertiser, Written),
+    ads: Advertising,
     writes: crate::peer::WriteClock,
 ) {
     let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
@@ -393,17 +407,22 @@ pub async fn lease_loop(
     let timeout = cfg.renew_interval.max(Duration::from_millis(500));
     loop {
         let sent = Instant::now();
-        let ad = advertise();
+        let ad = (ads.advertise)();
         let res = renew_once(&api, &nodes, &cfg, timeout, &ad, &writes).await;
         match res {
             Ok(()) => {
-                written(&ad);
+                (ads.written)(&ad);
                 renewed.send_replace(sent);
                 metrics
                     .lease_renewals
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 backoff.reset();
-                tokio::time::sleep(cfg.renew_interval).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(cfg.renew_interval) => {}
+                    _ = ads.renew_now.notified() => {
+                        tracing::info!("advertisement changed: renewing the Lease now");
+                    }
+                }
             }
             Err(e) => {
                 metrics

@@ -1,5 +1,7 @@
 //! The headline: a silent machine is power-fenced through its BMC, its StatefulSet pod is
-//! released, and the replacement is scheduled on another machine.
+//! released, and the replacement is scheduled on another machine. The controller runs as its
+//! ServiceAccount with `controller/manifests/rbac.yaml` as shipped: no step of the scenario
+//! may be refused a permission.
 
 mod common;
 
@@ -18,7 +20,8 @@ use serde_json::json;
 #[test]
 fn silent_machine_is_power_fenced_then_its_statefulset_pod_runs_elsewhere() {
     let (lab, rt, c) = lab_ready(3, false);
-    let ctl = start_controller(&lab, "ctl-a");
+    apply_rbac(&c, &rt);
+    let ctl = start_controller_as(&lab, "ctl-a", &controller_sa_kubeconfig(&lab), &[], &[]);
     policy(&c, &rt);
     ipmi_targets(&lab, &c, &rt);
 
@@ -172,5 +175,14 @@ fn silent_machine_is_power_fenced_then_its_statefulset_pod_runs_elsewhere() {
     assert!(
         metrics.contains("palisade_fences_total{outcome=\"released\"} 1"),
         "{metrics}"
+    );
+    let log = ctl.log_text();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("forbidden") || l.contains("Forbidden"))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "the shipped RBAC covers every step: {refused:#?}"
     );
 }

@@ -12,6 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::PostParams;
 use kube::Api;
@@ -138,26 +139,35 @@ fn peer_lab(
             })
         })
         .collect();
-    // The outage must find the agents knowing their peers: an agent that has not yet listed
-    // every Node with an address cannot be excused (it self-fences, the safe side), which is
-    // a different scenario from the one these tests prove.
+    // The outage must find every agent's Lease advertising the whole member list: until a
+    // renewal carries it, the controller judges the node against an older list (or none) and
+    // so does the agent, which then self-fences (the safe side) — a different scenario from
+    // the one these tests prove. A new list is written at once, not at the next renewal.
+    let everyone = palisade_model::advertise::MemberSet::of((0..machines).map(|i| format!("m{i}")));
+    let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-node-lease");
     eventually(
-        "every agent knows all its peers",
+        "every Lease advertises every member",
         Duration::from_secs(120),
         || {
             (0..machines)
                 .all(|i| {
-                    let log = plain(&agent_log(&lab, i));
-                    log.lines()
-                        .rfind(|l| l.contains("peer set changed"))
-                        .is_some_and(|l| {
-                            l.contains(&format!("members={machines}"))
-                                && !l.contains("no InternalIP")
-                        })
+                    rt.block_on(leases.get_opt(&format!("m{i}")))
+                        .ok()
+                        .flatten()
+                        .and_then(|l| l.metadata.annotations)
+                        .and_then(|a| a.get(palisade_model::advertise::PEER_MEMBERS).cloned())
+                        .and_then(|v| palisade_model::advertise::MemberSet::parse(&v))
+                        == Some(everyone)
                 })
                 .then_some(())
         },
     );
+    for i in 0..machines {
+        assert!(
+            plain(&agent_log(&lab, i)).contains("advertisement changed: renewing the Lease now"),
+            "m{i} renewed its Lease as soon as its member list changed"
+        );
+    }
     (lab, rt, c, key, pids)
 }
 

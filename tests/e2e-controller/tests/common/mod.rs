@@ -197,21 +197,27 @@ pub fn apply_rbac(c: &Client, rt: &tokio::runtime::Runtime) {
 /// from the lab CA whose common name is [`CONTROLLER_SA`]; RBAC matches ServiceAccount subjects
 /// by that user name), so the controller runs with exactly the shipped permissions.
 pub fn controller_sa_kubeconfig(lab: &Lab) -> PathBuf {
+    kubeconfig_as(lab, CONTROLLER_SA, "controller-sa")
+}
+
+/// A kubeconfig that authenticates as user `user` (a client certificate from the lab CA, no
+/// groups beyond `system:authenticated`), written to `<lab dir>/<file>.kubeconfig`.
+pub fn kubeconfig_as(lab: &Lab, user: &str, file: &str) -> PathBuf {
     use base64::Engine;
     let cp = lab.control_plane().expect("control plane");
     let admin = std::fs::read_to_string(cp.admin_kubeconfig()).expect("admin kubeconfig");
     let mut cfg: serde_json::Value = serde_yaml_ng::from_str(&admin).expect("kubeconfig parses");
     let id = lab
         .ca()
-        .issue_client_cert(CONTROLLER_SA, None)
-        .expect("issue the SA certificate");
+        .issue_client_cert(user, None)
+        .expect("issue the client certificate");
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
     let user = &mut cfg["users"][0]["user"];
     user["client-certificate-data"] = b64(&id.cert_pem).into();
     user["client-key-data"] = b64(&id.key_pem).into();
-    let path = lab.dir().join("controller-sa.kubeconfig");
+    let path = lab.dir().join(format!("{file}.kubeconfig"));
     palisade_lab::write_secret(&path, serde_yaml_ng::to_string(&cfg).unwrap().as_bytes())
-        .expect("write the SA kubeconfig");
+        .expect("write the kubeconfig");
     path
 }
 
