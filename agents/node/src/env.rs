@@ -14,6 +14,88 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Secret};
 use kube::{Api, Client};
 
+/// Where containers reach the API server: what the kubelet exports to every container as the
+/// `kubernetes` Service's environment (`KUBERNETES_SERVICE_HOST` and `_PORT`, read by every
+/// in-cluster client, and the Docker-link style `KUBERNETES_PORT*`).
+///
+/// Assumptions: the address is reachable from the machine's network (the lab has no
+/// kube-proxy, so the Service's ClusterIP is not); the API server's certificate names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiService {
+    host: String,
+    port: u16,
+}
+
+/// Why an API service address is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiServiceError {
+    /// Not `HOST:PORT` (an IPv6 host in brackets).
+    #[error("{0:?} is not HOST:PORT")]
+    Malformed(String),
+    /// The URL has no host.
+    #[error("the URL {0} has no host")]
+    NoHost(String),
+}
+
+impl ApiService {
+    /// Parses `HOST:PORT` (`[v6]:PORT` for IPv6).
+    pub fn parse(s: &str) -> Result<ApiService, ApiServiceError> {
+        let bad = || ApiServiceError::Malformed(s.to_string());
+        let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        let host = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            // An IPv6 host only in brackets: `fd00::1:443` is ambiguous.
+            Some(v6) if v6.parse::<std::net::Ipv6Addr>().is_ok() => v6,
+            Some(_) => return Err(bad()),
+            None if host.contains(':') => return Err(bad()),
+            None => host,
+        };
+        if host.is_empty() || port == 0 || host.contains(['/', ' ', '@']) {
+            return Err(bad());
+        }
+        Ok(ApiService {
+            host: host.to_string(),
+            port,
+        })
+    }
+
+    /// The host and port of a kubeconfig's server URL (443 when it names none).
+    pub fn of_url(url: &http::Uri) -> Result<ApiService, ApiServiceError> {
+        let host = url
+            .host()
+            .ok_or_else(|| ApiServiceError::NoHost(url.to_string()))?;
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        Ok(ApiService {
+            host: host.to_string(),
+            port: url.port_u16().unwrap_or(443),
+        })
+    }
+
+    /// The variables, as the kubelet names them for the `kubernetes` Service.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let (h, p) = (&self.host, self.port);
+        let url_host = if h.contains(':') {
+            format!("[{h}]")
+        } else {
+            h.clone()
+        };
+        let link = format!("KUBERNETES_PORT_{p}_TCP");
+        vec![
+            ("KUBERNETES_SERVICE_HOST".into(), h.clone()),
+            ("KUBERNETES_SERVICE_PORT".into(), p.to_string()),
+            ("KUBERNETES_SERVICE_PORT_HTTPS".into(), p.to_string()),
+            ("KUBERNETES_PORT".into(), format!("tcp://{url_host}:{p}")),
+            (link.clone(), format!("tcp://{url_host}:{p}")),
+            (format!("{link}_PROTO"), "tcp".into()),
+            (format!("{link}_PORT"), p.to_string()),
+            (format!("{link}_ADDR"), h.clone()),
+        ]
+    }
+}
+
 /// Why a container's environment cannot be built. Every variant means "do not start the
 /// container"; the worker retries later, since the referenced object may appear.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -383,6 +465,34 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_api_service_is_exported_the_kubelet_way_and_bad_addresses_refused() {
+        let a = ApiService::parse("10.213.0.1:6443").unwrap();
+        let env: BTreeMap<String, String> = a.env().into_iter().collect();
+        assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.213.0.1");
+        assert_eq!(env["KUBERNETES_SERVICE_PORT"], "6443");
+        assert_eq!(env["KUBERNETES_PORT"], "tcp://10.213.0.1:6443");
+        assert_eq!(env["KUBERNETES_PORT_6443_TCP_ADDR"], "10.213.0.1");
+        let v6 = ApiService::parse("[fd00::1]:443").unwrap();
+        let env: BTreeMap<String, String> = v6.env().into_iter().collect();
+        assert_eq!(env["KUBERNETES_SERVICE_HOST"], "fd00::1");
+        assert_eq!(env["KUBERNETES_PORT"], "tcp://[fd00::1]:443");
+        let from_url = ApiService::of_url(&"https://10.213.0.1:6443".parse().unwrap()).unwrap();
+        assert_eq!(from_url, a);
+        let default_port = ApiService::of_url(&"https://api.example".parse().unwrap()).unwrap();
+        assert_eq!(default_port.env()[1].1, "443");
+        for bad in [
+            "10.0.0.1",
+            "10.0.0.1:0",
+            ":443",
+            "h:port",
+            "fd00::1:443",
+            "u@h:1",
+        ] {
+            assert!(ApiService::parse(bad).is_err(), "{bad} refused");
+        }
+    }
 
     #[test]
     fn expand_follows_kubelet_rules() {

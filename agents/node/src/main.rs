@@ -37,6 +37,12 @@ struct Args {
     /// The machine's address (InternalIP, podIP and hostIP).
     #[arg(long)]
     address: IpAddr,
+    /// Where containers reach the API server, as `HOST:PORT`: set in every container as
+    /// `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT` (what in-cluster clients read).
+    /// Without it, the server address of --kubeconfig (the agent reaches the API there from
+    /// this machine; there is no kube-proxy to make the `kubernetes` Service's ClusterIP work).
+    #[arg(long)]
+    api_service_address: Option<String>,
     /// Directory for durable state.
     #[arg(long, default_value = "/var/lib/palisade-node")]
     state_dir: PathBuf,
@@ -225,6 +231,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
             .await
             .context("kubeconfig")?;
+    let api_service = match &args.api_service_address {
+        Some(a) => palisade_node::env::ApiService::parse(a)
+            .with_context(|| format!("--api-service-address {a:?}"))?,
+        None => palisade_node::env::ApiService::of_url(&config.cluster_url)
+            .context("the server address of --kubeconfig")?,
+    };
     let client = kube::Client::try_from(config).context("kube client")?;
     std::fs::create_dir_all(&args.state_dir)
         .with_context(|| format!("create {}", args.state_dir.display()))?;
@@ -297,6 +309,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         store,
         node_name: args.node_name.clone(),
         address: args.address,
+        api_service,
         image_store: args.image_store.clone(),
         images,
         host_images: args.host_images.clone(),

@@ -50,29 +50,6 @@ fn plugin(lab: &palisade_lab::Lab, args: &[&str]) -> Out {
     o
 }
 
-/// Debian's kubectl 1.20, as `hack/install-deps.sh` caches it.
-fn kubectl(lab: &palisade_lab::Lab, args: &[&str]) -> String {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache")
-        });
-    let bin = cache.join("palisade/kubectl-1.20/kubectl");
-    let cp = lab.control_plane().expect("control plane");
-    let out = Command::new(&bin)
-        .arg("--kubeconfig")
-        .arg(cp.admin_kubeconfig())
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "run {} (hack/install-deps.sh caches it): {e}",
-                bin.display()
-            )
-        });
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
     let lab = common::sim::bare_lab(1);

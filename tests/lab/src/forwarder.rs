@@ -86,3 +86,67 @@ async fn one(mut down: TcpStream, ip: IpAddr, upstream: SocketAddr, cuts: CutSet
     cuts.wait(ip, false).await;
     drop(down);
 }
+
+/// How long a UDP client's upstream socket lives without a datagram either way.
+const UDP_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
+/// At most this many UDP clients at once (each has its own upstream socket); beyond, new
+/// clients' datagrams are dropped, as a loaded device would.
+const UDP_CLIENTS: usize = 256;
+
+/// Relays UDP datagrams received on `socket` to `upstream`, each client through its own
+/// upstream socket (so replies find their way back), dropped after [`UDP_IDLE`] of silence.
+/// Never cut: the management network (BMCs) is out of band.
+pub async fn relay_udp(socket: std::net::UdpSocket, upstream: SocketAddr) {
+    use std::collections::HashMap;
+    use tokio::net::UdpSocket;
+    let Ok(()) = socket.set_nonblocking(true) else {
+        return;
+    };
+    let Ok(down) = UdpSocket::from_std(socket) else {
+        return;
+    };
+    let down = Arc::new(down);
+    let mut clients: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();
+    let (gone_tx, mut gone_rx) = tokio::sync::mpsc::unbounded_channel::<SocketAddr>();
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        let (n, from) = tokio::select! {
+            r = down.recv_from(&mut buf) => match r {
+                Ok(x) => x,
+                Err(_) => continue,
+            },
+            Some(gone) = gone_rx.recv() => {
+                clients.remove(&gone);
+                continue;
+            }
+        };
+        if !clients.contains_key(&from) {
+            if clients.len() >= UDP_CLIENTS {
+                continue;
+            }
+            let bind: SocketAddr = match upstream {
+                SocketAddr::V4(_) => (std::net::Ipv4Addr::LOCALHOST, 0).into(),
+                SocketAddr::V6(_) => (std::net::Ipv6Addr::LOCALHOST, 0).into(),
+            };
+            let Ok(up) = UdpSocket::bind(bind).await else {
+                continue;
+            };
+            if up.connect(upstream).await.is_err() {
+                continue;
+            }
+            let up = Arc::new(up);
+            clients.insert(from, up.clone());
+            let (down, gone) = (down.clone(), gone_tx.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65_536];
+                while let Ok(Ok(n)) = tokio::time::timeout(UDP_IDLE, up.recv(&mut buf)).await {
+                    let _ = down.send_to(&buf[..n], from).await;
+                }
+                let _ = gone.send(from);
+            });
+        }
+        if let Some(up) = clients.get(&from) {
+            let _ = up.send(&buf[..n]).await;
+        }
+    }
+}

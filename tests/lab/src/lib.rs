@@ -566,6 +566,17 @@ for ns in $(ip netns list 2>/dev/null | awk '{{print $1}}' | grep '^pl{id}-'); d
         Ok(at)
     }
 
+    /// Makes a UDP service on the host's loopback (`upstream`, for example a BMC's RMCP+
+    /// port) reachable from every machine at [`netns::HUB_ADDR`]`:hub_port`, never cut by a
+    /// partition (the management network is out of band): what a controller running *on* a
+    /// machine needs to reach the other machines' BMCs.
+    pub fn expose_udp_on_hub(&self, hub_port: u16, upstream: SocketAddr) -> Result<SocketAddr> {
+        let at = SocketAddr::new(IpAddr::V4(netns::HUB_ADDR), hub_port);
+        let socket = netns::bind_udp_in(&self.hub_ns, at)?;
+        self.handle().spawn(forwarder::relay_udp(socket, upstream));
+        Ok(at)
+    }
+
     /// Cuts machine `index` off, as `cut` says. Its processes keep running.
     pub fn partition(&self, index: usize, cut: Cut) -> Result<()> {
         let m = self

@@ -88,6 +88,8 @@ pub struct Ctx {
     pub node_name: String,
     /// The machine's address (podIP and hostIP).
     pub address: IpAddr,
+    /// Where containers reach the API server (their `KUBERNETES_SERVICE_*` environment).
+    pub api_service: crate::env::ApiService,
     /// The local image store.
     pub image_store: PathBuf,
     /// Images pulled from registries (for images not in `image_store`).

@@ -248,6 +248,7 @@ impl Worker {
             ),
             ("HOSTNAME".to_string(), self.pref.name.clone()),
         ];
+        env.extend(self.ctx.api_service.env());
         if let Some(s) = &self.sandbox {
             for (name, dir) in &s.dirs {
                 env.push((volumes::env_name(name), dir.display().to_string()));

@@ -170,6 +170,7 @@ impl Harness {
             store: StateStore::open(dir.path()).expect("state store"),
             node_name: NODE.into(),
             address: "127.0.0.1".parse().expect("address"),
+            api_service: crate::env::ApiService::parse("10.213.0.1:6443").expect("address"),
             image_store: dir.path().join("images"),
             images: crate::image::ImageService::disabled(dir.path().join("images")),
             host_images: vec!["host".into()],
