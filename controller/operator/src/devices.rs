@@ -125,7 +125,14 @@ async fn secret_for(ctx: &Ctx, node: &str, url: &str) -> Result<BTreeMap<String,
     }
 }
 
-fn power_device(url: &str, secret: &BTreeMap<String, String>) -> Result<Device, Error> {
+/// A direct power device for `url`, whose verification (status polls after a command) may take
+/// the device's whole `budget` (its `timeoutSeconds`): a chassis that is slow to report off is
+/// verified within what the operator allowed, not within the fence crate's default.
+fn power_device(
+    url: &str,
+    secret: &BTreeMap<String, String>,
+    budget: Duration,
+) -> Result<Device, Error> {
     let dev = |message: String| Error::Device {
         device: url.to_string(),
         message,
@@ -147,7 +154,9 @@ fn power_device(url: &str, secret: &BTreeMap<String, String>) -> Result<Device, 
         v3_auth_password: s("authPassword"),
         v3_priv_password: s("privPassword"),
     };
-    Device::new(target, &creds, DeviceOptions::default()).map_err(|e| dev(e.to_string()))
+    let mut options = DeviceOptions::default();
+    options.verify.timeout = budget;
+    Device::new(target, &creds, options).map_err(|e| dev(e.to_string()))
 }
 
 fn node_addresses(node: Option<&Node>) -> Vec<IpAddr> {
@@ -292,7 +301,7 @@ async fn warm_reset(ctx: &Ctx, node: &str, d: &PlannedDevice, token: i64) -> Act
     match DeviceScheme::of(&d.url) {
         Some(DeviceScheme::Ipmi | DeviceScheme::Redfish) if d.kind == DeviceKind::Power => {
             let secret = secret_for(ctx, node, &d.url).await.map_err(failed)?;
-            let device = power_device(&d.url, &secret).map_err(failed)?;
+            let device = power_device(&d.url, &secret, budget_of(d)).map_err(failed)?;
             still_leading(ctx, token)?;
             let sent = bounded(budget_of(d), "reset acknowledgement", async {
                 device.warm_reset().await.map_err(fence_error)
@@ -352,7 +361,7 @@ async fn act(
             Some(DeviceScheme::Ipmi | DeviceScheme::SnmpPdu | DeviceScheme::Redfish),
         ) => {
             let secret = secret_for(ctx, node, &d.url).await.map_err(failed)?;
-            let device = power_device(&d.url, &secret).map_err(failed)?;
+            let device = power_device(&d.url, &secret, budget_of(d)).map_err(failed)?;
             still_leading()?;
             if !fence {
                 let v = bounded(budget, "power on", async {
@@ -676,7 +685,7 @@ pub async fn probe(
                     .map_err(|e| e.to_string())
             }
             _ => {
-                let dev = power_device(&d.url, &secret).map_err(|e| e.to_string())?;
+                let dev = power_device(&d.url, &secret, budget).map_err(|e| e.to_string())?;
                 dev.status()
                     .await
                     .map(|s| format!("power {s:?}"))

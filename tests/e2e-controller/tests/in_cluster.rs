@@ -7,8 +7,13 @@
 //! `palisade-node` pulls the image on two machines and runs the replicas with their
 //! ServiceAccount token mounted and `KUBERNETES_SERVICE_*` set, so they use the in-cluster
 //! configuration. One leads (the election Lease names its pod); when the third machine goes
-//! silent, the leader fences it through its BMC (reached over the lab's management network)
-//! and releases its StatefulSet pod, which then runs elsewhere.
+//! silent, the leader fences it through its BMC (reached over the lab's management network).
+//!
+//! The chassis is slow to power off (150 s, within the device's `timeoutSeconds`), and while
+//! the leader waits for it the Deployment is rolled (`kubectl rollout restart`): a replica of
+//! the new ReplicaSet takes the lead mid-fence, resumes the NodeFence under a higher fencing
+//! token and completes it once — one NodeFence, phases in order, nothing failed — and the
+//! StatefulSet pod runs elsewhere.
 
 mod common;
 
@@ -26,6 +31,11 @@ use serde_json::json;
 
 /// The first hub port the machines reach the BMCs at (machine `i` at `BMC_HUB_PORT + i`).
 const BMC_HUB_PORT: u16 = 16_230;
+/// How long m0's chassis takes to power off: far longer than a rolling update of the
+/// controller, so the update lands mid-fence. The update may take a minute: the first new
+/// replica can be scheduled onto m0 itself (still Ready when the update starts), and waits
+/// there until m0 is NotReady and the replica's 10 s toleration has passed.
+const SLOW_OFF: Duration = Duration::from_secs(150);
 
 fn lab() -> Lab {
     let agents = palisade_scenario::AgentOptions {
@@ -37,6 +47,7 @@ fn lab() -> Lab {
         pdu: false,
         machine_command: palisade_scenario::node_agent_command(&agents).expect("agent command"),
         registry: Some(RegistryConfig { basic_auth: None }),
+        bmc_kill_wait: SLOW_OFF + Duration::from_secs(60),
         ..Default::default()
     })
     .expect("lab starts")
@@ -209,7 +220,10 @@ fn the_controller_installed_from_its_manifests_fences_from_inside_the_cluster() 
         let name = format!("bmc-{}", m.name());
         secret(&c, &rt, &name, &[("password", &b.password().unwrap())]);
         let url = format!("ipmi://{}@{at}?cipher=3", b.user);
-        fence_target(&c, &rt, m.name(), vec![("ipmi", vec![device(&url, &name)])]);
+        let mut dev = device(&url, &name);
+        // The operator allows for the slow chassis.
+        dev["timeoutSeconds"] = json!(SLOW_OFF.as_secs() * 2);
+        fence_target(&c, &rt, m.name(), vec![("ipmi", vec![dev])]);
     }
 
     // The StatefulSet's pod on m0.
@@ -245,7 +259,56 @@ fn the_controller_installed_from_its_manifests_fences_from_inside_the_cluster() 
     cordon(&c, &rt, "m1", false);
     cordon(&c, &rt, "m2", false);
 
+    lab.machines()[0].set_power_off_delay(SLOW_OFF).unwrap();
     lab.partition(0, Cut::All).unwrap();
+    eventually(
+        "the leader's power off reached m0's BMC",
+        Duration::from_secs(120),
+        || lab.machines()[0].power_off_requested().then_some(()),
+    );
+    let requested = std::time::Instant::now();
+    let first = fences_for(&c, &rt, "m0");
+    assert_eq!(first.len(), 1, "one NodeFence for m0");
+    let old_token = first[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.fencing_token)
+        .expect("the fencing leader recorded its token");
+    let rolled = kubectl_output(
+        &lab,
+        &[
+            "rollout",
+            "restart",
+            "deployment/palisade-controller",
+            "-n",
+            SYSTEM_NS,
+        ],
+    );
+    assert!(rolled.ok, "kubectl rollout restart: {}", rolled.stderr);
+    let successor = eventually(
+        "a replica of the new ReplicaSet leads",
+        Duration::from_secs(180),
+        || {
+            let l = rt.block_on(leases.get_opt("palisade-controller")).ok()??;
+            let holder = l.spec?.holder_identity?;
+            (!holder.is_empty() && !names.contains(&holder)).then_some(holder)
+        },
+    );
+    // The precondition of this test: the update replaced the leader while m0 was still
+    // powering off (the slow chassis leaves far more time than the update takes).
+    let mid = fences_for(&c, &rt, "m0");
+    let powered = lab.machines()[0].is_powered();
+    let phases: Vec<_> = mid
+        .iter()
+        .map(|f| f.status.as_ref().map(|s| s.phase))
+        .collect();
+    assert!(
+        powered && phases == [Some(Phase::Fencing)],
+        "{successor} took the lead mid-fence, {:?} after the power off reached m0's BMC \
+         (m0 powered: {powered}; m0's NodeFences: {phases:?})",
+        requested.elapsed()
+    );
+    eprintln!("{successor} leads mid-fence (the fence began under token {old_token})");
     let nf = eventually("m0's NodeFence Released", Duration::from_secs(240), || {
         fences_for(&c, &rt, "m0").into_iter().find(|f| {
             f.status
@@ -255,6 +318,28 @@ fn the_controller_installed_from_its_manifests_fences_from_inside_the_cluster() 
     });
     let st = nf.status.clone().unwrap();
     assert!(!lab.machines()[0].is_powered(), "m0 is powered off");
+    // Completed once, by the successor: one NodeFence, every phase once and in order.
+    assert_eq!(
+        fences_for(&c, &rt, "m0").len(),
+        1,
+        "still one NodeFence for m0"
+    );
+    assert!(
+        st.fencing_token.is_some_and(|t| t > old_token),
+        "the successor's term ({:?}) finished what {old_token} began",
+        st.fencing_token
+    );
+    let phases: Vec<Phase> = st.transitions.iter().map(|t| t.phase).collect();
+    assert_eq!(
+        phases,
+        vec![
+            Phase::Pending,
+            Phase::Fencing,
+            Phase::Fenced,
+            Phase::Releasing,
+            Phase::Released
+        ]
+    );
     assert!(
         st.evidence
             .iter()

@@ -77,6 +77,10 @@ pub struct LabConfig {
     pub bmc_user: String,
     /// How long a PDU reboot keeps the outlet off.
     pub pdu_reboot_delay: Duration,
+    /// How long a BMC waits, after asking a namespace machine to stop, before it kills the
+    /// machine's boot script outright (default 20 s). Raise it above any power-off delay a
+    /// test sets ([`Machine::set_power_off_delay`]).
+    pub bmc_kill_wait: Duration,
     /// Keep the lab directory after teardown (also: `PALISADE_KEEP_LAB=1`).
     pub keep_dir: bool,
     /// What the machines are: namespaces (the default) or QEMU virtual machines. A QEMU
@@ -101,6 +105,7 @@ impl Default for LabConfig {
             machine_env: Vec::new(),
             bmc_user: "admin".into(),
             pdu_reboot_delay: Duration::from_secs(1),
+            bmc_kill_wait: Duration::from_secs(20),
             keep_dir: false,
             machine_kind: MachineKind::Namespace,
             qemu: QemuConfig::default(),
@@ -303,6 +308,7 @@ impl Lab {
                 command: &config.machine_command,
                 extra_env: &machine_env,
                 qemu: assets.as_ref().map(|a| (a, &config.qemu)),
+                kill_wait: config.bmc_kill_wait,
             })?;
             if let Some(cp) = &self.control_plane {
                 cp.write_node_kubeconfig(&self.ca, &machine.name, &machine.node_kubeconfig())?;

@@ -220,6 +220,30 @@ impl Machine {
         read_pidfile(&self.dir.join("boot.pid")).is_some_and(alive)
     }
 
+    /// Makes every later power off through the BMC take `delay` before the machine stops: a
+    /// slow chassis (the BMC reports the machine on until then). `Duration::ZERO` restores
+    /// the prompt power off. The delay must stay below [`crate::LabConfig::bmc_kill_wait`]:
+    /// the BMC SIGKILLs the boot script after that, which would report off while the
+    /// machine's processes live.
+    ///
+    /// Namespace machines only: a QEMU machine powers off through QEMU.
+    pub fn set_power_off_delay(&self, delay: Duration) -> Result<()> {
+        let path = self.dir.join("power-off-delay");
+        if delay.is_zero() {
+            return match fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(LabError::io(&path)(e)),
+                _ => Ok(()),
+            };
+        }
+        fs::write(&path, format!("{:.3}\n", delay.as_secs_f64())).map_err(LabError::io(&path))
+    }
+
+    /// True once the BMC asked the running machine to stop (a namespace machine's boot script
+    /// got its SIGTERM), until the machine boots again.
+    pub fn power_off_requested(&self) -> bool {
+        self.dir.join("off-requested").exists()
+    }
+
     /// True while the machine's BMC process is alive.
     pub fn bmc_running(&self) -> bool {
         read_pidfile(&self.dir.join("bmc.pid")).is_some_and(alive)
@@ -303,6 +327,9 @@ pub(crate) struct MachineFiles<'a> {
     pub extra_env: &'a [(String, String)],
     /// For a QEMU machine: the guest assets and the VM's settings.
     pub qemu: Option<(&'a GuestAssets, &'a QemuConfig)>,
+    /// How long the BMC waits after SIGTERM before it SIGKILLs a namespace machine's boot
+    /// script.
+    pub kill_wait: Duration,
 }
 
 /// Writes the BMC config (`lan.conf`, mode 0600: it holds the password), the emulator
@@ -342,7 +369,11 @@ pub(crate) fn write_files(f: &MachineFiles<'_>) -> Result<()> {
         // A VM powers off through the BMC's link to QEMU at once; the waits only matter if
         // that link is down (then the BMC sends SIGTERM, then SIGKILL).
         poweroff_wait = if f.qemu.is_some() { 2 } else { 1 },
-        kill_wait = if f.qemu.is_some() { 5 } else { 20 },
+        kill_wait = if f.qemu.is_some() {
+            5
+        } else {
+            f.kill_wait.as_secs().max(1)
+        },
     );
     write_secret(&dir.join("lan.conf"), lan.as_bytes())?;
     write_secret(&m.bmc.password_file, format!("{}\n", f.password).as_bytes())?;
@@ -373,18 +404,20 @@ pub(crate) fn write_files(f: &MachineFiles<'_>) -> Result<()> {
     // On SIGTERM (IPMI power off) the script kills the machine's PID 1 and waits for `unshare`,
     // which returns only once the kernel has reaped every process of the PID namespace, so
     // "off" is never reported while a process of the machine lives (ipmi_sim's kill_wait, the
-    // delay before its SIGKILL, leaves 20 s for that). Every boot gets a new boot ID.
+    // delay before its SIGKILL, leaves 20 s for that; a power-off delay set with
+    // `set_power_off_delay` sleeps first, as a slow chassis). Every boot gets a new boot ID.
     let boot = format!(
         "#!/bin/sh\n\
          # Boots lab machine {name}: started by its BMC (ipmi_sim startcmd).\n\
          echo $$ > '{dir}/boot.pid'\n\
+         rm -f '{dir}/off-requested'\n\
          cat /proc/sys/kernel/random/uuid > '{dir}/boot_id'\n\
          {env}\
          export PALISADE_BOOT_ID_FILE='{dir}/boot_id'\n\
          ip netns exec '{netns}' unshare --pid --fork --kill-child --mount-proc --uts \\\n\
          \x20 '{bin}' machine-init --hostname '{name}' -- /bin/sh '{dir}/command.sh' >> '{dir}/console.log' 2>&1 &\n\
          child=$!\n\
-         off() {{ init=$(pgrep -P \"$child\" | head -n1); if [ -n \"$init\" ]; then kill -KILL \"$init\"; else kill -KILL \"$child\"; fi; wait \"$child\"; exit 0; }}\n\
+         off() {{ : > '{dir}/off-requested'; if [ -f '{dir}/power-off-delay' ]; then sleep \"$(cat '{dir}/power-off-delay')\"; fi; init=$(pgrep -P \"$child\" | head -n1); if [ -n \"$init\" ]; then kill -KILL \"$init\"; else kill -KILL \"$child\"; fi; wait \"$child\"; exit 0; }}\n\
          trap off TERM INT\n\
          wait \"$child\"\n",
         name = m.name,

@@ -269,3 +269,59 @@ fn a_namespace_machine_bmc_refuses_a_hard_reset_and_changes_nothing() {
         "Chassis Power is on"
     );
 }
+
+/// A slow chassis: with a power-off delay the BMC reports the machine on, with every process
+/// alive, until the delay has passed; then off, with none left. A second power off while the
+/// first is under way changes nothing.
+#[test]
+fn a_slow_chassis_reports_on_until_its_power_off_delay_has_passed() {
+    let lab = Lab::start(LabConfig {
+        machines: 1,
+        control_plane: false,
+        pdu: false,
+        machine_command: TREE.into(),
+        bmc_kill_wait: Duration::from_secs(40),
+        ..Default::default()
+    })
+    .expect("lab starts");
+    let m = &lab.machines()[0];
+    let before = eventually("machine processes", Duration::from_secs(10), || {
+        let p = m.processes();
+        (p.len() >= 4).then_some(p)
+    });
+    let delay = Duration::from_secs(8);
+    m.set_power_off_delay(delay).unwrap();
+    assert!(!m.power_off_requested());
+    let sent = std::time::Instant::now();
+    assert!(ipmitool(&lab, 0, &["chassis", "power", "off"])
+        .status
+        .success());
+    eventually(
+        "the BMC asked the machine to stop",
+        Duration::from_secs(10),
+        || m.power_off_requested().then_some(()),
+    );
+    assert!(ipmitool(&lab, 0, &["chassis", "power", "off"])
+        .status
+        .success());
+    // Sampled until shortly before the delay ends: on, every process alive.
+    while sent.elapsed() + Duration::from_secs(2) < delay {
+        assert_eq!(
+            stdout(&ipmitool(&lab, 0, &["chassis", "power", "status"])),
+            "Chassis Power is on",
+            "{:?} after the command",
+            sent.elapsed()
+        );
+        assert!(m.is_powered());
+        for pid in &before {
+            assert!(palisade_lab::process::alive(*pid), "{pid} still runs");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eventually("BMC reports off", Duration::from_secs(40), || {
+        (stdout(&ipmitool(&lab, 0, &["chassis", "power", "status"])) == "Chassis Power is off")
+            .then_some(())
+    });
+    assert!(sent.elapsed() >= delay, "off only after the delay");
+    assert!(m.processes().is_empty(), "no machine process outlives off");
+}
