@@ -192,6 +192,22 @@ fn a_registry_image_runs_with_its_digest_as_image_id() {
     );
     let id = wait_running(&c, &rt, "pull-ok", "p", Duration::from_secs(90));
     assert_eq!(id, format!("{host}/lab/sleeper@{digest}"));
+    // The kubelet's Events: Pulling, then Pulled with the time it took; no failure.
+    let pulling = event_messages(&c, &rt, "pull-ok", "p", "Pulling");
+    assert_eq!(pulling, [format!("Pulling image \"{image}\"")]);
+    let pulled = eventually("the Pulled Event", Duration::from_secs(30), || {
+        let m = event_messages(&c, &rt, "pull-ok", "p", "Pulled");
+        (!m.is_empty()).then_some(m)
+    });
+    assert!(
+        pulled[0].starts_with(&format!("Successfully pulled image \"{image}\" in ")),
+        "{pulled:?}"
+    );
+    let failed = event_messages(&c, &rt, "pull-ok", "p", "Failed");
+    assert!(
+        failed.is_empty(),
+        "a pull under way is no failure: {failed:?}"
+    );
     assert!(
         pid_of_image_sleep("100001").is_some(),
         "the image's entrypoint runs"
@@ -217,6 +233,20 @@ fn a_missing_tag_is_err_image_pull_then_image_pull_back_off() {
         &["ErrImagePull", "ImagePullBackOff"],
     );
     assert!(msgs.iter().any(|m| m.contains("not found")), "{msgs:?}");
+    let failed = eventually("the Failed Events", Duration::from_secs(30), || {
+        let m = event_messages(&c, &rt, "pull-missing", "p", "Failed");
+        (m.iter().any(|m| m.starts_with("Error: ImagePullBackOff"))).then_some(m)
+    });
+    assert!(
+        failed
+            .iter()
+            .any(|m| m.starts_with(&format!("Failed to pull image \"{image}\": "))),
+        "{failed:?}"
+    );
+    assert_eq!(
+        event_messages(&c, &rt, "pull-missing", "p", "BackOff")[..1],
+        [format!("Back-off pulling image \"{image}\"")]
+    );
 }
 
 #[test]
@@ -277,6 +307,17 @@ fn never_runs_an_image_only_once_it_is_on_the_node() {
         image_pod("never2", &image, "Never", None),
     );
     wait_running(&c, &rt, "pull-never", "never2", Duration::from_secs(30));
+    let pulled = eventually("never2's Pulled Event", Duration::from_secs(30), || {
+        let m = event_messages(&c, &rt, "pull-never", "never2", "Pulled");
+        (!m.is_empty()).then_some(m)
+    });
+    assert_eq!(
+        pulled,
+        [format!(
+            "Container image \"{image}\" already present on machine"
+        )]
+    );
+    assert!(event_messages(&c, &rt, "pull-never", "never2", "Pulling").is_empty());
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use k8s_openapi::api::core::v1::{Namespace, Node, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret, ServiceAccount};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use palisade_lab::{Lab, LabConfig, MachineKind, QemuConfig};
@@ -276,6 +276,25 @@ pub fn fences_for(c: &Client, rt: &tokio::runtime::Runtime, node: &str) -> Vec<N
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The Events in `ns` about the object named `name` with reason `reason`.
+pub fn events(
+    c: &Client,
+    rt: &tokio::runtime::Runtime,
+    ns: &str,
+    name: &str,
+    reason: &str,
+) -> Result<Vec<Event>> {
+    let api: Api<Event> = Api::namespaced(c.clone(), ns);
+    Ok(rt
+        .block_on(api.list(&ListParams::default()))?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason)
+        })
+        .collect())
 }
 
 /// Sets `spec.unschedulable` on a node.

@@ -57,12 +57,15 @@ pub enum ImageError {
 }
 
 impl ImageError {
+    /// The Waiting reason while the image is being pulled (the worker looks again soon).
+    pub const PULLING_REASON: &'static str = "ContainerCreating";
+
     /// The container's Waiting reason, as the kubelet reports it.
     pub fn reason(&self) -> &'static str {
         match self {
             ImageError::InvalidName { .. } => "InvalidImageName",
             ImageError::NeverPull { .. } | ImageError::NotPresent { .. } => "ErrImageNeverPull",
-            ImageError::Pulling { .. } => "ContainerCreating",
+            ImageError::Pulling { .. } => Self::PULLING_REASON,
             ImageError::Pull { .. } => "ErrImagePull",
             ImageError::BackOff { .. } => "ImagePullBackOff",
         }

@@ -182,6 +182,9 @@ struct Ctr {
     probes: HashMap<ProbeKind, ProbeTracker>,
     /// No restart will happen (policy) and the container has exited.
     finished: bool,
+    /// Since when this container has waited for its image to be pulled (the `Pulling` Event
+    /// was sent); `None` when no pull is awaited.
+    pulling_since: Option<Instant>,
 }
 
 impl Ctr {
@@ -286,6 +289,7 @@ impl Worker {
                 next_attempt: r.next_attempt,
                 backoff: RestartBackoff::new(ctx.max_restart_backoff),
                 restart_at: None,
+                pulling_since: None,
                 init_done: r.init_done,
                 ready: false,
                 startup_ok: false,

@@ -12,9 +12,14 @@ use tokio::time::Instant;
 
 use super::image::{self, ImageConfig};
 use super::{Ctr, Kind, Worker};
+use crate::image::ImageError;
 use crate::probe::ProbeOutcome;
 use crate::runtime::{ContainerConfig, RuntimeError};
 use crate::volumes;
+
+/// How soon a container whose image is being pulled looks again (the pull itself runs in the
+/// background; looking is an in-memory check).
+const PULL_POLL: Duration = Duration::from_millis(250);
 
 impl Worker {
     pub(super) async fn start_due(&mut self) {
@@ -64,12 +69,39 @@ impl Worker {
             Ok(v) => v,
             Err((reason, msg)) => {
                 let c = &mut self.ctrs[i];
+                let image = c.spec.image.clone().unwrap_or_default();
+                if reason == ImageError::PULLING_REASON {
+                    // A pull under way: look again soon (the pull runs in the background), and
+                    // say so once, as the kubelet's `Pulling`.
+                    let first = c.pulling_since.is_none();
+                    c.pulling_since.get_or_insert_with(Instant::now);
+                    c.set_waiting(&reason, Some(msg));
+                    c.restart_at = Some(Instant::now() + PULL_POLL);
+                    if first {
+                        self.event(false, "Pulling", format!("Pulling image \"{image}\""));
+                    }
+                    return;
+                }
+                c.pulling_since = None;
                 let already =
                     c.state.waiting.as_ref().and_then(|w| w.message.as_deref()) == Some(&msg);
                 c.set_waiting(&reason, Some(msg.clone()));
                 c.restart_at = Some(Instant::now() + Duration::from_secs(5));
                 if !already {
                     let name = c.spec.name.clone();
+                    match reason.as_str() {
+                        "ErrImagePull" => self.event(
+                            true,
+                            "Failed",
+                            format!("Failed to pull image \"{image}\": {msg}"),
+                        ),
+                        "ImagePullBackOff" => self.event(
+                            false,
+                            "BackOff",
+                            format!("Back-off pulling image \"{image}\""),
+                        ),
+                        _ => {}
+                    }
                     self.event(
                         true,
                         "Failed",
@@ -79,6 +111,17 @@ impl Worker {
                 return;
             }
         };
+        if cfg.rootfs.is_some() {
+            let image = self.ctrs[i].spec.image.clone().unwrap_or_default();
+            let message = match self.ctrs[i].pulling_since.take() {
+                Some(t) => format!(
+                    "Successfully pulled image \"{image}\" in {:.3}s",
+                    t.elapsed().as_secs_f64()
+                ),
+                None => format!("Container image \"{image}\" already present on machine"),
+            };
+            self.event(false, "Pulled", message);
+        }
         let name = self.ctrs[i].spec.name.clone();
         if self.ctrs[i].next_attempt > 0 {
             self.ctrs[i].restart_count += 1;

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{ListParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 use palisade_lab::Lab;
 use palisade_model::NodeFence;
@@ -344,15 +344,7 @@ pub fn events(
     name: &str,
     reason: &str,
 ) -> Vec<Event> {
-    let api: Api<Event> = Api::namespaced(c.clone(), ns);
-    rt.block_on(api.list(&ListParams::default()))
-        .map(|l| l.items)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| {
-            e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason)
-        })
-        .collect()
+    palisade_scenario::events(c, rt, ns, name, reason).unwrap_or_default()
 }
 
 /// Sets `spec.unschedulable` on a node.

@@ -205,3 +205,28 @@ pub fn pid_of_sleep(arg: &str) -> Option<i32> {
 pub fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
 }
+
+/// The Events in `ns` about the object named `name` with reason `reason`.
+pub fn events(
+    c: &kube::Client,
+    rt: &tokio::runtime::Runtime,
+    ns: &str,
+    name: &str,
+    reason: &str,
+) -> Vec<k8s_openapi::api::core::v1::Event> {
+    palisade_scenario::events(c, rt, ns, name, reason).unwrap_or_default()
+}
+
+/// The messages of [`events`].
+pub fn event_messages(
+    c: &kube::Client,
+    rt: &tokio::runtime::Runtime,
+    ns: &str,
+    name: &str,
+    reason: &str,
+) -> Vec<String> {
+    events(c, rt, ns, name, reason)
+        .into_iter()
+        .filter_map(|e| e.message)
+        .collect()
+}
