@@ -13,8 +13,9 @@
 //! a mount never covers a non-empty system directory of the host (`/`, `/etc`, `/usr`, ...)
 //! nor anything under `/proc`, `/sys` or `/dev`.
 //!
-//! Volumes the agent does not prepare (projected service account tokens, downwardAPI) are
-//! skipped, as before: the container still starts, without that mount.
+//! Every volume a mount names is prepared first ([`crate::volumes::prepare`] refuses the types
+//! it does not support, so no container starts without its volume); a mount of a volume with
+//! no prepared directory is skipped.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};

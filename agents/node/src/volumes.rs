@@ -1,5 +1,6 @@
-//! Pod volumes: emptyDir, hostPath, configMap and secret (projected as files), and PVCs
-//! backed by a CSI PersistentVolume.
+//! Pod volumes: emptyDir, hostPath, configMap and secret (projected as files), projected
+//! volumes ([`projected`]: ServiceAccount tokens, ConfigMaps, Secrets and the downward API, as
+//! in the kubelet's `kube-api-access-*` volume), and PVCs backed by a CSI PersistentVolume.
 //!
 //! Each prepared volume is a host directory. [`crate::mounts`] bind-mounts it at every
 //! `volumeMounts[].mountPath` in the container's own mount namespace; its host path is also
@@ -17,6 +18,8 @@ use kube::{Api, Client};
 use sha2::{Digest, Sha256};
 
 use crate::state::StateStore;
+
+pub mod projected;
 
 /// Pod UID → `kubernetes.io/csi/<driver>^<handle>` of its CSI volumes: what the Node reports
 /// in `status.volumesInUse`. [`prepare`] fills it; the pod worker clears it when the pod is
@@ -68,6 +71,8 @@ pub struct Prepared {
     /// `kubernetes.io/csi/<driver>^<volumeHandle>` of each CSI volume, for
     /// `node.status.volumesInUse`.
     pub unique_names: Vec<String>,
+    /// The ServiceAccount tokens of projected volumes, to rotate ([`projected::rotate`]).
+    pub tokens: Vec<projected::Token>,
 }
 
 /// The environment variable that carries a volume's directory.
@@ -119,34 +124,130 @@ fn api(volume: &str, what: String) -> impl FnOnce(kube::Error) -> VolumeError {
     }
 }
 
-fn write_items(
-    volume: &str,
-    dir: &Path,
+/// The files `items` selects from `data` (every key under its own name without `items`), as
+/// (path inside the volume, content). A key `items` names that `data` lacks is left out.
+fn select(
     data: BTreeMap<String, Vec<u8>>,
     items: Option<&Vec<k8s_openapi::api::core::v1::KeyToPath>>,
-) -> Result<(), VolumeError> {
-    std::fs::create_dir_all(dir).map_err(io(volume, dir))?;
-    let files: Vec<(String, Vec<u8>)> = match items {
+) -> Vec<(String, Vec<u8>)> {
+    match items {
         Some(items) => items
             .iter()
             .filter_map(|i| data.get(&i.key).map(|v| (i.path.clone(), v.clone())))
             .collect(),
         None => data.into_iter().collect(),
-    };
-    for (path, v) in files {
-        if path.contains("..") {
+    }
+}
+
+/// Writes `files` under `dir`, each atomically (a temporary file renamed over the old one, so
+/// a container reading a rotated token never sees half of it).
+///
+/// Guarantees: nothing is written outside `dir`: an absolute path or one with a `..`
+/// component is refused before anything is written.
+fn write_files(volume: &str, dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(), VolumeError> {
+    for (path, _) in files {
+        let p = Path::new(path);
+        if p.is_absolute()
+            || path.is_empty()
+            || p.components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
             return Err(VolumeError::NotReady {
                 volume: volume.into(),
                 message: format!("path {path:?} escapes the volume"),
             });
         }
-        let p = dir.join(&path);
-        if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent).map_err(io(volume, parent))?;
-        }
-        std::fs::write(&p, v).map_err(io(volume, &p))?;
+    }
+    std::fs::create_dir_all(dir).map_err(io(volume, dir))?;
+    for (path, v) in files {
+        let p = dir.join(path);
+        let parent = p.parent().unwrap_or(dir);
+        std::fs::create_dir_all(parent).map_err(io(volume, parent))?;
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default();
+        let tmp = parent.join(format!("..{name}.tmp"));
+        std::fs::write(&tmp, v).map_err(io(volume, &tmp))?;
+        std::fs::rename(&tmp, &p).map_err(io(volume, &p))?;
     }
     Ok(())
+}
+
+/// What a missing ConfigMap or Secret means: `None` (an empty source) when it is optional, an
+/// error otherwise.
+fn missing(
+    volume: &str,
+    kind: &str,
+    name: &str,
+    optional: Option<bool>,
+) -> Result<(), VolumeError> {
+    if optional == Some(true) {
+        Ok(())
+    } else {
+        Err(VolumeError::NotReady {
+            volume: volume.into(),
+            message: format!("{kind} {name:?} not found"),
+        })
+    }
+}
+
+/// The data of ConfigMap `name` (`data` and `binaryData`); `None` when it does not exist.
+async fn config_map_data(
+    client: &Client,
+    ns: &str,
+    volume: &str,
+    name: &str,
+) -> Result<Option<BTreeMap<String, Vec<u8>>>, VolumeError> {
+    let api_: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let obj = api_
+        .get_opt(name)
+        .await
+        .map_err(api(volume, format!("configmap {name}")))?;
+    Ok(obj.map(|obj| {
+        let mut data: BTreeMap<String, Vec<u8>> = obj
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.into_bytes()))
+            .collect();
+        data.extend(
+            obj.binary_data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0)),
+        );
+        data
+    }))
+}
+
+/// The data of Secret `name` (`data` and `stringData`); `None` when it does not exist.
+async fn secret_data(
+    client: &Client,
+    ns: &str,
+    volume: &str,
+    name: &str,
+) -> Result<Option<BTreeMap<String, Vec<u8>>>, VolumeError> {
+    let api_: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let obj = api_
+        .get_opt(name)
+        .await
+        .map_err(api(volume, format!("secret {name}")))?;
+    Ok(obj.map(|obj| {
+        let mut data: BTreeMap<String, Vec<u8>> = obj
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        data.extend(
+            obj.string_data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.into_bytes())),
+        );
+        data
+    }))
 }
 
 /// Prepares every volume of the pod under its directory in `store`, reading ConfigMaps,
@@ -200,72 +301,43 @@ pub async fn prepare(
             }
             out.dirs.insert(name, p);
         } else if let Some(cm) = &v.config_map {
-            let api_: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-            let cm_name = cm.name.clone();
-            match api_
-                .get_opt(&cm_name)
-                .await
-                .map_err(api(&name, format!("configmap {cm_name}")))?
-            {
-                Some(obj) => {
-                    let mut data: BTreeMap<String, Vec<u8>> = obj
-                        .data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(k, v)| (k, v.into_bytes()))
-                        .collect();
-                    data.extend(
-                        obj.binary_data
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|(k, v)| (k, v.0)),
-                    );
-                    write_items(&name, &dir, data, cm.items.as_ref())?;
-                }
-                None if cm.optional == Some(true) => {
-                    std::fs::create_dir_all(&dir).map_err(io(&name, &dir))?
-                }
+            match config_map_data(client, &ns, &name, &cm.name).await? {
+                Some(data) => write_files(&name, &dir, &select(data, cm.items.as_ref()))?,
                 None => {
-                    return Err(VolumeError::NotReady {
-                        volume: name,
-                        message: format!("configmap {cm_name:?} not found"),
-                    })
+                    missing(&name, "configmap", &cm.name, cm.optional)?;
+                    std::fs::create_dir_all(&dir).map_err(io(&name, &dir))?
                 }
             }
             out.dirs.insert(name, dir);
         } else if let Some(sec) = &v.secret {
-            let api_: Api<Secret> = Api::namespaced(client.clone(), &ns);
             let s_name = sec.secret_name.clone().unwrap_or_default();
-            match api_
-                .get_opt(&s_name)
-                .await
-                .map_err(api(&name, format!("secret {s_name}")))?
-            {
-                Some(obj) => {
-                    let mut data: BTreeMap<String, Vec<u8>> = obj
-                        .data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(k, v)| (k, v.0))
-                        .collect();
-                    data.extend(
-                        obj.string_data
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|(k, v)| (k, v.into_bytes())),
-                    );
-                    write_items(&name, &dir, data, sec.items.as_ref())?;
-                }
-                None if sec.optional == Some(true) => {
+            match secret_data(client, &ns, &name, &s_name).await? {
+                Some(data) => write_files(&name, &dir, &select(data, sec.items.as_ref()))?,
+                None => {
+                    missing(&name, "secret", &s_name, sec.optional)?;
                     std::fs::create_dir_all(&dir).map_err(io(&name, &dir))?
                 }
-                None => {
-                    return Err(VolumeError::NotReady {
-                        volume: name,
-                        message: format!("secret {s_name:?} not found"),
-                    })
-                }
             }
+            out.dirs.insert(name, dir);
+        } else if let Some(d) = &v.downward_api {
+            let files = d
+                .items
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .map(|i| {
+                    Ok((
+                        i.path.clone(),
+                        projected::downward(&name, pod, i)?.into_bytes(),
+                    ))
+                })
+                .collect::<Result<Vec<_>, VolumeError>>()?;
+            write_files(&name, &dir, &files)?;
+            out.dirs.insert(name, dir);
+        } else if let Some(proj) = &v.projected {
+            let (files, tokens) = projected::files(client, pod, &ns, &name, &dir, proj).await?;
+            write_files(&name, &dir, &files)?;
+            out.tokens.extend(tokens);
             out.dirs.insert(name, dir);
         } else if let Some(claim) = &v.persistent_volume_claim {
             let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
@@ -340,6 +412,13 @@ pub async fn prepare(
             }
             out.unique_names.push(unique);
             out.dirs.insert(name, dir);
+        } else {
+            // Starting without it would send the container's writes to its own root
+            // filesystem instead of the volume: refuse, as the kubelet does.
+            return Err(VolumeError::NotReady {
+                volume: name,
+                message: "this volume type is not supported by palisade-node".into(),
+            });
         }
     }
     if let Ok(mut m) = in_use.lock() {
@@ -386,20 +465,27 @@ mod tests {
         let mut data = BTreeMap::new();
         data.insert("a".to_string(), b"1".to_vec());
         data.insert("b".to_string(), b"2".to_vec());
-        write_items("v", d.path(), data.clone(), None).unwrap();
+        write_files("v", d.path(), &select(data.clone(), None)).unwrap();
         assert_eq!(std::fs::read(d.path().join("b")).unwrap(), b"2");
-        let items = vec![k8s_openapi::api::core::v1::KeyToPath {
-            key: "a".into(),
-            path: "sub/x".into(),
-            mode: None,
-        }];
-        write_items("v", d.path(), data.clone(), Some(&items)).unwrap();
+        let item = |path: &str| {
+            vec![k8s_openapi::api::core::v1::KeyToPath {
+                key: "a".into(),
+                path: path.into(),
+                mode: None,
+            }]
+        };
+        write_files("v", d.path(), &select(data.clone(), Some(&item("sub/x")))).unwrap();
         assert_eq!(std::fs::read(d.path().join("sub/x")).unwrap(), b"1");
-        let bad = vec![k8s_openapi::api::core::v1::KeyToPath {
-            key: "a".into(),
-            path: "../x".into(),
-            mode: None,
-        }];
-        assert!(write_items("v", d.path(), data, Some(&bad)).is_err());
+        // Rewritten in place (a rotated token): the new content, no temporary file left.
+        let mut newer = data.clone();
+        newer.insert("a".into(), b"3".to_vec());
+        write_files("v", d.path(), &select(newer, Some(&item("sub/x")))).unwrap();
+        assert_eq!(std::fs::read(d.path().join("sub/x")).unwrap(), b"3");
+        assert_eq!(std::fs::read_dir(d.path().join("sub")).unwrap().count(), 1);
+        for bad in ["../x", "/etc/passwd", "a/../../x", "./", ""] {
+            let e = write_files("v", d.path(), &select(data.clone(), Some(&item(bad))));
+            assert!(e.is_err(), "{bad:?} refused");
+        }
+        assert!(!d.path().parent().unwrap().join("x").exists());
     }
 }

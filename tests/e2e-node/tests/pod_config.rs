@@ -582,3 +582,98 @@ exec sleep 1000"#;
         .running
         .is_some());
 }
+
+/// The kubelet's `kube-api-access` volume, by hand: a projected volume with a ServiceAccount
+/// token (TokenRequest, bound to the pod), the cluster CA from `kube-root-ca.crt` and the
+/// namespace from the downward API, at the in-cluster client's path. The container calls the
+/// API with them at `KUBERNETES_SERVICE_HOST:PORT` as its ServiceAccount, which may only read
+/// pods in its namespace.
+#[test]
+fn a_projected_token_lets_the_container_call_the_api_as_its_service_account() {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let ns = "sa-token";
+    let (_lab, rt, c, dir) = setup(ns);
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "pod-reader"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    }))
+    .unwrap();
+    rt.block_on(Api::<Role>::namespaced(c.clone(), ns).create(&PostParams::default(), &role))
+        .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "pod-reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": ns}]
+    }))
+    .unwrap();
+    rt.block_on(
+        Api::<RoleBinding>::namespaced(c.clone(), ns).create(&PostParams::default(), &binding),
+    )
+    .unwrap();
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let out = dir.join("pod.json");
+    let script = format!(
+        "set -e; curl -sS --fail --cacert {sa}/ca.crt -H \"Authorization: Bearer $(cat {sa}/token)\" \
+         \"https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/$(cat {sa}/namespace)/pods/$HOSTNAME\" \
+         > {out}.tmp; mv {out}.tmp {out}; \
+         curl -sS -o /dev/null -w '%{{http_code}}' --cacert {sa}/ca.crt -H \"Authorization: Bearer $(cat {sa}/token)\" \
+         \"https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/api/v1/namespaces/$(cat {sa}/namespace)/secrets\" \
+         > {codes}.tmp; mv {codes}.tmp {codes}; exec sleep 100000",
+        out = out.display(),
+        codes = dir.join("secrets.code").display()
+    );
+    let mut spec = pod(
+        "caller",
+        &script,
+        json!({"volumeMounts": [{"name": "kube-api-access", "mountPath": sa, "readOnly": true}]}),
+    );
+    spec["spec"]["automountServiceAccountToken"] = json!(false);
+    spec["spec"]["volumes"] = json!([{"name": "kube-api-access", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}
+    ]}}]);
+    create_pod(&c, &rt, ns, spec);
+    let answer = eventually(
+        "the container's API answer",
+        Duration::from_secs(90),
+        || {
+            let raw = std::fs::read(&out).ok()?;
+            serde_json::from_slice::<serde_json::Value>(&raw).ok()
+        },
+    );
+    let uid = get_pod(&c, &rt, ns, "caller")
+        .and_then(|p| p.metadata.uid)
+        .unwrap();
+    assert_eq!(
+        answer["metadata"]["uid"],
+        json!(uid),
+        "the API answered about the pod itself"
+    );
+    // The same token may not list Secrets: it is the ServiceAccount's, not the agent's.
+    let code = eventually("the Secrets answer", Duration::from_secs(30), || {
+        std::fs::read_to_string(dir.join("secrets.code")).ok()
+    });
+    assert_eq!(code, "403");
+}
+
+/// A volume type the agent cannot provide keeps the pod waiting with `FailedMount`: started
+/// without it, the container would write to its own root filesystem instead of the volume.
+#[test]
+fn a_volume_type_the_agent_does_not_support_keeps_the_container_waiting() {
+    let ns = "nfsvol";
+    let (_lab, rt, c, dir) = setup(ns);
+    let marker = dir.join("started");
+    let mut spec = pod(
+        "nfs",
+        &format!("touch {}; exec sleep 100000", marker.display()),
+        json!({"volumeMounts": [{"name": "share", "mountPath": "/share"}]}),
+    );
+    spec["spec"]["volumes"] =
+        json!([{"name": "share", "nfs": {"server": "192.0.2.1", "path": "/exports"}}]);
+    create_pod(&c, &rt, ns, spec);
+    let msg = wait_waiting(&c, &rt, ns, "nfs", "ContainerCreating", "not supported");
+    assert!(msg.contains("volume share"), "{msg}");
+    wait_event(&c, &rt, ns, "nfs", "FailedMount", "not supported");
+    assert!(!marker.exists(), "the container must not have started");
+}

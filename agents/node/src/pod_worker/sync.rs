@@ -63,6 +63,7 @@ impl Worker {
                 }
             }
         }
+        self.rotate_tokens().await;
         self.check_exits().await;
         if self.pod_failed {
             self.finish_pod().await;
@@ -72,6 +73,25 @@ impl Worker {
         self.run_probes();
         self.check_completion().await;
         self.report();
+    }
+
+    /// Rotates the projected ServiceAccount tokens that are due (a failure keeps the old,
+    /// still valid token, is reported as `FailedMount` and retried).
+    async fn rotate_tokens(&mut self) {
+        let Some(s) = self.sandbox.as_mut() else {
+            return;
+        };
+        if !s.tokens.iter().any(|t| t.rotate_at <= Instant::now()) {
+            return;
+        }
+        let r = volumes::projected::rotate(&self.ctx.client, &self.pod, &mut s.tokens).await;
+        if let Err(e) = r {
+            self.event(
+                true,
+                "FailedMount",
+                format!("MountVolume.SetUp failed: {e}"),
+            );
+        }
     }
 
     pub(super) async fn check_exits(&mut self) {
