@@ -12,6 +12,10 @@
 # stops the VM, and a power on boots it with a new boot ID.
 #   hack/demo.sh            the fencing demo, then the lab tour, on QEMU machines
 #   hack/demo.sh --netns    the same on namespace machines (boot in milliseconds)
+#   hack/demo.sh --in-cluster
+#                           the controller runs in the cluster: installed from its manifests
+#                           (kubectl apply -k) with its image pulled from the lab's registry
+#                           (combines with --netns)
 #   hack/demo.sh lab        only the tour (also: hack/demo.sh lab --netns)
 # Needs root: the lab creates network and PID namespaces.
 set -euo pipefail
@@ -30,11 +34,13 @@ say "building"
 cargo build --workspace --bins --quiet
 tour_only=0
 kind=()
+where=()
 for arg in "$@"; do
   case "$arg" in
     lab) tour_only=1 ;;
     --netns) kind=(--netns) ;;
-    *) echo "usage: hack/demo.sh [lab] [--netns]" >&2; exit 2 ;;
+    --in-cluster) where=(--in-cluster) ;;
+    *) echo "usage: hack/demo.sh [lab] [--netns] [--in-cluster]" >&2; exit 2 ;;
   esac
 done
 if [ "$tour_only" = 1 ]; then
@@ -42,7 +48,7 @@ if [ "$tour_only" = 1 ]; then
   exec ./target/debug/palisade-lab demo "${kind[@]}"
 fi
 say "running the fencing demo"
-./target/debug/palisade-demo "${kind[@]}"
+./target/debug/palisade-demo "${kind[@]}" "${where[@]}"
 echo
 say "running the lab tour"
 exec ./target/debug/palisade-lab demo "${kind[@]}"

@@ -21,11 +21,10 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, ResourceExt};
-use palisade_lab::{Cut, ImageFile, Lab, LabConfig, RegistryConfig};
+use palisade_lab::{Cut, Lab};
 use palisade_model::nodefence::{EvidenceKind, Phase};
 use serde_json::json;
 
@@ -38,98 +37,15 @@ const BMC_HUB_PORT: u16 = 16_230;
 const SLOW_OFF: Duration = Duration::from_secs(150);
 
 fn lab() -> Lab {
-    let agents = palisade_scenario::AgentOptions {
-        extra_args: vec!["--registry-ca".into(), "\"$PALISADE_REGISTRY_CA\"".into()],
-        ..Default::default()
-    };
-    Lab::start(LabConfig {
-        machines: 3,
-        pdu: false,
-        machine_command: palisade_scenario::node_agent_command(&agents).expect("agent command"),
-        registry: Some(RegistryConfig { basic_auth: None }),
-        bmc_kill_wait: SLOW_OFF + Duration::from_secs(60),
-        ..Default::default()
-    })
-    .expect("lab starts")
-}
-
-/// The shared libraries `bin` loads, as `ldd` lists them (absolute paths).
-fn libraries(bin: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let out = std::process::Command::new("ldd")
-        .arg(bin)
-        .output()
-        .expect("run ldd");
-    assert!(out.status.success(), "ldd {}", bin.display());
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .filter(|w| w.starts_with('/'))
-        .map(std::path::PathBuf::from)
-        .collect()
-}
-
-/// Pushes `palisade/controller`: the controller binary, stripped, and its libraries; returns
-/// the manifest digest.
-fn push_controller_image(lab: &Lab) -> String {
-    let bin = palisade_lab::bin_path("palisade-controller")
-        .expect("build the controller first: cargo build -p palisade-controller --bins");
-    let stripped = lab.dir().join("palisade-controller");
-    let ok = std::process::Command::new("strip")
-        .arg("-o")
-        .arg(&stripped)
-        .arg(&bin)
-        .status()
-        .expect("run strip");
-    assert!(ok.success(), "strip the controller");
-    let mut files = vec![ImageFile {
-        path: "palisade-controller".into(),
-        source: stripped,
-        mode: 0o755,
-    }];
-    for lib in libraries(&bin) {
-        files.push(ImageFile {
-            path: lib.strip_prefix("/").unwrap().display().to_string(),
-            source: lib,
-            mode: 0o755,
-        });
-    }
-    lab.registry()
-        .expect("registry")
-        .push(
-            "palisade/controller",
-            "dev",
-            &files,
-            &["/palisade-controller"],
-        )
-        .expect("push the controller image")
-}
-
-/// An overlay of `controller/manifests` that names the pushed image by digest.
-fn overlay(lab: &Lab, registry: &str, digest: &str) -> std::path::PathBuf {
-    let manifests = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../controller/manifests")
-        .canonicalize()
-        .expect("controller/manifests");
-    let dir = lab.dir().join("overlay");
-    std::fs::create_dir_all(&dir).unwrap();
-    // kustomize 2.0 (kubectl 1.20) takes a base directory by a path relative to the overlay.
-    let up = dir
-        .canonicalize()
-        .unwrap()
-        .components()
-        .count()
-        .saturating_sub(1);
-    let base = format!("{}{}", "../".repeat(up), manifests.display()).replace("//", "/");
-    std::fs::write(
-        dir.join("kustomization.yaml"),
-        format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\n\
-             kind: Kustomization\n\
-             bases:\n  - {base}\n\
-             images:\n  - name: palisade/controller\n    newName: {registry}/palisade/controller\n    digest: {digest}\n"
-        ),
+    let mut cfg = palisade_scenario::in_cluster::lab_config(
+        palisade_lab::MachineKind::Namespace,
+        3,
+        false,
+        &Default::default(),
     )
-    .unwrap();
-    dir
+    .expect("lab config");
+    cfg.bmc_kill_wait = SLOW_OFF + Duration::from_secs(60);
+    Lab::start(cfg).expect("lab starts")
 }
 
 #[test]
@@ -139,44 +55,23 @@ fn the_controller_installed_from_its_manifests_fences_from_inside_the_cluster() 
     let c = client(&lab, &rt);
     wait_nodes_ready(&lab, &c, &rt);
     namespace(&c, &rt, "app");
-    let registry = lab.registry().expect("registry").host();
-    let digest = push_controller_image(&lab);
-    eprintln!("pushed {registry}/palisade/controller@{digest}");
-
+    let cluster = palisade_scenario::Cluster::connect(&lab).unwrap();
     // The replicas go to m1 and m2 (the preferred anti-affinity spreads them); m0 will fail.
-    cordon(&c, &rt, "m0", true);
-    let dir = overlay(&lab, &registry, &digest);
-    let applied = kubectl_output(&lab, &["apply", "-k", &dir.display().to_string()]);
-    assert!(
-        applied.ok,
-        "kubectl apply -k: {}{}",
-        applied.stdout, applied.stderr
-    );
-    let controllers: Api<Pod> = Api::namespaced(c.clone(), SYSTEM_NS);
-    let running = eventually(
-        "both controller replicas Running",
-        Duration::from_secs(240),
-        || {
-            let pods = rt
-                .block_on(controllers.list(
-                    &ListParams::default().labels("app.kubernetes.io/name=palisade-controller"),
-                ))
-                .ok()?;
-            let running: Vec<Pod> = pods
-                .items
-                .into_iter()
-                .filter(|p| pod_phase(p) == "Running")
-                .collect();
-            (running.len() == 2).then_some(running)
+    let installed = palisade_scenario::in_cluster::install(
+        &lab,
+        &cluster,
+        &palisade_scenario::in_cluster::Install {
+            avoid: &["m0"],
+            ..Default::default()
         },
-    );
-    let mut nodes: Vec<String> = running
-        .iter()
-        .map(|p| p.spec.as_ref().unwrap().node_name.clone().unwrap())
-        .collect();
-    nodes.sort();
-    assert_eq!(nodes, ["m1", "m2"], "one replica per surviving machine");
-    for p in &running {
+    )
+    .expect("installed from controller/manifests");
+    eprintln!("installed {}; leader {}", installed.image, installed.leader);
+    let controllers: Api<Pod> = Api::namespaced(c.clone(), SYSTEM_NS);
+    let mut nodes = Vec::new();
+    for name in &installed.pods {
+        let p = rt.block_on(controllers.get(name)).unwrap();
+        nodes.push(p.spec.as_ref().unwrap().node_name.clone().unwrap());
         let image_id = p
             .status
             .as_ref()
@@ -186,26 +81,11 @@ fn the_controller_installed_from_its_manifests_fences_from_inside_the_cluster() 
             .unwrap()[0]
             .image_id
             .clone();
-        assert!(
-            image_id.ends_with(&digest),
-            "{} runs the pushed image: {image_id}",
-            p.name_any()
-        );
+        assert_eq!(image_id, installed.image, "{name} runs the pushed image");
     }
-    // One leads, under its pod's name: it reached the API with its mounted token.
-    let leases: Api<Lease> = Api::namespaced(c.clone(), SYSTEM_NS);
-    let names: Vec<String> = running.iter().map(|p| p.name_any()).collect();
-    let leader = eventually(
-        "a replica holds the election Lease",
-        Duration::from_secs(120),
-        || {
-            let l = rt.block_on(leases.get_opt("palisade-controller")).ok()??;
-            let holder = l.spec?.holder_identity?;
-            names.contains(&holder).then_some(holder)
-        },
-    );
-    eprintln!("leader: {leader}");
-    cordon(&c, &rt, "m0", false);
+    nodes.sort();
+    assert_eq!(nodes, ["m1", "m2"], "one replica per surviving machine");
+    let names = installed.pods.clone();
 
     // Devices: every BMC reachable from the machines over the management network.
     policy(&c, &rt);
@@ -289,9 +169,8 @@ fn the_controller_installed_from_its_manifests_fences_from_inside_the_cluster() 
         "a replica of the new ReplicaSet leads",
         Duration::from_secs(180),
         || {
-            let l = rt.block_on(leases.get_opt("palisade-controller")).ok()??;
-            let holder = l.spec?.holder_identity?;
-            (!holder.is_empty() && !names.contains(&holder)).then_some(holder)
+            let holder = palisade_scenario::in_cluster::leader(&cluster)?;
+            (!names.contains(&holder)).then_some(holder)
         },
     );
     // The precondition of this test: the update replaced the leader while m0 was still

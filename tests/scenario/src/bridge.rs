@@ -52,7 +52,8 @@ impl FirmwareBridge {
         std::fs::create_dir_all(&dir)?;
         let (server_cert, server_key) = lab
             .ca()
-            .issue_server_cert(&["127.0.0.1"])?
+            // Loopback for a controller beside the lab, the hub for one in the cluster.
+            .issue_server_cert(&["127.0.0.1", &palisade_lab::netns::HUB_ADDR.to_string()])?
             .write(&dir, "server")?;
         let (client_cert, client_key) = lab
             .ca()
@@ -151,7 +152,7 @@ impl FirmwareBridge {
 
     /// The `bridge://` device URL of a target (a machine name).
     pub fn url(&self, target: &str) -> String {
-        format!("bridge://{}/{target}", self.addr)
+        url(&self.addr, target)
     }
 
     /// The environment that gives `palisade-controller` its bridge client identity.
@@ -173,4 +174,9 @@ impl FirmwareBridge {
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
     }
+}
+
+/// The `bridge://` device URL of `target` on the bridge at `addr` (`host:port`).
+pub fn url(addr: &str, target: &str) -> String {
+    format!("bridge://{addr}/{target}")
 }

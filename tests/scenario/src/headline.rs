@@ -95,6 +95,10 @@ pub struct Options {
     /// After the replacement writes: heal m0 and wait until the fence is lifted (which needs
     /// the positive proof that the old writer is gone), then judge the writes again.
     pub recover: bool,
+    /// Run the controller in the cluster, installed from `controller/manifests` with its image
+    /// pulled from the lab registry ([`crate::in_cluster`]), reaching the bridge over the
+    /// lab's hub; the lab must have a registry ([`crate::in_cluster::lab_config`]).
+    pub in_cluster: bool,
 }
 
 impl Default for Options {
@@ -105,6 +109,7 @@ impl Default for Options {
             storage_only: false,
             cut: Cut::All,
             recover: false,
+            in_cluster: false,
         }
     }
 }
@@ -140,7 +145,7 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
         "data-db-0",
     ))?;
     let palisade = if opts.palisade {
-        Some(start_palisade(lab, c, t, &storage, opts.storage_only)?)
+        Some(start_palisade(lab, c, t, &storage, opts)?)
     } else {
         t.say("no Palisade in this run: nothing fences m0");
         None
@@ -434,10 +439,73 @@ fn recover(lab: &Lab, c: &Cluster, t: &Timeline, new_acks: &Path, cut: Instant) 
     Ok(())
 }
 
-/// The management network and the controller: a running bridge and controller.
+/// The management network and the controller: a running bridge and controller (a process
+/// beside the lab, or `None` when it runs in the cluster).
 struct Palisade {
     bridge: FirmwareBridge,
-    _controller: Proc,
+    _controller: Option<Proc>,
+}
+
+/// The hub port machines reach the firmware-bridge at (an in-cluster controller).
+const BRIDGE_HUB_PORT: u16 = 7443;
+/// Where the in-cluster controller finds its bridge client identity.
+const BRIDGE_CLIENT_DIR: &str = "/etc/palisade/bridge";
+
+/// The Deployment patch that mounts the bridge client identity (Secret
+/// `palisade-bridge-client`) and points the controller at it.
+fn bridge_client_patch() -> String {
+    format!(
+        "apiVersion: apps/v1\n\
+         kind: Deployment\n\
+         metadata:\n  name: palisade-controller\n  namespace: {SYSTEM_NS}\n\
+         spec:\n  template:\n    spec:\n\
+         \x20     volumes:\n        - name: bridge-client\n          secret:\n            secretName: palisade-bridge-client\n\
+         \x20     containers:\n        - name: controller\n\
+         \x20         volumeMounts:\n            - name: bridge-client\n              mountPath: {BRIDGE_CLIENT_DIR}\n              readOnly: true\n\
+         \x20         env:\n\
+         \x20           - name: PALISADE_BRIDGE_CA\n              value: {BRIDGE_CLIENT_DIR}/ca.crt\n\
+         \x20           - name: PALISADE_BRIDGE_CERT\n              value: {BRIDGE_CLIENT_DIR}/tls.crt\n\
+         \x20           - name: PALISADE_BRIDGE_KEY\n              value: {BRIDGE_CLIENT_DIR}/tls.key\n"
+    )
+}
+
+/// Installs the controller in the cluster (replicas kept off m0, which will fail), with the
+/// bridge reachable at the hub and its client identity in a Secret.
+fn install_in_cluster(
+    lab: &Lab,
+    c: &Cluster,
+    t: &Timeline,
+    bridge: &FirmwareBridge,
+) -> Result<String> {
+    let at = lab.expose_on_hub(BRIDGE_HUB_PORT, bridge.addr.parse()?)?;
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).with_context(|| p.display().to_string());
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "palisade-bridge-client", "namespace": SYSTEM_NS},
+        "stringData": {
+            "ca.crt": read(&bridge.ca_file)?,
+            "tls.crt": read(&bridge.client_cert)?,
+            "tls.key": read(&bridge.client_key)?,
+        }
+    }))?;
+    c.rt.block_on(
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(c.client.clone(), SYSTEM_NS)
+            .create(&PostParams::default(), &secret),
+    )?;
+    let installed = crate::in_cluster::install(
+        lab,
+        c,
+        &crate::in_cluster::Install {
+            patches: vec![bridge_client_patch()],
+            avoid: &["m0"],
+        },
+    )?;
+    t.say(format!(
+        "palisade-controller installed in the cluster: kubectl apply -k (controller/manifests, image {}); replicas {} on m1 and m2, pulled from the lab registry; leader {}",
+        installed.image,
+        installed.pods.join(", "),
+        installed.leader
+    ));
+    Ok(at.to_string())
 }
 
 fn start_palisade(
@@ -445,7 +513,7 @@ fn start_palisade(
     c: &Cluster,
     t: &Timeline,
     storage: &Storage,
-    storage_only: bool,
+    opts: Options,
 ) -> Result<Palisade> {
     // The firmware-bridge holds every BMC, PDU and storage credential; the cluster holds
     // none, only the controller's client certificate.
@@ -460,8 +528,12 @@ fn start_palisade(
         "firmware-bridge up on https://{} (mTLS; inventory: IPMI level, then PDU level, plus the storage firewall, per machine)",
         bridge.addr
     ));
-    let (controller, _metrics) =
-        start_controller_with(lab, "palisade-0", &bridge.controller_env())?;
+    let (controller, bridge_addr) = if opts.in_cluster {
+        (None, install_in_cluster(lab, c, t, &bridge)?)
+    } else {
+        let (p, _metrics) = start_controller_with(lab, "palisade-0", &bridge.controller_env())?;
+        (Some(p), bridge.addr.clone())
+    };
     policy(
         &c.client,
         &c.rt,
@@ -473,9 +545,9 @@ fn start_palisade(
         }),
     )?;
     for m in lab.machines() {
-        let url = bridge.url(m.name());
+        let url = crate::bridge::url(&bridge_addr, m.name());
         let mut devices = vec![json!({"url": url, "kind": "Storage"})];
-        if !storage_only {
+        if !opts.storage_only {
             devices.insert(0, json!({"url": url, "kind": "Power"}));
         }
         fence_target(&c.client, &c.rt, m.name(), vec![("bridge", devices)])?;

@@ -16,6 +16,7 @@ use serde_json::json;
 
 pub mod bridge;
 pub mod headline;
+pub mod in_cluster;
 
 pub use bridge::{BridgeOptions, FirmwareBridge};
 

@@ -472,14 +472,6 @@ pub fn readyz_at(addr: &str) -> Option<u16> {
     head.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Debian's kubectl 1.20, as `hack/install-deps.sh` caches it.
-pub fn kubectl_bin() -> PathBuf {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache"));
-    cache.join("palisade/kubectl-1.20/kubectl")
-}
-
 /// Runs kubectl as the lab's admin; returns its stdout (whatever its exit status).
 pub fn kubectl(lab: &Lab, args: &[&str]) -> String {
     kubectl_output(lab, args).stdout
@@ -497,19 +489,7 @@ pub struct KubectlOutput {
 
 /// Runs kubectl as the lab's admin.
 pub fn kubectl_output(lab: &Lab, args: &[&str]) -> KubectlOutput {
-    let bin = kubectl_bin();
-    let cp = lab.control_plane().expect("control plane");
-    let out = Command::new(&bin)
-        .arg("--kubeconfig")
-        .arg(cp.admin_kubeconfig())
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "run {} (hack/install-deps.sh caches it): {e}",
-                bin.display()
-            )
-        });
+    let out = palisade_scenario::in_cluster::kubectl(lab, args).unwrap_or_else(|e| panic!("{e:#}"));
     KubectlOutput {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),

@@ -8,7 +8,9 @@
 //! acknowledgements and gives its verdict, and the bridge's audit log shows who did what.
 //!
 //! The machines are QEMU virtual machines whose BMCs are `ipmi_sim` (the power off really stops
-//! the VM); `--netns` runs the same story on namespace machines.
+//! the VM); `--netns` runs the same story on namespace machines. `--in-cluster` runs the
+//! controller in the cluster, installed from `controller/manifests` with `kubectl apply -k`
+//! and its image pulled from the lab's registry by `palisade-node`.
 
 use anyhow::{bail, Context, Result};
 use palisade_lab::MachineKind;
@@ -16,17 +18,30 @@ use palisade_scenario::headline::{self, Options, Timeline};
 use palisade_scenario::*;
 
 fn main() -> Result<()> {
-    let kind = match std::env::args().nth(1).as_deref() {
-        None => MachineKind::Qemu,
-        Some("--netns") => MachineKind::Namespace,
-        Some(other) => bail!("unknown argument {other:?}; usage: palisade-demo [--netns]"),
-    };
+    let mut kind = MachineKind::Qemu;
+    let mut opts = Options::default();
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--netns" => kind = MachineKind::Namespace,
+            "--in-cluster" => opts.in_cluster = true,
+            other => bail!(
+                "unknown argument {other:?}; usage: palisade-demo [--netns] [--in-cluster]"
+            ),
+        }
+    }
     let t = Timeline::new(false);
     t.say(format!(
-        "starting the lab: Kubernetes 1.20.2 control plane, 3 machines running palisade-node (each {}), a PDU",
-        kind_phrase(kind)
+        "starting the lab: Kubernetes 1.20.2 control plane, 3 machines running palisade-node (each {}), a PDU{}",
+        kind_phrase(kind),
+        if opts.in_cluster { ", an OCI registry" } else { "" }
     ));
-    let lab = lab_of_kind(kind, 3, true, &AgentOptions::default()).context("starting the lab")?;
+    let agents = AgentOptions::default();
+    let lab = if opts.in_cluster {
+        palisade_lab::Lab::start(in_cluster::lab_config(kind, 3, true, &agents)?)
+            .context("starting the lab")?
+    } else {
+        lab_of_kind(kind, 3, true, &agents).context("starting the lab")?
+    };
     let c = Cluster::connect(&lab)?;
     c.wait_nodes_ready(&lab)?;
     t.say(format!(
@@ -35,7 +50,6 @@ fn main() -> Result<()> {
         kind_phrase(kind),
         lab.dir().display()
     ));
-    let opts = Options::default();
     let result = headline::run(&lab, &c, &t, opts);
     if let Err(e) = &result {
         println!("\nthe demo failed: {e:#}\nlogs: {}", lab.dir().display());

@@ -1,0 +1,247 @@
+//! The controller installed in the cluster like a product: its image pushed to the lab's
+//! registry, `controller/manifests` applied with `kubectl apply -k` through an overlay that
+//! names the image by digest, and the replicas run by `palisade-node` on lab machines (pulled
+//! from the registry, with their ServiceAccount token mounted and `KUBERNETES_SERVICE_*` set).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use palisade_lab::{ImageFile, Lab, LabConfig, MachineKind, RegistryConfig};
+
+use crate::{cordon, eventually, pod_phase, AgentOptions, Cluster, SYSTEM_NS};
+
+/// The controller image's repository in the lab registry.
+pub const CONTROLLER_REPO: &str = "palisade/controller";
+/// The label of the controller's pods.
+pub const CONTROLLER_SELECTOR: &str = "app.kubernetes.io/name=palisade-controller";
+/// The controller's election Lease (in [`SYSTEM_NS`]).
+pub const ELECTION_LEASE: &str = "palisade-controller";
+
+/// A lab whose machines run `palisade-node` able to pull from the lab's registry (TLS from the
+/// lab CA, no credentials), with `agents`' other settings.
+pub fn lab_config(
+    kind: MachineKind,
+    machines: usize,
+    pdu: bool,
+    agents: &AgentOptions,
+) -> Result<LabConfig> {
+    let mut agents = agents.clone();
+    agents.extra_args.extend([
+        "--registry-ca".to_string(),
+        "\"$PALISADE_REGISTRY_CA\"".to_string(),
+    ]);
+    Ok(LabConfig {
+        machines,
+        control_plane: true,
+        pdu,
+        machine_command: crate::node_agent_command(&agents)?,
+        machine_kind: kind,
+        registry: Some(RegistryConfig { basic_auth: None }),
+        ..Default::default()
+    })
+}
+
+/// Debian's kubectl 1.20, as `hack/install-deps.sh` caches it.
+pub fn kubectl_bin() -> PathBuf {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
+        });
+    cache.join("palisade/kubectl-1.20/kubectl")
+}
+
+/// Runs kubectl as the lab's admin.
+pub fn kubectl(lab: &Lab, args: &[&str]) -> Result<std::process::Output> {
+    let bin = kubectl_bin();
+    let cp = lab
+        .control_plane()
+        .context("the lab has no control plane")?;
+    Command::new(&bin)
+        .arg("--kubeconfig")
+        .arg(cp.admin_kubeconfig())
+        .args(args)
+        .output()
+        .with_context(|| format!("run {} (hack/install-deps.sh caches it)", bin.display()))
+}
+
+/// The shared libraries `bin` loads, as `ldd` lists them.
+fn libraries(bin: &Path) -> Result<Vec<PathBuf>> {
+    let out = Command::new("ldd").arg(bin).output().context("run ldd")?;
+    if !out.status.success() {
+        bail!("ldd {} failed", bin.display());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+        .map(PathBuf::from)
+        .collect())
+}
+
+/// Pushes `repo:tag` to the lab registry: `bin` (stripped) at `/<its name>` as the
+/// entrypoint, and the libraries it loads, nothing else. Returns the manifest digest.
+pub fn push_binary_image(lab: &Lab, repo: &str, tag: &str, bin: &Path) -> Result<String> {
+    let name = bin
+        .file_name()
+        .context("the binary has a file name")?
+        .to_string_lossy()
+        .into_owned();
+    let stripped = lab.dir().join(format!("image-{name}"));
+    let ok = Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(bin)
+        .status()
+        .context("run strip")?;
+    if !ok.success() {
+        bail!("strip {} failed", bin.display());
+    }
+    let mut files = vec![ImageFile {
+        path: name.clone(),
+        source: stripped,
+        mode: 0o755,
+    }];
+    for lib in libraries(bin)? {
+        files.push(ImageFile {
+            path: lib.strip_prefix("/").unwrap_or(&lib).display().to_string(),
+            source: lib,
+            mode: 0o755,
+        });
+    }
+    let entry = format!("/{name}");
+    Ok(lab.registry().context("the lab has no registry")?.push(
+        repo,
+        tag,
+        &files,
+        &[entry.as_str()],
+    )?)
+}
+
+/// How to install.
+#[derive(Debug, Clone, Default)]
+pub struct Install<'a> {
+    /// Strategic-merge patches of the manifests (YAML documents), e.g. the bridge client
+    /// identity mounted into the Deployment.
+    pub patches: Vec<String>,
+    /// Nodes kept free of the replicas (cordoned while they are placed).
+    pub avoid: &'a [&'a str],
+}
+
+/// The running install.
+#[derive(Debug, Clone)]
+pub struct Installed {
+    /// The image, `host:port/repo@sha256:…`.
+    pub image: String,
+    /// The replicas' pod names.
+    pub pods: Vec<String>,
+    /// The pod that holds the election Lease.
+    pub leader: String,
+}
+
+/// Pushes the controller image, applies `controller/manifests` through an overlay naming it,
+/// and waits until both replicas run and one leads.
+pub fn install(lab: &Lab, c: &Cluster, o: &Install<'_>) -> Result<Installed> {
+    let bin = palisade_lab::bin_path("palisade-controller")?;
+    let digest = push_binary_image(lab, CONTROLLER_REPO, "dev", &bin)?;
+    let registry = lab.registry().context("the lab has no registry")?.host();
+    let dir = overlay(lab, &registry, &digest, &o.patches)?;
+    for n in o.avoid {
+        cordon(&c.client, &c.rt, n, true)?;
+    }
+    let applied = kubectl(lab, &["apply", "-k", &dir.display().to_string()])?;
+    if !applied.status.success() {
+        bail!(
+            "kubectl apply -k {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&applied.stderr)
+        );
+    }
+    let pods_api: Api<Pod> = Api::namespaced(c.client.clone(), SYSTEM_NS);
+    let pods = eventually(
+        "both controller replicas Running",
+        Duration::from_secs(300),
+        || {
+            let l =
+                c.rt.block_on(pods_api.list(&ListParams::default().labels(CONTROLLER_SELECTOR)))
+                    .ok()?;
+            let running: Vec<String> = l
+                .items
+                .iter()
+                .filter(|p| pod_phase(p) == "Running")
+                .map(|p| p.name_any())
+                .collect();
+            (running.len() == 2).then_some(running)
+        },
+    )?;
+    let leases: Api<Lease> = Api::namespaced(c.client.clone(), SYSTEM_NS);
+    let leader = eventually(
+        "a replica holds the election Lease",
+        Duration::from_secs(120),
+        || {
+            let holder =
+                c.rt.block_on(leases.get_opt(ELECTION_LEASE))
+                    .ok()??
+                    .spec?
+                    .holder_identity?;
+            pods.contains(&holder).then_some(holder)
+        },
+    )?;
+    for n in o.avoid {
+        cordon(&c.client, &c.rt, n, false)?;
+    }
+    Ok(Installed {
+        image: format!("{registry}/{CONTROLLER_REPO}@{digest}"),
+        pods,
+        leader,
+    })
+}
+
+/// The current holder of the election Lease (`None` when released or unreadable).
+pub fn leader(c: &Cluster) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(c.client.clone(), SYSTEM_NS);
+    c.rt.block_on(leases.get_opt(ELECTION_LEASE))
+        .ok()??
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
+/// Writes `<lab dir>/overlay/kustomization.yaml`: `controller/manifests` as the base, the image
+/// by digest, and `patches`.
+fn overlay(lab: &Lab, registry: &str, digest: &str, patches: &[String]) -> Result<PathBuf> {
+    let manifests = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../controller/manifests")
+        .canonicalize()
+        .context("controller/manifests")?;
+    let dir = lab.dir().join("overlay");
+    std::fs::create_dir_all(&dir)?;
+    // kustomize 2.0 (kubectl 1.20) takes a base directory by a path relative to the overlay.
+    let depth = dir.canonicalize()?.components().count().saturating_sub(1);
+    let base = format!(
+        "{}{}",
+        "../".repeat(depth),
+        manifests.display().to_string().trim_start_matches('/')
+    );
+    let mut k = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\n\
+         kind: Kustomization\n\
+         bases:\n  - {base}\n\
+         images:\n  - name: {CONTROLLER_REPO}\n    newName: {registry}/{CONTROLLER_REPO}\n    digest: {digest}\n"
+    );
+    if !patches.is_empty() {
+        k.push_str("patchesStrategicMerge:\n");
+        for (i, p) in patches.iter().enumerate() {
+            let f = format!("patch-{i}.yaml");
+            std::fs::write(dir.join(&f), p)?;
+            k.push_str(&format!("  - {f}\n"));
+        }
+    }
+    std::fs::write(dir.join("kustomization.yaml"), k)?;
+    Ok(dir)
+}
