@@ -38,3 +38,35 @@ fn the_demo_recovers_an_rwo_statefulset_through_the_bridge_with_a_clean_verdict(
         );
     }
 }
+
+/// `hack/demo.sh --netns --in-cluster`: the same story with the controller running in the
+/// cluster, installed from `controller/manifests` (its bridge client identity mounted from a
+/// Secret by an overlay patch) and its image pulled from the lab registry; it reaches the
+/// bridge over the hub.
+#[test]
+fn the_demo_with_the_controller_in_the_cluster_fences_through_the_bridge() {
+    let demo = palisade_lab::bin_path("palisade-demo")
+        .expect("build the demo first: cargo build -p palisade-scenario --bins");
+    let out = Command::new(demo)
+        .args(["--netns", "--in-cluster"])
+        .output()
+        .expect("run palisade-demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}");
+    assert!(out.status.success(), "the demo failed:\n{stdout}\n{stderr}");
+    for expected in [
+        "palisade-controller installed in the cluster: kubectl apply -k",
+        "pulled from the lab registry",
+        "fenced, verified: PowerOff by bridge://10.213.0.1:",
+        "StorageBlocked by bridge://10.213.0.1:",
+        "replacement is writing",
+        "VERDICT: PASS",
+        "palisade-controller power.off m0 token 1 -> ok",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "the demo's output lacks {expected:?}:\n{stdout}"
+        );
+    }
+}
