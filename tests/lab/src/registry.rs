@@ -154,6 +154,58 @@ impl Registry {
         self.wait_ready()
     }
 
+    /// Pushes `repository:tag` holding `bin`, stripped, at `/<its file name>` as the
+    /// entrypoint, and the shared libraries it loads (as `ldd` lists them), nothing else: the
+    /// layout `hack/images.sh` builds. The stripped copy is written in `work_dir`. Returns the
+    /// manifest digest.
+    pub fn push_binary(
+        &self,
+        work_dir: &Path,
+        repository: &str,
+        tag: &str,
+        bin: &Path,
+    ) -> Result<String> {
+        let name = bin
+            .file_name()
+            .ok_or_else(|| LabError::Other(format!("{} has no file name", bin.display())))?
+            .to_string_lossy()
+            .into_owned();
+        let stripped = work_dir.join(format!("image-{name}"));
+        let ok = std::process::Command::new("strip")
+            .arg("-o")
+            .arg(&stripped)
+            .arg(bin)
+            .status()
+            .map_err(LabError::io(bin))?;
+        if !ok.success() {
+            return Err(LabError::Other(format!("strip {} failed", bin.display())));
+        }
+        let ldd = std::process::Command::new("ldd")
+            .arg(bin)
+            .output()
+            .map_err(LabError::io(bin))?;
+        if !ldd.status.success() {
+            return Err(LabError::Other(format!("ldd {} failed", bin.display())));
+        }
+        let mut files = vec![ImageFile {
+            path: name.clone(),
+            source: stripped,
+            mode: 0o755,
+        }];
+        for lib in String::from_utf8_lossy(&ldd.stdout)
+            .split_whitespace()
+            .filter(|w| w.starts_with('/'))
+        {
+            files.push(ImageFile {
+                path: lib.trim_start_matches('/').to_string(),
+                source: lib.into(),
+                mode: 0o755,
+            });
+        }
+        let entry = format!("/{name}");
+        self.push(repository, tag, &files, &[entry.as_str()])
+    }
+
     /// Pushes an image of `files` (one gzip layer) running `entrypoint` as
     /// `<repository>:<tag>`; returns the manifest digest (`sha256:…`).
     pub fn push(

@@ -12,7 +12,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
-use palisade_lab::{ImageFile, Lab, LabConfig, MachineKind, RegistryConfig};
+use palisade_lab::{Lab, LabConfig, MachineKind, RegistryConfig};
 
 use crate::{cordon, eventually, pod_phase, AgentOptions, Cluster, SYSTEM_NS};
 
@@ -71,56 +71,14 @@ pub fn kubectl(lab: &Lab, args: &[&str]) -> Result<std::process::Output> {
         .with_context(|| format!("run {} (hack/install-deps.sh caches it)", bin.display()))
 }
 
-/// The shared libraries `bin` loads, as `ldd` lists them.
-fn libraries(bin: &Path) -> Result<Vec<PathBuf>> {
-    let out = Command::new("ldd").arg(bin).output().context("run ldd")?;
-    if !out.status.success() {
-        bail!("ldd {} failed", bin.display());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .filter(|w| w.starts_with('/'))
-        .map(PathBuf::from)
-        .collect())
-}
-
-/// Pushes `repo:tag` to the lab registry: `bin` (stripped) at `/<its name>` as the
-/// entrypoint, and the libraries it loads, nothing else. Returns the manifest digest.
+/// Pushes `repo:tag` to the lab registry: `bin` (stripped) as the entrypoint and the
+/// libraries it loads, nothing else ([`palisade_lab::Registry::push_binary`]). Returns the
+/// manifest digest.
 pub fn push_binary_image(lab: &Lab, repo: &str, tag: &str, bin: &Path) -> Result<String> {
-    let name = bin
-        .file_name()
-        .context("the binary has a file name")?
-        .to_string_lossy()
-        .into_owned();
-    let stripped = lab.dir().join(format!("image-{name}"));
-    let ok = Command::new("strip")
-        .arg("-o")
-        .arg(&stripped)
-        .arg(bin)
-        .status()
-        .context("run strip")?;
-    if !ok.success() {
-        bail!("strip {} failed", bin.display());
-    }
-    let mut files = vec![ImageFile {
-        path: name.clone(),
-        source: stripped,
-        mode: 0o755,
-    }];
-    for lib in libraries(bin)? {
-        files.push(ImageFile {
-            path: lib.strip_prefix("/").unwrap_or(&lib).display().to_string(),
-            source: lib,
-            mode: 0o755,
-        });
-    }
-    let entry = format!("/{name}");
-    Ok(lab.registry().context("the lab has no registry")?.push(
-        repo,
-        tag,
-        &files,
-        &[entry.as_str()],
-    )?)
+    Ok(lab
+        .registry()
+        .context("the lab has no registry")?
+        .push_binary(&lab.dir(), repo, tag, bin)?)
 }
 
 /// How to install.
