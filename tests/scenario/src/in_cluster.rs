@@ -78,7 +78,7 @@ pub fn push_binary_image(lab: &Lab, repo: &str, tag: &str, bin: &Path) -> Result
     Ok(lab
         .registry()
         .context("the lab has no registry")?
-        .push_binary(&lab.dir(), repo, tag, bin)?)
+        .push_binary(lab.dir(), repo, tag, bin)?)
 }
 
 /// How to install.
