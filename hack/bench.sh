@@ -41,7 +41,7 @@ if [ "$want" = all ] || [ "$want" = bridge ]; then
   run bridge bridge-bench -p palisade-bridge --
 fi
 if [ "$want" = all ] || [ "$want" = node ]; then
-  run node node-bench -p palisade-node --features palisade-node/bench -- 100
+  run node node-bench -p palisade-node --features palisade-node/bench -p palisade-controller -- 100
 fi
 if [ "$want" = all ] || [ "$want" = recovery ]; then
   run recovery palisade-recovery-bench -p palisade-scenario -p palisade-node \

@@ -125,6 +125,17 @@ impl FenceReport {
     }
 }
 
+/// A failed off: reported as failed, unless the planted bug `TrustCommand` ([`crate::planted`],
+/// debug builds only) counts it as verified.
+fn off_failed(device: &str, e: FenceError) -> AttemptResult {
+    #[cfg(debug_assertions)]
+    if crate::planted::active(crate::planted::Planted::TrustCommand) {
+        tracing::error!(device, error = %e, "planted bug TrustCommand: counting an unverified off as verified");
+        return AttemptResult::Off(crate::verify::trusted_off(device));
+    }
+    AttemptResult::Failed(e)
+}
+
 async fn attempt(
     level: usize,
     device: &Arc<dyn PowerDevice>,
@@ -136,12 +147,15 @@ async fn attempt(
     let result = match step {
         Step::Off => match tokio::time::timeout(timeout, device.off()).await {
             Ok(Ok(ev)) => AttemptResult::Off(ev),
-            Ok(Err(e)) => AttemptResult::Failed(e),
-            Err(_) => AttemptResult::Failed(FenceError::Timeout {
-                device: device.name().to_string(),
-                operation: "off".into(),
-                after: timeout,
-            }),
+            Ok(Err(e)) => off_failed(device.name(), e),
+            Err(_) => off_failed(
+                device.name(),
+                FenceError::Timeout {
+                    device: device.name().to_string(),
+                    operation: "off".into(),
+                    after: timeout,
+                },
+            ),
         },
         Step::On => match tokio::time::timeout(timeout, device.on()).await {
             Ok(Ok(_)) => AttemptResult::On,

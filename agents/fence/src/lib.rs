@@ -25,6 +25,7 @@ pub mod error;
 pub mod ipmi;
 pub mod levels;
 pub mod pdu;
+pub mod planted;
 pub mod power;
 pub mod redfish;
 pub mod secret;

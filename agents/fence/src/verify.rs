@@ -91,7 +91,9 @@ impl Commanded {
 /// Guarantees: constructed only in this module, by `verify_off` after a status read that
 /// returned [`PowerState::Off`] and was issued after the command was sent, or by
 /// `off_from_bridge` when a firmware-bridge answered that it read the state back as off.
-/// No other crate can construct it.
+/// No other crate can construct it. The one exception is compiled into debug builds only:
+/// `trusted_off`, for the planted bug `TrustCommand` ([`crate::planted`]), the negative
+/// control that proves the nemesis catches a fence that was never verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedOff {
     device: String,
@@ -110,6 +112,21 @@ pub struct VerifiedOn {
     verified_at: SystemTime,
     command_to_verified: Duration,
     polls: u32,
+}
+
+/// The planted bug `TrustCommand` ([`crate::planted`]; debug builds only): "evidence" for a
+/// power off that was never read back.
+#[cfg(debug_assertions)]
+pub(crate) fn trusted_off(device: &str) -> VerifiedOff {
+    let now = SystemTime::now();
+    VerifiedOff {
+        device: device.to_string(),
+        commanded_at: now,
+        verified_at: now,
+        command_to_verified: Duration::ZERO,
+        polls: 0,
+        bridge_evidence: None,
+    }
 }
 
 impl VerifiedOff {

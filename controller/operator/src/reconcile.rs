@@ -398,6 +398,37 @@ async fn record_released(
     .await
 }
 
+/// The planted bug `ReleaseUnverified` ([`palisade_fence::planted`], debug builds only): deletes the
+/// node's pods (grace 0, UID precondition) as fencing starts, before any level is verified,
+/// and records them released. It bypasses [`crate::release::release_pod`], which takes a
+/// `VerifiedFence` no unverified fence can produce.
+async fn planted_release_unverified(
+    ctx: &Ctx,
+    api: &Api<NodeFence>,
+    nf: &NodeFence,
+    node: &str,
+) -> Result<(), Error> {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods = crate::release::pods_on_node(&ctx.client, node).await?;
+    let mut status = nf.status.clone().unwrap_or_default();
+    for p in pods {
+        tracing::error!(pod = %p.pod.name, node, "planted bug ReleaseUnverified: deleting a pod before the fence is verified");
+        let dp = kube::api::DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(p.pod.uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &p.pod.namespace);
+        let _ = pods_api.delete(&p.pod.name, &dp).await;
+        status.release.pods.push(released(&p.pod));
+    }
+    persist(api, nf, status, "planted_release_unverified").await?;
+    Ok(())
+}
+
 fn released(o: &ObjectRef) -> ReleasedObject {
     ReleasedObject {
         namespace: o.namespace.clone(),
@@ -861,7 +892,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                     }
                     let msg = format!("fencing node {node} with levels {levels:?} under token {t}");
                     enter(ctx, &nf, &mut status, Phase::Fencing, msg.clone()).await?;
-                    persist_then_tell(
+                    let stored = persist_then_tell(
                         ctx,
                         &api,
                         &nf,
@@ -870,6 +901,9 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                         (Kind::Normal, "Fencing", &msg),
                     )
                     .await?;
+                    if palisade_fence::planted::active(palisade_fence::planted::Planted::ReleaseUnverified) {
+                        planted_release_unverified(ctx, &api, &stored, &node).await?;
+                    }
                 }
                 Step::RunLevel {
                     level,

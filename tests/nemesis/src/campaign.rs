@@ -39,6 +39,9 @@ pub struct Config {
     pub out: PathBuf,
     /// How long to wait for the lab to settle between events.
     pub settle_timeout: Duration,
+    /// Bugs planted in the controllers (`palisade_controller::planted` names; debug builds
+    /// only): a negative control, which must end in violations.
+    pub planted: Vec<String>,
 }
 
 impl Config {
@@ -109,6 +112,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
         &WorldConfig {
             machines: cfg.machines,
             writers: cfg.writers,
+            planted: cfg.planted.clone(),
         },
         &|s| say(start, s),
     )?;
@@ -123,7 +127,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
     let stop = AtomicBool::new(false);
     let mut settles = (0usize, 0usize);
     let live = std::thread::scope(|s| -> Result<bool> {
-        let observer = s.spawn(|| observer::run(&world.cluster, &h, &stop));
+        let observer = s.spawn(|| observer::run(&world.cluster, &world.lab, &h, &stop));
         let result = (|| -> Result<bool> {
             let deadline = start + Duration::from_secs(cfg.minutes * 60);
             for ev in &schedule {

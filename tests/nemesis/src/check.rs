@@ -14,7 +14,11 @@
 //! - **at-most-one-process**: two incarnations of a volume-less identity alive at once
 //!   ([`Record::TwoIncarnations`], proven by the observer);
 //! - **token-regressed**: a bridge action accepted with a lower fencing token than one it
-//!   accepted earlier for the same target.
+//!   accepted earlier for the same target;
+//! - **power-off-not-true**: a status that claims power-off evidence while the lab's ground
+//!   truth says the machine never went off: seen powered while the fence is `Fenced`,
+//!   `Releasing` or `Released` (before recovery may power it on), or seen powered later with
+//!   the boot ID it had when the fence began (a power cycle always changes it).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -92,6 +96,63 @@ pub fn check_all(history: &[Record]) -> Vec<Violation> {
     }
     out.extend(check_tokens(history));
     out.extend(check_replacements(history));
+    out.extend(check_power_truth(history));
+    out
+}
+
+/// Power-off evidence must be true. While a fence that claims it is `Fenced`, `Releasing` or
+/// `Released` (recovery powers a machine on only in `Recovering`), the machine is off; and
+/// once it claims it, the machine is never seen running the boot it had when the fence began.
+fn check_power_truth(history: &[Record]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut reported = BTreeSet::new();
+    // Per NodeFence UID: the boot ID first seen while the fence claimed no power off yet.
+    let mut boot_before: BTreeMap<String, String> = BTreeMap::new();
+    for r in history {
+        let Record::Phase {
+            snapshot,
+            powered: Some(true),
+            boot,
+            t,
+            ..
+        } = r
+        else {
+            continue;
+        };
+        let claims: Vec<&str> = snapshot
+            .evidence
+            .iter()
+            .filter(|e| e.kind == "PowerOff")
+            .map(|e| e.device.as_str())
+            .collect();
+        if claims.is_empty() {
+            if let Some(b) = boot {
+                boot_before
+                    .entry(snapshot.uid.clone())
+                    .or_insert_with(|| b.clone());
+            }
+            continue;
+        }
+        let before = boot_before.get(&snapshot.uid);
+        let why = if matches!(snapshot.phase.as_str(), "Fenced" | "Releasing" | "Released") {
+            Some("was powered")
+        } else if boot.is_some() && boot.as_ref() == before {
+            Some("was still running the boot it had when the fence began")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            if reported.insert(snapshot.uid.clone()) {
+                out.push(Violation {
+                    check: "power-off-not-true",
+                    detail: format!(
+                        "NodeFence {} ({}) claims power-off evidence from {claims:?} but machine {} {why} at t={t:.1}s",
+                        snapshot.fence, snapshot.phase, snapshot.node
+                    ),
+                });
+            }
+        }
+    }
     out
 }
 
@@ -301,6 +362,60 @@ mod tests {
                 .collect(),
             failure: None,
         }
+    }
+
+    fn phase_seen(s: FenceSnapshot, powered: Option<bool>) -> Record {
+        seen_with_boot(s, powered, None)
+    }
+
+    fn seen_with_boot(s: FenceSnapshot, powered: Option<bool>, boot: Option<&str>) -> Record {
+        Record::Phase {
+            t: 2.0,
+            phase: s.phase.clone(),
+            message: String::new(),
+            snapshot: s,
+            powered,
+            boot: boot.map(String::from),
+        }
+    }
+
+    #[test]
+    fn power_off_evidence_on_a_powered_machine_is_a_violation_until_recovery() {
+        let v = check_all(&[phase_seen(snapshot(), Some(true))]);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].check, "power-off-not-true");
+        // Off, or not observed: nothing to say.
+        assert!(check_all(&[phase_seen(snapshot(), Some(false))]).is_empty());
+        assert!(check_all(&[phase_seen(snapshot(), None)]).is_empty());
+        // Recovery powers the machine on.
+        let mut recovering = snapshot();
+        recovering.phase = "Recovering".into();
+        recovering
+            .transitions
+            .push(("Recovering".into(), 5, String::new()));
+        assert!(check_all(&[phase_seen(recovering.clone(), Some(true))]).is_empty());
+        // ... with a new boot; but the boot it had when the fence began means it never went off.
+        let mut fencing = snapshot();
+        fencing.phase = "Fencing".into();
+        fencing.evidence.clear();
+        fencing.released.clear();
+        fencing.verified_levels.clear();
+        let cycled = [
+            seen_with_boot(fencing.clone(), Some(true), Some("boot-1")),
+            seen_with_boot(recovering.clone(), Some(true), Some("boot-2")),
+        ];
+        assert!(check_all(&cycled).is_empty(), "{:?}", check_all(&cycled));
+        let never_off = [
+            seen_with_boot(fencing, Some(true), Some("boot-1")),
+            seen_with_boot(recovering, Some(true), Some("boot-1")),
+        ];
+        let v = check_all(&never_off);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].detail.contains("boot it had"), "{}", v[0].detail);
+        // Evidence that is not a power off (a storage block) claims nothing about power.
+        let mut storage = snapshot();
+        storage.evidence[0].kind = "StorageBlocked".into();
+        assert!(check_all(&[phase_seen(storage, Some(true))]).is_empty());
     }
 
     fn release(s: FenceSnapshot) -> Vec<Record> {

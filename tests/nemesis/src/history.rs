@@ -129,6 +129,13 @@ pub enum Record {
         message: String,
         /// The status at the time it was observed.
         snapshot: FenceSnapshot,
+        /// Whether the fenced node's machine was powered when this was observed (the lab's
+        /// ground truth; absent in histories written before it was recorded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        powered: Option<bool>,
+        /// The machine's boot ID when it was seen powered (a power cycle changes it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        boot: Option<String>,
     },
     /// A NodeFence's status listed newly released pods.
     Release {

@@ -31,6 +31,10 @@ struct Args {
     /// Seconds to wait for the lab to settle between events.
     #[arg(long, default_value_t = 240)]
     settle_seconds: u64,
+    /// Plant a bug in the controllers (a negative control; debug builds of the controller
+    /// only): `TrustCommand` or `ReleaseUnverified`. Repeatable. The campaign must then fail.
+    #[arg(long = "plant")]
+    planted: Vec<String>,
     /// Output directory (history.jsonl, report.txt, logs/ on failure); default
     /// target/chaos/lab-seed<SEED>.
     #[arg(long)]
@@ -94,6 +98,7 @@ fn main() -> ExitCode {
             .out
             .unwrap_or_else(|| PathBuf::from(format!("target/chaos/lab-seed{seed}"))),
         settle_timeout: Duration::from_secs(args.settle_seconds),
+        planted: args.planted.clone(),
     };
     println!(
         "palisade-nemesis: seed {seed}; replay with: {}",

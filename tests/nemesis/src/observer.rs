@@ -1,6 +1,6 @@
 //! The observer: polls the API every half second while the campaign runs and records every
-//! NodeFence phase transition and release (with the status they were observed in) and every
-//! writer pod's binding, and scans the processes of volume-less identities
+//! NodeFence phase transition and release (with the status they were observed in, and whether
+//! the fenced machine was powered then) and every writer pod's binding, and scans the processes of volume-less identities
 //! ([`crate::presence`]). A poll that fails (the API server is down) is simply retried.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -81,7 +81,7 @@ pub fn list_fences(c: &Cluster) -> Option<Vec<NodeFence>> {
 
 /// Polls until `stop` is set. Bounded by the campaign: the runner sets `stop` before it
 /// judges the history.
-pub fn run(c: &Cluster, h: &History, stop: &AtomicBool) {
+pub fn run(c: &Cluster, lab: &palisade_lab::Lab, h: &History, stop: &AtomicBool) {
     // Per NodeFence UID: transitions and released pods already recorded.
     let mut seen: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let mut pods_seen: BTreeSet<String> = BTreeSet::new();
@@ -92,12 +92,18 @@ pub fn run(c: &Cluster, h: &History, stop: &AtomicBool) {
             for nf in &fences {
                 let s = snapshot(nf);
                 let (t_seen, r_seen) = seen.entry(s.uid.clone()).or_default();
+                // The ground truth beside what the status claims: is the machine powered?
+                let machine = lab.machines().iter().find(|m| m.name() == s.node);
+                let powered = machine.map(|m| m.is_powered());
+                let boot = machine.filter(|m| m.is_powered()).and_then(|m| m.boot_id());
                 for (phase, _, message) in s.transitions.iter().skip(*t_seen) {
                     h.push(Record::Phase {
                         t: h.t(),
                         phase: phase.clone(),
                         message: message.clone(),
                         snapshot: s.clone(),
+                        powered,
+                        boot: boot.clone(),
                     });
                 }
                 *t_seen = (*t_seen).max(s.transitions.len());

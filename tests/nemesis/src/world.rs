@@ -43,7 +43,7 @@ pub struct Controllers {
 }
 
 impl Controllers {
-    fn start(lab: &Lab, bridge: &FirmwareBridge) -> Result<Controllers> {
+    fn start(lab: &Lab, bridge: &FirmwareBridge, planted: &[String]) -> Result<Controllers> {
         let cp = lab
             .control_plane()
             .context("the lab has no control plane")?;
@@ -51,7 +51,13 @@ impl Controllers {
             lab_id: lab.id().to_string(),
             lab_dir: lab.dir().to_path_buf(),
             kubeconfig: cp.admin_kubeconfig().to_path_buf(),
-            env: bridge.controller_env(),
+            env: {
+                let mut env = bridge.controller_env();
+                if !planted.is_empty() {
+                    env.push(("PALISADE_PLANTED_BUGS", planted.join(",")));
+                }
+                env
+            },
             replicas: vec![("palisade-0".into(), None), ("palisade-1".into(), None)],
         };
         for id in ["palisade-0", "palisade-1"] {
@@ -154,6 +160,8 @@ pub struct WorldConfig {
     pub machines: usize,
     /// StatefulSet writers.
     pub writers: usize,
+    /// Bugs planted in the controllers (`PALISADE_PLANTED_BUGS`; empty: none).
+    pub planted: Vec<String>,
 }
 
 /// The running world. Dropping it tears everything down (the lab last).
@@ -208,9 +216,10 @@ impl World {
             BridgeOptions {
                 wrong_bmc_password: &[],
                 storage: Some(&storage),
+                planted: &cfg.planted,
             },
         )?;
-        let controllers = Controllers::start(&lab, &bridge)?;
+        let controllers = Controllers::start(&lab, &bridge, &cfg.planted)?;
         policy(&cluster.client, &cluster.rt, "lab", policy_spec())?;
         for m in lab.machines() {
             let url = bridge.url(m.name());

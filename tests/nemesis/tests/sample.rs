@@ -27,6 +27,7 @@ fn a_short_fixed_seed_campaign_keeps_at_most_one_and_loses_no_acknowledged_write
         out: std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("nemesis-sample-{SEED}")),
         settle_timeout: Duration::from_secs(300),
+        planted: Vec::new(),
     };
     let events = schedule::generate(SEED, EVENTS, cfg.machines, cfg.writers);
     assert!(

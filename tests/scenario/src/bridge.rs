@@ -26,6 +26,9 @@ pub struct BridgeOptions<'a> {
     pub wrong_bmc_password: &'a [usize],
     /// The storage server whose firewall the bridge also drives (`storage.block`).
     pub storage: Option<&'a Storage>,
+    /// Bugs planted in the bridge (`PALISADE_PLANTED_BUGS`, debug builds only; see
+    /// `palisade_fence::planted`): a negative control.
+    pub planted: &'a [String],
 }
 
 /// A running firmware-bridge and the client identity that may use it.
@@ -129,12 +132,17 @@ impl FirmwareBridge {
         let config = dir.join("bridge.toml");
         std::fs::write(&config, cfg)?;
         let config_arg = config.display().to_string();
+        let planted = opts.planted.join(",");
+        let mut env = vec![("RUST_LOG", "info")];
+        if !planted.is_empty() {
+            env.push(("PALISADE_PLANTED_BUGS", planted.as_str()));
+        }
         let proc = Proc::spawn(
             lab,
             "firmware-bridge",
             "firmware-bridge",
             &["--config", &config_arg],
-            &[("RUST_LOG", "info")],
+            &env,
         )?;
         eventually("firmware-bridge listening", Duration::from_secs(30), || {
             std::net::TcpStream::connect(&addr).ok().map(|_| ())

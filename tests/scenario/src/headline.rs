@@ -478,7 +478,8 @@ fn install_in_cluster(
     bridge: &FirmwareBridge,
 ) -> Result<String> {
     let at = lab.expose_on_hub(BRIDGE_HUB_PORT, bridge.addr.parse()?)?;
-    let read = |p: &std::path::Path| std::fs::read_to_string(p).with_context(|| p.display().to_string());
+    let read =
+        |p: &std::path::Path| std::fs::read_to_string(p).with_context(|| p.display().to_string());
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
         "metadata": {"name": "palisade-bridge-client", "namespace": SYSTEM_NS},
         "stringData": {
@@ -522,6 +523,7 @@ fn start_palisade(
         BridgeOptions {
             wrong_bmc_password: &[],
             storage: Some(storage),
+            planted: &[],
         },
     )?;
     t.say(format!(

@@ -23,12 +23,34 @@
 //!   delay). The agent's own view (`late_ms` of each deadline KILL in its log, and the
 //!   `palisade_node_kill_lateness_max_seconds` metric) is printed beside them.
 //!
-//! Bounded in count and time: at most 200 pods, each start awaited for at most 60 s; at most
-//! 60 KILL pods, each awaited for at most 60 s to start and 60 s to die.
-//! Needs the feature `bench` (it links the lab): `cargo build -p palisade-node --features
-//! bench --bin node-bench`, and the `palisade-node` binary built beside it.
+//! - **Image pull, side by side with `buildah`** (last, once the pods above are gone). The
+//!   controller image (`palisade-controller`, stripped, with the shared libraries it loads:
+//!   the layout of [`palisade_lab::Registry::push_binary`]) is pushed to the lab's registry
+//!   `PULL_RUNS` times, each under a fresh tag and with a small distinct file, so each pull is
+//!   cold (the agent's store is keyed by the config digest). For each run: a pod of that
+//!   image (`IfNotPresent`) makes the agent pull and unpack it; its own `took_ms` (the
+//!   `pulled image` line of its log) and the pod's `Pulled` Event are read back, and the
+//!   create → process start time is measured from the host: the container is the controller
+//!   itself, told to read `--bridge-key` from a FIFO on a hostPath volume, and the bench sees
+//!   the moment it opens it (a non-blocking open for writing succeeds once a reader is there;
+//!   the controller then reads nothing and exits on a missing kubeconfig). A second pod of
+//!   the same image is a warm start (its Event must say `already present`). `buildah pull`
+//!   (vfs storage: it unpacks the layer; TLS verified against the lab CA) pulls the same tag
+//!   into a fresh `--root`, timed around the process: from the host over loopback, and from
+//!   the machine's network namespace through the hub relay the agent also goes through; a
+//!   `buildah images` on a fresh root gives its process and storage start-up alone. The
+//!   order of the agent and buildah alternates between runs. Needs `docker-registry` (else
+//!   the phase is skipped); without `buildah` the peer column is skipped.
 //!
-//! Usage: `node-bench [PODS] [KILL_PODS]` (defaults 100 and 20).
+//! Bounded in count and time: at most 200 pods, each start awaited for at most 60 s; at most
+//! 60 KILL pods, each awaited for at most 60 s to start and 60 s to die; at most 20 pull runs,
+//! each cold start awaited for at most 180 s, each warm one 60 s, each buildah run 300 s.
+//! Needs the feature `bench` (it links the lab): `cargo build -p palisade-node --features
+//! bench --bin node-bench`, and the `palisade-node` and `palisade-controller` binaries built
+//! beside it.
+//!
+//! Usage: `node-bench [PODS] [KILL_PODS] [PULL_RUNS]` (defaults 100, 20 and 5; `PULL_RUNS`
+//! 0 skips the pull phase).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -96,8 +118,41 @@ fn main() -> anyhow::Result<()> {
     if !(1..=60).contains(&kill_pods) {
         bail!("KILL_PODS must be 1..=60");
     }
-    eprintln!("starting a lab with 1 machine running palisade-node ...");
-    let lab = palisade_scenario::lab_with_agents(1, false, &Default::default())?;
+    let pull_runs: usize = std::env::args()
+        .nth(3)
+        .map(|s| s.parse())
+        .transpose()
+        .context("PULL_RUNS must be a number")?
+        .unwrap_or(5);
+    if pull_runs > 20 {
+        bail!("PULL_RUNS must be 0..=20");
+    }
+    let controller = match pull_runs {
+        0 => None,
+        _ => Some(palisade_lab::bin_path("palisade-controller").context(
+            "the pull phase pushes the palisade-controller binary: build it \
+             (cargo build -p palisade-controller), or pass PULL_RUNS 0",
+        )?),
+    };
+    let registry = controller.is_some() && palisade_lab::require_tool("docker-registry").is_ok();
+    if controller.is_some() && !registry {
+        eprintln!(
+            "docker-registry is not installed (hack/install-deps.sh installs it): skipping the image pull phase"
+        );
+    }
+    let lab = if registry {
+        eprintln!("starting a lab with 1 machine running palisade-node and a registry ...");
+        let cfg = palisade_scenario::in_cluster::lab_config(
+            palisade_lab::MachineKind::Namespace,
+            1,
+            false,
+            &Default::default(),
+        )?;
+        palisade_lab::Lab::start(cfg)?
+    } else {
+        eprintln!("starting a lab with 1 machine running palisade-node ...");
+        palisade_scenario::lab_with_agents(1, false, &Default::default())?
+    };
     let rt = palisade_scenario::runtime()?;
     let c = palisade_scenario::admin_client(&lab, &rt)?;
     palisade_scenario::wait_nodes_ready(&lab, &c, &rt)?;
@@ -202,6 +257,11 @@ fn main() -> anyhow::Result<()> {
     wait_no_pods(&rt, &api, Duration::from_secs(120))?;
     let k = kill_error(&lab, &rt, &api, &node, &dir, kill_pods)?;
     k.print();
+
+    if let (true, Some(bin)) = (registry, controller) {
+        let p = pull_phase(&lab, &rt, &c, &node, &dir, &bin, pull_runs)?;
+        p.print();
+    }
     Ok(())
 }
 
@@ -624,5 +684,664 @@ impl KillReport {
                 of_case.len()
             );
         }
+    }
+}
+
+/// The pull phase's repository in the lab registry.
+const PULL_REPO: &str = "bench/controller";
+/// Each cold pod's start (the pull included) is awaited for at most this long.
+const COLD_START_TIMEOUT: Duration = Duration::from_secs(180);
+/// Each warm pod's start is awaited for at most this long.
+const WARM_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Each buildah process is given at most this long.
+const BUILDAH_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The files of the controller image as [`palisade_lab::Registry::push_binary`] lays them
+/// out: `bin` stripped (a copy in `dir`) at `/<its name>`, and the shared libraries `ldd`
+/// lists. Returns the files and the entrypoint.
+fn controller_image_files(
+    dir: &Path,
+    bin: &Path,
+) -> anyhow::Result<(Vec<palisade_lab::ImageFile>, String)> {
+    let name = bin
+        .file_name()
+        .with_context(|| format!("{} has no file name", bin.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let stripped = dir.join(format!("image-{name}"));
+    let ok = std::process::Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(bin)
+        .status()
+        .context("run strip")?;
+    if !ok.success() {
+        bail!("strip {} failed", bin.display());
+    }
+    let ldd = std::process::Command::new("ldd")
+        .arg(bin)
+        .output()
+        .context("run ldd")?;
+    if !ldd.status.success() {
+        bail!("ldd {} failed", bin.display());
+    }
+    let mut files = vec![palisade_lab::ImageFile {
+        path: name.clone(),
+        source: stripped,
+        mode: 0o755,
+    }];
+    for lib in String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+    {
+        files.push(palisade_lab::ImageFile {
+            path: lib.trim_start_matches('/').to_string(),
+            source: lib.into(),
+            mode: 0o755,
+        });
+    }
+    Ok((files, format!("/{name}")))
+}
+
+/// A pod of `image` whose container is the controller reading `--bridge-key` from the FIFO
+/// `key` in `vol` (a hostPath volume at `/bench`): it blocks there until the bench opens the
+/// FIFO, then reads nothing and exits on its missing kubeconfig (it never reaches the API).
+fn fifo_pod(name: &str, node: &str, image: &str, vol: &Path) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": false,
+            "volumes": [{"name": "bench", "hostPath": {"path": vol.display().to_string(), "type": "Directory"}}],
+            "containers": [{
+                "name": "main",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["/palisade-controller",
+                    "--bridge-key", "/bench/key", "--bridge-ca", "/bench/ca", "--bridge-cert", "/bench/cert",
+                    "--kubeconfig", "/bench/absent"],
+                "volumeMounts": [{"name": "bench", "mountPath": "/bench"}],
+            }],
+        }
+    }))?)
+}
+
+/// A fresh directory for one [`fifo_pod`]: the FIFO `key` and the empty files `ca`, `cert`.
+fn fifo_dir(dir: &Path) -> anyhow::Result<PathBuf> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)?;
+    nix::unistd::mkfifo(
+        &dir.join("key"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .with_context(|| format!("mkfifo in {}", dir.display()))?;
+    std::fs::write(dir.join("ca"), b"")?;
+    std::fs::write(dir.join("cert"), b"")?;
+    Ok(dir.to_path_buf())
+}
+
+/// Waits until a process opens the FIFO `vol/key` for reading (a non-blocking open for
+/// writing fails with ENXIO until then), polled every millisecond; returns the wall-clock
+/// time it was first seen, and closes it (the reader gets EOF).
+fn wait_fifo_reader(
+    rt: &tokio::runtime::Runtime,
+    api: &Api<Pod>,
+    pod: &str,
+    vol: &Path,
+    timeout: Duration,
+) -> anyhow::Result<f64> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let fifo = vol.join("key");
+    let deadline = Instant::now() + timeout;
+    loop {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+            .open(&fifo)
+        {
+            Ok(f) => {
+                let t = now_s();
+                drop(f);
+                return Ok(t);
+            }
+            Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ENXIO as i32) => {}
+            Err(e) => return Err(e).with_context(|| format!("open {}", fifo.display())),
+        }
+        if Instant::now() > deadline {
+            let why = rt
+                .block_on(api.get_opt(pod))
+                .ok()
+                .flatten()
+                .and_then(|p| p.status)
+                .and_then(|s| s.container_statuses)
+                .and_then(|c| c.into_iter().next())
+                .and_then(|c| c.state)
+                .map(|s| format!("{s:?}"))
+                .unwrap_or_else(|| "no container status".into());
+            bail!("pod {pod}: its process did not start within {timeout:?} ({why})");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The message of `pod`'s `Pulled` Event, awaited for at most `timeout`.
+fn pulled_event(
+    rt: &tokio::runtime::Runtime,
+    c: &kube::Client,
+    pod: &str,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    use k8s_openapi::api::core::v1::Event;
+    let events: Api<Event> = Api::namespaced(c.clone(), NS);
+    let lp = ListParams::default().fields(&format!("involvedObject.name={pod}"));
+    let deadline = Instant::now() + timeout;
+    loop {
+        let found = rt
+            .block_on(events.list(&lp))?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("Pulled"))
+            .and_then(|e| e.message);
+        if let Some(m) = found {
+            return Ok(m);
+        }
+        if Instant::now() > deadline {
+            bail!("pod {pod}: no Pulled Event within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The seconds of a `Successfully pulled image "X" in 1.234s` message.
+fn event_seconds(message: &str) -> Option<f64> {
+    message
+        .strip_prefix("Successfully pulled image")?
+        .rsplit_once(" in ")?
+        .1
+        .strip_suffix('s')?
+        .parse()
+        .ok()
+}
+
+/// `took_ms` of the agent's `pulled image` line for `image` (exactly: the next character
+/// does not continue the reference) after byte `from` of its log, awaited for at most
+/// `timeout`.
+fn agent_took_ms(log: &Path, from: u64, image: &str, timeout: Duration) -> anyhow::Result<f64> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let bytes = std::fs::read(log).with_context(|| format!("read {}", log.display()))?;
+        let tail = bytes
+            .get(usize::try_from(from).unwrap_or(usize::MAX)..)
+            .unwrap_or_default();
+        let text = strip_ansi(&String::from_utf8_lossy(tail));
+        let took = text
+            .lines()
+            .filter(|l| l.contains("pulled image"))
+            .filter(|l| {
+                l.match_indices(image).any(|(i, _)| {
+                    !l[i + image.len()..]
+                        .starts_with(|c: char| c.is_ascii_alphanumeric() || "._-:@".contains(c))
+                })
+            })
+            .find_map(|l| {
+                let v = &l[l.find("took_ms=")? + "took_ms=".len()..];
+                let digits: String = v.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse().ok()
+            });
+        if let Some(t) = took {
+            return Ok(t);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "no `pulled image` line with took_ms for {image} in {} within {timeout:?}",
+                log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs `cmd` (stdout discarded, stderr to `stderr`), for at most [`BUILDAH_TIMEOUT`];
+/// returns its wall time, from just before the spawn to the exit seen (polled every ms).
+fn timed(mut cmd: std::process::Command, what: &str, stderr: &Path) -> anyhow::Result<Duration> {
+    let err = std::fs::File::create(stderr)?;
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(err);
+    let t0 = Instant::now();
+    let mut child = cmd.spawn().with_context(|| format!("run {what}"))?;
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if t0.elapsed() > BUILDAH_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{what}: still running after {BUILDAH_TIMEOUT:?}, killed");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let took = t0.elapsed();
+    if !status.success() {
+        let msg = std::fs::read_to_string(stderr).unwrap_or_default();
+        bail!("{what} failed ({status}): {}", msg.trim());
+    }
+    Ok(took)
+}
+
+/// `buildah` with its storage (vfs) in a fresh `root` (removed first), run from the host or,
+/// with `netns`, inside that network namespace (`nsenter --net`).
+fn buildah(root: &Path, netns: Option<&str>) -> anyhow::Result<std::process::Command> {
+    if root.exists() {
+        std::fs::remove_dir_all(root)?;
+    }
+    std::fs::create_dir_all(root)?;
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = std::process::Command::new("nsenter");
+            c.arg(format!("--net=/run/netns/{ns}")).arg("buildah");
+            c
+        }
+        None => std::process::Command::new("buildah"),
+    };
+    cmd.arg("--root")
+        .arg(root.join("root"))
+        .arg("--runroot")
+        .arg(root.join("run"))
+        .args(["--storage-driver", "vfs"]);
+    Ok(cmd)
+}
+
+/// Times `buildah pull` of `reference` into a fresh vfs root (so cold), TLS verified against
+/// the CA in `cert_dir`, and checks the layer was unpacked (`entry` is a file in a vfs layer
+/// directory). The root is removed afterwards.
+fn buildah_pull(
+    root: &Path,
+    netns: Option<&str>,
+    cert_dir: &Path,
+    reference: &str,
+    entry: &str,
+) -> anyhow::Result<Duration> {
+    let mut cmd = buildah(root, netns)?;
+    cmd.args(["pull", "--quiet", "--cert-dir"])
+        .arg(cert_dir)
+        .arg(format!("docker://{reference}"));
+    let took = timed(
+        cmd,
+        &format!("buildah pull {reference}"),
+        &root.with_extension("stderr"),
+    )?;
+    let layers = root.join("root/vfs/dir");
+    let unpacked = std::fs::read_dir(&layers)
+        .with_context(|| format!("buildah left no vfs layers in {}", layers.display()))?
+        .filter_map(Result::ok)
+        .any(|d| d.path().join(entry.trim_start_matches('/')).is_file());
+    if !unpacked {
+        bail!(
+            "buildah pull {reference}: {entry} not found unpacked under {}",
+            layers.display()
+        );
+    }
+    std::fs::remove_dir_all(root)?;
+    Ok(took)
+}
+
+/// The median (mean of the middle two for an even count), min and max of `v`.
+fn mid_min_max(v: &[f64]) -> (f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    let median = match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => s[n / 2],
+        _ => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    };
+    (
+        median,
+        s.first().copied().unwrap_or(f64::NAN),
+        s.last().copied().unwrap_or(f64::NAN),
+    )
+}
+
+/// The pull phase's results (times in ms).
+struct PullReport {
+    runs: usize,
+    bin: PathBuf,
+    libs: usize,
+    files_bytes: u64,
+    layer_bytes: Option<u64>,
+    agent_took_ms: Vec<f64>,
+    event_ms: Vec<f64>,
+    cold_start_ms: Vec<f64>,
+    warm_start_ms: Vec<f64>,
+    /// `None`: buildah is not installed.
+    buildah_loopback_ms: Option<Vec<f64>>,
+    /// `None`: buildah or nsenter missing, or the namespace not found.
+    buildah_relay_ms: Option<Vec<f64>>,
+    buildah_idle_ms: Option<Vec<f64>>,
+    registry_local: String,
+    rss_before: Option<(u64, u64)>,
+    rss_after: Option<(u64, u64)>,
+}
+
+/// The compressed size of the layers of `repo:tag`, from its manifest in the registry.
+fn layer_bytes(
+    rt: &tokio::runtime::Runtime,
+    local: std::net::SocketAddr,
+    ca: &Path,
+    tag: &str,
+) -> anyhow::Result<u64> {
+    let pem = std::fs::read(ca)?;
+    let http = reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(&pem)?)
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    let url = format!("https://{local}/v2/{PULL_REPO}/manifests/{tag}");
+    let m: serde_json::Value = rt.block_on(async {
+        http.get(&url)
+            .header("accept", "application/vnd.oci.image.manifest.v1+json")
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await
+    })?;
+    m["layers"]
+        .as_array()
+        .context("manifest without layers")?
+        .iter()
+        .map(|l| l["size"].as_u64().context("layer without size"))
+        .sum()
+}
+
+/// Cold pulls of the controller image by the agent and by buildah, and warm starts.
+fn pull_phase(
+    lab: &palisade_lab::Lab,
+    rt: &tokio::runtime::Runtime,
+    c: &kube::Client,
+    node: &str,
+    dir: &Path,
+    bin: &Path,
+    runs: usize,
+) -> anyhow::Result<PullReport> {
+    eprintln!(
+        "pull phase: {runs} runs of the controller image ({}) ...",
+        bin.display()
+    );
+    let api: Api<Pod> = Api::namespaced(c.clone(), NS);
+    let pdir = dir.join("pull");
+    std::fs::create_dir_all(&pdir)?;
+    let (files, entry) = controller_image_files(&pdir, bin)?;
+    let files_bytes = files
+        .iter()
+        .map(|f| std::fs::metadata(&f.source).map(|m| m.len()))
+        .sum::<std::io::Result<u64>>()?;
+    let (host, local, ca) = {
+        let r = lab.registry().context("the lab has no registry")?;
+        (r.host(), r.local_addr(), r.ca_file())
+    };
+    let cert_dir = pdir.join("certs");
+    std::fs::create_dir_all(&cert_dir)?;
+    std::fs::copy(&ca, cert_dir.join("ca.crt"))?;
+
+    let have = |tool: &str| palisade_lab::require_tool(tool).is_ok();
+    let with_buildah = have("buildah");
+    if !with_buildah {
+        eprintln!(
+            "buildah is not installed (hack/install-deps.sh installs it): skipping the peer column"
+        );
+    }
+    let netns = lab.machines()[0].netns().to_string();
+    let relay =
+        with_buildah && have("nsenter") && Path::new(&format!("/run/netns/{netns}")).exists();
+    if with_buildah && !relay {
+        eprintln!("nsenter or /run/netns/{netns} missing: skipping buildah through the hub relay");
+    }
+
+    let log = lab.machines()[0].dir().join("agent.log");
+    let rss_before = agent_pid(lab).and_then(memory_kib);
+    let mut r = PullReport {
+        runs,
+        bin: bin.to_path_buf(),
+        libs: files.len() - 1,
+        files_bytes,
+        layer_bytes: None,
+        agent_took_ms: Vec::new(),
+        event_ms: Vec::new(),
+        cold_start_ms: Vec::new(),
+        warm_start_ms: Vec::new(),
+        buildah_loopback_ms: with_buildah.then(Vec::new),
+        buildah_relay_ms: relay.then(Vec::new),
+        buildah_idle_ms: with_buildah.then(Vec::new),
+        registry_local: local.to_string(),
+        rss_before,
+        rss_after: None,
+    };
+
+    for i in 0..runs {
+        // A fresh tag and a distinct file: a new layer, config and manifest, so nothing of
+        // it is in the agent's store or in buildah's (a fresh root each time).
+        let tag = format!("cold-{i}");
+        let marker = pdir.join(format!("run-{i}"));
+        std::fs::write(
+            &marker,
+            format!("node-bench {} run {i} {}\n", lab.id(), now_s()),
+        )?;
+        let mut image_files = files.clone();
+        image_files.push(palisade_lab::ImageFile {
+            path: "etc/node-bench-run".into(),
+            source: marker,
+            mode: 0o644,
+        });
+        lab.registry()
+            .context("the lab has no registry")?
+            .push(PULL_REPO, &tag, &image_files, &[entry.as_str()])
+            .with_context(|| format!("push {PULL_REPO}:{tag}"))?;
+        if i == 0 {
+            r.layer_bytes = layer_bytes(rt, local, &ca, &tag)
+                .map_err(|e| eprintln!("cannot read the layer size from the manifest: {e:#}"))
+                .ok();
+        }
+        let image = format!("{host}/{PULL_REPO}:{tag}");
+
+        let peer = |r: &mut PullReport| -> anyhow::Result<()> {
+            if let Some(v) = r.buildah_loopback_ms.as_mut() {
+                let t = buildah_pull(
+                    &pdir.join(format!("buildah-{i}")),
+                    None,
+                    &cert_dir,
+                    &format!("{local}/{PULL_REPO}:{tag}"),
+                    &entry,
+                )?;
+                v.push(t.as_secs_f64() * 1000.0);
+            }
+            if let Some(v) = r.buildah_relay_ms.as_mut() {
+                let t = buildah_pull(
+                    &pdir.join(format!("buildah-relay-{i}")),
+                    Some(&netns),
+                    &cert_dir,
+                    &format!("{host}/{PULL_REPO}:{tag}"),
+                    &entry,
+                )?;
+                v.push(t.as_secs_f64() * 1000.0);
+            }
+            if let Some(v) = r.buildah_idle_ms.as_mut() {
+                let root = pdir.join(format!("buildah-idle-{i}"));
+                let mut cmd = buildah(&root, None)?;
+                cmd.args(["images", "--quiet"]);
+                let t = timed(cmd, "buildah images", &root.with_extension("stderr"))?;
+                std::fs::remove_dir_all(&root)?;
+                v.push(t.as_secs_f64() * 1000.0);
+            }
+            Ok(())
+        };
+
+        // The order alternates, so neither always meets the registry right after the push.
+        if i % 2 == 1 {
+            peer(&mut r)?;
+        }
+
+        // Cold: the agent pulls and unpacks, then starts the controller.
+        let name = format!("cold-{i}");
+        let vol = fifo_dir(&pdir.join(&name))?;
+        let log_from = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+        rt.block_on(api.create(
+            &PostParams::default(),
+            &fifo_pod(&name, node, &image, &vol)?,
+        ))
+        .with_context(|| format!("create pod {name}"))?;
+        let bound = now_s();
+        let started = wait_fifo_reader(rt, &api, &name, &vol, COLD_START_TIMEOUT)?;
+        r.cold_start_ms.push((started - bound) * 1000.0);
+        r.agent_took_ms.push(agent_took_ms(
+            &log,
+            log_from,
+            &image,
+            Duration::from_secs(30),
+        )?);
+        let msg = pulled_event(rt, c, &name, Duration::from_secs(30))?;
+        let secs = event_seconds(&msg).with_context(|| {
+            format!("pod {name}: not a fresh pull, its Pulled Event says: {msg}")
+        })?;
+        r.event_ms.push(secs * 1000.0);
+
+        // Warm: the same image again, already in the store.
+        let name = format!("warm-{i}");
+        let vol = fifo_dir(&pdir.join(&name))?;
+        rt.block_on(api.create(
+            &PostParams::default(),
+            &fifo_pod(&name, node, &image, &vol)?,
+        ))
+        .with_context(|| format!("create pod {name}"))?;
+        let bound = now_s();
+        let started = wait_fifo_reader(rt, &api, &name, &vol, WARM_START_TIMEOUT)?;
+        r.warm_start_ms.push((started - bound) * 1000.0);
+        let msg = pulled_event(rt, c, &name, Duration::from_secs(30))?;
+        if !msg.contains("already present") {
+            bail!("pod {name}: expected a warm start, its Pulled Event says: {msg}");
+        }
+
+        if i % 2 == 0 {
+            peer(&mut r)?;
+        }
+        eprintln!(
+            "  run {i}: agent took_ms {:.0}, buildah {}",
+            r.agent_took_ms[i],
+            r.buildah_loopback_ms
+                .as_ref()
+                .and_then(|v| v.last())
+                .map_or("skipped".into(), |t| format!("{t:.0} ms")),
+        );
+    }
+
+    // The agent's memory once the pulls are over and it has settled.
+    std::thread::sleep(Duration::from_secs(2));
+    r.rss_after = agent_pid(lab).and_then(memory_kib);
+    rt.block_on(api.delete_collection(&DeleteParams::default(), &ListParams::default()))?;
+    wait_no_pods(rt, &api, Duration::from_secs(60))?;
+    Ok(r)
+}
+
+impl PullReport {
+    fn print(&self) {
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        println!();
+        println!(
+            "Image pull: the controller image, {} runs, each a fresh tag with distinct content (cold for both tools; buildah into a fresh vfs root each time)",
+            self.runs
+        );
+        println!(
+            "image: {} stripped, with {} shared libraries, one gzip layer: {} compressed (registry manifest), {:.1} MiB of files uncompressed",
+            self.bin.display(),
+            self.libs,
+            self.layer_bytes
+                .map_or("n/a".into(), |b| format!("{:.1} MiB", mib(b))),
+            mib(self.files_bytes)
+        );
+        let (agent, amin, amax) = mid_min_max(&self.agent_took_ms);
+        println!("| pull+unpack controller image (cold) | palisade-node | buildah | palisade-node / buildah |");
+        println!("| --- | --- | --- | --- |");
+        match &self.buildah_loopback_ms {
+            Some(b) => {
+                let (bm, bmin, bmax) = mid_min_max(b);
+                println!(
+                    "| median | {agent:.0} ms | {bm:.0} ms | {:.2} |",
+                    agent / bm
+                );
+                println!("| min / max | {amin:.0} / {amax:.0} ms | {bmin:.0} / {bmax:.0} ms | |");
+            }
+            None => {
+                println!("| median | {agent:.0} ms | skipped (buildah not installed) | |");
+                println!("| min / max | {amin:.0} / {amax:.0} ms | | |");
+            }
+        }
+        println!();
+        println!("| metric | median | min | max | n |");
+        println!("| --- | --- | --- | --- | --- |");
+        let row = |what: &str, v: &[f64]| {
+            let (m, lo, hi) = mid_min_max(v);
+            println!(
+                "| {what} | {m:.0} ms | {lo:.0} ms | {hi:.0} ms | {} |",
+                v.len()
+            );
+        };
+        row(
+            "palisade-node: agent's took_ms (its log; manifest to unpacked in its store, in-process)",
+            &self.agent_took_ms,
+        );
+        row(
+            "palisade-node: Pulled Event (pod worker: pull started to seen done)",
+            &self.event_ms,
+        );
+        match &self.buildah_loopback_ms {
+            Some(v) => row(
+                &format!(
+                    "buildah pull, vfs, from the host over loopback {} (process wall time)",
+                    self.registry_local
+                ),
+                v,
+            ),
+            None => println!("| buildah pull | skipped: buildah not installed | | | |"),
+        }
+        if let Some(v) = &self.buildah_relay_ms {
+            row(
+                "buildah pull, vfs, from the machine's netns through the hub relay (the agent's path)",
+                v,
+            );
+        }
+        if let Some(v) = &self.buildah_idle_ms {
+            row(
+                "buildah images on a fresh vfs root (its process and storage start-up, no pull)",
+                v,
+            );
+        }
+        row(
+            "bind -> controller process start, cold (pull included)",
+            &self.cold_start_ms,
+        );
+        row(
+            "bind -> controller process start, warm (`already present`)",
+            &self.warm_start_ms,
+        );
+        let mem = |v: Option<(u64, u64)>, i: usize| {
+            v.map_or("n/a".into(), |m| {
+                format!("{:.1} MiB", [m.0, m.1][i] as f64 / 1024.0)
+            })
+        };
+        println!(
+            "| agent RSS before the pulls / after | {} / {} | | | |",
+            mem(self.rss_before, 0),
+            mem(self.rss_after, 0)
+        );
+        println!(
+            "| agent peak RSS (VmHWM) before the pulls / after | {} / {} | | | |",
+            mem(self.rss_before, 1),
+            mem(self.rss_after, 1)
+        );
     }
 }

@@ -24,9 +24,9 @@ fn main() -> Result<()> {
         match arg.as_str() {
             "--netns" => kind = MachineKind::Namespace,
             "--in-cluster" => opts.in_cluster = true,
-            other => bail!(
-                "unknown argument {other:?}; usage: palisade-demo [--netns] [--in-cluster]"
-            ),
+            other => {
+                bail!("unknown argument {other:?}; usage: palisade-demo [--netns] [--in-cluster]")
+            }
         }
     }
     let t = Timeline::new(false);

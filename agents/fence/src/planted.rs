@@ -1,0 +1,86 @@
+//! Planted bugs, for the negative controls of the lab nemesis: `PALISADE_PLANTED_BUGS` (a
+//! comma-separated list of [`Planted`] names) makes a *debug* build of Palisade's processes
+//! commit one of the mistakes the nemesis must catch:
+//! - `TrustCommand`, in this crate's level runner ([`crate::levels::run`], what the
+//!   firmware-bridge and `palisade-fence` run): an off that failed or was never answered
+//!   counts as verified;
+//! - `ReleaseUnverified`, in the controller: the node's pods are released as fencing starts.
+//!
+//! A release build never reads the variable (the code that reads it is not compiled in), so no
+//! setting can plant a bug in what ships. The same mistakes are planted in the deterministic
+//! simulation (`palisade-sim`'s `Bug`); here they run against the real API server, devices and
+//! machines.
+
+use std::sync::OnceLock;
+
+/// A known mistake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Planted {
+    /// Count a power off that failed (or was never answered) as verified.
+    TrustCommand,
+    /// Release the node's pods as soon as fencing starts, before any level is verified.
+    ReleaseUnverified,
+}
+
+impl Planted {
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
+    fn parse(s: &str) -> Option<Planted> {
+        match s.trim() {
+            "TrustCommand" => Some(Planted::TrustCommand),
+            "ReleaseUnverified" => Some(Planted::ReleaseUnverified),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(debug_assertions)]
+fn configured() -> &'static [Planted] {
+    static BUGS: OnceLock<Vec<Planted>> = OnceLock::new();
+    BUGS.get_or_init(|| {
+        let Ok(spec) = std::env::var("PALISADE_PLANTED_BUGS") else {
+            return Vec::new();
+        };
+        let mut bugs = Vec::new();
+        for name in spec.split(',').filter(|s| !s.trim().is_empty()) {
+            match Planted::parse(name) {
+                Some(b) => bugs.push(b),
+                None => tracing::error!(name, "PALISADE_PLANTED_BUGS: unknown bug; ignored"),
+            }
+        }
+        if !bugs.is_empty() {
+            tracing::error!(
+                ?bugs,
+                "PLANTED BUGS ACTIVE: this controller is unsafe on purpose (a negative control)"
+            );
+        }
+        bugs
+    })
+}
+
+#[cfg(not(debug_assertions))]
+fn configured() -> &'static [Planted] {
+    static NONE: OnceLock<Vec<Planted>> = OnceLock::new();
+    NONE.get_or_init(Vec::new)
+}
+
+/// Whether `bug` is planted in this process (never in a release build).
+pub fn active(bug: Planted) -> bool {
+    configured().contains(&bug)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_and_nothing_is_planted_by_default() {
+        assert_eq!(Planted::parse(" TrustCommand"), Some(Planted::TrustCommand));
+        assert_eq!(
+            Planted::parse("ReleaseUnverified"),
+            Some(Planted::ReleaseUnverified)
+        );
+        assert_eq!(Planted::parse("trustcommand"), None);
+        // The unit tests never set the variable.
+        assert!(!active(Planted::TrustCommand) && !active(Planted::ReleaseUnverified));
+    }
+}
