@@ -7,11 +7,14 @@
 #       the command that replays it. --bug plants a known mistake (the run must fail).
 #       --joins grows the cluster while part of it is cut off in every schedule (a quarter without).
 #   hack/chaos.sh --lab [--seed S] [--events N] [--minutes M] [--machines K] [--writers W]
+#                 [--plant BUG]...
 #       the nemesis on the real lab (as root): one lab of K namespace machines (default 5),
 #       W StatefulSet writers (default 2), N seeded fault events (default 20) applied and
 #       healed while they write, no new event after M minutes (default 60); the history
 #       (JSON lines) and the report go to target/chaos/lab-seed<S>/. Exit 1 on a violation,
 #       3 if a writer did not recover after the last heal; both print the replay command.
+#       --plant TrustCommand|ReleaseUnverified plants a known mistake in the (debug) bridge
+#       and controllers: the campaign must then fail.
 # The report is printed and saved under target/chaos/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +36,8 @@ while [ "$#" -gt 0 ]; do
     --bug) bug=(--bug "$2"); shift ;;
     --joins) joins=(--joins) ;;
     --events|--minutes|--machines|--writers) lab_args+=("$1" "$2"); shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --plant) lab_args+=(--plant "$2"); shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "hack/chaos.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -50,7 +54,7 @@ fi
 mkdir -p target/chaos
 if [ "$mode" = lab ]; then
   if [ "${#bug[@]}" -gt 0 ] || [ "${#joins[@]}" -gt 0 ]; then
-    echo "hack/chaos.sh: --bug and --joins are --sim options (the lab nemesis has no planted bugs yet)" >&2
+    echo "hack/chaos.sh: --bug and --joins are --sim options (the lab plants bugs with --plant)" >&2
     exit 2
   fi
   if [ "$(id -u)" -ne 0 ]; then
