@@ -8,7 +8,8 @@ use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+
+use parking_lot::Mutex;
 
 /// Errors of the audit log.
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +66,7 @@ impl AuditLog {
         let mut line = serde_json::to_vec(rec)
             .map_err(|e| err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
         line.push(b'\n');
-        let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut f = self.file.lock();
         f.write_all(&line).map_err(err)?;
         f.sync_data().map_err(err)
     }

@@ -2,9 +2,10 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::RwLock;
 use rustls::ServerConfig;
 
 use crate::audit::{AuditError, AuditLog};
@@ -121,9 +122,8 @@ impl Bridge {
             if sorted != old_ids {
                 tracing::warn!("inventory targets changed in the config file; restart to apply");
             }
-            *self.tls.write().unwrap_or_else(|p| p.into_inner()) = tls;
-            *self.policy.write().unwrap_or_else(|p| p.into_inner()) =
-                Arc::new(Policy::new(cfg.policy.clone()));
+            *self.tls.write() = tls;
+            *self.policy.write() = Arc::new(Policy::new(cfg.policy.clone()));
             self.limiter.set_config(cfg.rate_limit);
             Ok::<_, BridgeError>(())
         })();
@@ -135,15 +135,12 @@ impl Bridge {
 
     /// The current TLS server configuration.
     pub fn tls_config(&self) -> Arc<ServerConfig> {
-        self.tls.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.tls.read().clone()
     }
 
     /// The current policy.
     pub fn policy(&self) -> Arc<Policy> {
-        self.policy
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.policy.read().clone()
     }
 
     /// The persisted token floor of a target.

@@ -7,9 +7,10 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -170,8 +171,8 @@ impl RecordingExecutor {
         self.lock().fail_power.insert(target.into(), message.into());
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, FakeState> {
+        self.state.lock()
     }
 
     async fn act(&self) {

@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
+
+use parking_lot::Mutex;
 
 /// Counters keyed by metric name and label set.
 #[derive(Debug, Default)]
@@ -73,7 +74,7 @@ impl Metrics {
             .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
             .collect::<Vec<_>>()
             .join(",");
-        let mut c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = self.counters.lock();
         *c.entry((name, l)).or_insert(0.0) += v;
     }
 
@@ -84,7 +85,7 @@ impl Metrics {
 
     /// Renders the Prometheus text exposition format.
     pub fn render(&self) -> String {
-        let c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        let c = self.counters.lock();
         let mut out = String::new();
         for (name, kind, help) in HELP {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");

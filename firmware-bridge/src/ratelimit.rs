@@ -1,8 +1,8 @@
 //! Per-client token buckets.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::config::RateLimitConfig;
@@ -31,14 +31,14 @@ impl RateLimiter {
 
     /// Replaces the limits (on reload); existing buckets keep their level, capped.
     pub fn set_config(&self, cfg: RateLimitConfig) {
-        *self.cfg.lock().unwrap_or_else(|p| p.into_inner()) = cfg;
+        *self.cfg.lock() = cfg;
     }
 
     /// Takes one token for `client`. `Err(secs)` says how long until one is available.
     pub fn check(&self, client: &str) -> Result<(), f64> {
-        let cfg = *self.cfg.lock().unwrap_or_else(|p| p.into_inner());
+        let cfg = *self.cfg.lock();
         let now = Instant::now();
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buckets = self.buckets.lock();
         let b = buckets.entry(client.to_string()).or_insert(Bucket {
             tokens: f64::from(cfg.burst),
             last: now,

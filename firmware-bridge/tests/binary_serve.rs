@@ -7,7 +7,7 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{write_config, Ca, BMC_PASSWORD, PDU_COMMUNITY, PDU_ENV};
@@ -15,6 +15,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use palisade_bridge::executor::PowerAction;
 use palisade_fence::bridge::{BridgeClient, ClientSettings};
+use parking_lot::Mutex;
 
 struct Running {
     child: Child,
@@ -47,14 +48,14 @@ fn spawn(config: &std::path::Path, otlp: &str) -> Running {
                     let _ = tx.send(l.rsplit(':').next().unwrap().parse::<u16>().unwrap());
                 }
             }
-            let mut g = log2.lock().unwrap();
+            let mut g = log2.lock();
             g.push_str(&line);
             g.push('\n');
         }
     });
     let port = rx
         .recv_timeout(Duration::from_secs(30))
-        .unwrap_or_else(|_| panic!("bridge did not start: {}", log.lock().unwrap()));
+        .unwrap_or_else(|_| panic!("bridge did not start: {}", log.lock()));
     Running { child, port, log }
 }
 
@@ -76,7 +77,7 @@ impl Running {
         let status = self.child.wait().unwrap();
         assert!(status.success(), "clean exit on SIGTERM: {status}");
         std::thread::sleep(Duration::from_millis(100)); // let the reader thread drain the pipe
-        let log = self.log.lock().unwrap().clone();
+        let log = self.log.lock().clone();
         log
     }
 }

@@ -4,17 +4,18 @@
 mod common;
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use common::{Harness, BMC_PASSWORD, PDU_COMMUNITY};
 use palisade_bridge::executor::{PowerAction, StorageAction};
+use parking_lot::Mutex;
 
 #[derive(Clone, Default)]
 struct Buf(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Buf {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
+        self.0.lock().extend_from_slice(b);
         Ok(b.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -56,7 +57,7 @@ async fn secrets_never_reach_logs_or_audit() {
         .await;
     h.bridge.reload().unwrap();
 
-    let logs = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let logs = String::from_utf8(buf.0.lock().clone()).unwrap();
     let audit = std::fs::read_to_string(h.audit_path()).unwrap();
     let state = std::fs::read_to_string(h.dir.path().join("state/state.jsonl")).unwrap();
     assert!(

@@ -283,8 +283,8 @@ mod tests {
     use crate::power::PowerState;
     use crate::verify::{verify_off, verify_on, Commanded, StatusProbe, VerifiedOn, VerifyPolicy};
     use async_trait::async_trait;
+    use parking_lot::Mutex;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Mutex;
 
     /// A recording fake device whose state is flipped by commands.
     struct Fake {
@@ -316,7 +316,7 @@ mod tests {
             FakeProbe(self).probe().await
         }
         async fn off(&self) -> Result<VerifiedOff, FenceError> {
-            self.log.lock().unwrap().push(format!("{} off", self.name));
+            self.log.lock().push(format!("{} off", self.name));
             if self.fail_off {
                 return Err(FenceError::AuthRefused {
                     device: self.name.clone(),
@@ -328,7 +328,7 @@ mod tests {
             verify_off(&self.name, c, &mut FakeProbe(self), VerifyPolicy::default()).await
         }
         async fn on(&self) -> Result<VerifiedOn, FenceError> {
-            self.log.lock().unwrap().push(format!("{} on", self.name));
+            self.log.lock().push(format!("{} on", self.name));
             let c = Commanded::now();
             self.powered.store(true, Ordering::SeqCst);
             verify_on(&self.name, c, &mut FakeProbe(self), VerifyPolicy::default()).await
@@ -389,7 +389,7 @@ mod tests {
         }];
         let r = run(&levels, PowerAction::Reboot, LevelPolicy::default()).await;
         assert!(r.is_fenced());
-        let log = log.lock().unwrap().clone();
+        let log = log.lock().clone();
         let first_on = log.iter().position(|l| l.ends_with(" on")).unwrap();
         let last_off = log.iter().rposition(|l| l.ends_with(" off")).unwrap();
         assert!(last_off < first_on, "{log:?}");

@@ -3,7 +3,7 @@
 //! with garbage, and a dead port. These are cases `ipmi_sim` cannot produce.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use palisade_fence::device::{Credentials, DeviceOptions, PowerDevice};
@@ -16,6 +16,7 @@ use palisade_ipmi::open_session::{decode_request, OpenSessionResponse};
 use palisade_ipmi::rakp::{rakp2_auth_code, rakp4_icv, sik, Rakp1, Rakp2, Rakp4};
 use palisade_ipmi::session::{self, PayloadType};
 use palisade_ipmi::CipherSuite;
+use parking_lot::Mutex;
 use tokio::net::UdpSocket;
 
 const PASSWORD: &str = "s3cret";
@@ -61,7 +62,7 @@ async fn responder(behaviour: Behaviour) -> (SocketAddr, Arc<Mutex<Seen>>) {
             let Ok((n, peer)) = sock.recv_from(&mut buf).await else {
                 return;
             };
-            seen2.lock().unwrap().datagrams += 1;
+            seen2.lock().datagrams += 1;
             let d = &buf[..n];
             if let Behaviour::Garbage = behaviour {
                 let mut junk = vec![0x06, 0x00, 0xff, 0x07, 0x06, 0xc0];
@@ -124,7 +125,7 @@ async fn responder(behaviour: Behaviour) -> (SocketAddr, Arc<Mutex<Seen>>) {
                     let Ok(req) = decode_request(&p.payload) else {
                         continue;
                     };
-                    seen2.lock().unwrap().open_session_suites.push(req.suite.id);
+                    seen2.lock().open_session_suites.push(req.suite.id);
                     let accept =
                         matches!(behaviour, Behaviour::Offers(_) | Behaviour::OtherPassword);
                     state = Some((req.console_session_id, 0x5000_0001, req.suite));
@@ -235,7 +236,7 @@ async fn a_bmc_offering_only_weak_suites_is_refused_without_opening_a_session() 
         FenceError::NoAcceptableCipherSuite { offered, .. } => assert_eq!(offered, vec![0, 1, 2]),
         other => panic!("expected NoAcceptableCipherSuite, got {other}"),
     }
-    assert!(seen.lock().unwrap().open_session_suites.is_empty());
+    assert!(seen.lock().open_session_suites.is_empty());
 }
 
 #[tokio::test]
@@ -244,7 +245,7 @@ async fn weak_suites_are_used_only_when_explicitly_allowed() {
     let d = device(addr, true);
     assert_eq!(d.status().await.unwrap(), PowerState::On);
     // The strongest offered weak suite (2: SHA1 auth + integrity, no encryption) was chosen.
-    assert_eq!(seen.lock().unwrap().open_session_suites, vec![2]);
+    assert_eq!(seen.lock().open_session_suites, vec![2]);
 }
 
 #[tokio::test]
@@ -252,7 +253,7 @@ async fn a_bmc_rejecting_17_and_3_is_refused_after_one_try_each() {
     let (addr, seen) = responder(Behaviour::RejectsAll).await;
     let err = device(addr, false).status().await.unwrap_err();
     assert_eq!(err.kind(), "no_acceptable_cipher_suite", "{err}");
-    assert_eq!(seen.lock().unwrap().open_session_suites, vec![17, 3]);
+    assert_eq!(seen.lock().open_session_suites, vec![17, 3]);
 }
 
 #[tokio::test]
@@ -262,11 +263,7 @@ async fn a_garbage_responder_gives_a_clean_protocol_error() {
     assert_eq!(err.kind(), "protocol", "{err}");
     assert!(!err.is_retryable());
     // Bounded: the cipher probe plus at most 3 transmissions of one Open Session.
-    assert!(
-        seen.lock().unwrap().datagrams <= 4,
-        "{}",
-        seen.lock().unwrap().datagrams
-    );
+    assert!(seen.lock().datagrams <= 4, "{}", seen.lock().datagrams);
 }
 
 #[tokio::test]
@@ -290,10 +287,10 @@ async fn a_wrong_password_fails_once_without_retransmissions() {
     // one datagram each, no retries, no second login. Every exchange completes before `off`
     // returns; only the fire-and-forget abort may still be in flight, so wait for it.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while seen.lock().unwrap().datagrams < 4 && tokio::time::Instant::now() < deadline {
+    while seen.lock().datagrams < 4 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let seen = seen.lock().unwrap();
+    let seen = seen.lock();
     assert_eq!(seen.open_session_suites, vec![3]);
     assert_eq!(seen.datagrams, 4);
 }

@@ -13,7 +13,7 @@
 //! for the scripted BMC to see something is a bounded poll.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use palisade_fence::device::{Credentials, DeviceOptions, PowerDevice};
@@ -22,6 +22,7 @@ use palisade_fence::target::{RedfishAuth, RedfishTarget, RedfishTls, Target};
 use palisade_fence::verify::VerifyPolicy;
 use palisade_fence::{Device, FenceError, PowerState, Secret};
 use palisade_lab::{Lab, LabConfig, Sushy, SushySystem};
+use parking_lot::Mutex;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -444,7 +445,7 @@ impl Fake {
         target(self.addr.port(), RedfishTls::Fingerprint(self.fingerprint))
     }
     fn seen<T>(&self, f: impl FnOnce(&Seen) -> T) -> T {
-        f(&self.seen.lock().unwrap())
+        f(&self.seen.lock())
     }
 }
 
@@ -492,14 +493,8 @@ async fn fake_bmc(script: Script) -> Fake {
                 if script.system_hangs && path == SYSTEM {
                     tokio::time::sleep(Duration::from_secs(3600)).await;
                 }
-                let (status, extra, body) = respond(
-                    &script,
-                    &mut seen.lock().unwrap(),
-                    &method,
-                    &path,
-                    &headers,
-                    &body,
-                );
+                let (status, extra, body) =
+                    respond(&script, &mut seen.lock(), &method, &path, &headers, &body);
                 let mut head = format!(
                     "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
                     body.len()

@@ -440,7 +440,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (fence_state_tx, fence_state_rx) = (fence_tx, fence_rx_monitor);
     let (mgr_tx, mgr_rx) = tokio::sync::mpsc::channel(4);
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let watchdog_state = Arc::new(std::sync::Mutex::new(None::<Armed>));
+    let watchdog_state = Arc::new(parking_lot::Mutex::new(None::<Armed>));
     let watchdog = match &args.watchdog {
         Some(path) => {
             let dev = palisade_node::watchdog::open(path)?;
@@ -459,7 +459,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 Ok(armed) => {
                     tracing::info!(device = %path.display(), timeout = ?armed.timeout, nowayout = armed.nowayout, "watchdog armed");
                     metrics.watchdog_armed(Some(armed));
-                    *watchdog_state.lock().unwrap_or_else(|p| p.into_inner()) = Some(armed);
+                    *watchdog_state.lock() = Some(armed);
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "watchdog not armed as asked: the self-fence is not advertised as trustworthy");
@@ -496,7 +496,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 let r = task.await;
                 // The petting loop is gone: stop advertising the watchdog (the machine still
                 // resets at its timeout; what is withdrawn is only the claim).
-                *state.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                *state.lock() = None;
                 m.watchdog_armed(None);
                 r
             }))
@@ -536,7 +536,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
             // What the kernel reported when the agent armed it, while the agent pets it.
             watchdog: watchdog_state
                 .lock()
-                .unwrap_or_else(|p| p.into_inner())
                 .map(|a| palisade_model::advertise::Watchdog {
                     timeout: a.timeout,
                     nowayout: a.nowayout,

@@ -1,8 +1,9 @@
 //! Agent metrics, rendered in the Prometheus text format on `/metrics`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
+
+use parking_lot::Mutex;
 
 /// The agent's counters and gauges.
 #[derive(Debug, Default)]
@@ -44,11 +45,10 @@ impl Metrics {
         self.container_starts.fetch_add(1, Ordering::Relaxed);
         let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         self.start_latency_us_sum.fetch_add(us, Ordering::Relaxed);
-        if let Ok(mut v) = self.recent.lock() {
-            v.push(us);
-            if v.len() > 1000 {
-                v.remove(0);
-            }
+        let mut v = self.recent.lock();
+        v.push(us);
+        if v.len() > 1000 {
+            v.remove(0);
         }
     }
 
@@ -69,15 +69,11 @@ impl Metrics {
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let g = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        let p50 = self
-            .recent
-            .lock()
-            .map(|v| {
-                let mut v = v.clone();
-                v.sort_unstable();
-                v.get(v.len() / 2).copied().unwrap_or(0)
-            })
-            .unwrap_or(0);
+        let p50 = {
+            let mut v = self.recent.lock().clone();
+            v.sort_unstable();
+            v.get(v.len() / 2).copied().unwrap_or(0)
+        };
         let mut s = String::new();
         let mut line = |name: &str, kind: &str, help: &str, value: String| {
             s.push_str(&format!(

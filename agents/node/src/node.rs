@@ -347,16 +347,13 @@ pub async fn status_loop(
     }
     let ready_since = crate::ktime::now();
     loop {
-        let in_use: Vec<String> = ctx
-            .volumes_in_use
-            .lock()
-            .map(|m| {
-                let mut v: Vec<String> = m.values().flatten().cloned().collect();
-                v.sort();
-                v.dedup();
-                v
-            })
-            .unwrap_or_default();
+        let in_use: Vec<String> = {
+            let m = ctx.volumes_in_use.lock();
+            let mut v: Vec<String> = m.values().flatten().cloned().collect();
+            v.sort();
+            v.dedup();
+            v
+        };
         match patch_status(&client, &cfg, &node_status(&cfg, in_use, &ready_since)).await {
             Ok(()) => backoff.reset(),
             Err(e) if e.is_not_found() => {

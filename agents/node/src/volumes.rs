@@ -24,7 +24,7 @@ pub mod projected;
 /// Pod UID → `kubernetes.io/csi/<driver>^<handle>` of its CSI volumes: what the Node reports
 /// in `status.volumesInUse`. [`prepare`] fills it; the pod worker clears it when the pod is
 /// gone.
-pub type VolumesInUse = std::sync::Mutex<BTreeMap<String, Vec<String>>>;
+pub type VolumesInUse = parking_lot::Mutex<BTreeMap<String, Vec<String>>>;
 
 /// Errors preparing a volume; the worker reports them and retries.
 #[derive(Debug, thiserror::Error)]
@@ -375,9 +375,7 @@ pub async fn prepare(
             // Report the volume in use before it is attached, as the kubelet does, so the
             // controller never detaches under us.
             let unique = format!("kubernetes.io/csi/{}^{}", csi.driver, csi.volume_handle);
-            if let Ok(mut m) = in_use.lock() {
-                m.insert(uid.clone(), vec![unique.clone()]);
-            }
+            in_use.lock().insert(uid.clone(), vec![unique.clone()]);
             if !attached {
                 return Err(VolumeError::NotReady {
                     volume: name,
@@ -421,7 +419,8 @@ pub async fn prepare(
             });
         }
     }
-    if let Ok(mut m) = in_use.lock() {
+    {
+        let mut m = in_use.lock();
         if out.unique_names.is_empty() {
             m.remove(&uid);
         } else {

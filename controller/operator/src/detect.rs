@@ -71,18 +71,15 @@ pub async fn run(ctx: Arc<Ctx>) {
 /// Step 1: feed the detector.
 pub fn observe(ctx: &Ctx, now: Clocks) {
     let nodes = ctx.cache.nodes.state();
-    let mut detector = ctx.detector.lock().unwrap_or_else(|p| p.into_inner());
+    let mut detector = ctx.detector.lock();
     let names: HashSet<String> = nodes.iter().map(|n| n.name_any()).collect();
-    ctx.members
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .record(names.iter().cloned().collect());
+    ctx.members.lock().record(names.iter().cloned().collect());
     let stale: Vec<String> = detector
         .nodes()
         .filter(|n| !names.contains(*n))
         .map(str::to_string)
         .collect();
-    let mut streaks = ctx.streaks.lock().unwrap_or_else(|p| p.into_inner());
+    let mut streaks = ctx.streaks.lock();
     for n in stale {
         detector.forget(&n);
     }
@@ -125,16 +122,10 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
                     tracing::warn!(node = %name, renew_time = %renew.0, "a Lease renewal stamped in the future or observed late: the node does not count toward the healthy majority until its next timely renewal (check the clocks)");
                 }
             }
-            ctx.advertised
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(name.clone(), ad);
+            ctx.advertised.lock().insert(name.clone(), ad);
         }
         if seen == Observed::Changed {
-            ctx.changed_at
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(name, now.mono);
+            ctx.changed_at.lock().insert(name, now.mono);
         }
     }
 }
@@ -276,7 +267,7 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
             .push(f);
     }
     let pods = pods_by_node(ctx);
-    let detector = ctx.detector.lock().unwrap_or_else(|p| p.into_inner());
+    let detector = ctx.detector.lock();
     let nodes = ctx
         .cache
         .nodes
@@ -296,7 +287,6 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
                 advertisement: ctx
                     .advertised
                     .lock()
-                    .unwrap_or_else(|p| p.into_inner())
                     .get(&name)
                     .cloned()
                     .unwrap_or_default(),
@@ -340,7 +330,7 @@ async fn decide_round(
     let snap = snapshot(ctx, now);
     let decisions = decide(&snap);
     {
-        let mut v = ctx.verdicts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v = ctx.verdicts.lock();
         v.clear();
         for d in &decisions {
             v.insert(d.node.clone(), d.verdict.clone());

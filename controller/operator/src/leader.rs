@@ -46,9 +46,9 @@ pub struct Leadership {
     /// Lease was deleted (namespace removed, reinstall).
     floor: Arc<std::sync::atomic::AtomicI64>,
     /// Until when this replica does not take the Lease (it handed leadership over).
-    yield_until: Arc<std::sync::Mutex<Option<Instant>>>,
+    yield_until: Arc<parking_lot::Mutex<Option<Instant>>>,
     /// When an election round last reached the API server.
-    api_ok_at: Arc<std::sync::Mutex<Option<Instant>>>,
+    api_ok_at: Arc<parking_lot::Mutex<Option<Instant>>>,
     client: Client,
     namespace: String,
     name: String,
@@ -61,8 +61,8 @@ impl Leadership {
         Self {
             state: Arc::new(watch::channel(State::default()).0),
             floor: Arc::new(std::sync::atomic::AtomicI64::new(0)),
-            yield_until: Arc::new(std::sync::Mutex::new(None)),
-            api_ok_at: Arc::new(std::sync::Mutex::new(None)),
+            yield_until: Arc::new(parking_lot::Mutex::new(None)),
+            api_ok_at: Arc::new(parking_lot::Mutex::new(None)),
             client,
             namespace: namespace.to_string(),
             name: name.to_string(),
@@ -75,7 +75,6 @@ impl Leadership {
     pub fn api_reachable_within(&self, within: Duration) -> bool {
         self.api_ok_at
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .is_some_and(|at| at.elapsed() <= within)
     }
 
@@ -164,7 +163,7 @@ impl Leadership {
     /// Assumptions: another replica runs elsewhere; if none does, this replica takes the Lease
     /// again after `pause` (with a higher token) and the caller hands over again.
     pub async fn hand_over(&self, token: i64, pause: Duration) -> Result<(), Error> {
-        *self.yield_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + pause);
+        *self.yield_until.lock() = Some(Instant::now() + pause);
         self.step_down();
         tracing::warn!(identity = %self.identity, token, "handing leadership over");
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
@@ -198,7 +197,6 @@ impl Leadership {
     fn yielding(&self) -> bool {
         self.yield_until
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .is_some_and(|until| Instant::now() < until)
     }
 
@@ -216,7 +214,7 @@ impl Leadership {
             let started = Instant::now();
             let result = self.round(lease_duration, &mut observed).await;
             if result.is_ok() {
-                *self.api_ok_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(started);
+                *self.api_ok_at.lock() = Some(started);
             }
             match result {
                 Ok(Some(token)) => {

@@ -41,11 +41,12 @@ pub mod silent;
 pub mod webhook;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use palisade_decide::detector::Detector;
 use palisade_decide::{Clocks, Mono, Verdict};
+use parking_lot::Mutex;
 
 pub use error::Error;
 

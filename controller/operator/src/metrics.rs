@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
+
+use parking_lot::Mutex;
 
 /// The registry.
 #[derive(Default)]
@@ -167,8 +168,8 @@ impl Metrics {
         g.leader = leader;
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        self.inner.lock()
     }
 
     /// Renders the text exposition format.

@@ -189,7 +189,6 @@ fn without_working_fence(ctx: &Ctx, ready_by_node: &BTreeMap<String, bool>) -> u
                 let ad = ctx
                     .advertised
                     .lock()
-                    .unwrap_or_else(|p| p.into_inner())
                     .get(&name)
                     .cloned()
                     .unwrap_or_default();

@@ -46,11 +46,7 @@ pub fn ensure_workers(ctx: &Arc<Ctx>, token: i64) {
             continue;
         }
         let name = f.name_any();
-        let fresh = ctx
-            .workers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.clone());
+        let fresh = ctx.workers.lock().insert(name.clone());
         if !fresh {
             continue;
         }
@@ -59,10 +55,7 @@ pub fn ensure_workers(ctx: &Arc<Ctx>, token: i64) {
             if let Err(e) = work(&ctx, &name, token).await {
                 tracing::warn!(nodefence = %name, error = %e, "worker stopped with an error; retried next tick");
             }
-            ctx.workers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&name);
+            ctx.workers.lock().remove(&name);
         });
     }
 }
@@ -91,19 +84,13 @@ pub(crate) fn policy_for(ctx: &Ctx, node: &str) -> Option<palisade_model::Fencin
 /// Healthy, with a heartbeat change observed (not just a first sighting) after `since`.
 fn healthy_since(ctx: &Ctx, node: &str, since: Timestamp, detection: &Detection) -> bool {
     let now = ctx.now();
-    let changed = ctx
-        .changed_at
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(node)
-        .copied();
+    let changed = ctx.changed_at.lock().get(node).copied();
     let Some(changed) = changed else {
         return false;
     };
     let healthy = ctx
         .detector
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
         .health(node, now.mono, Thresholds::from(detection))
         == Some(Health::Healthy);
     // A marker the node wrote just before it was powered off can reach us through the watch
@@ -119,19 +106,8 @@ fn healthy_since(ctx: &Ctx, node: &str, since: Timestamp, detection: &Detection)
 /// and the advertisement observed with that renewal.
 fn renewal_of(ctx: &Ctx, node: &str) -> (Option<Timestamp>, Advertisement) {
     let now = ctx.now();
-    let changed = ctx
-        .changed_at
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(node)
-        .copied();
-    let ad = ctx
-        .advertised
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(node)
-        .cloned()
-        .unwrap_or_default();
+    let changed = ctx.changed_at.lock().get(node).copied();
+    let ad = ctx.advertised.lock().get(node).cloned().unwrap_or_default();
     (changed.map(|c| now.to_wall(c)), ad)
 }
 
@@ -156,7 +132,7 @@ fn peer_trust(
         .map(|n| kube::ResourceExt::name_any(n.as_ref()))
         .collect();
     let members = {
-        let mut history = ctx.members.lock().unwrap_or_else(|p| p.into_inner());
+        let mut history = ctx.members.lock();
         history.record(names);
         match peer.members.and_then(|m| history.get(m)) {
             Some(set) => set.clone(),
@@ -166,7 +142,6 @@ fn peer_trust(
     let since = ctx
         .streaks
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
         .majority_since_among(&members, ctx.now().wall);
     // Without an advertised watchdog the self-fence earns no trust anyway; count none here.
     let watchdog = advertised.watchdog.map(|w| w.timeout).unwrap_or_default();
@@ -599,12 +574,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             .map(|p| p.detection.clone())
             .unwrap_or_default();
         let recovery: Option<Recovery> = policy.as_ref().map(|p| p.recovery.clone());
-        let verdict: Option<Verdict> = ctx
-            .verdicts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&node)
-            .cloned();
+        let verdict: Option<Verdict> = ctx.verdicts.lock().get(&node).cloned();
         let since = match status.verified_fence() {
             Some(v) => v.at(),
             None => nf
@@ -635,7 +605,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
         };
         let (last_renewal, advertised) = renewal_of(ctx, &node);
         let (watched_marker, watched_since) = {
-            let detector = ctx.detector.lock().unwrap_or_else(|p| p.into_inner());
+            let detector = ctx.detector.lock();
             (detector.marker(&node), detector.last_change(&node))
         };
         let heartbeat_marker = if self_fence_pending(&status) {

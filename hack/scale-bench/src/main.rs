@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -32,6 +32,7 @@ use kube::{Api, Client, ResourceExt};
 use palisade_lab::{Lab, LabConfig};
 use palisade_model::{FenceTarget, NodeFence};
 use palisade_scenario::SYSTEM_NS;
+use parking_lot::Mutex;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
@@ -239,18 +240,18 @@ impl Sim {
     }
 
     fn last_renew(&self, i: usize) -> Option<Timestamp> {
-        *lock(&self.last_renew[i])
+        *self.last_renew[i].lock()
     }
 
     fn last_ack(&self, i: usize) -> Option<Timestamp> {
-        *lock(&self.last_ack[i])
+        *self.last_ack[i].lock()
     }
 
     /// Takes the renewal samples gathered so far: (request ms, gaps s).
     fn take_samples(&self) -> (Vec<f64>, Vec<f64>) {
         (
-            std::mem::take(&mut *lock(&self.renew_ms)),
-            std::mem::take(&mut *lock(&self.gaps)),
+            std::mem::take(&mut *self.renew_ms.lock()),
+            std::mem::take(&mut *self.gaps.lock()),
         )
     }
 }
@@ -264,10 +265,6 @@ struct Seen {
     /// Instants a node was seen Ready≠True or with the unreachable taint.
     kcm: Mutex<HashMap<String, Vec<Timestamp>>>,
     kcm_state: Mutex<HashMap<String, bool>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Renews the Lease of every alive node once per `period`, node `i` at offset `i·period/N`,
@@ -306,11 +303,13 @@ async fn renewer(sim: Arc<Sim>, client: Client, period: Duration, concurrency: u
             .await;
             if matches!(r, Ok(Ok(_))) {
                 sim.renew_ok.fetch_add(1, Ordering::Relaxed);
-                lock(&sim.renew_ms).push(began.elapsed().as_secs_f64() * 1000.0);
-                let prev = lock(&sim.last_renew[i]).replace(t);
-                *lock(&sim.last_ack[i]) = Some(Timestamp::now());
+                sim.renew_ms
+                    .lock()
+                    .push(began.elapsed().as_secs_f64() * 1000.0);
+                let prev = sim.last_renew[i].lock().replace(t);
+                *sim.last_ack[i].lock() = Some(Timestamp::now());
                 if let Some(prev) = prev {
-                    lock(&sim.gaps).push(t.duration_since(prev).as_secs_f64());
+                    sim.gaps.lock().push(t.duration_since(prev).as_secs_f64());
                 }
             } else {
                 sim.renew_err.fetch_add(1, Ordering::Relaxed);
@@ -357,8 +356,8 @@ async fn create_node(client: &Client, sim: &Sim, i: usize, pods: u32) -> Result<
         .create(&PostParams::default(), &lease)
         .await
         .with_context(|| format!("creating Lease {name}"))?;
-    *lock(&sim.last_renew[i]) = Some(t);
-    *lock(&sim.last_ack[i]) = Some(Timestamp::now());
+    *sim.last_renew[i].lock() = Some(t);
+    *sim.last_ack[i].lock() = Some(Timestamp::now());
     sim.alive[i].store(true, Ordering::Relaxed);
     let targets: Api<FenceTarget> = Api::all(client.clone());
     let target: FenceTarget = serde_json::from_value(json!({
@@ -397,11 +396,11 @@ async fn watch_decisions(client: Client, seen: Arc<Seen>) {
         let Ok(ev) = ev else { continue };
         let at = Timestamp::now();
         let uid = ev.uid().unwrap_or_default();
-        if !lock(&seen.event_uids).insert(uid) {
+        if !seen.event_uids.lock().insert(uid) {
             continue;
         }
         if let Some(node) = ev.involved_object.name {
-            lock(&seen.decisions).entry(node).or_default().push(at);
+            seen.decisions.lock().entry(node).or_default().push(at);
         }
     }
 }
@@ -429,9 +428,9 @@ async fn watch_nodes(client: Client, seen: Arc<Seen>) {
         // No Ready condition yet is a node being created, not a lost one.
         let lost = tainted || ready.is_some_and(|s| s != "True");
         let name = node.name_any();
-        let was = lock(&seen.kcm_state).insert(name.clone(), lost);
+        let was = seen.kcm_state.lock().insert(name.clone(), lost);
         if lost && was != Some(true) {
-            lock(&seen.kcm).entry(name).or_default().push(at);
+            seen.kcm.lock().entry(name).or_default().push(at);
         }
     }
 }
@@ -642,7 +641,7 @@ async fn sample_leadership(
 ) {
     while !stop.load(Ordering::Relaxed) {
         if let Some(v) = metric(&addr, "palisade_leader").await {
-            lock(&out).push((t0.elapsed().as_secs_f64(), v > 0.5));
+            out.lock().push((t0.elapsed().as_secs_f64(), v > 0.5));
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -756,7 +755,7 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
         "gap_between_renewals_s": stats(warm_gaps),
     });
     let renew_before = sim.renew_ok.load(Ordering::Relaxed);
-    let fp_before: usize = lock(&seen.decisions).values().map(Vec::len).sum();
+    let fp_before: usize = seen.decisions.lock().values().map(Vec::len).sum();
     eprintln!(
         "[bench] steady state: measuring CPU for {} s ({fp_before} dry-run Events so far)",
         args.settle
@@ -834,7 +833,7 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
             let after = |m: &HashMap<String, Vec<Timestamp>>| {
                 m.get(name).is_some_and(|v| v.iter().any(|t| t >= at))
             };
-            after(&lock(&seen.decisions)) && after(&lock(&seen.kcm))
+            after(&seen.decisions.lock()) && after(&seen.kcm.lock())
         });
         if done || tokio::time::Instant::now() >= wait_until {
             break;
@@ -845,7 +844,7 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
     let (cpu_s1, ticks_s1) = (pids.cpu(), ticks_total(&setup.metrics_addr).await);
     lead_stop.store(true, Ordering::Relaxed);
     let _ = lead_task.await;
-    let samples = std::mem::take(&mut *lock(&lead_samples));
+    let samples = std::mem::take(&mut *lead_samples.lock());
     let (steady_lapses, _, _) = lapses(
         &samples
             .iter()
@@ -926,7 +925,7 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
             .filter(|d| &d.node == name && d.verdict == "hold_dry_run" && d.at >= *silenced_at)
             .map(|d| d.at)
             .min();
-        let by_event = first_after(lock(&seen.decisions).get(name));
+        let by_event = first_after(seen.decisions.lock().get(name));
         // The controller's own view: when it first called the node Suspect, and every verdict
         // it logged for the node after the silence (a quorum hold on the way shows here).
         let mine: Vec<&LogDecision> = decisions
@@ -945,7 +944,7 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
             .iter()
             .map(|d| format!("{}@{}", d.verdict, d.at))
             .collect();
-        let kcm = first_after(lock(&seen.kcm).get(name));
+        let kcm = first_after(seen.kcm.lock().get(name));
         let lat = |a: Option<Timestamp>, b: Option<Timestamp>| Some(secs_between(a?, b?));
         let row = json!({
             "node": name, "silenced_at": silenced_at.to_string(),
@@ -984,11 +983,15 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
     {
         *false_alarms.entry(d.verdict.clone()).or_default() += 1;
     }
-    let kcm_false = lock(&seen.kcm)
+    let kcm_false = seen
+        .kcm
+        .lock()
         .keys()
         .filter(|k| !silenced_names.contains(k.as_str()))
         .count();
-    let event_false: usize = lock(&seen.decisions)
+    let event_false: usize = seen
+        .decisions
+        .lock()
         .iter()
         .filter(|(k, _)| !silenced_names.contains(k.as_str()))
         .map(|(_, v)| v.len())

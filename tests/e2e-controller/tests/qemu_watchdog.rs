@@ -13,7 +13,7 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::sim::{phase_at, Sim, SimNode};
@@ -26,6 +26,7 @@ use palisade_lab::process::alive;
 use palisade_lab::{Lab, LabConfig, MachineKind, QemuConfig, WatchdogAction};
 use palisade_model::advertise::{WATCHDOG_NOWAYOUT, WATCHDOG_TIMEOUT};
 use palisade_model::nodefence::{EvidenceKind, Phase};
+use parking_lot::Mutex;
 use serde_json::json;
 
 /// The guest's command: the node agent with the watchdog, frozen when `/machine/freeze`
@@ -116,7 +117,7 @@ fn a_frozen_agent_is_powered_off_by_its_watchdog_before_the_controller_trusts_it
             // Bounded: 5 minutes of 20 ms polls.
             for _ in 0..15_000 {
                 if !alive(qemu) {
-                    *gone.lock().unwrap() = Some(Timestamp::now());
+                    *gone.lock() = Some(Timestamp::now());
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -152,10 +153,7 @@ fn a_frozen_agent_is_powered_off_by_its_watchdog_before_the_controller_trusts_it
         "released on the self-fence: {evidence:?}"
     );
     watcher.join().unwrap();
-    let gone = gone
-        .lock()
-        .unwrap()
-        .expect("the watchdog powered the VM off");
+    let gone = gone.lock().expect("the watchdog powered the VM off");
     eprintln!("VM gone at {gone}, release began at {releasing}");
     assert!(
         gone < releasing,

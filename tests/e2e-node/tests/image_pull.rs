@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::*;
@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use palisade_lab::{ImageFile, Lab, LabConfig, RegistryConfig};
+use parking_lot::{Mutex, MutexGuard};
 use serde_json::json;
 
 const NODE: &str = "m0";
@@ -63,7 +64,7 @@ fn lab() -> &'static Lab {
 /// The tests take turns: one of them stops the registry.
 fn serial() -> MutexGuard<'static, ()> {
     static S: Mutex<()> = Mutex::new(());
-    S.lock().unwrap_or_else(|p| p.into_inner())
+    S.lock()
 }
 
 /// The host pid of the process whose command line ends in `sleep <arg>` (the images run

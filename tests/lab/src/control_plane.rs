@@ -44,7 +44,7 @@ pub struct ControlPlane {
     ca_pem: PathBuf,
     admin_kubeconfig: PathBuf,
     // Stopped in reverse start order by `stop`; the API server is restartable.
-    daemons: std::sync::Mutex<Vec<Daemon>>,
+    daemons: parking_lot::Mutex<Vec<Daemon>>,
     // For readiness probes after a restart.
     rt: tokio::runtime::Handle,
     admin_http: reqwest::Client,
@@ -257,7 +257,7 @@ impl ControlPlane {
             api_port,
             ca_pem,
             admin_kubeconfig,
-            daemons: std::sync::Mutex::new(daemons),
+            daemons: parking_lot::Mutex::new(daemons),
             rt: rt.clone(),
             admin_http,
         })
@@ -296,8 +296,8 @@ impl ControlPlane {
             .collect()
     }
 
-    fn daemons(&self) -> std::sync::MutexGuard<'_, Vec<Daemon>> {
-        self.daemons.lock().unwrap_or_else(|e| e.into_inner())
+    fn daemons(&self) -> parking_lot::MutexGuard<'_, Vec<Daemon>> {
+        self.daemons.lock()
     }
 
     /// Restarts kube-apiserver: TERM (KILL after 3 s), `down` with no API server at all, then
@@ -337,7 +337,7 @@ impl ControlPlane {
 
     /// Stops every component, newest first.
     pub fn stop(&mut self) {
-        let daemons = self.daemons.get_mut().unwrap_or_else(|e| e.into_inner());
+        let daemons = self.daemons.get_mut();
         while let Some(mut d) = daemons.pop() {
             d.stop(Duration::from_secs(3));
         }

@@ -132,7 +132,7 @@ pub struct Lab {
     control_plane: Option<ControlPlane>,
     machines: Vec<Machine>,
     pdu: Option<Pdu>,
-    registry: Option<std::sync::Mutex<Registry>>,
+    registry: Option<parking_lot::Mutex<Registry>>,
     hub_ns: String,
     cuts: forwarder::CutSet,
     reaper: Option<Child>,
@@ -259,7 +259,7 @@ impl Lab {
                 "PALISADE_REGISTRY_CA".into(),
                 reg.ca_file().display().to_string(),
             ));
-            self.registry = Some(std::sync::Mutex::new(reg));
+            self.registry = Some(parking_lot::Mutex::new(reg));
         }
 
         // ipmi_sim keeps at most 16 password bytes (the IPMI 1.5 limit).
@@ -547,10 +547,8 @@ for ns in $(ip netns list 2>/dev/null | awk '{{print $1}}' | grep '^pl{id}-'); d
 
     /// The OCI registry, if [`LabConfig::registry`] asked for one (behind a lock: tests
     /// stop and restart it).
-    pub fn registry(&self) -> Option<std::sync::MutexGuard<'_, Registry>> {
-        self.registry
-            .as_ref()
-            .map(|r| r.lock().unwrap_or_else(|p| p.into_inner()))
+    pub fn registry(&self) -> Option<parking_lot::MutexGuard<'_, Registry>> {
+        self.registry.as_ref().map(|r| r.lock())
     }
 
     /// The namespace that holds the lab bridge; [`netns::HUB_ADDR`] lives there.
@@ -633,7 +631,7 @@ for ns in $(ip netns list 2>/dev/null | awk '{{print $1}}' | grep '^pl{id}-'); d
             cp.stop();
         }
         if let Some(reg) = self.registry.take() {
-            reg.into_inner().unwrap_or_else(|p| p.into_inner()).stop();
+            reg.into_inner().stop();
         }
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();

@@ -2,7 +2,8 @@
 
 use std::collections::HashSet;
 use std::net::{TcpListener, UdpSocket};
-use std::sync::Mutex;
+
+use parking_lot::Mutex;
 
 static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
 
@@ -21,7 +22,7 @@ pub fn free_port() -> u16 {
         if UdpSocket::bind(("127.0.0.1", port)).is_err() {
             continue;
         }
-        let mut guard = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = HANDED_OUT.lock();
         if guard.get_or_insert_with(HashSet::new).insert(port) {
             return port;
         }

@@ -7,9 +7,9 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Instant;
 
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::schedule::Fault;
@@ -265,22 +265,16 @@ impl History {
     /// Appends a record (and flushes it, so a killed campaign keeps its history).
     pub fn push(&self, r: Record) {
         if let Ok(line) = serde_json::to_string(&r) {
-            let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+            let mut f = self.file.lock();
             let _ = writeln!(f, "{line}");
             let _ = f.flush();
         }
-        self.records
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(r);
+        self.records.lock().push(r);
     }
 
     /// Every record so far.
     pub fn records(&self) -> Vec<Record> {
-        self.records
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.records.lock().clone()
     }
 
     /// The file's path.

@@ -10,7 +10,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -24,6 +23,7 @@ use palisade_scenario::{
     eventually, fence_target, free_port, lab_with_agents, pod_phase, policy, AgentOptions,
     BridgeOptions, Cluster, FirmwareBridge, Proc, Storage, STORAGE_DATA, SYSTEM_NS,
 };
+use parking_lot::Mutex;
 use serde_json::json;
 
 /// The namespace the writers run in.
@@ -469,7 +469,7 @@ fn count_lines(p: &Path) -> usize {
 
 impl World {
     /// The controllers, locked.
-    pub fn controllers(&self) -> std::sync::MutexGuard<'_, Controllers> {
-        self.controllers.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn controllers(&self) -> parking_lot::MutexGuard<'_, Controllers> {
+        self.controllers.lock()
     }
 }

@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
 use crate::error::VolumeError;
@@ -225,7 +226,7 @@ impl VolumeStore {
     /// Creates a volume (idempotent); the file and directory entry are fsynced.
     pub fn create(&self, name: &str) -> Result<(), VolumeError> {
         validate_name(name)?;
-        let mut vols = self.volumes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut vols = self.volumes.lock();
         if vols.contains_key(name) {
             return Ok(());
         }
@@ -243,7 +244,6 @@ impl VolumeStore {
     pub fn get(&self, name: &str) -> Result<Arc<Mutex<Volume>>, VolumeError> {
         self.volumes
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .get(name)
             .cloned()
             .ok_or_else(|| VolumeError::Unknown {
@@ -253,9 +253,9 @@ impl VolumeStore {
 
     /// Volume names and record counts.
     pub fn list(&self) -> Vec<(String, u64)> {
-        let vols = self.volumes.lock().unwrap_or_else(|p| p.into_inner());
+        let vols = self.volumes.lock();
         vols.iter()
-            .map(|(n, v)| (n.clone(), v.lock().unwrap_or_else(|p| p.into_inner()).len()))
+            .map(|(n, v)| (n.clone(), v.lock().len()))
             .collect()
     }
 }
@@ -315,7 +315,6 @@ mod tests {
             .get("data")
             .unwrap()
             .lock()
-            .unwrap()
             .append("c", 1, b"x".to_vec())
             .unwrap();
         drop(store);

@@ -360,7 +360,7 @@ impl PowerDevice for BridgeDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
 
     fn api(status: u16, code: &str) -> ClientError {
         ClientError::Api {
@@ -376,8 +376,8 @@ mod tests {
     async fn retries_reuse_the_same_idempotency_key_and_stop_on_terminal_errors() {
         let seen = Mutex::new(Vec::new());
         let r: Result<(), _> = retry_same_key(3, "k1", |k| {
-            seen.lock().unwrap().push(k.to_string());
-            let n = seen.lock().unwrap().len();
+            seen.lock().push(k.to_string());
+            let n = seen.lock().len();
             async move {
                 if n < 3 {
                     Err(api(503, "busy"))
@@ -388,25 +388,25 @@ mod tests {
         })
         .await;
         assert!(r.is_ok());
-        assert_eq!(*seen.lock().unwrap(), vec!["k1", "k1", "k1"]);
+        assert_eq!(*seen.lock(), vec!["k1", "k1", "k1"]);
 
         let calls = Mutex::new(0);
         let r: Result<(), _> = retry_same_key(3, "k2", |_| {
-            *calls.lock().unwrap() += 1;
+            *calls.lock() += 1;
             async { Err(api(409, "stale_fencing_token")) }
         })
         .await;
         assert_eq!(r.unwrap_err().status(), Some(409));
-        assert_eq!(*calls.lock().unwrap(), 1, "a stale token is never retried");
+        assert_eq!(*calls.lock(), 1, "a stale token is never retried");
 
         let calls = Mutex::new(0);
         let r: Result<(), _> = retry_same_key(2, "k3", |_| {
-            *calls.lock().unwrap() += 1;
+            *calls.lock() += 1;
             async { Err(api(429, "rate_limited")) }
         })
         .await;
         assert!(r.is_err());
-        assert_eq!(*calls.lock().unwrap(), 3, "bounded by 1 + retries");
+        assert_eq!(*calls.lock(), 3, "bounded by 1 + retries");
     }
 
     #[test]

@@ -14,7 +14,6 @@
 pub(crate) mod session;
 pub(crate) mod transport;
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -24,6 +23,7 @@ use palisade_ipmi::get_chassis_status::{ChassisStatus, GetChassisStatus};
 use palisade_ipmi::get_system_guid::GetSystemGuid;
 use palisade_ipmi::set_session_privilege_level::SetSessionPrivilegeLevel;
 use palisade_ipmi::{CipherSuite, Privilege};
+use parking_lot::Mutex;
 
 use self::session::{list_cipher_suites, OpenError, Session, SessionParams};
 use self::transport::Transport;
@@ -90,7 +90,7 @@ impl IpmiDevice {
 
     /// The cipher suite negotiated so far (or configured).
     pub fn negotiated_suite(&self) -> Option<u8> {
-        *self.negotiated.lock().expect("not poisoned")
+        *self.negotiated.lock()
     }
 
     fn acceptable(&self, id: u8) -> bool {
@@ -132,7 +132,7 @@ impl IpmiDevice {
             let suite = CipherSuite::from_id(id).expect("candidates are known suites");
             match Session::open(&t, suite, &self.params).await {
                 Ok(mut s) => {
-                    *self.negotiated.lock().expect("not poisoned") = Some(s.suite());
+                    *self.negotiated.lock() = Some(s.suite());
                     if privilege > Privilege::User {
                         let r = s
                             .command_ok(

@@ -32,9 +32,10 @@ pub mod unpack;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 pub use error::{ImageError, PullError};
@@ -236,7 +237,7 @@ impl ImageService {
             req.pull_secrets.join(",")
         );
         let now = Instant::now();
-        let mut pulls = inner.pulls.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pulls = inner.pulls.lock();
         let state = pulls.entry(key.clone()).or_default();
         let known = Known {
             local_age: local
@@ -254,9 +255,7 @@ impl ImageService {
                 let config =
                     Digest::parse(&rec.config_digest).expect("store records hold valid digests");
                 inner.store.add_user(&config, req.pod_uid);
-                if let Ok(mut ids) = inner.ids.lock() {
-                    ids.insert(image, rec.image_id.clone());
-                }
+                inner.ids.lock().insert(image, rec.image_id.clone());
                 Ok(Resolved {
                     dir: inner.store.image_dir(&config),
                     image_id: rec.image_id,
@@ -310,7 +309,7 @@ impl ImageService {
                 let result = tokio::time::timeout(PULL_BUDGET, work)
                     .await
                     .unwrap_or(Err(PullError::Timeout(PULL_BUDGET)));
-                let mut pulls = inner.pulls.lock().unwrap_or_else(|p| p.into_inner());
+                let mut pulls = inner.pulls.lock();
                 let state = pulls.entry(key).or_default();
                 state.pulling = false;
                 let backoff = state.backoff.get_or_insert_with(|| {
@@ -350,7 +349,7 @@ impl ImageService {
     /// The `imageID` `image` last resolved to on this node (no I/O: for status reports).
     pub fn image_id(&self, image: &str) -> Option<String> {
         let inner = self.inner.as_ref()?;
-        inner.ids.lock().ok()?.get(image).cloned()
+        inner.ids.lock().get(image).cloned()
     }
 
     /// Removes the images no pod in `live` uses (after [`GC_GRACE`]); returns their config

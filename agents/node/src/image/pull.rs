@@ -161,7 +161,8 @@ fn verify(what: &str, want: &Digest, got: &Digest) -> Result<(), PullError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use std::collections::HashMap;
-    use std::sync::Mutex;
+
+    use parking_lot::Mutex;
 
     use super::super::manifest::{Descriptor, Index, Manifest, Platform, OCI_INDEX, OCI_MANIFEST};
     use super::super::registry::ManifestResponse;
@@ -183,7 +184,7 @@ pub(crate) mod tests {
             _: &Reference,
             reference: &str,
         ) -> Result<ManifestResponse, PullError> {
-            let body = self.manifests.lock().unwrap().get(reference).cloned();
+            let body = self.manifests.lock().get(reference).cloned();
             body.map(|body| ManifestResponse {
                 body,
                 content_type: None,
@@ -199,8 +200,8 @@ pub(crate) mod tests {
             digest: &str,
             sink: &mut (dyn Write + Send),
         ) -> Result<(), PullError> {
-            *self.blob_gets.lock().unwrap() += 1;
-            let b = self.blobs.lock().unwrap().get(digest).cloned();
+            *self.blob_gets.lock() += 1;
+            let b = self.blobs.lock().get(digest).cloned();
             let b = b.ok_or(PullError::NotFound { url: digest.into() })?;
             sink.write_all(&b).map_err(PullError::store("sink"))
         }
@@ -209,7 +210,7 @@ pub(crate) mod tests {
     impl FakeRegistry {
         fn blob(&self, bytes: Vec<u8>) -> String {
             let d = Digest::of(&bytes).to_string();
-            self.blobs.lock().unwrap().insert(d.clone(), bytes);
+            self.blobs.lock().insert(d.clone(), bytes);
             d
         }
 
@@ -249,7 +250,7 @@ pub(crate) mod tests {
             };
             let m = serde_json::to_vec(&m).unwrap();
             let md = Digest::of(&m).to_string();
-            self.manifests.lock().unwrap().insert(md.clone(), m.clone());
+            self.manifests.lock().insert(md.clone(), m.clone());
             let mut entry = desc(OCI_MANIFEST, &m, md);
             entry.platform = Some(Platform {
                 architecture: "amd64".into(),
@@ -263,11 +264,8 @@ pub(crate) mod tests {
             };
             let idx = serde_json::to_vec(&idx).unwrap();
             let id = Digest::of(&idx).to_string();
-            self.manifests
-                .lock()
-                .unwrap()
-                .insert(tag.into(), idx.clone());
-            self.manifests.lock().unwrap().insert(id.clone(), idx);
+            self.manifests.lock().insert(tag.into(), idx.clone());
+            self.manifests.lock().insert(id.clone(), idx);
             id
         }
     }
@@ -297,9 +295,9 @@ pub(crate) mod tests {
         assert_eq!(cfg["env"], serde_json::json!([["A", "1"]]));
         assert_eq!(store.get_ref("reg.example/app:v1").unwrap().0, rec);
         // A second pull of the same content fetches no blob again.
-        let before = *reg.blob_gets.lock().unwrap();
+        let before = *reg.blob_gets.lock();
         pull(&reg, &store, &r).await.unwrap();
-        assert_eq!(*reg.blob_gets.lock().unwrap(), before);
+        assert_eq!(*reg.blob_gets.lock(), before);
     }
 
     #[tokio::test]
@@ -308,7 +306,7 @@ pub(crate) mod tests {
         reg.publish("v1", &[tar_of(&[("a", Some(b"1"))])]);
         // The registry (or the path to it) serves other bytes under the layer's digest.
         let layer = {
-            let blobs = reg.blobs.lock().unwrap();
+            let blobs = reg.blobs.lock();
             blobs
                 .iter()
                 .find(|(_, b)| b.starts_with(&[0x1f, 0x8b]))
@@ -317,7 +315,6 @@ pub(crate) mod tests {
         };
         reg.blobs
             .lock()
-            .unwrap()
             .insert(layer, gzip(&tar_of(&[("a", Some(b"evil"))])));
         let e = pull(&reg, &store, &r).await.unwrap_err();
         assert!(matches!(e, PullError::DigestMismatch { .. }), "{e}");
@@ -335,8 +332,8 @@ pub(crate) mod tests {
         let (_t, store, reg, _) = setup();
         reg.publish("v1", &[tar_of(&[("a", Some(b"1"))])]);
         let other = Digest::of(b"other");
-        let v1 = reg.manifests.lock().unwrap()["v1"].clone();
-        reg.manifests.lock().unwrap().insert(other.to_string(), v1);
+        let v1 = reg.manifests.lock()["v1"].clone();
+        reg.manifests.lock().insert(other.to_string(), v1);
         let r = Reference::parse(&format!("reg.example/app@{other}")).unwrap();
         let e = pull(&reg, &store, &r).await.unwrap_err();
         assert!(matches!(e, PullError::DigestMismatch { .. }), "{e}");
@@ -347,7 +344,7 @@ pub(crate) mod tests {
         let (_t, store, reg, r) = setup();
         reg.publish("v1", &[tar_of(&[("a", Some(b"1"))])]);
         // Rewrite the config so the diff ID names other content; republish the manifest chain.
-        let mut blobs = reg.blobs.lock().unwrap().clone();
+        let mut blobs = reg.blobs.lock().clone();
         let (cd, cfg) = blobs
             .iter()
             .find(|(_, b)| b.starts_with(b"{"))
@@ -358,9 +355,9 @@ pub(crate) mod tests {
         let cfg2 = serde_json::to_vec(&v).unwrap();
         let cd2 = Digest::of(&cfg2).to_string();
         blobs.insert(cd2.clone(), cfg2.clone());
-        *reg.blobs.lock().unwrap() = blobs;
+        *reg.blobs.lock() = blobs;
         let mut m: Manifest = {
-            let ms = reg.manifests.lock().unwrap();
+            let ms = reg.manifests.lock();
             let idx: Index = serde_json::from_slice(&ms["v1"]).unwrap();
             serde_json::from_slice(&ms[&idx.manifests[0].digest]).unwrap()
         };
@@ -368,7 +365,7 @@ pub(crate) mod tests {
         m.config.digest = cd2;
         m.config.size = cfg2.len() as i64;
         let raw = serde_json::to_vec(&m).unwrap();
-        reg.manifests.lock().unwrap().insert("v1".into(), raw);
+        reg.manifests.lock().insert("v1".into(), raw);
         let e = pull(&reg, &store, &r).await.unwrap_err();
         assert!(
             matches!(e, PullError::DigestMismatch { ref what, .. } if what.contains("uncompressed")),

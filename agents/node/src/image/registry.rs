@@ -5,9 +5,9 @@
 //! [`RegistryApi`] is the seam the pull logic uses; tests put an in-memory registry behind it.
 
 use std::io::Write;
-use std::sync::Mutex;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use reqwest::StatusCode;
 
@@ -127,7 +127,7 @@ impl HttpRegistry {
             url: url.to_string(),
             source,
         };
-        let current = self.authorization.lock().ok().and_then(|a| a.clone());
+        let current = self.authorization.lock().clone();
         let resp = send(current).await.map_err(http)?;
         if resp.status() != StatusCode::UNAUTHORIZED {
             return check(url, resp).await;
@@ -158,9 +158,7 @@ impl HttpRegistry {
                 })
             }
         };
-        if let Ok(mut a) = self.authorization.lock() {
-            *a = Some(auth.clone());
-        }
+        *self.authorization.lock() = Some(auth.clone());
         check(url, send(Some(auth)).await.map_err(http)?).await
     }
 

@@ -11,9 +11,9 @@
 //! before it), and [`MemberBook::advertised`] gives the lists the poller must satisfy.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
 
 use palisade_model::advertise::MemberSet;
+use parking_lot::Mutex;
 
 use super::Peer;
 
@@ -67,7 +67,7 @@ impl MemberBook {
                 .map(|p| p.name.as_str())
                 .chain(std::iter::once(self.node.as_str())),
         );
-        let mut b = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut b = self.inner.lock();
         b.latest = peers.to_vec();
         if !b.offered.iter().any(|(s, _)| *s == set) {
             b.offered.push_back((set, peers.to_vec()));
@@ -82,7 +82,7 @@ impl MemberBook {
     /// A renewal that advertised `set` succeeded: its list counts, and no earlier attempt can
     /// land any more.
     pub fn written(&self, set: MemberSet) {
-        let mut b = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut b = self.inner.lock();
         let entry = b.offered.iter().find(|(s, _)| *s == set).cloned();
         b.written = entry;
         b.offered.clear();
@@ -93,7 +93,7 @@ impl MemberBook {
     /// renewal's and every later attempt's, each member at its latest known address. `None`:
     /// never renewed with a list, or too many attempts to know.
     pub fn advertised(&self) -> Option<Vec<Vec<Peer>>> {
-        let b = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let b = self.inner.lock();
         if b.overflow {
             return None;
         }

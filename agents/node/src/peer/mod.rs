@@ -35,10 +35,11 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
+use parking_lot::Mutex;
 use sha2::Sha256;
 use tokio::time::Instant;
 
@@ -243,13 +244,13 @@ impl WriteClock {
     /// Records a write attempt about to be sent.
     pub fn record_write(&self) {
         let now = Instant::now();
-        let mut last = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = self.0.lock();
         *last = (*last).max(now);
     }
 
     /// The instant of the last write attempt.
     pub fn last_write(&self) -> Instant {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+        *self.0.lock()
     }
 }
 

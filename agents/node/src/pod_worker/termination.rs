@@ -141,9 +141,7 @@ impl Worker {
             }
         }
         volumes::cleanup(&self.ctx.store.pod_dir(&self.pref.uid));
-        if let Ok(mut m) = self.ctx.volumes_in_use.lock() {
-            m.remove(&self.pref.uid);
-        }
+        self.ctx.volumes_in_use.lock().remove(&self.pref.uid);
         let _ = self.ctx.store.remove(&self.pref.uid);
     }
 

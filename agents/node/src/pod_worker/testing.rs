@@ -6,10 +6,11 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -44,8 +45,8 @@ struct SinkState {
 }
 
 impl FakeStatusSink {
-    fn lock(&self) -> std::sync::MutexGuard<'_, SinkState> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, SinkState> {
+        self.inner.lock()
     }
 
     /// The latest status patch.

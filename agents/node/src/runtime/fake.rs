@@ -7,11 +7,11 @@
 //! with paused time and assert exact instants.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::Utc;
 use nix::sys::signal::Signal;
+use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -123,8 +123,8 @@ pub struct FakeRuntime {
 }
 
 impl FakeRuntime {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// Sets how containers named `name` behave from their next start on.

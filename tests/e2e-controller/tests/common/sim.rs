@@ -6,7 +6,7 @@
 //! BMC, so a fence really powers a machine off.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -22,6 +22,7 @@ use kube::{Api, Client, ResourceExt};
 use palisade_lab::{Lab, LabConfig};
 use palisade_model::nodefence::Phase;
 use palisade_model::{FenceTarget, FencingPolicy, NodeFence};
+use parking_lot::Mutex;
 use serde_json::json;
 
 use super::{eventually, Controller};
@@ -56,12 +57,7 @@ impl Heartbeats {
         let leases: Api<Lease> = Api::namespaced(c.clone(), LEASE_NS);
         let task = rt.spawn(async move {
             loop {
-                let names: Vec<String> = set
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .iter()
-                    .cloned()
-                    .collect();
+                let names: Vec<String> = set.lock().iter().cloned().collect();
                 for n in names {
                     let patch = json!({"spec": {"renewTime": MicroTime(Timestamp::now())}});
                     let _ = leases
@@ -76,7 +72,7 @@ impl Heartbeats {
 
     /// Keeps renewing `node`'s Lease (`true`) or stops (`false`: the node goes silent).
     pub fn set_alive(&self, node: &str, alive: bool) {
-        let mut set = self.alive.lock().unwrap_or_else(|p| p.into_inner());
+        let mut set = self.alive.lock();
         if alive {
             set.insert(node.to_string());
         } else {

@@ -275,7 +275,7 @@ async fn get_volume(State(app): State<AppState>, Path(volume): Path<String>) -> 
     let Ok(v) = app.shared.volumes.get(&volume) else {
         return err(StatusCode::NOT_FOUND, format!("unknown volume {volume:?}"));
     };
-    let records = v.lock().unwrap_or_else(|p| p.into_inner()).len();
+    let records = v.lock().len();
     let state = app.shared.access.read().await;
     Json(json!({
         "name": volume,

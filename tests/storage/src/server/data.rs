@@ -126,12 +126,9 @@ pub(crate) async fn handle(shared: &Shared, ip: IpAddr, body: &[u8]) -> Response
                 return refusal(r, &volume, ip);
             }
             let client = ip.to_string();
-            let res = tokio::task::spawn_blocking(move || {
-                vol.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .append(&client, now_ms(), payload)
-            })
-            .await;
+            let res =
+                tokio::task::spawn_blocking(move || vol.lock().append(&client, now_ms(), payload))
+                    .await;
             drop(access);
             match res {
                 Ok(Ok(offset)) => Response::Appended { offset },
@@ -147,11 +144,7 @@ pub(crate) async fn handle(shared: &Shared, ip: IpAddr, body: &[u8]) -> Response
                 return refusal(r, &volume, ip);
             }
             match shared.volumes.get(&volume) {
-                Ok(v) => Response::Records(
-                    v.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .read(from, max.min(MAX_READ)),
-                ),
+                Ok(v) => Response::Records(v.lock().read(from, max.min(MAX_READ))),
                 Err(e) => Response::error(ErrorCode::UnknownVolume, e.to_string()),
             }
         }
@@ -162,8 +155,8 @@ pub(crate) async fn handle(shared: &Shared, ip: IpAddr, body: &[u8]) -> Response
 mod tests {
     use std::collections::HashMap;
     use std::sync::atomic::AtomicU64;
-    use std::sync::Mutex;
 
+    use parking_lot::Mutex;
     use tokio::sync::RwLock;
 
     use super::*;

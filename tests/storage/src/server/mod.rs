@@ -14,9 +14,10 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use palisade_storagefw::Secret;
+use parking_lot::Mutex;
 use tokio::sync::RwLock;
 use tokio_util::sync::CancellationToken;
 
@@ -60,23 +61,17 @@ impl Shared {
     pub(crate) fn register(&self, peer: IpAddr) -> (u64, CancellationToken) {
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let token = CancellationToken::new();
-        self.conns
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, (peer, token.clone()));
+        self.conns.lock().insert(id, (peer, token.clone()));
         (id, token)
     }
 
     pub(crate) fn unregister(&self, id: u64) {
-        self.conns
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
+        self.conns.lock().remove(&id);
     }
 
     /// Cuts every data connection whose peer is fenced in `state`. Returns how many.
     pub(crate) fn cut_fenced(&self, state: &AccessState) -> usize {
-        let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        let conns = self.conns.lock();
         let mut n = 0;
         for (peer, token) in conns.values() {
             if state.blocked_node_of(*peer).is_some() {
@@ -89,7 +84,7 @@ impl Shared {
 
     /// Number of open data connections.
     pub(crate) fn connection_count(&self) -> usize {
-        self.conns.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.conns.lock().len()
     }
 }
 
