@@ -64,18 +64,7 @@ fn crash_then_resume(crash_at: &str) {
         token_b > token_a,
         "the resumed fence runs under the new leader's token ({token_b} > {token_a})"
     );
-    let phases: Vec<Phase> = st.transitions.iter().map(|t| t.phase).collect();
-    assert_eq!(
-        phases,
-        vec![
-            Phase::Pending,
-            Phase::Fencing,
-            Phase::Fenced,
-            Phase::Releasing,
-            Phase::Released
-        ],
-        "each phase entered once"
-    );
+    assert_each_phase_once(&st);
     assert!(st
         .evidence
         .iter()

@@ -8,7 +8,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::PostParams;
@@ -25,37 +24,10 @@ fn silent_machine_is_power_fenced_then_its_statefulset_pod_runs_elsewhere() {
     policy(&c, &rt);
     ipmi_targets(&lab, &c, &rt);
 
-    // The StatefulSet's pod on m0: cordon the others while it is placed.
-    cordon(&c, &rt, "m1", true);
-    cordon(&c, &rt, "m2", true);
-    let sts: StatefulSet = serde_json::from_value(json!({
-        "metadata": {"name": "db", "namespace": "app"},
-        "spec": {
-            "replicas": 1, "serviceName": "db",
-            "selector": {"matchLabels": {"app": "db"}},
-            "template": {
-                "metadata": {"labels": {"app": "db"}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 5,
-                    "containers": [{"name": "app", "image": "host",
-                                    "command": ["/bin/sh", "-c", "exec sleep 100000"]}]
-                }
-            }
-        }
-    }))
-    .unwrap();
-    let sts_api: Api<StatefulSet> = Api::namespaced(c.clone(), "app");
-    rt.block_on(sts_api.create(&PostParams::default(), &sts))
-        .expect("create StatefulSet");
-    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
-    let old = eventually("db-0 Running on m0", Duration::from_secs(90), || {
-        let p = rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
-        let on_m0 = p.spec.as_ref()?.node_name.as_deref() == Some("m0");
-        (on_m0 && pod_phase(&p) == "Running").then_some(p)
-    });
+    // The StatefulSet's pod on m0.
+    let old = db_on_m0(&c, &rt);
     let old_uid = old.uid().unwrap();
-    cordon(&c, &rt, "m1", false);
-    cordon(&c, &rt, "m2", false);
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
 
     // A VolumeAttachment naming m0 (no CSI driver in the lab: the object is what is released).
     let vas: Api<VolumeAttachment> = Api::all(c.clone());
@@ -111,17 +83,7 @@ fn silent_machine_is_power_fenced_then_its_statefulset_pod_runs_elsewhere() {
         st.release.pods
     );
     assert!(st.release.attachments.iter().any(|a| a.uid == va_uid));
-    let phases: Vec<Phase> = st.transitions.iter().map(|t| t.phase).collect();
-    assert_eq!(
-        phases,
-        vec![
-            Phase::Pending,
-            Phase::Fencing,
-            Phase::Fenced,
-            Phase::Releasing,
-            Phase::Released
-        ]
-    );
+    assert_each_phase_once(&st);
     let nodes: Api<Node> = Api::all(c.clone());
     let n = rt.block_on(nodes.get("m0")).unwrap();
     assert!(n

@@ -20,9 +20,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use palisade_lab::{Cut, Lab};
 use palisade_model::nodefence::{EvidenceKind, Phase};
@@ -107,37 +105,9 @@ fn the_controller_installed_from_its_manifests_fences_from_inside_the_cluster() 
     }
 
     // The StatefulSet's pod on m0.
-    cordon(&c, &rt, "m1", true);
-    cordon(&c, &rt, "m2", true);
-    let sts: StatefulSet = serde_json::from_value(json!({
-        "metadata": {"name": "db", "namespace": "app"},
-        "spec": {
-            "replicas": 1, "serviceName": "db",
-            "selector": {"matchLabels": {"app": "db"}},
-            "template": {
-                "metadata": {"labels": {"app": "db"}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 5,
-                    "containers": [{"name": "app", "image": "host",
-                                    "command": ["/bin/sh", "-c", "exec sleep 100000"]}]
-                }
-            }
-        }
-    }))
-    .unwrap();
-    rt.block_on(
-        Api::<StatefulSet>::namespaced(c.clone(), "app").create(&PostParams::default(), &sts),
-    )
-    .expect("create StatefulSet");
-    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
-    let old = eventually("db-0 Running on m0", Duration::from_secs(90), || {
-        let p = rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
-        let on_m0 = p.spec.as_ref()?.node_name.as_deref() == Some("m0");
-        (on_m0 && pod_phase(&p) == "Running").then_some(p)
-    });
+    let old = db_on_m0(&c, &rt);
     let old_uid = old.uid().unwrap();
-    cordon(&c, &rt, "m1", false);
-    cordon(&c, &rt, "m2", false);
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
 
     lab.machines()[0].set_power_off_delay(SLOW_OFF).unwrap();
     lab.partition(0, Cut::All).unwrap();
@@ -208,17 +178,7 @@ fn the_controller_installed_from_its_manifests_fences_from_inside_the_cluster() 
         "the successor's term ({:?}) finished what {old_token} began",
         st.fencing_token
     );
-    let phases: Vec<Phase> = st.transitions.iter().map(|t| t.phase).collect();
-    assert_eq!(
-        phases,
-        vec![
-            Phase::Pending,
-            Phase::Fencing,
-            Phase::Fenced,
-            Phase::Releasing,
-            Phase::Released
-        ]
-    );
+    assert_each_phase_once(&st);
     assert!(
         st.evidence
             .iter()

@@ -68,17 +68,7 @@ fn wait_released(c: &kube::Client, rt: &tokio::runtime::Runtime) -> NodeFence {
 /// the real one verified under `token`, the machine off.
 fn assert_completed_once(lab: &Lab, nf: &NodeFence, token: i64) {
     let st = nf.status.clone().unwrap();
-    let phases: Vec<Phase> = st.transitions.iter().map(|t| t.phase).collect();
-    assert_eq!(
-        phases,
-        vec![
-            Phase::Pending,
-            Phase::Fencing,
-            Phase::Fenced,
-            Phase::Releasing,
-            Phase::Released
-        ]
-    );
+    assert_each_phase_once(&st);
     assert_eq!(st.fencing_token, Some(token));
     let results: Vec<LevelResult> = st.levels.iter().map(|l| l.result).collect();
     assert_eq!(results, vec![LevelResult::Failed, LevelResult::Verified]);

@@ -155,9 +155,8 @@ impl Registry {
     }
 
     /// Pushes `repository:tag` holding `bin`, stripped, at `/<its file name>` as the
-    /// entrypoint, and the shared libraries it loads (as `ldd` lists them), nothing else: the
-    /// layout `hack/images.sh` builds. The stripped copy is written in `work_dir`. Returns the
-    /// manifest digest.
+    /// entrypoint, and the shared libraries it loads, nothing else ([`binary_image_files`]):
+    /// the layout `hack/images.sh` builds. Returns the manifest digest.
     pub fn push_binary(
         &self,
         work_dir: &Path,
@@ -165,44 +164,7 @@ impl Registry {
         tag: &str,
         bin: &Path,
     ) -> Result<String> {
-        let name = bin
-            .file_name()
-            .ok_or_else(|| LabError::Other(format!("{} has no file name", bin.display())))?
-            .to_string_lossy()
-            .into_owned();
-        let stripped = work_dir.join(format!("image-{name}"));
-        let ok = std::process::Command::new("strip")
-            .arg("-o")
-            .arg(&stripped)
-            .arg(bin)
-            .status()
-            .map_err(LabError::io(bin))?;
-        if !ok.success() {
-            return Err(LabError::Other(format!("strip {} failed", bin.display())));
-        }
-        let ldd = std::process::Command::new("ldd")
-            .arg(bin)
-            .output()
-            .map_err(LabError::io(bin))?;
-        if !ldd.status.success() {
-            return Err(LabError::Other(format!("ldd {} failed", bin.display())));
-        }
-        let mut files = vec![ImageFile {
-            path: name.clone(),
-            source: stripped,
-            mode: 0o755,
-        }];
-        for lib in String::from_utf8_lossy(&ldd.stdout)
-            .split_whitespace()
-            .filter(|w| w.starts_with('/'))
-        {
-            files.push(ImageFile {
-                path: lib.trim_start_matches('/').to_string(),
-                source: lib.into(),
-                mode: 0o755,
-            });
-        }
-        let entry = format!("/{name}");
+        let (files, entry) = binary_image_files(work_dir, bin)?;
         self.push(repository, tag, &files, &[entry.as_str()])
     }
 
@@ -333,4 +295,48 @@ fn layer(files: &[ImageFile]) -> Result<Vec<u8>> {
     }
     b.into_inner()
         .map_err(|e| LabError::Other(format!("layer: {e}")))
+}
+
+/// The files of an image holding only `bin`, stripped (the copy is written in `work_dir`), at
+/// `/<its file name>`, and the shared libraries it loads (as `ldd` lists them); and the
+/// entrypoint, `/<its file name>`.
+pub fn binary_image_files(work_dir: &Path, bin: &Path) -> Result<(Vec<ImageFile>, String)> {
+    let name = bin
+        .file_name()
+        .ok_or_else(|| LabError::Other(format!("{} has no file name", bin.display())))?
+        .to_string_lossy()
+        .into_owned();
+    let stripped = work_dir.join(format!("image-{name}"));
+    let ok = std::process::Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(bin)
+        .status()
+        .map_err(LabError::io(bin))?;
+    if !ok.success() {
+        return Err(LabError::Other(format!("strip {} failed", bin.display())));
+    }
+    let ldd = std::process::Command::new("ldd")
+        .arg(bin)
+        .output()
+        .map_err(LabError::io(bin))?;
+    if !ldd.status.success() {
+        return Err(LabError::Other(format!("ldd {} failed", bin.display())));
+    }
+    let mut files = vec![ImageFile {
+        path: name.clone(),
+        source: stripped,
+        mode: 0o755,
+    }];
+    for lib in String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|w| w.starts_with('/'))
+    {
+        files.push(ImageFile {
+            path: lib.trim_start_matches('/').to_string(),
+            source: lib.into(),
+            mode: 0o755,
+        });
+    }
+    Ok((files, format!("/{name}")))
 }

@@ -696,53 +696,6 @@ const WARM_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Each buildah process is given at most this long.
 const BUILDAH_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The files of the controller image as [`palisade_lab::Registry::push_binary`] lays them
-/// out: `bin` stripped (a copy in `dir`) at `/<its name>`, and the shared libraries `ldd`
-/// lists. Returns the files and the entrypoint.
-fn controller_image_files(
-    dir: &Path,
-    bin: &Path,
-) -> anyhow::Result<(Vec<palisade_lab::ImageFile>, String)> {
-    let name = bin
-        .file_name()
-        .with_context(|| format!("{} has no file name", bin.display()))?
-        .to_string_lossy()
-        .into_owned();
-    let stripped = dir.join(format!("image-{name}"));
-    let ok = std::process::Command::new("strip")
-        .arg("-o")
-        .arg(&stripped)
-        .arg(bin)
-        .status()
-        .context("run strip")?;
-    if !ok.success() {
-        bail!("strip {} failed", bin.display());
-    }
-    let ldd = std::process::Command::new("ldd")
-        .arg(bin)
-        .output()
-        .context("run ldd")?;
-    if !ldd.status.success() {
-        bail!("ldd {} failed", bin.display());
-    }
-    let mut files = vec![palisade_lab::ImageFile {
-        path: name.clone(),
-        source: stripped,
-        mode: 0o755,
-    }];
-    for lib in String::from_utf8_lossy(&ldd.stdout)
-        .split_whitespace()
-        .filter(|w| w.starts_with('/'))
-    {
-        files.push(palisade_lab::ImageFile {
-            path: lib.trim_start_matches('/').to_string(),
-            source: lib.into(),
-            mode: 0o755,
-        });
-    }
-    Ok((files, format!("/{name}")))
-}
-
 /// A pod of `image` whose container is the controller reading `--bridge-key` from the FIFO
 /// `key` in `vol` (a hostPath volume at `/bench`): it blocks there until the bench opens the
 /// FIFO, then reads nothing and exits on its missing kubeconfig (it never reaches the API).
@@ -1076,7 +1029,7 @@ fn pull_phase(
     let api: Api<Pod> = Api::namespaced(c.clone(), NS);
     let pdir = dir.join("pull");
     std::fs::create_dir_all(&pdir)?;
-    let (files, entry) = controller_image_files(&pdir, bin)?;
+    let (files, entry) = palisade_lab::registry::binary_image_files(&pdir, bin)?;
     let files_bytes = files
         .iter()
         .map(|f| std::fs::metadata(&f.source).map(|m| m.len()))

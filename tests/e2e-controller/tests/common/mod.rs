@@ -496,3 +496,58 @@ pub fn kubectl_output(lab: &Lab, args: &[&str]) -> KubectlOutput {
         ok: out.status.success(),
     }
 }
+
+/// The fence went through every phase once, in order, and ended `Released` (no failure, no
+/// phase entered twice: what "completed once" means).
+pub fn assert_each_phase_once(st: &palisade_model::nodefence::NodeFenceStatus) {
+    use palisade_model::nodefence::Phase;
+    let phases: Vec<Phase> = st.transitions.iter().map(|t| t.phase).collect();
+    assert_eq!(
+        phases,
+        [
+            Phase::Pending,
+            Phase::Fencing,
+            Phase::Fenced,
+            Phase::Releasing,
+            Phase::Released
+        ],
+        "each phase entered once, in order"
+    );
+}
+
+/// The StatefulSet `app/db` (one replica whose container only sleeps, a host image), placed
+/// on m0 (m1 and m2 are cordoned until it runs there); returns its Running pod.
+pub fn db_on_m0(c: &Client, rt: &tokio::runtime::Runtime) -> Pod {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    cordon(c, rt, "m1", true);
+    cordon(c, rt, "m2", true);
+    let sts: StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "db", "namespace": "app"},
+        "spec": {
+            "replicas": 1, "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{"name": "app", "image": "host",
+                                    "command": ["/bin/sh", "-c", "exec sleep 100000"]}]
+                }
+            }
+        }
+    }))
+    .unwrap();
+    rt.block_on(
+        Api::<StatefulSet>::namespaced(c.clone(), "app").create(&PostParams::default(), &sts),
+    )
+    .expect("create StatefulSet");
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
+    let old = eventually("db-0 Running on m0", Duration::from_secs(90), || {
+        let p = rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
+        let on_m0 = p.spec.as_ref()?.node_name.as_deref() == Some("m0");
+        (on_m0 && pod_phase(&p) == "Running").then_some(p)
+    });
+    cordon(c, rt, "m1", false);
+    cordon(c, rt, "m2", false);
+    old
+}
