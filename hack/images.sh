@@ -9,9 +9,12 @@
 #       --authfile FILE  registry credentials (containers-auth.json format), never on the
 #                        command line
 #       --no-build       do not run cargo build --release first
-#       --only NAME      only this image (writer or controller)
+#       --only NAME      only this image (controller, bridge, node, writer, storage-server,
+#                        attacher)
 #
-# Images: palisade/writer (the lab's writer workload) and palisade/controller. Their
+# Images: palisade/controller, palisade/bridge (firmware-bridge, for those who run it in a
+# container), palisade/node (palisade-node, root), and the lab's workloads: palisade/writer,
+# palisade/storage-server and palisade/attacher. Their
 # digests are printed and written to target/images/digests.txt (`name@sha256:...`, and
 # `host:port/name@sha256:...` for what was pushed: the registry gets recompressed layers).
 set -euo pipefail
@@ -46,10 +49,16 @@ REVISION=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 SOURCE=$(git remote get-url origin 2>/dev/null | sed -E 's#://[^/@]*@#://#' || true)
 SOURCE=${SOURCE:-unknown}
 
-# name  cargo package  binary
+# name  cargo package  binary  user
+# The node agent runs as root (it creates the containers' namespaces and cgroups, and pets
+# the watchdog); everything else runs as 65532.
 IMAGES=(
-  "writer palisade-labstore palisade-writer"
-  "controller palisade-controller palisade-controller"
+  "writer palisade-labstore palisade-writer 65532:65532"
+  "controller palisade-controller palisade-controller 65532:65532"
+  "bridge palisade-bridge firmware-bridge 65532:65532"
+  "node palisade-node palisade-node 0:0"
+  "storage-server palisade-labstore palisade-storage-server 65532:65532"
+  "attacher palisade-labstore palisade-attacher 65532:65532"
 )
 if [ -n "$ONLY" ]; then
   for spec in "${IMAGES[@]}"; do [ "${spec%% *}" = "$ONLY" ] && IMAGES=("$spec") && break; done
@@ -58,7 +67,7 @@ fi
 
 if [ "$BUILD" = 1 ]; then
   for spec in "${IMAGES[@]}"; do
-    read -r _ pkg bin <<<"$spec"
+    read -r _ pkg bin _ <<<"$spec"
     say "cargo build --release -p $pkg --bin $bin"
     nice -n 10 cargo build --release -q -p "$pkg" --bin "$bin"
   done
@@ -70,7 +79,7 @@ STORAGE=(--storage-driver vfs)
 mkdir -p "$OUT"
 : >"$OUT/digests.txt.new"
 for spec in "${IMAGES[@]}"; do
-  read -r name _ bin <<<"$spec"
+  read -r name _ bin user <<<"$spec"
   binary="$TARGET/release/$bin"
   [ -x "$binary" ] || { say "$binary is missing (run without --no-build)"; exit 1; }
   ref="palisade/$name:$VERSION"
@@ -85,7 +94,7 @@ for spec in "${IMAGES[@]}"; do
   done
   buildah "${STORAGE[@]}" config \
     --entrypoint "[\"/usr/local/bin/$bin\"]" --cmd '[]' \
-    --user 65532:65532 --workingdir / \
+    --user "$user" --workingdir / \
     --env PATH=/usr/local/bin \
     --label "org.opencontainers.image.title=palisade-$name" \
     --label "org.opencontainers.image.version=$VERSION" \
