@@ -94,7 +94,7 @@ const UDP_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 const UDP_CLIENTS: usize = 256;
 
 /// Relays UDP datagrams received on `socket` to `upstream`, each client through its own
-/// upstream socket (so replies find their way back), dropped after [`UDP_IDLE`] of silence.
+/// upstream socket (so replies find their way back), dropped after a minute of silence.
 /// Never cut: the management network (BMCs) is out of band.
 pub async fn relay_udp(socket: std::net::UdpSocket, upstream: SocketAddr) {
     use std::collections::HashMap;
