@@ -16,9 +16,10 @@
 //! - **token-regressed**: a bridge action accepted with a lower fencing token than one it
 //!   accepted earlier for the same target;
 //! - **power-off-not-true**: a status that claims power-off evidence while the lab's ground
-//!   truth says the machine never went off: seen powered while the fence is `Fenced`,
-//!   `Releasing` or `Released` (before recovery may power it on), or seen powered later with
-//!   the boot ID it had when the fence began (a power cycle always changes it).
+//!   truth says the machine never went off: sampled right after that status was read, it runs
+//!   the boot it ran when sampled right before a read of the same NodeFence that claimed no
+//!   power off yet (any power off and on changes the boot ID; the samples bracket the reads, so
+//!   the evidence lies between them).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -100,19 +101,18 @@ pub fn check_all(history: &[Record]) -> Vec<Violation> {
     out
 }
 
-/// Power-off evidence must be true. While a fence that claims it is `Fenced`, `Releasing` or
-/// `Released` (recovery powers a machine on only in `Recovering`), the machine is off; and
-/// once it claims it, the machine is never seen running the boot it had when the fence began.
+/// Power-off evidence must be true: the machine's boot changed between a sample taken before
+/// the fence claimed a power off and one taken after it did.
 fn check_power_truth(history: &[Record]) -> Vec<Violation> {
     let mut out = Vec::new();
     let mut reported = BTreeSet::new();
-    // Per NodeFence UID: the boot ID first seen while the fence claimed no power off yet.
-    let mut boot_before: BTreeMap<String, String> = BTreeMap::new();
+    // Per NodeFence UID: the boot sampled before a read that showed no power-off claim yet.
+    let mut boot_before_claim: BTreeMap<String, String> = BTreeMap::new();
     for r in history {
         let Record::Phase {
             snapshot,
-            powered: Some(true),
-            boot,
+            boot_before,
+            boot_after,
             t,
             ..
         } = r
@@ -126,31 +126,24 @@ fn check_power_truth(history: &[Record]) -> Vec<Violation> {
             .map(|e| e.device.as_str())
             .collect();
         if claims.is_empty() {
-            if let Some(b) = boot {
-                boot_before
+            if let Some(b) = boot_before {
+                boot_before_claim
                     .entry(snapshot.uid.clone())
                     .or_insert_with(|| b.clone());
             }
             continue;
         }
-        let before = boot_before.get(&snapshot.uid);
-        let why = if matches!(snapshot.phase.as_str(), "Fenced" | "Releasing" | "Released") {
-            Some("was powered")
-        } else if boot.is_some() && boot.as_ref() == before {
-            Some("was still running the boot it had when the fence began")
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            if reported.insert(snapshot.uid.clone()) {
-                out.push(Violation {
-                    check: "power-off-not-true",
-                    detail: format!(
-                        "NodeFence {} ({}) claims power-off evidence from {claims:?} but machine {} {why} at t={t:.1}s",
-                        snapshot.fence, snapshot.phase, snapshot.node
-                    ),
-                });
-            }
+        let Some(after) = boot_after else { continue };
+        if boot_before_claim.get(&snapshot.uid) == Some(after)
+            && reported.insert(snapshot.uid.clone())
+        {
+            out.push(Violation {
+                check: "power-off-not-true",
+                detail: format!(
+                    "NodeFence {} ({}) claims power-off evidence from {claims:?} but machine {} still runs boot {after} it ran before the fence (t={t:.1}s)",
+                    snapshot.fence, snapshot.phase, snapshot.node
+                ),
+            });
         }
     }
     out
@@ -364,58 +357,55 @@ mod tests {
         }
     }
 
-    fn phase_seen(s: FenceSnapshot, powered: Option<bool>) -> Record {
-        seen_with_boot(s, powered, None)
-    }
-
-    fn seen_with_boot(s: FenceSnapshot, powered: Option<bool>, boot: Option<&str>) -> Record {
+    fn seen(s: FenceSnapshot, before: Option<&str>, after: Option<&str>) -> Record {
         Record::Phase {
             t: 2.0,
             phase: s.phase.clone(),
             message: String::new(),
             snapshot: s,
-            powered,
-            boot: boot.map(String::from),
+            boot_before: before.map(String::from),
+            boot_after: after.map(String::from),
         }
     }
 
     #[test]
-    fn power_off_evidence_on_a_powered_machine_is_a_violation_until_recovery() {
-        let v = check_all(&[phase_seen(snapshot(), Some(true))]);
-        assert_eq!(v.len(), 1, "{v:?}");
-        assert_eq!(v[0].check, "power-off-not-true");
-        // Off, or not observed: nothing to say.
-        assert!(check_all(&[phase_seen(snapshot(), Some(false))]).is_empty());
-        assert!(check_all(&[phase_seen(snapshot(), None)]).is_empty());
-        // Recovery powers the machine on.
-        let mut recovering = snapshot();
-        recovering.phase = "Recovering".into();
-        recovering
-            .transitions
-            .push(("Recovering".into(), 5, String::new()));
-        assert!(check_all(&[phase_seen(recovering.clone(), Some(true))]).is_empty());
-        // ... with a new boot; but the boot it had when the fence began means it never went off.
+    fn power_off_evidence_from_a_machine_that_never_rebooted_is_a_violation() {
         let mut fencing = snapshot();
         fencing.phase = "Fencing".into();
         fencing.evidence.clear();
         fencing.released.clear();
         fencing.verified_levels.clear();
+        let released = snapshot();
+        // Off and on again (recovery), even within one poll: a new boot. Fine.
         let cycled = [
-            seen_with_boot(fencing.clone(), Some(true), Some("boot-1")),
-            seen_with_boot(recovering.clone(), Some(true), Some("boot-2")),
+            seen(fencing.clone(), Some("boot-1"), Some("boot-1")),
+            seen(released.clone(), Some("boot-1"), Some("boot-2")),
         ];
         assert!(check_all(&cycled).is_empty(), "{:?}", check_all(&cycled));
+        // Still off after the claim: fine.
+        let off = [
+            seen(fencing.clone(), Some("boot-1"), Some("boot-1")),
+            seen(released.clone(), Some("boot-1"), None),
+        ];
+        assert!(check_all(&off).is_empty());
+        // The boot it ran before the claim, after the claim: it never went off.
         let never_off = [
-            seen_with_boot(fencing, Some(true), Some("boot-1")),
-            seen_with_boot(recovering, Some(true), Some("boot-1")),
+            seen(fencing.clone(), Some("boot-1"), Some("boot-1")),
+            seen(released.clone(), Some("boot-1"), Some("boot-1")),
         ];
         let v = check_all(&never_off);
         assert_eq!(v.len(), 1, "{v:?}");
-        assert!(v[0].detail.contains("boot it had"), "{}", v[0].detail);
+        assert_eq!(v[0].check, "power-off-not-true");
+        // Seen first only after the claim: nothing to compare with, nothing said.
+        assert!(check_all(&[seen(released, Some("boot-1"), Some("boot-1"))]).is_empty());
         // Evidence that is not a power off (a storage block) claims nothing about power.
         let mut storage = snapshot();
         storage.evidence[0].kind = "StorageBlocked".into();
-        assert!(check_all(&[phase_seen(storage, Some(true))]).is_empty());
+        let blocked = [
+            seen(fencing, Some("boot-1"), Some("boot-1")),
+            seen(storage, Some("boot-1"), Some("boot-1")),
+        ];
+        assert!(check_all(&blocked).is_empty());
     }
 
     fn release(s: FenceSnapshot) -> Vec<Record> {

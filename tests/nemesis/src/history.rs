@@ -129,13 +129,14 @@ pub enum Record {
         message: String,
         /// The status at the time it was observed.
         snapshot: FenceSnapshot,
-        /// Whether the fenced node's machine was powered when this was observed (the lab's
-        /// ground truth; absent in histories written before it was recorded).
+        /// The fenced machine's boot ID sampled just *before* the status was read (`None`:
+        /// powered off, or not sampled in histories written before it was recorded).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        powered: Option<bool>,
-        /// The machine's boot ID when it was seen powered (a power cycle changes it).
+        boot_before: Option<String>,
+        /// The same, sampled just *after* the status was read. A power cycle always changes
+        /// the boot ID, so the two bracket what the status says.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        boot: Option<String>,
+        boot_after: Option<String>,
     },
     /// A NodeFence's status listed newly released pods.
     Release {

@@ -1,6 +1,6 @@
 //! The observer: polls the API every half second while the campaign runs and records every
-//! NodeFence phase transition and release (with the status they were observed in, and whether
-//! the fenced machine was powered then) and every writer pod's binding, and scans the processes of volume-less identities
+//! NodeFence phase transition and release (with the status they were observed in, and the
+//! fenced machine's boot ID sampled just before and just after the status was read) and every writer pod's binding, and scans the processes of volume-less identities
 //! ([`crate::presence`]). A poll that fails (the API server is down) is simply retried.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -71,6 +71,17 @@ pub fn snapshot(nf: &NodeFence) -> FenceSnapshot {
     }
 }
 
+/// Each machine's boot ID if it is powered (`None` when off).
+fn boots(lab: &palisade_lab::Lab) -> BTreeMap<String, Option<String>> {
+    lab.machines()
+        .iter()
+        .map(|m| {
+            let boot = m.is_powered().then(|| m.boot_id()).flatten();
+            (m.name().to_string(), boot)
+        })
+        .collect()
+}
+
 /// Every NodeFence, if the API answers.
 pub fn list_fences(c: &Cluster) -> Option<Vec<NodeFence>> {
     let api: Api<NodeFence> = Api::all(c.client.clone());
@@ -88,22 +99,22 @@ pub fn run(c: &Cluster, lab: &palisade_lab::Lab, h: &History, stop: &AtomicBool)
     let mut overlaps_seen: BTreeSet<(String, Vec<String>)> = BTreeSet::new();
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), APP_NS);
     while !stop.load(Ordering::Relaxed) {
+        // The ground truth beside what the statuses claim, sampled before and after they are
+        // read, so that the two samples bracket the status.
+        let before = boots(lab);
         if let Some(fences) = list_fences(c) {
+            let after = boots(lab);
             for nf in &fences {
                 let s = snapshot(nf);
                 let (t_seen, r_seen) = seen.entry(s.uid.clone()).or_default();
-                // The ground truth beside what the status claims: is the machine powered?
-                let machine = lab.machines().iter().find(|m| m.name() == s.node);
-                let powered = machine.map(|m| m.is_powered());
-                let boot = machine.filter(|m| m.is_powered()).and_then(|m| m.boot_id());
                 for (phase, _, message) in s.transitions.iter().skip(*t_seen) {
                     h.push(Record::Phase {
                         t: h.t(),
                         phase: phase.clone(),
                         message: message.clone(),
                         snapshot: s.clone(),
-                        powered,
-                        boot: boot.clone(),
+                        boot_before: before.get(&s.node).cloned().flatten(),
+                        boot_after: after.get(&s.node).cloned().flatten(),
                     });
                 }
                 *t_seen = (*t_seen).max(s.transitions.len());
@@ -136,7 +147,7 @@ pub fn run(c: &Cluster, lab: &palisade_lab::Lab, h: &History, stop: &AtomicBool)
                 }
             }
         }
-        for (identity, found) in crate::presence::scan() {
+        for (identity, found) in crate::presence::scan(lab.id()) {
             let both = crate::presence::overlapping(&found);
             if both.is_empty() {
                 continue;

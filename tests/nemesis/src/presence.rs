@@ -1,7 +1,8 @@
 //! Process presence for identities without a volume: no storage log can judge them, so the
 //! observer looks at the processes themselves. Every container of an identity StatefulSet
-//! carries `NEMESIS_IDENTITY=<pod name>` and `POD_UID=<uid>` in its environment; two live
-//! processes of one identity with different pod UIDs, at once, are two incarnations.
+//! carries `NEMESIS_IDENTITY=<lab id>/<pod name>` and `POD_UID=<uid>` in its environment; two
+//! live processes of one identity with different pod UIDs, at once, are two incarnations. The
+//! lab id keeps campaigns that share a host (two test runs) from judging each other's pods.
 //!
 //! "At once" is proven, not sampled: a scan sees process A at t1 and B at t2; A is then read
 //! again at t3 with the same start time. A process never comes back, so A lived through
@@ -50,8 +51,15 @@ fn start_of(pid: i32) -> Option<u64> {
     (!dead).then_some(start)
 }
 
-/// Every live process of every identity, by identity.
-pub fn scan() -> BTreeMap<String, Vec<Incarnation>> {
+/// The value of [`IDENTITY_ENV`] for identity `name` of lab `lab_id`.
+pub fn identity_value(lab_id: &str, name: &str) -> String {
+    format!("{lab_id}/{name}")
+}
+
+/// Every live process of every identity of lab `lab_id`, by identity (its name, without the
+/// lab id).
+pub fn scan(lab_id: &str) -> BTreeMap<String, Vec<Incarnation>> {
+    let prefix = identity_value(lab_id, "");
     let mut out: BTreeMap<String, Vec<Incarnation>> = BTreeMap::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
@@ -60,7 +68,9 @@ pub fn scan() -> BTreeMap<String, Vec<Incarnation>> {
         let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
-        let Some(identity) = env_var(&environ, IDENTITY_ENV) else {
+        let Some(identity) = env_var(&environ, IDENTITY_ENV)
+            .and_then(|v| v.strip_prefix(prefix.as_str()))
+        else {
             continue;
         };
         let Some(start) = start_of(pid) else {

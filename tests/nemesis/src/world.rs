@@ -296,7 +296,7 @@ impl World {
                             "name": "app", "image": "host",
                             "command": ["/bin/sh", "-c", "exec sleep 864000"],
                             "env": [
-                                {"name": crate::presence::IDENTITY_ENV, "value": format!("{IDENTITY}-0")},
+                                {"name": crate::presence::IDENTITY_ENV, "value": crate::presence::identity_value(self.lab.id(), &format!("{IDENTITY}-0"))},
                                 {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
                             ]
                         }]
