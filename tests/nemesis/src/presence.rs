@@ -68,8 +68,8 @@ pub fn scan(lab_id: &str) -> BTreeMap<String, Vec<Incarnation>> {
         let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
-        let Some(identity) = env_var(&environ, IDENTITY_ENV)
-            .and_then(|v| v.strip_prefix(prefix.as_str()))
+        let Some(identity) =
+            env_var(&environ, IDENTITY_ENV).and_then(|v| v.strip_prefix(prefix.as_str()))
         else {
             continue;
         };
