@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
@@ -27,7 +27,6 @@ fn silent_machine_is_power_fenced_then_its_statefulset_pod_runs_elsewhere() {
     // The StatefulSet's pod on m0.
     let old = db_on_m0(&c, &rt);
     let old_uid = old.uid().unwrap();
-    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
 
     // A VolumeAttachment naming m0 (no CSI driver in the lab: the object is what is released).
     let vas: Api<VolumeAttachment> = Api::all(c.clone());
@@ -49,13 +48,7 @@ fn silent_machine_is_power_fenced_then_its_statefulset_pod_runs_elsewhere() {
     let t_cut = k8s_openapi::jiff::Timestamp::now();
     lab.partition(0, Cut::All).unwrap();
 
-    let nf = eventually("m0's NodeFence Released", Duration::from_secs(180), || {
-        fences_for(&c, &rt, "m0").into_iter().find(|f| {
-            f.status
-                .as_ref()
-                .is_some_and(|s| s.phase == Phase::Released)
-        })
-    });
+    let nf = fence_in_phase(&c, &rt, "m0", Phase::Released, Duration::from_secs(180));
     let st = nf.status.clone().unwrap();
     print_timeline(&nf, t_cut);
 
@@ -97,18 +90,7 @@ fn silent_machine_is_power_fenced_then_its_statefulset_pod_runs_elsewhere() {
     assert!(rt.block_on(vas.get_opt("db-data-m0")).unwrap().is_none());
 
     // The replacement: same name, new UID, on another machine, running.
-    let new = eventually(
-        "db-0 recreated and Running elsewhere",
-        Duration::from_secs(120),
-        || {
-            let p = rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
-            let node = p.spec.as_ref()?.node_name.clone()?;
-            (p.uid().as_deref() != Some(old_uid.as_str())
-                && node != "m0"
-                && pod_phase(&p) == "Running")
-                .then_some(p)
-        },
-    );
+    let new = db_replaced_elsewhere(&c, &rt, &old_uid, Duration::from_secs(120));
     let t_running = k8s_openapi::jiff::Timestamp::now();
     eprintln!(
         "replacement db-0 on {} Running (observed) at +{:.2}s",

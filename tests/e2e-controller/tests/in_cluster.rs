@@ -107,7 +107,6 @@ fn the_controller_installed_from_its_manifests_fences_from_inside_the_cluster() 
     // The StatefulSet's pod on m0.
     let old = db_on_m0(&c, &rt);
     let old_uid = old.uid().unwrap();
-    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
 
     lab.machines()[0].set_power_off_delay(SLOW_OFF).unwrap();
     lab.partition(0, Cut::All).unwrap();
@@ -158,13 +157,7 @@ fn the_controller_installed_from_its_manifests_fences_from_inside_the_cluster() 
         requested.elapsed()
     );
     eprintln!("{successor} leads mid-fence (the fence began under token {old_token})");
-    let nf = eventually("m0's NodeFence Released", Duration::from_secs(240), || {
-        fences_for(&c, &rt, "m0").into_iter().find(|f| {
-            f.status
-                .as_ref()
-                .is_some_and(|s| s.phase == Phase::Released)
-        })
-    });
+    let nf = fence_in_phase(&c, &rt, "m0", Phase::Released, Duration::from_secs(240));
     let st = nf.status.clone().unwrap();
     assert!(!lab.machines()[0].is_powered(), "m0 is powered off");
     // Completed once, by the successor: one NodeFence, every phase once and in order.
@@ -192,17 +185,6 @@ fn the_controller_installed_from_its_manifests_fences_from_inside_the_cluster() 
         "{:?}",
         st.release.pods
     );
-    eventually(
-        "db-0 recreated and Running elsewhere",
-        Duration::from_secs(120),
-        || {
-            let p = rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
-            let node = p.spec.as_ref()?.node_name.clone()?;
-            (p.uid().as_deref() != Some(old_uid.as_str())
-                && node != "m0"
-                && pod_phase(&p) == "Running")
-                .then_some(())
-        },
-    );
+    db_replaced_elsewhere(&c, &rt, &old_uid, Duration::from_secs(120));
     assert!(fences_for(&c, &rt, "m1").is_empty() && fences_for(&c, &rt, "m2").is_empty());
 }

@@ -551,3 +551,35 @@ pub fn db_on_m0(c: &Client, rt: &tokio::runtime::Runtime) -> Pod {
     cordon(c, rt, "m2", false);
     old
 }
+
+/// Waits (at most `timeout`) for a NodeFence of `node` in `phase`; returns it.
+pub fn fence_in_phase(
+    c: &Client,
+    rt: &tokio::runtime::Runtime,
+    node: &str,
+    phase: palisade_model::nodefence::Phase,
+    timeout: Duration,
+) -> NodeFence {
+    eventually(&format!("{node}'s NodeFence {phase:?}"), timeout, || {
+        fences_for(c, rt, node)
+            .into_iter()
+            .find(|f| f.status.as_ref().is_some_and(|s| s.phase == phase))
+    })
+}
+
+/// Waits (at most `timeout`) for `app/db-0` recreated (a UID other than `old_uid`) and Running
+/// on a machine other than m0; returns it.
+pub fn db_replaced_elsewhere(
+    c: &Client,
+    rt: &tokio::runtime::Runtime,
+    old_uid: &str,
+    timeout: Duration,
+) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
+    eventually("db-0 recreated and Running elsewhere", timeout, || {
+        let p = rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
+        let node = p.spec.as_ref()?.node_name.clone()?;
+        (p.uid().as_deref() != Some(old_uid) && node != "m0" && pod_phase(&p) == "Running")
+            .then_some(p)
+    })
+}
