@@ -15,6 +15,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use palisade_bridge::executor::PowerAction;
 use palisade_fence::bridge::{BridgeClient, ClientSettings};
+use palisade_test_support::eventually_async;
 use parking_lot::Mutex;
 
 struct Running {
@@ -115,7 +116,7 @@ async fn binary_reloads_on_sighup_and_keeps_state_across_restart() {
         .replace("targets = [\"m0\"]", "targets = [\"m0\", \"m1\"]");
     std::fs::write(&config, text).unwrap();
     kill(Pid::from_raw(bridge.child.id() as i32), Signal::SIGHUP).unwrap();
-    let e = common::eventually(Duration::from_secs(10), "policy reload", || async {
+    let e = eventually_async("policy reload", Duration::from_secs(10), || async {
         let e = m0only
             .power("m1", PowerAction::Off, 1, "bin-3", None)
             .await

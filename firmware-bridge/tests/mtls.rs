@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::{raw_request, Ca, Harness};
 use palisade_bridge::executor::PowerAction;
+use palisade_test_support::eventually_async;
 
 const GET_HEALTH: &str = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
 
@@ -42,7 +43,7 @@ async fn no_client_certificate_is_refused_with_certificate_required() {
         .await
         .unwrap_err();
     assert!(err.contains("CertificateRequired"), "client saw: {err}");
-    common::eventually(Duration::from_secs(10), "server-side metric", || {
+    eventually_async("server-side metric", Duration::from_secs(10), || {
         handshake_failures(&h, "no_client_certificate")
     })
     .await;
@@ -64,7 +65,7 @@ async fn certificate_from_another_ca_is_refused_with_unknown_ca() {
         .unwrap_err();
     assert!(e.to_string().contains("UnknownCA"), "{e}");
     assert_eq!(h.exec.action_count(), 0);
-    common::eventually(Duration::from_secs(10), "server-side metric", || async {
+    eventually_async("server-side metric", Duration::from_secs(10), || async {
         let text = h
             .client("palisade-controller")
             .raw(reqwest::Method::GET, "metrics", &[], vec![])
@@ -85,7 +86,7 @@ async fn expired_certificate_is_refused_with_certificate_expired() {
         .await
         .unwrap_err();
     assert!(err.contains("CertificateExpired"), "client saw: {err}");
-    common::eventually(Duration::from_secs(10), "server-side metric", || {
+    eventually_async("server-side metric", Duration::from_secs(10), || {
         handshake_failures(&h, "certificate_expired")
     })
     .await;

@@ -4,7 +4,9 @@
 //! - `TrustCommand`, in this crate's level runner ([`crate::levels::run`], what the
 //!   firmware-bridge and `palisade-fence` run): an off that failed or was never answered
 //!   counts as verified;
-//! - `ReleaseUnverified`, in the controller: the node's pods are released as fencing starts.
+//! - `ReleaseUnverified`, in the controller: the node's pods are released as fencing starts;
+//! - `ReleaseUncovered`, in the controller: a pod the verified fence does not cover (one with
+//!   no PersistentVolumeClaim, behind a storage-only fence) is released anyway.
 //!
 //! A release build never reads the variable (the code that reads it is not compiled in), so no
 //! setting can plant a bug in what ships. The same mistakes are planted in the deterministic
@@ -20,6 +22,8 @@ pub enum Planted {
     TrustCommand,
     /// Release the node's pods as soon as fencing starts, before any level is verified.
     ReleaseUnverified,
+    /// Release a pod the verified fence does not cover instead of holding it.
+    ReleaseUncovered,
 }
 
 impl Planted {
@@ -28,6 +32,7 @@ impl Planted {
         match s.trim() {
             "TrustCommand" => Some(Planted::TrustCommand),
             "ReleaseUnverified" => Some(Planted::ReleaseUnverified),
+            "ReleaseUncovered" => Some(Planted::ReleaseUncovered),
             _ => None,
         }
     }
@@ -78,6 +83,10 @@ mod tests {
         assert_eq!(
             Planted::parse("ReleaseUnverified"),
             Some(Planted::ReleaseUnverified)
+        );
+        assert_eq!(
+            Planted::parse("ReleaseUncovered"),
+            Some(Planted::ReleaseUncovered)
         );
         assert_eq!(Planted::parse("trustcommand"), None);
         // The unit tests never set the variable.

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use palisade_lab::{Lab, PduInfo};
+use palisade_test_support::eventually;
 
 fn run(program: &str, stdin: &str) -> Output {
     let mut child = Command::new(program)
@@ -50,7 +51,9 @@ fn code(o: &Output) -> i32 {
 fn fence_ipmilan_style_stdin_gives_the_same_exit_codes_as_fence_ipmilan() {
     let lab = lab(1, false, 1);
     let m = &lab.machines()[0];
-    eventually("machine boots", Duration::from_secs(20), || m.is_powered());
+    eventually("machine boots", Duration::from_secs(20), || {
+        m.is_powered().then_some(())
+    });
     let pw = format!("cat {}", m.bmc().password_file.display());
     let peer = have("/usr/sbin/fence_ipmilan").then_some("/usr/sbin/fence_ipmilan");
 
@@ -105,7 +108,9 @@ fn fence_apc_snmp_style_stdin_gives_the_same_exit_codes_as_fence_apc_snmp() {
     let lab = lab(1, true, 1);
     let m = &lab.machines()[0];
     let plug = m.outlets()[0];
-    eventually("machine boots", Duration::from_secs(20), || m.is_powered());
+    eventually("machine boots", Duration::from_secs(20), || {
+        m.is_powered().then_some(())
+    });
     let peer = have("/usr/sbin/fence_apc_snmp").then_some("/usr/sbin/fence_apc_snmp");
 
     assert_eq!(code(&ours(&pdu_args(&lab, "status", plug))), 0);
@@ -149,7 +154,9 @@ fn fence_apc_snmp_style_v3_stdin_switches_and_reads_like_fence_apc_snmp() {
     let lab = lab(1, true, 1);
     let m = &lab.machines()[0];
     let plug = m.outlets()[0];
-    eventually("machine boots", Duration::from_secs(20), || m.is_powered());
+    eventually("machine boots", Duration::from_secs(20), || {
+        m.is_powered().then_some(())
+    });
     let peer = have("/usr/sbin/fence_apc_snmp").then_some("/usr/sbin/fence_apc_snmp");
     let o = ours(&pdu_v3_args(&lab, "status", plug));
     assert_eq!(code(&o), 0, "{o:?}");

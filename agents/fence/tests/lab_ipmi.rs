@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use common::*;
 use palisade_fence::{Device, FenceError, PowerDevice, PowerState};
+use palisade_test_support::eventually;
 
 #[test]
 fn ipmi_off_kills_the_machine_with_verified_evidence_and_on_boots_it() {
@@ -13,7 +14,9 @@ fn ipmi_off_kills_the_machine_with_verified_evidence_and_on_boots_it() {
     let rt = rt();
     let m = &lab.machines()[0];
     let dev = ipmi(&lab, 0, None);
-    eventually("machine boots", Duration::from_secs(20), || m.is_powered());
+    eventually("machine boots", Duration::from_secs(20), || {
+        m.is_powered().then_some(())
+    });
     assert_eq!(rt.block_on(dev.status()).unwrap(), PowerState::On);
 
     let ev = rt.block_on(dev.off()).expect("off is verified");
@@ -44,13 +47,13 @@ fn ipmi_reboot_powers_off_verified_then_boots_a_new_instance() {
     let m = &lab.machines()[0];
     let dev = ipmi(&lab, 0, None);
     eventually("machine boots", Duration::from_secs(20), || {
-        m.is_powered() && boot_pid(&lab, 0).is_some()
+        (m.is_powered() && boot_pid(&lab, 0).is_some()).then_some(())
     });
     let before = boot_pid(&lab, 0);
     let (off, _on) = rt.block_on(dev.reboot()).expect("reboot");
     assert!(off.polls() >= 1);
     eventually("machine rebooted", Duration::from_secs(20), || {
-        m.is_powered() && boot_pid(&lab, 0) != before
+        (m.is_powered() && boot_pid(&lab, 0) != before).then_some(())
     });
     assert_eq!(rt.block_on(dev.status()).unwrap(), PowerState::On);
 }
@@ -60,7 +63,9 @@ fn a_wrong_password_is_refused_fences_nothing_and_does_not_lock_the_bmc() {
     let lab = lab(1, false, 1);
     let rt = rt();
     let m = &lab.machines()[0];
-    eventually("machine boots", Duration::from_secs(20), || m.is_powered());
+    eventually("machine boots", Duration::from_secs(20), || {
+        m.is_powered().then_some(())
+    });
     let bad = ipmi(&lab, 0, Some("not-the-password"));
     let err = rt.block_on(bad.off()).unwrap_err();
     assert!(matches!(err, FenceError::AuthRefused { .. }), "{err}");
@@ -84,7 +89,7 @@ fn sessions_are_always_closed_so_many_operations_never_exhaust_the_bmc() {
     let lab = lab(1, false, 1);
     let rt = rt();
     eventually("machine boots", Duration::from_secs(20), || {
-        lab.machines()[0].is_powered()
+        lab.machines()[0].is_powered().then_some(())
     });
     let dev = ipmi(&lab, 0, None);
     for _ in 0..100 {
@@ -100,7 +105,9 @@ fn an_operator_account_fences_with_verified_evidence() {
     let lab = lab(1, false, 1);
     let rt = rt();
     let m = &lab.machines()[0];
-    eventually("machine boots", Duration::from_secs(20), || m.is_powered());
+    eventually("machine boots", Duration::from_secs(20), || {
+        m.is_powered().then_some(())
+    });
     let b = m.bmc();
     let dev = Device::new(
         palisade_fence::Target::Ipmi(palisade_fence::target::IpmiTarget {
@@ -128,7 +135,9 @@ fn a_pinned_system_guid_must_match_before_anything_is_commanded() {
     let lab = lab(1, false, 1);
     let rt = rt();
     let m = &lab.machines()[0];
-    eventually("machine boots", Duration::from_secs(20), || m.is_powered());
+    eventually("machine boots", Duration::from_secs(20), || {
+        m.is_powered().then_some(())
+    });
     let b = m.bmc();
     let device = |guid: &str| {
         Device::new(

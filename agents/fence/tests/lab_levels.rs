@@ -8,13 +8,16 @@ use std::time::Duration;
 use common::*;
 use palisade_fence::levels::{run, AttemptResult, FenceOutcome, Level, LevelPolicy};
 use palisade_fence::{PowerAction, PowerDevice};
+use palisade_test_support::eventually;
 
 #[test]
 fn bad_ipmi_credentials_fall_through_to_the_pdu_level_which_fences() {
     let lab = lab(1, true, 1);
     let rt = rt();
     let m = &lab.machines()[0];
-    eventually("machine boots", Duration::from_secs(20), || m.is_powered());
+    eventually("machine boots", Duration::from_secs(20), || {
+        m.is_powered().then_some(())
+    });
     let outlets = m.outlets().to_vec();
     let levels = vec![
         Level {
@@ -44,7 +47,9 @@ fn when_every_level_fails_the_result_is_failure_with_every_attempt() {
     let lab = lab(1, true, 1);
     let rt = rt();
     let m = &lab.machines()[0];
-    eventually("machine boots", Duration::from_secs(20), || m.is_powered());
+    eventually("machine boots", Duration::from_secs(20), || {
+        m.is_powered().then_some(())
+    });
     let outlets = m.outlets().to_vec();
     let levels = vec![
         Level {

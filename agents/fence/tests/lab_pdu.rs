@@ -6,10 +6,13 @@ use std::time::Duration;
 
 use common::*;
 use palisade_fence::{Device, PowerDevice, PowerState};
+use palisade_test_support::eventually;
 
 fn boots(lab: &palisade_lab::Lab, i: usize) {
     let m = &lab.machines()[i];
-    eventually("machine boots", Duration::from_secs(20), || m.is_powered());
+    eventually("machine boots", Duration::from_secs(20), || {
+        m.is_powered().then_some(())
+    });
 }
 
 fn off_on_cycle(lab: &palisade_lab::Lab, dev: &Device) {

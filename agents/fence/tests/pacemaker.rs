@@ -16,6 +16,7 @@ use std::time::Duration;
 use common::*;
 use palisade_lab::redfish::Sushy;
 use palisade_lab::Lab;
+use palisade_test_support::eventually;
 
 const FENCED: &str = "/usr/lib/pacemaker/pacemaker-fenced";
 const AGENT: &str = "/usr/sbin/fence_palisade";
@@ -141,7 +142,7 @@ fn pacemaker_registers_fences_unfences_and_falls_through_levels_with_palisade_fe
             .expect("start pacemaker-fenced"),
     );
     eventually("pacemaker-fenced answers", Duration::from_secs(30), || {
-        admin(&["--list-registered"]).status.success()
+        admin(&["--list-registered"]).status.success().then_some(())
     });
 
     // --validate: good options pass, a missing ip fails.

@@ -22,6 +22,7 @@ use palisade_fence::target::{RedfishAuth, RedfishTarget, RedfishTls, Target};
 use palisade_fence::verify::VerifyPolicy;
 use palisade_fence::{Device, FenceError, PowerState, Secret};
 use palisade_lab::{Lab, LabConfig, Sushy, SushySystem};
+use palisade_test_support::eventually_async;
 use parking_lot::Mutex;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -719,17 +720,9 @@ fn base64_encode(b: &[u8]) -> String {
     out
 }
 
-/// Polls `f` until it holds, at most `rounds` times, 50 ms apart (for work the client does in
-/// the background, such as the logout of a cancelled operation).
-async fn eventually(rounds: u32, mut f: impl FnMut() -> bool) -> bool {
-    for _ in 0..rounds {
-        if f() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    f()
-}
+/// How long to wait for work the client does in the background, such as the logout of a
+/// cancelled operation.
+const BACKGROUND_WORK: Duration = Duration::from_secs(100);
 
 fn short() -> DeviceOptions {
     options(Duration::from_secs(3))
@@ -970,17 +963,19 @@ async fn a_cancelled_off_still_logs_out() {
     .await;
     let d = device(bmc.target(), PASSWORD, options(Duration::from_secs(600)));
     // Cancel once the reset was sent (the verification would poll for 600 s).
-    let sent = async {
-        eventually(2000, || bmc.seen(|s| !s.resets.is_empty())).await;
-    };
+    let sent = eventually_async("the reset sent", BACKGROUND_WORK, || async {
+        bmc.seen(|s| !s.resets.is_empty()).then_some(())
+    });
     tokio::select! {
         r = d.off() => panic!("the lying BMC cannot be verified off: {r:?}"),
         _ = sent => {}
     }
-    assert!(
-        eventually(2000, || bmc.seen(|s| s.deleted.len() == 1)).await,
-        "the session of the cancelled off was deleted"
-    );
+    eventually_async(
+        "the session of the cancelled off was deleted",
+        BACKGROUND_WORK,
+        || async { bmc.seen(|s| s.deleted.len() == 1).then_some(()) },
+    )
+    .await;
 }
 
 #[test]

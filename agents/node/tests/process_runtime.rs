@@ -6,6 +6,7 @@ use std::time::Duration;
 use palisade_node::cgroup::Hierarchies;
 use palisade_node::runtime::process::ProcessRuntime;
 use palisade_node::runtime::{ContainerConfig, Runtime, RuntimeError};
+use palisade_test_support::eventually_async;
 
 fn runtime(dir: &std::path::Path) -> ProcessRuntime {
     let shim = PathBuf::from(env!("CARGO_BIN_EXE_palisade-node"));
@@ -38,16 +39,8 @@ fn pid_alive(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+/// How long the kernel gets to start or reap a process.
+const PROCESS_WAIT: Duration = Duration::from_secs(10);
 
 #[tokio::test]
 async fn exit_code_env_and_working_directory_reach_the_process() {
@@ -77,10 +70,10 @@ async fn kill_all_kills_grandchildren_that_ignore_term() {
     );
     let c = cfg("u2", &["/bin/sh", "-c", &script]);
     rt.start(&c).await.unwrap();
-    eventually("two grandchildren", || {
+    eventually_async("two grandchildren", PROCESS_WAIT, || async {
         std::fs::read_to_string(&pids)
-            .map(|s| s.lines().count() == 2)
-            .unwrap_or(false)
+            .is_ok_and(|s| s.lines().count() == 2)
+            .then_some(())
     })
     .await;
     let kids: Vec<i32> = std::fs::read_to_string(&pids)
@@ -98,7 +91,10 @@ async fn kill_all_kills_grandchildren_that_ignore_term() {
     rt.kill_all(&c.id()).await.unwrap();
     assert!(!rt.any_alive(&c.id()));
     for k in kids {
-        eventually("grandchild reaped", || !pid_alive(k)).await;
+        eventually_async("grandchild reaped", PROCESS_WAIT, || async {
+            (!pid_alive(k)).then_some(())
+        })
+        .await;
     }
     let st = rt.wait(&c.id()).await.unwrap();
     assert_eq!(st.code, 137);

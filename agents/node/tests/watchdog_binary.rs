@@ -5,22 +5,11 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-
-/// Polls `f` every 100 ms until it returns `Some`, panicking after `timeout`.
-fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+use palisade_test_support::eventually;
 
 fn pets(path: &Path) -> usize {
     std::fs::read(path)

@@ -383,25 +383,46 @@ async fn planted_release_unverified(
     nf: &NodeFence,
     node: &str,
 ) -> Result<(), Error> {
-    use k8s_openapi::api::core::v1::Pod;
     let pods = crate::release::pods_on_node(&ctx.client, node).await?;
     let mut status = nf.status.clone().unwrap_or_default();
     for p in pods {
         tracing::error!(pod = %p.pod.name, node, "planted bug ReleaseUnverified: deleting a pod before the fence is verified");
-        let dp = kube::api::DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(kube::api::Preconditions {
-                uid: Some(p.pod.uid.clone()),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &p.pod.namespace);
-        let _ = pods_api.delete(&p.pod.name, &dp).await;
+        planted_force_delete(ctx, &p.pod).await;
         status.release.pods.push(released(&p.pod));
     }
     persist(api, nf, status, "planted_release_unverified").await?;
     Ok(())
+}
+
+/// The planted bug `ReleaseUncovered` (debug builds only): a pod the verified fence does not
+/// cover (no PersistentVolumeClaim behind a storage-only fence) is released anyway.
+async fn planted_release_uncovered(
+    ctx: &Ctx,
+    api: &Api<NodeFence>,
+    nf: &NodeFence,
+    mut status: NodeFenceStatus,
+    pod: &ObjectRef,
+) -> Result<(), Error> {
+    tracing::error!(pod = %pod.name, "planted bug ReleaseUncovered: deleting a pod the fence does not cover");
+    planted_force_delete(ctx, pod).await;
+    status.release.pods.push(released(pod));
+    persist(api, nf, status, "planted_release_uncovered").await?;
+    Ok(())
+}
+
+/// Deletes `pod` with grace 0 and its UID as precondition, ignoring errors (planted bugs only).
+async fn planted_force_delete(ctx: &Ctx, pod: &ObjectRef) {
+    use k8s_openapi::api::core::v1::Pod;
+    let dp = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(pod.uid.clone()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace);
+    let _ = pods_api.delete(&pod.name, &dp).await;
 }
 
 fn released(o: &ObjectRef) -> ReleasedObject {
@@ -1041,6 +1062,13 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                         (Kind::Warning, "LevelFailed", &msg),
                     )
                     .await?;
+                }
+                Step::HoldPod(pod)
+                    if palisade_fence::planted::active(
+                        palisade_fence::planted::Planted::ReleaseUncovered,
+                    ) =>
+                {
+                    planted_release_uncovered(ctx, &api, &nf, status, &pod).await?;
                 }
                 Step::HoldPod(pod) => {
                     let coverage = status

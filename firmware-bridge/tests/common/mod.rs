@@ -264,25 +264,6 @@ async fn launch(
     (bridge, addr, tx, task)
 }
 
-/// Polls `f` until it returns `Some`, or panics after `deadline`.
-pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let end = tokio::time::Instant::now() + deadline;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Makes one HTTPS request with a raw rustls client (optionally without a client cert) and
 /// returns the response head, or the error text (which carries the TLS alert).
 pub async fn raw_request(

@@ -304,11 +304,19 @@ impl ControlPlane {
     /// the same command again; returns once `/readyz` says ok. etcd and every other component
     /// keep running, as in a rolling restart of the API tier.
     pub fn restart_api_server(&self, down: Duration) -> Result<()> {
+        self.restart("kube-apiserver", down)
+    }
+
+    /// Restarts one component (`etcd`, `kube-apiserver`, `kube-controller-manager`,
+    /// `kube-scheduler`): TERM (KILL after 3 s), `down` without it, then the same command
+    /// again (etcd keeps its data directory); returns once the API server's `/readyz` says ok,
+    /// which covers its etcd.
+    pub fn restart(&self, component: &str, down: Duration) -> Result<()> {
         let mut daemons = self.daemons();
         let d = daemons
             .iter_mut()
-            .find(|d| d.name() == "kube-apiserver")
-            .ok_or_else(|| LabError::Other("no kube-apiserver in this control plane".into()))?;
+            .find(|d| d.name() == component)
+            .ok_or_else(|| LabError::Other(format!("no {component} in this control plane")))?;
         d.stop(Duration::from_secs(3));
         std::thread::sleep(down);
         d.restart(Duration::from_secs(3))?;
@@ -316,6 +324,13 @@ impl ControlPlane {
         d.wait_ready(READY_TIMEOUT, || {
             probe(&self.rt, &self.admin_http, &readyz, "ok")
         })
+    }
+
+    /// The process id of a running component (for a fault that freezes it), if it runs.
+    pub fn pid(&self, component: &str) -> Option<u32> {
+        let mut daemons = self.daemons();
+        let d = daemons.iter_mut().find(|d| d.name() == component)?;
+        d.check_alive().ok().map(|()| d.pid())
     }
 
     /// The directory holding the control plane's state.

@@ -121,6 +121,12 @@ pub enum Cut {
     All,
     /// Only the machine's traffic to the control plane.
     ControlPlane,
+    /// Only the machine's traffic to and from the other machines (a node–node partition):
+    /// the control plane and storage stay reachable. Namespace machines only (a QEMU
+    /// machine's NIC is bridged past its namespace's routing); it combines with
+    /// [`Cut::ControlPlane`] (partition twice) to isolate a machine from everything but
+    /// storage.
+    Peers,
 }
 
 /// A running lab. Dropping it tears it down.
@@ -135,6 +141,8 @@ pub struct Lab {
     registry: Option<parking_lot::Mutex<Registry>>,
     hub_ns: String,
     cuts: forwarder::CutSet,
+    /// Machines (by index) cut from their peers ([`Cut::Peers`]).
+    peer_cuts: parking_lot::Mutex<std::collections::BTreeSet<usize>>,
     reaper: Option<Child>,
     keep_dir: bool,
     stopped: bool,
@@ -187,6 +195,7 @@ impl Lab {
             pdu: None,
             registry: None,
             cuts: forwarder::CutSet::default(),
+            peer_cuts: Default::default(),
             reaper: None,
             keep_dir,
             stopped: false,
@@ -587,10 +596,53 @@ for ns in $(ip netns list 2>/dev/null | awk '{{print $1}}' | grep '^pl{id}-'); d
             .machines
             .get(index)
             .ok_or_else(|| LabError::NoSuchMachine(index.to_string()))?;
-        // Control-plane traffic goes silent either way, so a cut never lets a request through.
-        self.cuts.cut(IpAddr::V4(m.address()));
+        match cut {
+            Cut::Peers => return self.cut_peers(m),
+            // Control-plane traffic goes silent either way, so a cut never lets a request
+            // through.
+            Cut::All | Cut::ControlPlane => self.cuts.cut(IpAddr::V4(m.address())),
+        }
         if cut == Cut::All {
             netns::ip(&["-n", &self.hub_ns, "link", "set", &m.hub_link, "down"])?;
+        }
+        Ok(())
+    }
+
+    /// Black-holes traffic between `m` and every other machine, both ways (a route in each
+    /// namespace), so neither side's packets leave.
+    fn cut_peers(&self, m: &Machine) -> Result<()> {
+        if m.kind != MachineKind::Namespace {
+            return Err(LabError::Other(format!(
+                "{}: a peer cut needs namespace machines (a QEMU machine's NIC is bridged past \
+                 its namespace's routes)",
+                m.name
+            )));
+        }
+        self.peer_cuts.lock().insert(m.index);
+        for other in self.machines.iter().filter(|o| o.index != m.index) {
+            for (from, to) in [(m, other), (other, m)] {
+                let dest = format!("{}/32", to.address());
+                // `replace`: a second cut of the same pair is not an error.
+                netns::ip(&["-n", &from.netns, "route", "replace", "blackhole", &dest])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes `m`'s peer routes, keeping any other machine's peer cut in place.
+    fn heal_peers(&self, m: &Machine) -> Result<()> {
+        let mut cut = self.peer_cuts.lock();
+        if !cut.remove(&m.index) {
+            return Ok(());
+        }
+        for other in self.machines.iter().filter(|o| o.index != m.index) {
+            if cut.contains(&other.index) {
+                continue;
+            }
+            for (from, to) in [(m, other), (other, m)] {
+                let dest = format!("{}/32", to.address());
+                netns::ip(&["-n", &from.netns, "route", "del", "blackhole", &dest])?;
+            }
         }
         Ok(())
     }
@@ -603,7 +655,7 @@ for ns in $(ip netns list 2>/dev/null | awk '{{print $1}}' | grep '^pl{id}-'); d
             .ok_or_else(|| LabError::NoSuchMachine(index.to_string()))?;
         netns::ip(&["-n", &self.hub_ns, "link", "set", &m.hub_link, "up"])?;
         self.cuts.heal(IpAddr::V4(m.address()));
-        Ok(())
+        self.heal_peers(m)
     }
 
     /// The runtime the lab's own tasks (the API front door) run on.
@@ -742,6 +794,9 @@ pub fn bin_path(name: &str) -> Result<PathBuf> {
     candidates
         .into_iter()
         .find(|p| p.is_file())
+        // Absolute: the path is written into machines' boot scripts, which run elsewhere (a
+        // relative PALISADE_BIN_DIR made every namespace machine fail to boot).
+        .and_then(|p| std::path::absolute(&p).ok())
         .ok_or_else(|| LabError::MissingTool {
             tool: name.into(),
             hint: "build it first: cargo build --workspace --bins".into(),

@@ -203,6 +203,11 @@ impl Pdu {
         }
     }
 
+    /// The process id of the PDU's agent (`snmpd`), for a fault that freezes it.
+    pub fn pid(&self) -> u32 {
+        self.daemon.pid()
+    }
+
     pub(crate) fn stop(&mut self) {
         self.daemon.stop(Duration::from_secs(2));
     }

@@ -3,24 +3,8 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 use palisade_lab::{Lab, SnmpCred};
-
-/// Polls `f` until it returns `Some`, or panics with `what` after `timeout`.
-pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// Runs ipmitool against machine `i`'s BMC with the lab credentials (password from a file).
 pub fn ipmitool(lab: &Lab, i: usize, args: &[&str]) -> Output {

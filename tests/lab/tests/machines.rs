@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use common::*;
 use palisade_lab::{Lab, LabConfig, SnmpCred};
+use palisade_test_support::eventually;
 
 const TREE: &str = "sh -c 'sleep infinity & sleep infinity' & exec sleep infinity";
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use palisade_lab::{netns, Cut, Lab, LabConfig};
+use palisade_test_support::eventually;
 
 /// Serves "pong" once per connection on `addr` inside `ns`, from a thread of this process.
 fn pong_server(ns: &str, addr: SocketAddr) {
@@ -110,6 +111,68 @@ fn partitions_cut_traffic_both_ways_heal_restores_it_and_processes_keep_running(
     eventually("API after heal", Duration::from_secs(10), || {
         api_reachable(&lab, 0).then_some(())
     });
+}
+
+#[test]
+fn a_peer_cut_separates_machines_only_and_heals_without_undoing_another() {
+    let lab = Lab::start(LabConfig {
+        machines: 3,
+        pdu: false,
+        machine_command: "exec sleep infinity".into(),
+        ..Default::default()
+    })
+    .expect("lab starts");
+    let ms = lab.machines();
+    let to: Vec<SocketAddr> = ms.iter().map(|m| (m.address(), 7000).into()).collect();
+    for (m, addr) in ms.iter().zip(&to) {
+        pong_server(m.netns(), *addr);
+    }
+    // A service in the hub, where the storage's data path lives.
+    let hub: SocketAddr = (netns::HUB_ADDR, 7001).into();
+    pong_server(lab.hub_netns(), hub);
+    let link = |a: usize, b: usize| reaches(ms[a].netns(), to[b]) && reaches(ms[b].netns(), to[a]);
+    let cut_both_ways =
+        |a: usize, b: usize| !reaches(ms[a].netns(), to[b]) && !reaches(ms[b].netns(), to[a]);
+    assert!(link(0, 1) && link(0, 2) && link(1, 2));
+
+    // m0 from its peers: both directions to each peer; the hub and the API still answer.
+    lab.partition(0, Cut::Peers).unwrap();
+    assert!(cut_both_ways(0, 1) && cut_both_ways(0, 2));
+    assert!(link(1, 2), "the other machines still reach each other");
+    assert!(
+        reaches(ms[0].netns(), hub),
+        "m0 still reaches the hub (storage)"
+    );
+    assert!(api_reachable(&lab, 0), "m0 still reaches the API server");
+
+    // Also from the control plane: only the hub's other services are left.
+    lab.partition(0, Cut::ControlPlane).unwrap();
+    assert!(!api_reachable(&lab, 0));
+    assert!(reaches(ms[0].netns(), hub));
+    assert!(cut_both_ways(0, 1));
+
+    // m1 from its peers too; healing m0 must not reopen m1's cut.
+    lab.partition(1, Cut::Peers).unwrap();
+    lab.heal(0).unwrap();
+    eventually("m0 reaches m2 after heal", Duration::from_secs(10), || {
+        link(0, 2).then_some(())
+    });
+    assert!(cut_both_ways(0, 1), "m1's peer cut still holds m0 -> m1");
+    assert!(cut_both_ways(1, 2), "m1's peer cut still holds m1 -> m2");
+    eventually(
+        "m0 reaches the API after heal",
+        Duration::from_secs(10),
+        || api_reachable(&lab, 0).then_some(()),
+    );
+    lab.heal(1).unwrap();
+    eventually(
+        "every link after the last heal",
+        Duration::from_secs(10),
+        || (link(0, 1) && link(0, 2) && link(1, 2)).then_some(()),
+    );
+    // Healing a machine that was never cut from its peers changes nothing.
+    lab.heal(2).unwrap();
+    assert!(link(0, 1) && link(1, 2));
 }
 
 fn netns_with_prefix(prefix: &str) -> Vec<String> {

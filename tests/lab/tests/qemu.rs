@@ -11,6 +11,7 @@ use palisade_lab::process::{alive, pids_with_env, LAB_ENV};
 use palisade_lab::{
     Cut, Lab, LabConfig, LabError, MachineKind, QemuConfig, SnmpCred, WatchdogAction,
 };
+use palisade_test_support::eventually;
 
 /// Generous: a boot is a few seconds alone, but the machine may be busy with a build.
 const BOOT: Duration = Duration::from_secs(120);

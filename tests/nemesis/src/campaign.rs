@@ -42,15 +42,24 @@ pub struct Config {
     /// Bugs planted in the controllers (`palisade_controller::planted` names; debug builds
     /// only): a negative control, which must end in violations.
     pub planted: Vec<String>,
+    /// Draw only these fault classes ([`schedule::classes`] names; empty: every class).
+    pub only: Vec<String>,
 }
 
 impl Config {
     /// The command that replays this campaign.
     pub fn replay(&self) -> String {
-        format!(
+        let mut cmd = format!(
             "hack/chaos.sh --lab --seed {} --events {} --minutes {} --machines {} --writers {}",
             self.seed, self.events, self.minutes, self.machines, self.writers
-        )
+        );
+        for c in &self.only {
+            cmd.push_str(&format!(" --only {c}"));
+        }
+        for p in &self.planted {
+            cmd.push_str(&format!(" --plant {p}"));
+        }
+        cmd
     }
 }
 
@@ -107,7 +116,8 @@ fn say(start: Instant, what: &str) {
 pub fn run(cfg: &Config) -> Result<Outcome> {
     let start = Instant::now();
     std::fs::create_dir_all(&cfg.out).with_context(|| format!("creating {}", cfg.out.display()))?;
-    let schedule = schedule::generate(cfg.seed, cfg.events, cfg.machines, cfg.writers);
+    let schedule =
+        schedule::generate_only(cfg.seed, cfg.events, cfg.machines, cfg.writers, &cfg.only);
     let world = World::start(
         &WorldConfig {
             machines: cfg.machines,
@@ -181,7 +191,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             });
         }
     }
-    for record in world.bridge.audit() {
+    for record in world.bridge().audit() {
         h.push(Record::Audit { t: h.t(), record });
     }
     for w in &world.writers {

@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use palisade_model::nodefence::Phase;
 
 use crate::history::{FenceSnapshot, Record};
+use crate::schedule::Fault;
 
 /// One broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,6 +98,83 @@ pub fn check_all(history: &[Record]) -> Vec<Violation> {
     out.extend(check_tokens(history));
     out.extend(check_replacements(history));
     out.extend(check_power_truth(history));
+    out.extend(check_causes(history));
+    out
+}
+
+/// How long after a fault's heal a fence it caused may first be observed (detection, a
+/// leader change, a slow status write, the observer's poll).
+const CAUSE_WINDOW_S: f64 = 120.0;
+
+/// True when `fault` may silence its machine's heartbeat long enough to justify a fence. A
+/// peer cut, a frozen BMC alone and the control plane's own outages do not: a fence after
+/// them means the controller fenced a node that only looked silent because the controller's
+/// side was blind (the quorum guard's case) or for a reason that is not the node's.
+fn may_silence(fault: &Fault) -> bool {
+    !matches!(
+        fault,
+        Fault::PeerCut { .. } | Fault::BmcFreeze { .. } | Fault::ApiRestartDuringPeerCut { .. }
+    ) && fault.target().is_some()
+}
+
+/// Never fence on doubt: every NodeFence has a cause in the history, a fault that silenced
+/// its node ([`may_silence`]) and was applied before the fence was first seen and healed at
+/// most [`CAUSE_WINDOW_S`] before. A fence after an API server or etcd outage alone (every
+/// heartbeat stale at once), after a peer cut, or of a node no fault touched is a violation.
+fn check_causes(history: &[Record]) -> Vec<Violation> {
+    // Per event: (machine, fault, applied at, last heal at).
+    let mut events: BTreeMap<usize, (&str, &Fault, f64, f64)> = BTreeMap::new();
+    let mut first_seen: BTreeMap<&str, (&str, f64)> = BTreeMap::new();
+    for r in history {
+        match r {
+            Record::Fault {
+                t,
+                event,
+                fault,
+                machine: Some(m),
+                ..
+            } => {
+                events
+                    .entry(*event)
+                    .or_insert((m.as_str(), fault, *t, f64::INFINITY));
+            }
+            Record::Heal { t, event, .. } => {
+                if let Some(e) = events.get_mut(event) {
+                    e.3 = *t;
+                }
+            }
+            Record::Phase { t, snapshot, .. } => {
+                first_seen
+                    .entry(snapshot.uid.as_str())
+                    .or_insert((snapshot.node.as_str(), *t));
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for (uid, (node, seen)) in first_seen {
+        let caused = events.values().any(|(m, fault, applied, healed)| {
+            *m == node && may_silence(fault) && *applied <= seen && seen <= healed + CAUSE_WINDOW_S
+        });
+        if !caused {
+            let near: Vec<String> = events
+                .iter()
+                .filter(|(_, (_, _, applied, healed))| {
+                    *applied <= seen && seen <= healed + CAUSE_WINDOW_S
+                })
+                .map(|(i, (m, f, applied, _))| {
+                    format!("event {i} {} on {m} at {applied:.1}s", f.class())
+                })
+                .collect();
+            out.push(Violation {
+                check: "fence-without-cause",
+                detail: format!(
+                    "NodeFence uid {uid} for {node}, first seen at {seen:.1}s: no fault silenced {node} before it (faults in the window: {})",
+                    if near.is_empty() { "none".to_string() } else { near.join(", ") }
+                ),
+            });
+        }
+    }
     out
 }
 
@@ -251,7 +329,24 @@ pub fn check_snapshot(s: &FenceSnapshot, pod_nodes: &BTreeMap<String, String>) -
             Some(_) => {}
         }
     }
+    // What the verified levels cover: a power off (or a trusted self-fence) stops every
+    // process of the node; a storage block alone stops only I/O to the blocked volumes.
+    let stops_processes = s.evidence.iter().any(|e| {
+        s.verified_levels.contains(&e.level)
+            && matches!(e.kind.as_str(), "PowerOff" | "SelfFenceTimeout")
+    });
     for p in &s.released {
+        // The observer records the writers' pods (each behind an RWO volume); any other pod
+        // (the volume-less identity) keeps running unless the node's processes were stopped.
+        if !pod_nodes.contains_key(&p.uid) && !stops_processes && !s.verified_levels.is_empty() {
+            out.push(Violation {
+                check: "release-not-covered",
+                detail: format!(
+                    "NodeFence {} ({}) released {}/{} (uid {}), which mounts no volume, on storage evidence alone ({:?}): its process may still run",
+                    s.fence, s.node, p.namespace, p.name, p.uid, s.evidence
+                ),
+            });
+        }
         if let Some(node) = pod_nodes.get(&p.uid) {
             if node != &s.node {
                 out.push(Violation {
@@ -361,6 +456,103 @@ mod tests {
         }
     }
 
+    /// A fault that explains a fence of m0: m0 cut off at 0 s, healed at 1 s.
+    fn cut_m0(event: usize, fault: Fault, healed: f64) -> Vec<Record> {
+        vec![
+            Record::Fault {
+                t: 0.0,
+                event,
+                fault,
+                machine: Some("m0".into()),
+                detail: String::new(),
+            },
+            Record::Heal {
+                t: healed,
+                event,
+                detail: String::new(),
+            },
+        ]
+    }
+
+    fn with_cause(h: &[Record]) -> Vec<Record> {
+        let cut = Fault::CutAll {
+            target: crate::schedule::Target::Machine(0),
+            hold_ms: 1_000,
+        };
+        let mut out = cut_m0(0, cut, 1.0);
+        out.extend_from_slice(h);
+        out
+    }
+
+    #[test]
+    fn a_fence_needs_a_fault_that_silenced_its_node() {
+        use crate::schedule::Target;
+        let fence = || seen(snapshot(), None, None); // first seen at 2 s
+        let only = |v: Vec<Violation>| -> Vec<&'static str> {
+            v.into_iter()
+                .map(|v| v.check)
+                .filter(|c| *c == "fence-without-cause")
+                .collect()
+        };
+        // No fault at all: a fence from nowhere.
+        assert_eq!(only(check_all(&[fence()])), ["fence-without-cause"]);
+        // m0 cut off before: explained.
+        assert!(only(check_all(&with_cause(&[fence()]))).is_empty());
+        // A peer cut or a frozen BMC does not silence a node's heartbeat.
+        for f in [
+            Fault::PeerCut {
+                target: Target::Machine(0),
+                hold_ms: 1_000,
+            },
+            Fault::BmcFreeze {
+                target: Target::Machine(0),
+                hold_ms: 1_000,
+            },
+        ] {
+            let mut h = cut_m0(0, f, 1.0);
+            h.push(fence());
+            assert_eq!(only(check_all(&h)), ["fence-without-cause"]);
+        }
+        // An etcd freeze makes every heartbeat stale at once: the quorum guard's case.
+        let mut h = vec![Record::Fault {
+            t: 0.0,
+            event: 0,
+            fault: Fault::EtcdFreeze { hold_ms: 1_000 },
+            machine: None,
+            detail: String::new(),
+        }];
+        h.push(fence());
+        let v = check_all(&h);
+        assert_eq!(only(v.clone()), ["fence-without-cause"]);
+        assert!(
+            v[0].detail.contains("first seen at 2.0s"),
+            "{}",
+            v[0].detail
+        );
+        // A cut of another machine does not explain m0's fence.
+        let mut h = with_cause(&[]);
+        if let Record::Fault { machine, .. } = &mut h[0] {
+            *machine = Some("m1".into());
+        }
+        h.push(fence());
+        assert_eq!(only(check_all(&h)), ["fence-without-cause"]);
+        // A cut healed long before the fence is no cause.
+        let cut = Fault::CutAll {
+            target: Target::Machine(0),
+            hold_ms: 1_000,
+        };
+        let mut h = cut_m0(0, cut, 1.0);
+        h.push(Record::Phase {
+            t: 1.0 + CAUSE_WINDOW_S + 1.0,
+            phase: "Pending".into(),
+            message: String::new(),
+            snapshot: snapshot(),
+            boot_before: None,
+            boot_after: None,
+        });
+        assert_eq!(only(check_all(&h)), ["fence-without-cause"]);
+    }
+
     fn seen(s: FenceSnapshot, before: Option<&str>, after: Option<&str>) -> Record {
         Record::Phase {
             t: 2.0,
@@ -385,38 +577,52 @@ mod tests {
             seen(fencing.clone(), Some("boot-1"), Some("boot-1")),
             seen(released.clone(), Some("boot-1"), Some("boot-2")),
         ];
-        assert!(check_all(&cycled).is_empty(), "{:?}", check_all(&cycled));
+        assert!(
+            check_all(&with_cause(&cycled)).is_empty(),
+            "{:?}",
+            check_all(&with_cause(&cycled))
+        );
         // A sample that raced recovery's power on read the old boot; the next one, the new.
         let raced = [
             seen(fencing.clone(), Some("boot-1"), Some("boot-1")),
             seen(released.clone(), Some("boot-1"), Some("boot-1")),
             seen(released.clone(), Some("boot-1"), Some("boot-2")),
         ];
-        assert!(check_all(&raced).is_empty(), "{:?}", check_all(&raced));
+        assert!(
+            check_all(&with_cause(&raced)).is_empty(),
+            "{:?}",
+            check_all(&with_cause(&raced))
+        );
         // Still off after the claim: fine.
         let off = [
             seen(fencing.clone(), Some("boot-1"), Some("boot-1")),
             seen(released.clone(), Some("boot-1"), None),
         ];
-        assert!(check_all(&off).is_empty());
+        assert!(check_all(&with_cause(&off)).is_empty());
         // The boot it ran before the claim, after the claim: it never went off.
         let never_off = [
             seen(fencing.clone(), Some("boot-1"), Some("boot-1")),
             seen(released.clone(), Some("boot-1"), Some("boot-1")),
         ];
-        let v = check_all(&never_off);
+        let v = check_all(&with_cause(&never_off));
         assert_eq!(v.len(), 1, "{v:?}");
         assert_eq!(v[0].check, "power-off-not-true");
         // Seen first only after the claim: nothing to compare with, nothing said.
-        assert!(check_all(&[seen(released, Some("boot-1"), Some("boot-1"))]).is_empty());
+        assert!(check_all(&with_cause(&[seen(
+            released,
+            Some("boot-1"),
+            Some("boot-1")
+        )]))
+        .is_empty());
         // Evidence that is not a power off (a storage block) claims nothing about power.
         let mut storage = snapshot();
         storage.evidence[0].kind = "StorageBlocked".into();
+        storage.released.clear();
         let blocked = [
             seen(fencing, Some("boot-1"), Some("boot-1")),
             seen(storage, Some("boot-1"), Some("boot-1")),
         ];
-        assert!(check_all(&blocked).is_empty());
+        assert!(check_all(&with_cause(&blocked)).is_empty());
     }
 
     fn release(s: FenceSnapshot) -> Vec<Record> {
@@ -482,6 +688,28 @@ mod tests {
         let v = check_all(&h);
         assert_eq!(v.len(), 1, "{v:?}");
         assert_eq!(v[0].check, "release-outside-fence");
+    }
+
+    #[test]
+    fn releasing_a_volume_less_pod_on_storage_evidence_alone_is_a_violation() {
+        let mut s = snapshot();
+        s.evidence[0].kind = "StorageBlocked".into();
+        // The writer's pod (recorded by the observer, so volume-backed): covered.
+        assert_eq!(check_all(&release(s.clone())), vec![]);
+        // A pod the observer never saw as a writer: the volume-less identity.
+        s.released[0].uid = "pod-identity".into();
+        let v = check_all(&release(s.clone()));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].check, "release-not-covered");
+        // The same release behind a power off: covered.
+        s.evidence.push(EvidenceRec {
+            level: 0,
+            device: "bridge://127.0.0.1:1/m0".into(),
+            kind: "PowerOff".into(),
+            observed: "off".into(),
+            at_us: 1_000,
+        });
+        assert_eq!(check_all(&release(s)), vec![]);
     }
 
     #[test]

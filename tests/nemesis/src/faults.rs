@@ -179,12 +179,8 @@ pub fn apply(world: &World, ev: &Event, h: &History) -> Result<()> {
             )));
         }
         Fault::ApiRestart { down_ms } => {
-            let cp = world
-                .lab
-                .control_plane()
-                .ok_or_else(|| anyhow::anyhow!("the lab has no control plane"))?;
             h.push(fault(format!("kube-apiserver down for {down_ms} ms")));
-            cp.restart_api_server(Duration::from_millis(*down_ms))?;
+            control_plane(world)?.restart_api_server(Duration::from_millis(*down_ms))?;
             h.push(heal("kube-apiserver ready again".into()));
         }
         Fault::BmcFreeze { hold_ms, .. } => match world.bmc_pid(i) {
@@ -211,8 +207,130 @@ pub fn apply(world: &World, ev: &Event, h: &History) -> Result<()> {
             }
             None => h.push(skip(format!("m{i}'s BMC is not running"))),
         },
+        Fault::PeerCut { hold_ms, .. } => {
+            world.lab.partition(i, Cut::Peers)?;
+            h.push(fault(format!("Peers cut for {hold_ms} ms")));
+            sleep_ms(*hold_ms);
+            world.lab.heal(i)?;
+            h.push(heal("peer links restored".into()));
+        }
+        Fault::IsolatedButStorage { hold_ms, .. } => {
+            world.lab.partition(i, Cut::ControlPlane)?;
+            world.lab.partition(i, Cut::Peers)?;
+            h.push(fault(format!(
+                "ControlPlane and Peers cut for {hold_ms} ms (storage reachable)"
+            )));
+            sleep_ms(*hold_ms);
+            world.lab.heal(i)?;
+            h.push(heal("control plane and peer links restored".into()));
+        }
+        Fault::ApiRestartDuringPeerCut { down_ms, .. } => {
+            world.lab.partition(i, Cut::Peers)?;
+            h.push(fault(format!(
+                "Peers cut; kube-apiserver down for {down_ms} ms"
+            )));
+            let restarted =
+                control_plane(world)?.restart_api_server(Duration::from_millis(*down_ms));
+            world.lab.heal(i)?;
+            restarted?;
+            h.push(heal(
+                "kube-apiserver ready again; peer links restored".into(),
+            ));
+        }
+        Fault::EtcdFreeze { hold_ms } => {
+            let cp = control_plane(world)?;
+            match cp.pid("etcd") {
+                Some(pid) => {
+                    let pid = pid as i32;
+                    h.push(fault(format!("etcd {}", signal(pid, Signal::SIGSTOP))));
+                    sleep_ms(*hold_ms);
+                    h.push(heal(format!("etcd {}", signal(pid, Signal::SIGCONT))));
+                }
+                None => h.push(skip("etcd is not running".into())),
+            }
+        }
+        Fault::EtcdRestart { down_ms } => {
+            h.push(fault(format!("etcd down for {down_ms} ms")));
+            control_plane(world)?.restart("etcd", Duration::from_millis(*down_ms))?;
+            h.push(heal("etcd back; kube-apiserver ready".into()));
+        }
+        Fault::ControllersRestartTogether { down_ms } => {
+            let mut c = world.controllers();
+            let ids = ["palisade-0", "palisade-1"];
+            for id in ids {
+                c.kill(id);
+            }
+            h.push(fault(format!("SIGKILL {ids:?}")));
+            sleep_ms(*down_ms);
+            for id in ids {
+                c.spawn(id)?;
+            }
+            h.push(heal(format!("{ids:?} started together")));
+        }
+        Fault::BridgeCrashDuringCut {
+            hold_ms,
+            crash_after_ms,
+            down_ms,
+            ..
+        } => {
+            world.lab.partition(i, Cut::All)?;
+            h.push(fault(format!(
+                "All cut for {hold_ms} ms; the bridge crashes after {crash_after_ms} ms for \
+                 {down_ms} ms"
+            )));
+            sleep_ms(*crash_after_ms);
+            world.bridge().proc.kill();
+            h.push(fault("SIGKILL firmware-bridge during the cut".into()));
+            sleep_ms(*down_ms);
+            let started = world.bridge().start_again();
+            h.push(heal(match &started {
+                Ok(()) => "firmware-bridge started again".into(),
+                Err(e) => format!("firmware-bridge did not start again: {e:#}"),
+            }));
+            sleep_ms(hold_ms.saturating_sub(crash_after_ms + down_ms));
+            world.lab.heal(i)?;
+            h.push(heal("cut healed".into()));
+            started?;
+        }
+        Fault::DevicesDownDuringCut { hold_ms, .. } => {
+            let bmc = world.bmc_pid(i);
+            let pdu = world.lab.pdu().map(|p| p.pid() as i32);
+            let frozen: Vec<String> = bmc
+                .iter()
+                .map(|pid| format!("BMC {}", signal(*pid, Signal::SIGSTOP)))
+                .chain(
+                    pdu.iter()
+                        .map(|pid| format!("PDU {}", signal(*pid, Signal::SIGSTOP))),
+                )
+                .collect();
+            world.lab.partition(i, Cut::All)?;
+            h.push(fault(format!(
+                "{}; All cut for {hold_ms} ms",
+                frozen.join("; ")
+            )));
+            sleep_ms(*hold_ms);
+            world.lab.heal(i)?;
+            h.push(heal("cut healed; devices still frozen".into()));
+            sleep_ms(2_000);
+            let resumed: Vec<String> = pdu
+                .iter()
+                .map(|pid| format!("PDU {}", signal(*pid, Signal::SIGCONT)))
+                .chain(
+                    bmc.iter()
+                        .map(|pid| format!("BMC {}", signal(*pid, Signal::SIGCONT))),
+                )
+                .collect();
+            h.push(heal(resumed.join("; ")));
+        }
     }
     Ok(())
+}
+
+fn control_plane(world: &World) -> Result<&palisade_lab::ControlPlane> {
+    world
+        .lab
+        .control_plane()
+        .ok_or_else(|| anyhow::anyhow!("the lab has no control plane"))
 }
 
 /// The leading replica and its pid, if one holds the Lease and runs here.

@@ -35,6 +35,10 @@ struct Args {
     /// only): `TrustCommand` or `ReleaseUnverified`. Repeatable. The campaign must then fail.
     #[arg(long = "plant")]
     planted: Vec<String>,
+    /// Draw only this fault class (repeatable; default: every class). `--only list` prints
+    /// the classes.
+    #[arg(long = "only")]
+    only: Vec<String>,
     /// Output directory (history.jsonl, report.txt, logs/ on failure); default
     /// target/chaos/lab-seed<SEED>.
     #[arg(long)]
@@ -78,6 +82,20 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    if args.only.iter().any(|c| c == "list") {
+        for c in palisade_nemesis::schedule::classes() {
+            println!("{c}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    if let Some(bad) = args
+        .only
+        .iter()
+        .find(|c| !palisade_nemesis::schedule::classes().any(|k| k == c.as_str()))
+    {
+        eprintln!("palisade-nemesis: --only {bad}: no such fault class (--only list prints them)");
+        return ExitCode::from(2);
+    }
     if args.events == 0 || args.minutes == 0 {
         eprintln!("palisade-nemesis: --events and --minutes must be positive");
         return ExitCode::from(2);
@@ -99,6 +117,7 @@ fn main() -> ExitCode {
             .unwrap_or_else(|| PathBuf::from(format!("target/chaos/lab-seed{seed}"))),
         settle_timeout: Duration::from_secs(args.settle_seconds),
         planted: args.planted.clone(),
+        only: args.only.clone(),
     };
     println!(
         "palisade-nemesis: seed {seed}; replay with: {}",

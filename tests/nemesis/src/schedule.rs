@@ -115,6 +115,68 @@ pub enum Fault {
         /// How long.
         hold_ms: u64,
     },
+    /// A node–node partition: the machine's traffic to and from every other machine is
+    /// black-holed; the control plane and storage stay reachable.
+    PeerCut {
+        /// Whom.
+        target: Target,
+        /// How long.
+        hold_ms: u64,
+    },
+    /// The machine is cut off the control plane and from its peers but still reaches its
+    /// storage: its writer could keep writing, so only a verified fence may release it.
+    IsolatedButStorage {
+        /// Whom.
+        target: Target,
+        /// How long.
+        hold_ms: u64,
+    },
+    /// kube-apiserver is down while a machine is cut off from its peers: that machine cannot
+    /// learn that the outage is everyone's.
+    ApiRestartDuringPeerCut {
+        /// Whom.
+        target: Target,
+        /// How long the API server is down (the peer cut lasts as long, plus the restart).
+        down_ms: u64,
+    },
+    /// etcd is SIGSTOPped (the API server answers, but can neither read nor write), then
+    /// resumed: every Lease looks stale at once when it returns.
+    EtcdFreeze {
+        /// How long.
+        hold_ms: u64,
+    },
+    /// etcd is stopped and started again on its data.
+    EtcdRestart {
+        /// How long it is down.
+        down_ms: u64,
+    },
+    /// Both controller replicas are SIGKILLed and started again at the same instant (both
+    /// race for the Lease).
+    ControllersRestartTogether {
+        /// How long both stay dead.
+        down_ms: u64,
+    },
+    /// A machine is cut off completely and the firmware-bridge crashes (SIGKILL) while the
+    /// fence runs; it is started again on its state after `down_ms`.
+    BridgeCrashDuringCut {
+        /// Whom.
+        target: Target,
+        /// How long the cut lasts.
+        hold_ms: u64,
+        /// When, after the cut, the bridge crashes.
+        crash_after_ms: u64,
+        /// How long it stays down.
+        down_ms: u64,
+    },
+    /// The machine is cut off completely while every device that could fence it is frozen
+    /// (its BMC and the PDU's agent): nothing can verify a fence, so nothing may be released.
+    /// The cut heals first; the devices come back 2 s later.
+    DevicesDownDuringCut {
+        /// Whom.
+        target: Target,
+        /// How long.
+        hold_ms: u64,
+    },
 }
 
 impl Fault {
@@ -134,6 +196,14 @@ impl Fault {
             Fault::ApiRestart { .. } => "api-restart",
             Fault::BmcFreeze { .. } => "bmc-freeze",
             Fault::BmcFrozenDuringCut { .. } => "bmc-frozen-during-cut",
+            Fault::PeerCut { .. } => "peer-cut",
+            Fault::IsolatedButStorage { .. } => "isolated-but-storage",
+            Fault::ApiRestartDuringPeerCut { .. } => "api-restart-during-peer-cut",
+            Fault::EtcdFreeze { .. } => "etcd-freeze",
+            Fault::EtcdRestart { .. } => "etcd-restart",
+            Fault::ControllersRestartTogether { .. } => "controllers-restart-together",
+            Fault::BridgeCrashDuringCut { .. } => "bridge-crash-during-cut",
+            Fault::DevicesDownDuringCut { .. } => "devices-down-during-cut",
         }
     }
 
@@ -149,8 +219,18 @@ impl Fault {
             | Fault::AgentRestartWhilePartitioned { target, .. }
             | Fault::LeaderKillDuringCut { target, .. }
             | Fault::BmcFreeze { target, .. }
-            | Fault::BmcFrozenDuringCut { target, .. } => Some(*target),
-            Fault::LeaderKill { .. } | Fault::LeaderStop { .. } | Fault::ApiRestart { .. } => None,
+            | Fault::BmcFrozenDuringCut { target, .. }
+            | Fault::PeerCut { target, .. }
+            | Fault::IsolatedButStorage { target, .. }
+            | Fault::ApiRestartDuringPeerCut { target, .. }
+            | Fault::BridgeCrashDuringCut { target, .. }
+            | Fault::DevicesDownDuringCut { target, .. } => Some(*target),
+            Fault::LeaderKill { .. }
+            | Fault::LeaderStop { .. }
+            | Fault::ApiRestart { .. }
+            | Fault::EtcdFreeze { .. }
+            | Fault::EtcdRestart { .. }
+            | Fault::ControllersRestartTogether { .. } => None,
         }
     }
 
@@ -164,6 +244,9 @@ impl Fault {
                 | Fault::AgentRestartWhilePartitioned { .. }
                 | Fault::LeaderKillDuringCut { .. }
                 | Fault::BmcFrozenDuringCut { .. }
+                | Fault::IsolatedButStorage { .. }
+                | Fault::BridgeCrashDuringCut { .. }
+                | Fault::DevicesDownDuringCut { .. }
         )
     }
 }
@@ -183,6 +266,14 @@ const CLASSES: &[(&str, u32)] = &[
     ("api-restart", 1),
     ("bmc-freeze", 1),
     ("bmc-frozen-during-cut", 2),
+    ("peer-cut", 2),
+    ("isolated-but-storage", 2),
+    ("api-restart-during-peer-cut", 1),
+    ("etcd-freeze", 1),
+    ("etcd-restart", 1),
+    ("controllers-restart-together", 1),
+    ("bridge-crash-during-cut", 2),
+    ("devices-down-during-cut", 1),
 ];
 
 /// The names of every fault class the nemesis can draw.
@@ -205,12 +296,35 @@ pub struct Event {
 /// Guarantees: deterministic in its arguments; every machine index is below `machines`, every
 /// writer index below `writers`; every duration is bounded (no hold longer than 25 s).
 pub fn generate(seed: u64, events: usize, machines: usize, writers: usize) -> Vec<Event> {
+    generate_only(seed, events, machines, writers, &[])
+}
+
+/// As [`generate`], drawing only the classes named in `only` (empty: every class), with their
+/// usual weights. Names that are not classes are ignored; callers check them with
+/// [`classes`].
+pub fn generate_only(
+    seed: u64,
+    events: usize,
+    machines: usize,
+    writers: usize,
+    only: &[String],
+) -> Vec<Event> {
+    let drawn: Vec<(&str, u32)> = CLASSES
+        .iter()
+        .filter(|(c, _)| only.is_empty() || only.iter().any(|o| o == c))
+        .copied()
+        .collect();
+    let drawn = if drawn.is_empty() {
+        CLASSES.to_vec()
+    } else {
+        drawn
+    };
     let mut rng = StdRng::seed_from_u64(seed);
-    let total: u32 = CLASSES.iter().map(|(_, w)| w).sum();
+    let total: u32 = drawn.iter().map(|(_, w)| w).sum();
     (0..events)
         .map(|index| {
             let mut pick = rng.gen_range(0..total);
-            let class = CLASSES
+            let class = drawn
                 .iter()
                 .find(|(_, w)| {
                     if pick < *w {
@@ -272,9 +386,40 @@ pub fn generate(seed: u64, events: usize, machines: usize, writers: usize) -> Ve
                     target,
                     hold_ms: rng.gen_range(3_000..=15_000),
                 },
-                _ => Fault::BmcFrozenDuringCut {
+                "bmc-frozen-during-cut" => Fault::BmcFrozenDuringCut {
                     target,
                     hold_ms: cut_hold.max(12_000),
+                },
+                "peer-cut" => Fault::PeerCut {
+                    target,
+                    hold_ms: cut_hold,
+                },
+                "isolated-but-storage" => Fault::IsolatedButStorage {
+                    target,
+                    hold_ms: cut_hold,
+                },
+                "api-restart-during-peer-cut" => Fault::ApiRestartDuringPeerCut {
+                    target,
+                    down_ms: rng.gen_range(2_000..=8_000),
+                },
+                "etcd-freeze" => Fault::EtcdFreeze {
+                    hold_ms: rng.gen_range(2_000..=12_000),
+                },
+                "etcd-restart" => Fault::EtcdRestart {
+                    down_ms: rng.gen_range(1_000..=6_000),
+                },
+                "controllers-restart-together" => Fault::ControllersRestartTogether {
+                    down_ms: rng.gen_range(500..=5_000),
+                },
+                "bridge-crash-during-cut" => Fault::BridgeCrashDuringCut {
+                    target,
+                    hold_ms: cut_hold.max(12_000),
+                    crash_after_ms: rng.gen_range(3_000..=6_000),
+                    down_ms: rng.gen_range(1_000..=5_000),
+                },
+                _ => Fault::DevicesDownDuringCut {
+                    target,
+                    hold_ms: cut_hold.max(10_000),
                 },
             };
             Event { index, fault }
@@ -302,13 +447,24 @@ mod tests {
                     None => {}
                 }
                 let json = serde_json::to_value(&e.fault).unwrap();
-                for key in ["hold_ms", "holdMs", "downMs", "cutMs", "healMs"] {
+                for key in ["holdMs", "downMs", "cutMs", "healMs", "crashAfterMs"] {
                     if let Some(ms) = json.get(key).and_then(|v| v.as_u64()) {
                         assert!(ms <= 25_000, "{e:?}");
                     }
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_restricted_schedule_draws_only_the_named_classes() {
+        let only = vec!["peer-cut".to_string(), "etcd-freeze".to_string()];
+        let events = generate_only(3, 60, 5, 2, &only);
+        let drawn: std::collections::BTreeSet<&str> =
+            events.iter().map(|e| e.fault.class()).collect();
+        assert_eq!(drawn, ["etcd-freeze", "peer-cut"].into_iter().collect());
+        // No restriction is the full draw.
+        assert_eq!(generate_only(3, 60, 5, 2, &[]), generate(3, 60, 5, 2));
     }
 
     #[test]

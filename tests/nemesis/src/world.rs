@@ -168,8 +168,8 @@ pub struct WorldConfig {
 pub struct World {
     /// The controllers (locked by the fault that kills, freezes or restarts one).
     pub controllers: Mutex<Controllers>,
-    /// The firmware-bridge.
-    pub bridge: FirmwareBridge,
+    /// The firmware-bridge (locked by the fault that crashes and restarts it).
+    pub bridge: Mutex<FirmwareBridge>,
     _attacher: Proc,
     /// The storage server.
     pub storage: Storage,
@@ -227,20 +227,25 @@ impl World {
                 &cluster.client,
                 &cluster.rt,
                 m.name(),
-                vec![(
-                    "bridge",
-                    vec![
-                        json!({"url": url, "kind": "Power"}),
-                        json!({"url": url, "kind": "Storage"}),
-                    ],
-                )],
+                // Power and storage first; when no power device answers, storage alone
+                // (what it verifies covers only the pods behind the blocked volumes).
+                vec![
+                    (
+                        "bridge",
+                        vec![
+                            json!({"url": url, "kind": "Power"}),
+                            json!({"url": url, "kind": "Storage"}),
+                        ],
+                    ),
+                    ("storage-only", vec![json!({"url": url, "kind": "Storage"})]),
+                ],
             )?;
         }
         say("storage, CSI attacher, firmware-bridge and two controllers running");
         let acks = lab.dir().join("acks");
         let world = World {
             controllers: Mutex::new(controllers),
-            bridge,
+            bridge: Mutex::new(bridge),
             _attacher: attacher,
             storage,
             cluster,
@@ -292,6 +297,16 @@ impl World {
                     "spec": {
                         "automountServiceAccountToken": false,
                         "terminationGracePeriodSeconds": 5,
+                        // Beside writer w0 when it can be: a fault on w0's machine then
+                        // fences a volume-backed and a volume-less pod together, which a
+                        // storage-only fence must tell apart.
+                        "affinity": {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                            "weight": 100,
+                            "podAffinityTerm": {
+                                "labelSelector": {"matchLabels": {"app": "w0"}},
+                                "topologyKey": "kubernetes.io/hostname"
+                            }
+                        }]}},
                         "containers": [{
                             "name": "app", "image": "host",
                             "command": ["/bin/sh", "-c", "exec sleep 864000"],
@@ -442,11 +457,16 @@ impl World {
     pub fn save_logs(&self, out: &Path) {
         let dir = out.join("logs");
         let _ = std::fs::create_dir_all(&dir);
+        // One guard: the lock is not reentrant.
+        let (bridge_log, audit_log) = {
+            let b = self.bridge();
+            (b.proc.log.clone(), b.audit_log.clone())
+        };
         let mut files = vec![
             self.lab.dir().join("controller-palisade-0.log"),
             self.lab.dir().join("controller-palisade-1.log"),
-            self.bridge.proc.log.clone(),
-            self.bridge.audit_log.clone(),
+            bridge_log,
+            audit_log,
             self.storage.proc.log.clone(),
         ];
         for m in self.lab.machines() {
@@ -471,5 +491,10 @@ impl World {
     /// The controllers, locked.
     pub fn controllers(&self) -> parking_lot::MutexGuard<'_, Controllers> {
         self.controllers.lock()
+    }
+
+    /// The firmware-bridge, locked.
+    pub fn bridge(&self) -> parking_lot::MutexGuard<'_, FirmwareBridge> {
+        self.bridge.lock()
     }
 }

@@ -9,10 +9,12 @@ use palisade_nemesis::history::{self, Record};
 use palisade_nemesis::schedule;
 use palisade_nemesis::{run, Config};
 
-/// The sample's seed. With 4 machines and 2 writers its 5 events are: the leader frozen, a
-/// writer's machine flapping, a writer's machine cut off (a fence and a release are
-/// expected), an agent restarted, and a writer's machine cut off with the leader killed
-/// during the fence.
+/// The sample's seed. With 4 machines and 2 writers its 5 events are: m1's agent frozen (a
+/// hung agent), a writer's machine cut off with the leader killed during the fence (a fence
+/// and a release are expected), etcd frozen (every heartbeat stale at once: no fence may
+/// follow), m2 cut off with its BMC frozen (the fence falls through to the PDU), and a
+/// writer's machine cut off while its BMC and the PDU are frozen (nothing can verify a fence:
+/// nothing may be released until they return).
 const SEED: u64 = 64;
 const EVENTS: usize = 5;
 
@@ -28,6 +30,7 @@ fn a_short_fixed_seed_campaign_keeps_at_most_one_and_loses_no_acknowledged_write
             .join(format!("nemesis-sample-{SEED}")),
         settle_timeout: Duration::from_secs(300),
         planted: Vec::new(),
+        only: Vec::new(),
     };
     let events = schedule::generate(SEED, EVENTS, cfg.machines, cfg.writers);
     assert!(

@@ -158,6 +158,24 @@ impl FirmwareBridge {
         })
     }
 
+    /// Starts the bridge again after a crash ([`Proc::kill`]) with the same configuration,
+    /// state directory and audit log, and waits for its listener.
+    pub fn start_again(&mut self) -> Result<()> {
+        self.proc.start_again()?;
+        let addr = self.addr.clone();
+        eventually(
+            "firmware-bridge listening again",
+            Duration::from_secs(30),
+            || std::net::TcpStream::connect(&addr).ok().map(|_| ()),
+        )
+        .with_context(|| {
+            format!(
+                "firmware-bridge did not start again; see {}",
+                self.proc.log.display()
+            )
+        })
+    }
+
     /// The `bridge://` device URL of a target (a machine name).
     pub fn url(&self, target: &str) -> String {
         url(&self.addr, target)

@@ -218,6 +218,7 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
     t.say(match opts.cut {
         Cut::All => "cutting m0 off the network (its link goes down; its processes keep running)",
         Cut::ControlPlane => "cutting m0 off the control plane only (it still reaches the storage and its peers; its processes keep running)",
+        Cut::Peers => "cutting m0 off its peers only (it still reaches the control plane and the storage)",
     });
     lab.partition(0, opts.cut)?;
     let cut = Instant::now();

@@ -4,9 +4,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret, ServiceAccount};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
@@ -163,17 +163,8 @@ pub fn namespace(c: &Client, rt: &tokio::runtime::Runtime, name: &str) -> Result
 }
 
 /// Polls `f` until it returns `Some`, failing with `what` after `timeout`.
-pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Result<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {timeout:?} waiting for: {what}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+pub fn eventually<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> Result<T> {
+    Ok(palisade_test_support::try_eventually(what, timeout, f)?)
 }
 
 /// A scenario's view of the cluster: a runtime for API calls and the admin client.
@@ -352,6 +343,10 @@ pub struct Proc {
     child: Child,
     /// Its log file.
     pub log: PathBuf,
+    // What it was started with, for [`Proc::start_again`].
+    path: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl Proc {
@@ -365,28 +360,63 @@ impl Proc {
     ) -> Result<Proc> {
         let path = palisade_lab::bin_path(bin)?;
         let log = lab.dir().join(format!("{log_name}.log"));
-        let out = std::fs::File::create(&log)?;
-        let child = Command::new(&path)
+        std::fs::File::create(&log)?;
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        // Marked with the lab id, like every lab process: if this test process dies without
+        // dropping the `Proc`, the lab's reaper still finds and kills it.
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .chain([(
+                palisade_lab::process::LAB_ENV.to_string(),
+                lab.id().to_string(),
+            )])
+            .collect();
+        let child = Self::launch(&path, &args, &env, &log)?;
+        Ok(Proc {
+            child,
+            log,
+            path,
+            args,
+            env,
+        })
+    }
+
+    fn launch(path: &Path, args: &[String], env: &[(String, String)], log: &Path) -> Result<Child> {
+        let out = std::fs::File::options().append(true).open(log)?;
+        Command::new(path)
             .args(args)
-            .envs(env.iter().copied())
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::from(out.try_clone()?))
             .stderr(Stdio::from(out))
             .spawn()
-            .with_context(|| format!("starting {}", path.display()))?;
-        Ok(Proc { child, log })
+            .with_context(|| format!("starting {}", path.display()))
     }
 
     /// True while the process runs.
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// SIGKILLs the process and reaps it (a crash, for a fault).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the process again with the same command line and environment, appending to
+    /// the same log. The old process is killed first if it still runs.
+    pub fn start_again(&mut self) -> Result<()> {
+        self.kill();
+        self.child = Self::launch(&self.path, &self.args, &self.env, &self.log)?;
+        Ok(())
+    }
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
 

@@ -15,6 +15,7 @@ use common::*;
 use palisade_labstore::checker::{analyze, entries_from};
 use palisade_labstore::record::parse_ack_log;
 use palisade_storagefw::NodeRef;
+use palisade_test_support::eventually_async;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -27,7 +28,7 @@ fn init() {
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn wait_acks(path: &std::path::Path, at_least: usize) {
-    eventually(
+    eventually_async(
         &format!("{} acks in {}", at_least, path.display()),
         WAIT,
         || async { (ack_count(path) >= at_least).then_some(()) },

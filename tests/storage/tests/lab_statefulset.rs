@@ -16,7 +16,7 @@ mod common;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{free_port, run_checker, volume_file, Pki, ServerProc};
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -27,23 +27,10 @@ use palisade_lab::{Cut, Lab, LabConfig};
 use palisade_labstore::kube_objects;
 use palisade_labstore::record::parse_ack_log;
 use palisade_storagefw::NodeRef;
+use palisade_test_support::eventually;
 use serde_json::json;
 
 const DATA: &str = "10.213.0.1:7000";
-
-fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 fn start_lab() -> Lab {
     let agent = palisade_lab::bin_path("palisade-node")

@@ -20,6 +20,7 @@ use palisade_lab::{Cut, Lab, LabConfig};
 use palisade_labstore::attacher::{DRIVER, FINALIZER};
 use palisade_labstore::kube_objects;
 use palisade_storagefw::NodeRef;
+use palisade_test_support::eventually_async;
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -120,21 +121,21 @@ fn attacher_follows_the_attachment_lifecycle_and_rwo_keeps_a_second_node_out() {
         .await
         .unwrap();
         let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
-        eventually("PVC bound", WAIT, || async {
+        eventually_async("PVC bound", WAIT, || async {
             let pvc = pvcs.get("data-web-0").await.ok()?;
             (pvc.status?.phase? == "Bound").then_some(())
         })
         .await;
 
         let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-        eventually("pod p1 created", WAIT, || async {
+        eventually_async("pod p1 created", WAIT, || async {
             pods.create(&PostParams::default(), &pod("p1", "n-a", "data-web-0"))
                 .await
                 .ok()
         })
         .await;
         let vas: Api<VolumeAttachment> = Api::all(client.clone());
-        let va = eventually("attachment on n-a attached", WAIT, || async {
+        let va = eventually_async("attachment on n-a attached", WAIT, || async {
             let va = attachments_on(&vas, "n-a").await.into_iter().next()?;
             va.status.as_ref()?.attached.then_some(va)
         })
@@ -150,14 +151,14 @@ fn attacher_follows_the_attachment_lifecycle_and_rwo_keeps_a_second_node_out() {
 
         // A second pod on another node wants the same RWO volume: the real attach-detach
         // controller refuses while the first attachment exists.
-        eventually("pod p2 created", WAIT, || async {
+        eventually_async("pod p2 created", WAIT, || async {
             pods.create(&PostParams::default(), &pod("p2", "n-b", "data-web-0"))
                 .await
                 .ok()
         })
         .await;
         let events: Api<Event> = Api::namespaced(client.clone(), "default");
-        let msg = eventually("Multi-Attach error event for p2", WAIT, || async {
+        let msg = eventually_async("Multi-Attach error event for p2", WAIT, || async {
             let list = events.list(&ListParams::default()).await.ok()?;
             list.items.into_iter().find_map(|e| {
                 let m = e.message.unwrap_or_default();
@@ -189,7 +190,7 @@ fn attacher_follows_the_attachment_lifecycle_and_rwo_keeps_a_second_node_out() {
         )
         .await
         .unwrap();
-        eventually("attachment on n-a gone", WAIT, || async {
+        eventually_async("attachment on n-a gone", WAIT, || async {
             attachments_on(&vas, "n-a").await.is_empty().then_some(())
         })
         .await;
@@ -197,7 +198,7 @@ fn attacher_follows_the_attachment_lifecycle_and_rwo_keeps_a_second_node_out() {
             admin.node("n-a").await.unwrap()["granted_volumes"],
             json!([])
         );
-        eventually("attachment on n-b attached", WAIT, || async {
+        eventually_async("attachment on n-b attached", WAIT, || async {
             let va = attachments_on(&vas, "n-b").await.into_iter().next()?;
             va.status.as_ref()?.attached.then_some(())
         })
@@ -230,7 +231,7 @@ fn writer_in(netns: &str, server: &str, pod_uid: &str, node: &str, ack_log: &Pat
 }
 
 async fn wait_acks(path: &Path, at_least: usize) {
-    eventually(
+    eventually_async(
         &format!("{at_least} acks in {}", path.display()),
         WAIT,
         || async { (ack_count(path) >= at_least).then_some(()) },

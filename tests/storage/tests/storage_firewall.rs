@@ -14,6 +14,7 @@ use palisade_labstore::framing::FrameRead;
 use palisade_labstore::pki::TestCa;
 use palisade_labstore::protocol::{ErrorCode, Response, MAX_FRAME, MAX_RECORD};
 use palisade_storagefw::{NodeRef, StorageFirewall, StorageFwError};
+use palisade_test_support::eventually_async;
 use tokio::io::AsyncReadExt;
 
 fn ip(s: &str) -> IpAddr {
@@ -233,7 +234,7 @@ async fn blocking_a_node_cuts_its_open_connections_and_refuses_its_writes() {
         .await
         .unwrap();
     m0.append("vol-a", b"m0".to_vec()).await.unwrap();
-    eventually(
+    eventually_async(
         "server registered both connections",
         Duration::from_secs(10),
         || async {

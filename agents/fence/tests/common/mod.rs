@@ -1,7 +1,7 @@
 //! Helpers shared by the lab tests: start a lab, build devices for its BMCs and PDU.
 #![allow(dead_code)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use palisade_fence::device::{Credentials, DeviceOptions};
 use palisade_fence::target::{
@@ -135,18 +135,6 @@ pub fn pdu(lab: &Lab, outlets: &[u32], profile: &str, snmp: Snmp) -> Device {
         options(),
     )
     .unwrap()
-}
-
-/// Polls `f` until it returns true, or panics after `timeout`.
-pub fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?}: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The machine's boot pid (changes on every boot).

@@ -16,6 +16,8 @@ use palisade_lab::Lab;
 use palisade_model::NodeFence;
 use serde_json::json;
 
+pub use palisade_test_support::eventually;
+
 /// Namespace of the controller's Lease and of the credential Secrets.
 pub const SYSTEM_NS: &str = "palisade-system";
 
@@ -32,11 +34,6 @@ pub fn rt() -> tokio::runtime::Runtime {
 /// The admin client.
 pub fn client(lab: &Lab, rt: &tokio::runtime::Runtime) -> Client {
     palisade_scenario::admin_client(lab, rt).expect("admin client")
-}
-
-/// Polls `f` until it returns `Some`, or panics after `timeout`.
-pub fn eventually<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
-    palisade_scenario::eventually(what, timeout, f).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Creates a namespace and waits for its default ServiceAccount token.

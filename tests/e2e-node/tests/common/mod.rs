@@ -10,6 +10,8 @@ use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use palisade_lab::Lab;
 
+pub use palisade_test_support::eventually;
+
 /// Agent settings the tests rely on.
 pub const SELF_FENCE_AFTER_S: f64 = 4.0;
 /// The lowered maximum restart backoff.
@@ -49,11 +51,6 @@ pub fn rt() -> tokio::runtime::Runtime {
 /// The admin client.
 pub fn client(lab: &Lab, rt: &tokio::runtime::Runtime) -> Client {
     palisade_scenario::admin_client(lab, rt).expect("admin client")
-}
-
-/// Polls `f` until it returns `Some`, or panics after `timeout`.
-pub fn eventually<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
-    palisade_scenario::eventually(what, timeout, f).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Creates a namespace and waits for its default ServiceAccount.

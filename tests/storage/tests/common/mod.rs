@@ -1,5 +1,5 @@
 //! Shared helpers for the storage integration tests: a throwaway PKI, the real server binary
-//! as a child process, and `eventually`.
+//! as a child process.
 
 #![allow(dead_code, missing_docs)]
 
@@ -7,29 +7,13 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use palisade_labstore::admin_client::AdminClient;
 use palisade_labstore::pki::TestCa;
 use palisade_storagefw::{Secret, StorageFirewall, StorageFwConfig, Target};
 
 pub const TOKEN: &str = "test-token-5f1c0a";
-
-/// Polls `f` until it returns `Some`, or panics with `what` at the deadline.
-pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let end = Instant::now() + deadline;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < end, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// Picks a free loopback port (bind to 0, read, release).
 pub fn free_port() -> u16 {

@@ -1,0 +1,211 @@
+//! Helpers shared by Palisade's tests, so that each is written once.
+//!
+//! For now that is polling with a deadline: end-to-end tests wait for the world to reach a
+//! state (a machine boots, a metric appears, a pod is replaced) with [`eventually`] instead of
+//! bare sleeps. [`try_eventually`] is the same for library code that reports a [`Timeout`]
+//! instead of panicking, and [`eventually_async`] polls an async condition on tokio's clock,
+//! so it also works under `tokio::time::pause()`.
+//!
+//! All three call the condition at once, then again after pauses that start at 50 ms and
+//! double up to 250 ms, never sleeping past the deadline.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// The first pause between two polls.
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+/// The longest pause between two polls.
+const MAX_PAUSE: Duration = Duration::from_millis(250);
+
+/// A condition did not hold before its deadline.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("timed out after {timeout:?} waiting for: {what}")]
+pub struct Timeout {
+    /// What was awaited, as the caller described it.
+    pub what: String,
+    /// How long it was awaited.
+    pub timeout: Duration,
+}
+
+/// Polls `f` until it returns `Some`, and returns its value; panics with a message naming
+/// `what` and `timeout` if that does not happen within `timeout`.
+///
+/// For a condition without a value, return `cond.then_some(())`.
+#[track_caller]
+pub fn eventually<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    match try_eventually(what, timeout, f) {
+        Ok(v) => v,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Polls `f` until it returns `Some`, and returns its value, or a [`Timeout`] naming `what`
+/// if that does not happen within `timeout`.
+///
+/// Guarantees: `f` is called at least once, even with a zero `timeout`, and the pauses between
+/// calls (which block the thread) never extend past the deadline.
+pub fn try_eventually<T>(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> Result<T, Timeout> {
+    let deadline = Instant::now().checked_add(timeout);
+    let mut pause = FIRST_PAUSE;
+    loop {
+        if let Some(v) = f() {
+            return Ok(v);
+        }
+        let remaining = deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        if remaining.is_zero() {
+            return Err(Timeout {
+                what: what.to_string(),
+                timeout,
+            });
+        }
+        std::thread::sleep(next_pause(&mut pause, remaining));
+    }
+}
+
+/// Polls the future that `f` makes until it resolves to `Some`, and returns its value; panics
+/// with a message naming `what` and `timeout` if that does not happen within `timeout`.
+///
+/// Sleeps with `tokio::time::sleep` and measures the deadline on tokio's clock, so under
+/// `tokio::time::pause()` the wait takes no real time. For a condition without a value,
+/// return `cond.then_some(())`.
+pub async fn eventually_async<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now().checked_add(timeout);
+    let mut pause = FIRST_PAUSE;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        let remaining = deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(tokio::time::Instant::now())
+        });
+        if remaining.is_zero() {
+            let e = Timeout {
+                what: what.to_string(),
+                timeout,
+            };
+            panic!("{e}");
+        }
+        tokio::time::sleep(next_pause(&mut pause, remaining)).await;
+    }
+}
+
+/// The pause before the next poll: the current `pause`, but no longer than `remaining`.
+/// Doubles `pause` for the time after, up to [`MAX_PAUSE`].
+fn next_pause(pause: &mut Duration, remaining: Duration) -> Duration {
+    let now = (*pause).min(remaining);
+    *pause = (*pause * 2).min(MAX_PAUSE);
+    now
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    #[test]
+    fn pauses_double_from_50_ms_up_to_250_ms() {
+        let mut pause = FIRST_PAUSE;
+        let pauses: Vec<u64> = (0..5)
+            .map(|_| next_pause(&mut pause, Duration::MAX).as_millis() as u64)
+            .collect();
+        assert_eq!(pauses, [50, 100, 200, 250, 250]);
+    }
+
+    #[test]
+    fn a_pause_never_reaches_past_the_deadline() {
+        let mut pause = MAX_PAUSE;
+        assert_eq!(
+            next_pause(&mut pause, Duration::from_millis(30)),
+            Duration::from_millis(30)
+        );
+    }
+
+    #[test]
+    fn a_condition_that_comes_true_after_some_polls_returns_its_value() {
+        let calls = Cell::new(0);
+        let v = eventually("the third poll", Duration::from_secs(60), || {
+            calls.set(calls.get() + 1);
+            (calls.get() == 3).then_some("ready")
+        });
+        assert_eq!(v, "ready");
+        assert_eq!(calls.get(), 3);
+    }
+
+    #[test]
+    fn a_condition_that_already_holds_is_polled_once_even_with_no_time_left() {
+        let calls = Cell::new(0);
+        let v = try_eventually("nothing", Duration::ZERO, || {
+            calls.set(calls.get() + 1);
+            Some(7)
+        });
+        assert_eq!(v, Ok(7));
+        assert_eq!(calls.get(), 1);
+    }
+
+    #[test]
+    fn a_condition_that_never_holds_is_a_timeout_naming_what_was_awaited() {
+        let calls = Cell::new(0);
+        let e = try_eventually("the moon turning blue", Duration::from_millis(120), || {
+            calls.set(calls.get() + 1);
+            None::<()>
+        })
+        .unwrap_err();
+        assert_eq!(
+            e,
+            Timeout {
+                what: "the moon turning blue".into(),
+                timeout: Duration::from_millis(120),
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "timed out after 120ms waiting for: the moon turning blue"
+        );
+        assert!(calls.get() >= 2, "polled again before giving up");
+    }
+
+    #[test]
+    #[should_panic(expected = "timed out after 100ms waiting for: the moon turning blue")]
+    fn eventually_panics_naming_what_was_awaited() {
+        eventually("the moon turning blue", Duration::from_millis(100), || {
+            None::<()>
+        });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_async_condition_that_comes_true_later_returns_its_value() {
+        let start = tokio::time::Instant::now();
+        let ready_at = start + Duration::from_secs(3);
+        let v = eventually_async("three seconds", Duration::from_secs(10), || async {
+            (tokio::time::Instant::now() >= ready_at).then_some(42)
+        })
+        .await;
+        assert_eq!(v, 42);
+        // On the paused clock: found on the first poll at or after 3 s, pauses of 250 ms.
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_secs(3) && waited <= Duration::from_millis(3250),
+            "{waited:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    #[should_panic(expected = "timed out after 60s waiting for: the moon turning blue")]
+    async fn an_async_condition_that_never_holds_panics_naming_what_was_awaited() {
+        eventually_async("the moon turning blue", Duration::from_secs(60), || async {
+            None::<()>
+        })
+        .await;
+    }
+}
