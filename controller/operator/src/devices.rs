@@ -45,7 +45,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use palisade_fence::bridge::wire::StorageAction;
-use palisade_fence::bridge::BridgeDevice;
+use palisade_fence::bridge::{chain, BridgeDevice};
 use palisade_fence::{Credentials, Device, DeviceOptions, PowerDevice, Target};
 use palisade_model::nodefence::{
     AttemptOutcome, DeviceAction, DeviceAttempt, Evidence, EvidenceKind, PlannedDevice,
@@ -137,7 +137,7 @@ fn power_device(
         device: url.to_string(),
         message,
     };
-    let mut target = Target::parse(url).map_err(|e| dev(e.to_string()))?;
+    let mut target = Target::parse(url).map_err(|e| dev(chain(&e)))?;
     if let Target::Redfish(r) = &mut target {
         // `ca=secret`: the BMC's CA is the Secret's caBundle, not a file on this host.
         let ca = secret.get("caBundle").map(String::as_str);
@@ -156,7 +156,7 @@ fn power_device(
     };
     let mut options = DeviceOptions::default();
     options.verify.timeout = budget;
-    Device::new(target, &creds, options).map_err(|e| dev(e.to_string()))
+    Device::new(target, &creds, options).map_err(|e| dev(chain(&e)))
 }
 
 fn node_addresses(node: Option<&Node>) -> Vec<IpAddr> {
@@ -179,16 +179,16 @@ fn storage_client(
         device: url.to_string(),
         message,
     };
-    let target = palisade_storagefw::Target::parse(url).map_err(|e| dev(e.to_string()))?;
+    let target = palisade_storagefw::Target::parse(url).map_err(|e| dev(chain(&e)))?;
     let ca = secret
         .get("caBundle")
         .ok_or_else(|| dev("credential Secret has no caBundle".into()))?;
     let mut cfg = palisade_storagefw::StorageFwConfig::new(target, ca.as_bytes().to_vec())
-        .map_err(|e| dev(e.to_string()))?;
+        .map_err(|e| dev(chain(&e)))?;
     cfg.token = secret
         .get("token")
         .map(|t| palisade_storagefw::Secret::new(t.trim_end_matches('\n')));
-    palisade_storagefw::StorageFirewall::new(cfg).map_err(|e| dev(e.to_string()))
+    palisade_storagefw::StorageFirewall::new(cfg).map_err(|e| dev(chain(&e)))
 }
 
 /// Which way a device is driven: fencing (off, block) or recovering (on, unblock).
@@ -235,7 +235,7 @@ fn failed(e: impl std::fmt::Display) -> (AttemptOutcome, String) {
 }
 
 fn fence_error(e: palisade_fence::FenceError) -> String {
-    format!("{e} ({})", e.kind())
+    format!("{} ({})", chain(&e), e.kind())
 }
 
 /// The bridge's evidence, shortened for the `NodeFence` status (the bridge's audit log keeps
@@ -252,7 +252,7 @@ fn bridge_device(ctx: &Ctx, url: &str, token: i64) -> Result<BridgeDevice, Strin
     let identity = ctx.settings.bridge.as_ref().ok_or_else(|| {
         format!("{url}: this controller has no firmware-bridge client identity (--bridge-ca, --bridge-cert, --bridge-key)")
     })?;
-    let Target::Bridge(target) = Target::parse(url).map_err(|e| e.to_string())? else {
+    let Target::Bridge(target) = Target::parse(url).map_err(|e| chain(&e))? else {
         return Err(format!("{url}: not a bridge:// URL"));
     };
     let token = u64::try_from(token).map_err(|_| format!("fencing token {token} is negative"))?;
@@ -260,13 +260,13 @@ fn bridge_device(ctx: &Ctx, url: &str, token: i64) -> Result<BridgeDevice, Strin
         fencing_token: Some(token),
         ..DeviceOptions::default()
     };
-    BridgeDevice::new(target, identity, options).map_err(|e| e.to_string())
+    BridgeDevice::new(target, identity, options).map_err(|e| chain(&e))
 }
 
 async fn storage_node(ctx: &Ctx, node: &str) -> Result<palisade_storagefw::NodeRef, String> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let n = nodes.get_opt(node).await.ok().flatten();
-    palisade_storagefw::NodeRef::new(node, node_addresses(n.as_ref())).map_err(|e| e.to_string())
+    palisade_storagefw::NodeRef::new(node, node_addresses(n.as_ref())).map_err(|e| chain(&e))
 }
 
 fn budget_of(d: &PlannedDevice) -> Duration {
@@ -297,7 +297,7 @@ async fn warm_reset(ctx: &Ctx, node: &str, d: &PlannedDevice, token: i64) -> Act
     ctx.leader
         .check(token)
         .await
-        .map_err(|e| (AttemptOutcome::StaleToken, e.to_string()))?;
+        .map_err(|e| (AttemptOutcome::StaleToken, chain(&e)))?;
     match DeviceScheme::of(&d.url) {
         Some(DeviceScheme::Ipmi | DeviceScheme::Redfish) if d.kind == DeviceKind::Power => {
             let secret = secret_for(ctx, node, &d.url).await.map_err(failed)?;
@@ -350,7 +350,7 @@ async fn act(
     ctx.leader
         .check(token)
         .await
-        .map_err(|e| (AttemptOutcome::StaleToken, e.to_string()))?;
+        .map_err(|e| (AttemptOutcome::StaleToken, chain(&e)))?;
     let budget = budget_of(d);
     let fence = direction == Direction::Fence;
     let still_leading = || still_leading(ctx, token);
@@ -433,18 +433,18 @@ async fn act(
             let client = storage_client(&d.url, &secret).map_err(failed)?;
             let noderef = storage_node(ctx, node)
                 .await
-                .and_then(|n| n.with_hold(hold).map_err(|e| e.to_string()))
+                .and_then(|n| n.with_hold(hold).map_err(|e| chain(&e)))
                 .map_err(failed)?;
             still_leading()?;
             if !fence {
                 bounded(budget, "unblock", async {
-                    client.unblock(&noderef).await.map_err(|e| e.to_string())
+                    client.unblock(&noderef).await.map_err(|e| chain(&e))
                 })
                 .await?;
                 return Ok(("storage unblock verified".into(), None));
             }
             let v = bounded(budget, "block", async {
-                client.block(&noderef).await.map_err(|e| e.to_string())
+                client.block(&noderef).await.map_err(|e| chain(&e))
             })
             .await?;
             Ok((
@@ -656,7 +656,7 @@ pub async fn probe(
     use palisade_fence::PowerDevice;
     let budget = Duration::from_secs(u64::try_from(d.timeout_seconds).unwrap_or(20).clamp(1, 600));
     let secret = match &d.credentials_secret_ref {
-        Some(r) => read_secret(ctx, r).await.map_err(|e| e.to_string())?,
+        Some(r) => read_secret(ctx, r).await.map_err(|e| chain(&e))?,
         None => BTreeMap::new(),
     };
     let scheme = palisade_model::target::DeviceScheme::of(&d.url);
@@ -677,15 +677,15 @@ pub async fn probe(
                     .map_err(fence_error)
             }
             (Some(palisade_model::target::DeviceScheme::StorageFirewall), _) => {
-                let fw = storage_client(&d.url, &secret).map_err(|e| e.to_string())?;
+                let fw = storage_client(&d.url, &secret).map_err(|e| chain(&e))?;
                 let n = storage_node(ctx, node).await?;
                 fw.status(&n)
                     .await
                     .map(|s| format!("storage {s:?}"))
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| chain(&e))
             }
             _ => {
-                let dev = power_device(&d.url, &secret, budget).map_err(|e| e.to_string())?;
+                let dev = power_device(&d.url, &secret, budget).map_err(|e| chain(&e))?;
                 dev.status()
                     .await
                     .map(|s| format!("power {s:?}"))

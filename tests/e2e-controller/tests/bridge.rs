@@ -40,7 +40,7 @@ fn controller_fences_through_the_bridge_ipmi_then_pdu_and_the_audit_log_tells_th
         BridgeOptions {
             wrong_bmc_password: &[0],
             storage: Some(&storage),
-            planted: &[],
+            ..Default::default()
         },
     )
     .expect("firmware-bridge starts");

@@ -38,7 +38,7 @@ fn a_controller_reinstalled_from_scratch_re_elects_above_the_bridge_floor() {
         BridgeOptions {
             wrong_bmc_password: &[],
             storage: None,
-            planted: &[],
+            ..Default::default()
         },
     )
     .expect("firmware-bridge starts");

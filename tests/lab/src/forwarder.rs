@@ -93,10 +93,74 @@ const UDP_IDLE: std::time::Duration = std::time::Duration::from_secs(60);
 /// clients' datagrams are dropped, as a loaded device would.
 const UDP_CLIENTS: usize = 256;
 
+/// What a UDP relay does to the replies it carries back: a fault a test turns on and off
+/// while the relay runs (a BMC that answers slowly, garbage, or not at all). Cheap to clone;
+/// every clone controls the same relay.
+#[derive(Clone, Debug, Default)]
+pub struct ReplyFault {
+    // 0 pass, 1 drop, 2 delay, 3 garbage.
+    mode: Arc<std::sync::atomic::AtomicU8>,
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// One reply fault, as [`ReplyFault::set`] takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replies {
+    /// Carried back unchanged.
+    Pass,
+    /// Never carried back (the device looks unreachable).
+    Drop,
+    /// Carried back after this long (a slow device).
+    Delay(std::time::Duration),
+    /// Replaced by bytes of the same length that mean nothing (a device answering garbage).
+    Garbage,
+}
+
+impl ReplyFault {
+    /// Sets what happens to the replies from now on.
+    pub fn set(&self, r: Replies) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (mode, delay) = match r {
+            Replies::Pass => (0, 0),
+            Replies::Drop => (1, 0),
+            Replies::Delay(d) => (2, u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            Replies::Garbage => (3, 0),
+        };
+        self.delay_ms.store(delay, SeqCst);
+        self.mode.store(mode, SeqCst);
+    }
+
+    /// What happens to the replies now.
+    pub fn get(&self) -> Replies {
+        use std::sync::atomic::Ordering::SeqCst;
+        match self.mode.load(SeqCst) {
+            1 => Replies::Drop,
+            2 => Replies::Delay(std::time::Duration::from_millis(self.delay_ms.load(SeqCst))),
+            3 => Replies::Garbage,
+            _ => Replies::Pass,
+        }
+    }
+}
+
+/// Garbage of `len` bytes, different on every call (xorshift over a counter: no meaning, no
+/// valid checksum, not a constant a parser could special-case).
+fn garbage(len: usize) -> Vec<u8> {
+    static SEED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x9e37_79b9);
+    let mut x = SEED.fetch_add(0x9e37_79b9_7f4a_7c15, std::sync::atomic::Ordering::Relaxed) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// Relays UDP datagrams received on `socket` to `upstream`, each client through its own
 /// upstream socket (so replies find their way back), dropped after a minute of silence.
-/// Never cut: the management network (BMCs) is out of band.
-pub async fn relay_udp(socket: std::net::UdpSocket, upstream: SocketAddr) {
+/// Never cut: the management network (BMCs) is out of band. Replies go through `fault`.
+pub async fn relay_udp(socket: std::net::UdpSocket, upstream: SocketAddr, fault: ReplyFault) {
     use std::collections::HashMap;
     use tokio::net::UdpSocket;
     let Ok(()) = socket.set_nonblocking(true) else {
@@ -136,11 +200,26 @@ pub async fn relay_udp(socket: std::net::UdpSocket, upstream: SocketAddr) {
             }
             let up = Arc::new(up);
             clients.insert(from, up.clone());
-            let (down, gone) = (down.clone(), gone_tx.clone());
+            let (down, gone, fault) = (down.clone(), gone_tx.clone(), fault.clone());
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 65_536];
                 while let Ok(Ok(n)) = tokio::time::timeout(UDP_IDLE, up.recv(&mut buf)).await {
-                    let _ = down.send_to(&buf[..n], from).await;
+                    match fault.get() {
+                        Replies::Pass => {
+                            let _ = down.send_to(&buf[..n], from).await;
+                        }
+                        Replies::Drop => {}
+                        Replies::Garbage => {
+                            let _ = down.send_to(&garbage(n), from).await;
+                        }
+                        Replies::Delay(d) => {
+                            let (down, reply) = (down.clone(), buf[..n].to_vec());
+                            tokio::spawn(async move {
+                                tokio::time::sleep(d).await;
+                                let _ = down.send_to(&reply, from).await;
+                            });
+                        }
+                    }
                 }
                 let _ = gone.send(from);
             });
@@ -148,5 +227,79 @@ pub async fn relay_udp(socket: std::net::UdpSocket, upstream: SocketAddr) {
         if let Some(up) = clients.get(&from) {
             let _ = up.send(&buf[..n]).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::net::UdpSocket;
+
+    /// An echo "device" on loopback and a relay in front of it, under `fault`.
+    async fn relayed(fault: ReplyFault) -> (UdpSocket, SocketAddr) {
+        let device = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let upstream = device.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 1500];
+            while let Ok((n, from)) = device.recv_from(&mut buf).await {
+                let _ = device.send_to(&buf[..n], from).await;
+            }
+        });
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let relay = socket.local_addr().unwrap();
+        tokio::spawn(relay_udp(socket, upstream, fault));
+        let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        (client, relay)
+    }
+
+    async fn ask(client: &UdpSocket, relay: SocketAddr, wait: Duration) -> Option<Vec<u8>> {
+        client.send_to(b"get chassis status", relay).await.unwrap();
+        let mut buf = [0u8; 1500];
+        let (n, _) = tokio::time::timeout(wait, client.recv_from(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        Some(buf[..n].to_vec())
+    }
+
+    #[tokio::test]
+    async fn replies_pass_drop_arrive_late_or_turn_to_garbage_as_set() {
+        let fault = ReplyFault::default();
+        let (client, relay) = relayed(fault.clone()).await;
+        let long = Duration::from_secs(10);
+        assert_eq!(
+            ask(&client, relay, long).await.unwrap(),
+            b"get chassis status"
+        );
+
+        fault.set(Replies::Garbage);
+        let g = ask(&client, relay, long).await.unwrap();
+        assert_eq!(
+            g.len(),
+            b"get chassis status".len(),
+            "garbage keeps the length"
+        );
+        assert_ne!(g, b"get chassis status");
+
+        fault.set(Replies::Drop);
+        assert_eq!(ask(&client, relay, Duration::from_millis(300)).await, None);
+
+        // Late: not there when a short wait ends, there after the delay.
+        fault.set(Replies::Delay(Duration::from_secs(3)));
+        assert_eq!(fault.get(), Replies::Delay(Duration::from_secs(3)));
+        assert_eq!(ask(&client, relay, Duration::from_millis(200)).await, None);
+        let mut buf = [0u8; 1500];
+        let (n, _) = tokio::time::timeout(long, client.recv_from(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&buf[..n], b"get chassis status");
+
+        fault.set(Replies::Pass);
+        assert_eq!(
+            ask(&client, relay, long).await.unwrap(),
+            b"get chassis status"
+        );
     }
 }

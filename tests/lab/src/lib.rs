@@ -586,8 +586,34 @@ for ns in $(ip netns list 2>/dev/null | awk '{{print $1}}' | grep '^pl{id}-'); d
     pub fn expose_udp_on_hub(&self, hub_port: u16, upstream: SocketAddr) -> Result<SocketAddr> {
         let at = SocketAddr::new(IpAddr::V4(netns::HUB_ADDR), hub_port);
         let socket = netns::bind_udp_in(&self.hub_ns, at)?;
-        self.handle().spawn(forwarder::relay_udp(socket, upstream));
+        self.handle().spawn(forwarder::relay_udp(
+            socket,
+            upstream,
+            forwarder::ReplyFault::default(),
+        ));
         Ok(at)
+    }
+
+    /// A relay on the host's loopback in front of machine `index`'s BMC: clients that use the
+    /// returned address reach the BMC as before, until the returned [`forwarder::ReplyFault`]
+    /// makes its answers slow, garbage or absent (a failing or lying management network,
+    /// while the BMC itself and the machine are untouched).
+    pub fn bmc_relay(&self, index: usize) -> Result<(SocketAddr, forwarder::ReplyFault)> {
+        let m = self
+            .machines
+            .get(index)
+            .ok_or_else(|| LabError::NoSuchMachine(index.to_string()))?;
+        let b = m.bmc();
+        let upstream = SocketAddr::new(IpAddr::V4(b.host), b.port);
+        let socket = std::net::UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+            .map_err(|e| LabError::Other(format!("binding a BMC relay: {e}")))?;
+        let at = socket
+            .local_addr()
+            .map_err(|e| LabError::Other(format!("binding a BMC relay: {e}")))?;
+        let fault = forwarder::ReplyFault::default();
+        self.handle()
+            .spawn(forwarder::relay_udp(socket, upstream, fault.clone()));
+        Ok((at, fault))
     }
 
     /// Cuts machine `index` off, as `cut` says. Its processes keep running.

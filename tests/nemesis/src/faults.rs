@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Result;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use palisade_lab::forwarder::Replies;
 use palisade_lab::Cut;
 
 use crate::history::{History, Record};
@@ -118,14 +119,17 @@ pub fn apply(world: &World, ev: &Event, h: &History) -> Result<()> {
         Fault::AgentRestartWhilePartitioned { hold_ms, .. } => {
             world.lab.partition(i, Cut::ControlPlane)?;
             let half = hold_ms / 2;
+            // Recorded when applied: the history's time of a fault is when it began (the
+            // cause check relies on it).
+            h.push(fault(format!(
+                "ControlPlane cut for {hold_ms} ms; the agent restarts after {half} ms"
+            )));
             sleep_ms(half);
             let detail = match world.agent_pid(i) {
                 Some(pid) => signal(pid, Signal::SIGTERM),
                 None => "no palisade-node to restart".into(),
             };
-            h.push(fault(format!(
-                "ControlPlane cut; after {half} ms: {detail}"
-            )));
+            h.push(fault(format!("during the cut: {detail}")));
             sleep_ms(hold_ms - half);
             world.lab.heal(i)?;
             h.push(heal("control plane restored".into()));
@@ -291,6 +295,24 @@ pub fn apply(world: &World, ev: &Event, h: &History) -> Result<()> {
             world.lab.heal(i)?;
             h.push(heal("cut healed".into()));
             started?;
+        }
+        Fault::BmcGarbageDuringCut { hold_ms, .. } | Fault::BmcSlowDuringCut { hold_ms, .. } => {
+            let replies = match ev.fault {
+                Fault::BmcSlowDuringCut { delay_ms, .. } => {
+                    Replies::Delay(Duration::from_millis(delay_ms))
+                }
+                _ => Replies::Garbage,
+            };
+            let relay = &world.bmc_replies[i];
+            relay.set(replies);
+            world.lab.partition(i, Cut::All)?;
+            h.push(fault(format!(
+                "BMC replies {replies:?}; All cut for {hold_ms} ms"
+            )));
+            sleep_ms(*hold_ms);
+            world.lab.heal(i)?;
+            relay.set(Replies::Pass);
+            h.push(heal("cut healed; BMC replies pass".into()));
         }
         Fault::DevicesDownDuringCut { hold_ms, .. } => {
             let bmc = world.bmc_pid(i);

@@ -168,6 +168,24 @@ pub enum Fault {
         /// How long it stays down.
         down_ms: u64,
     },
+    /// The machine is cut off completely while its BMC's answers reach the bridge as garbage
+    /// (the same length, no meaning): no power evidence may come of them, so the fence falls
+    /// through to the PDU.
+    BmcGarbageDuringCut {
+        /// Whom.
+        target: Target,
+        /// How long.
+        hold_ms: u64,
+    },
+    /// The machine is cut off completely while its BMC's answers reach the bridge late.
+    BmcSlowDuringCut {
+        /// Whom.
+        target: Target,
+        /// How long.
+        hold_ms: u64,
+        /// How late each answer arrives.
+        delay_ms: u64,
+    },
     /// The machine is cut off completely while every device that could fence it is frozen
     /// (its BMC and the PDU's agent): nothing can verify a fence, so nothing may be released.
     /// The cut heals first; the devices come back 2 s later.
@@ -204,6 +222,8 @@ impl Fault {
             Fault::ControllersRestartTogether { .. } => "controllers-restart-together",
             Fault::BridgeCrashDuringCut { .. } => "bridge-crash-during-cut",
             Fault::DevicesDownDuringCut { .. } => "devices-down-during-cut",
+            Fault::BmcGarbageDuringCut { .. } => "bmc-garbage-during-cut",
+            Fault::BmcSlowDuringCut { .. } => "bmc-slow-during-cut",
         }
     }
 
@@ -224,7 +244,9 @@ impl Fault {
             | Fault::IsolatedButStorage { target, .. }
             | Fault::ApiRestartDuringPeerCut { target, .. }
             | Fault::BridgeCrashDuringCut { target, .. }
-            | Fault::DevicesDownDuringCut { target, .. } => Some(*target),
+            | Fault::DevicesDownDuringCut { target, .. }
+            | Fault::BmcGarbageDuringCut { target, .. }
+            | Fault::BmcSlowDuringCut { target, .. } => Some(*target),
             Fault::LeaderKill { .. }
             | Fault::LeaderStop { .. }
             | Fault::ApiRestart { .. }
@@ -247,6 +269,8 @@ impl Fault {
                 | Fault::IsolatedButStorage { .. }
                 | Fault::BridgeCrashDuringCut { .. }
                 | Fault::DevicesDownDuringCut { .. }
+                | Fault::BmcGarbageDuringCut { .. }
+                | Fault::BmcSlowDuringCut { .. }
         )
     }
 }
@@ -274,6 +298,8 @@ const CLASSES: &[(&str, u32)] = &[
     ("controllers-restart-together", 1),
     ("bridge-crash-during-cut", 2),
     ("devices-down-during-cut", 1),
+    ("bmc-garbage-during-cut", 1),
+    ("bmc-slow-during-cut", 1),
 ];
 
 /// The names of every fault class the nemesis can draw.
@@ -417,9 +443,18 @@ pub fn generate_only(
                     crash_after_ms: rng.gen_range(3_000..=6_000),
                     down_ms: rng.gen_range(1_000..=5_000),
                 },
-                _ => Fault::DevicesDownDuringCut {
+                "devices-down-during-cut" => Fault::DevicesDownDuringCut {
                     target,
                     hold_ms: cut_hold.max(10_000),
+                },
+                "bmc-garbage-during-cut" => Fault::BmcGarbageDuringCut {
+                    target,
+                    hold_ms: cut_hold.max(12_000),
+                },
+                _ => Fault::BmcSlowDuringCut {
+                    target,
+                    hold_ms: cut_hold.max(12_000),
+                    delay_ms: rng.gen_range(500..=6_000),
                 },
             };
             Event { index, fault }
@@ -447,7 +482,14 @@ mod tests {
                     None => {}
                 }
                 let json = serde_json::to_value(&e.fault).unwrap();
-                for key in ["holdMs", "downMs", "cutMs", "healMs", "crashAfterMs"] {
+                for key in [
+                    "holdMs",
+                    "downMs",
+                    "cutMs",
+                    "healMs",
+                    "crashAfterMs",
+                    "delayMs",
+                ] {
                     if let Some(ms) = json.get(key).and_then(|v| v.as_u64()) {
                         assert!(ms <= 25_000, "{e:?}");
                     }

@@ -173,6 +173,8 @@ pub struct World {
     _attacher: Proc,
     /// The storage server.
     pub storage: Storage,
+    /// What the relay between the bridge and machine `i`'s BMC does to the BMC's replies.
+    pub bmc_replies: Vec<palisade_lab::forwarder::ReplyFault>,
     /// API access.
     pub cluster: Cluster,
     /// Writer names (`w0`, `w1`, ...).
@@ -211,12 +213,19 @@ impl World {
         let attacher = storage.start_attacher(&lab)?;
         cluster.namespace(SYSTEM_NS)?;
         cluster.namespace(APP_NS)?;
+        // The bridge reaches each BMC through a relay the nemesis can make slow or garbled.
+        let (bmc_addrs, bmc_replies): (Vec<_>, Vec<_>) = (0..lab.machines().len())
+            .map(|i| lab.bmc_relay(i))
+            .collect::<palisade_lab::Result<Vec<_>>>()?
+            .into_iter()
+            .unzip();
         let bridge = FirmwareBridge::start(
             &lab,
             BridgeOptions {
                 wrong_bmc_password: &[],
                 storage: Some(&storage),
                 planted: &cfg.planted,
+                bmc_addrs: &bmc_addrs,
             },
         )?;
         let controllers = Controllers::start(&lab, &bridge, &cfg.planted)?;
@@ -248,6 +257,7 @@ impl World {
             bridge: Mutex::new(bridge),
             _attacher: attacher,
             storage,
+            bmc_replies,
             cluster,
             writers,
             acks,

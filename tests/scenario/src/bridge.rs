@@ -29,6 +29,9 @@ pub struct BridgeOptions<'a> {
     /// Bugs planted in the bridge (`PALISADE_PLANTED_BUGS`, debug builds only; see
     /// `palisade_fence::planted`): a negative control.
     pub planted: &'a [String],
+    /// Where the bridge reaches each machine's BMC, by machine index (for example through
+    /// [`Lab::bmc_relay`]); empty: directly.
+    pub bmc_addrs: &'a [std::net::SocketAddr],
 }
 
 /// A running firmware-bridge and the client identity that may use it.
@@ -95,14 +98,17 @@ impl FirmwareBridge {
                 palisade_lab::write_secret(&p, b.password()?.as_bytes())?;
                 p
             };
+            let bmc = opts
+                .bmc_addrs
+                .get(i)
+                .copied()
+                .unwrap_or_else(|| std::net::SocketAddr::new(b.host.into(), b.port));
             cfg.push_str(&format!(
                 "[[targets]]\nid = \"{name}\"\n\
                  [[targets.levels]]\nname = \"ipmi\"\n[[targets.levels.devices]]\n\
-                 url = \"ipmi://{host}:{port}\"\nusername = \"{user}\"\n\
+                 url = \"ipmi://{bmc}\"\nusername = \"{user}\"\n\
                  secrets = {{ password = {{ file = \"{password}\" }} }}\n",
                 name = m.name(),
-                host = b.host,
-                port = b.port,
                 user = b.user,
                 password = password.display(),
             ));

@@ -524,7 +524,7 @@ fn start_palisade(
         BridgeOptions {
             wrong_bmc_password: &[],
             storage: Some(storage),
-            planted: &[],
+            ..Default::default()
         },
     )?;
     t.say(format!(

@@ -258,16 +258,59 @@ fn tls_config(s: &ClientSettings) -> Result<ClientConfig, ClientError> {
     Ok(cfg)
 }
 
-/// Renders an error and all its sources, so TLS alerts are visible.
+/// Renders an error and all its sources (`a: b: c`), so causes such as TLS alerts or a refused
+/// connection reach the status, the Event and the log instead of stopping at the outermost
+/// message.
+///
+/// Guarantees: a source whose text the message already contains (an error that prints its
+/// source inline and also returns it from `source()`) is not repeated.
 pub fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        let text = c.to_string();
+        if !text.is_empty() && !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
         cur = c.source();
     }
     s
+}
+
+#[cfg(test)]
+mod chain_tests {
+    use super::chain;
+
+    #[derive(Debug)]
+    struct E(&'static str, Option<Box<E>>);
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for E {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn every_source_once() {
+        let refused = E("connection refused", None);
+        let sending = E("error sending request", Some(Box::new(refused)));
+        let outer = E("bridge unreachable", Some(Box::new(sending)));
+        assert_eq!(
+            chain(&outer),
+            "bridge unreachable: error sending request: connection refused"
+        );
+        // An outer message that already prints its source inline does not repeat it.
+        let inline = E(
+            "m0: unreachable: connection refused",
+            Some(Box::new(E("connection refused", None))),
+        );
+        assert_eq!(chain(&inline), "m0: unreachable: connection refused");
+    }
 }
 
 impl BridgeClient {
