@@ -50,7 +50,7 @@ pub enum SecretError {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecretRef {
-    /// Read the credential from this file (trailing newline stripped). The file must have no
+    /// Read the credential from this file (one trailing line ending dropped). The file must have no
     /// group or other permission bits.
     #[serde(default)]
     pub file: Option<PathBuf>,
@@ -88,23 +88,24 @@ impl SecretRef {
                 path: path.clone(),
                 source,
             })?;
-            let value = raw.trim_end_matches(['\n', '\r']).to_string();
+            let value = Secret::new(raw);
             if value.is_empty() {
                 return Err(SecretError::Empty {
                     origin: path.display().to_string(),
                 });
             }
-            return Ok(Secret(value));
+            return Ok(value);
         }
         let var = self.env.clone().unwrap_or_default();
-        let value =
-            std::env::var(&var).map_err(|_| SecretError::MissingEnv { var: var.clone() })?;
+        let value = Secret::new(
+            std::env::var(&var).map_err(|_| SecretError::MissingEnv { var: var.clone() })?,
+        );
         if value.is_empty() {
             return Err(SecretError::Empty {
                 origin: format!("env:{var}"),
             });
         }
-        Ok(Secret(value))
+        Ok(value)
     }
 }
 
@@ -124,33 +125,9 @@ pub fn check_permissions(path: &Path) -> Result<(), SecretError> {
     Ok(())
 }
 
-/// A loaded credential. It cannot be serialized and never prints its value.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a value (for tests and for executors that build credentials themselves).
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret value. Call only at the point of use (handing it to a device client).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
-
-impl std::fmt::Display for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
+/// A loaded credential: Palisade's one credential type (never printed, zeroed on drop, one
+/// trailing line ending dropped from stored values). It has no `Serialize`.
+pub use palisade_secret::Secret;
 
 #[cfg(test)]
 mod tests {
