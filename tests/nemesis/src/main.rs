@@ -39,6 +39,11 @@ struct Args {
     /// the classes.
     #[arg(long = "only")]
     only: Vec<String>,
+    /// Judge a saved history (`history.jsonl`) with this build's checks and exit: 0 when it
+    /// passes, 1 with the violations. No lab is started. For re-judging old campaigns after
+    /// a check changed. Violations recorded in the file by the campaign are not counted.
+    #[arg(long, value_name = "HISTORY")]
+    judge: Option<PathBuf>,
     /// Output directory (history.jsonl, report.txt, logs/ on failure); default
     /// target/chaos/lab-seed<SEED>.
     #[arg(long)]
@@ -62,8 +67,37 @@ fn stop_on_signals() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--judge`: the checks over a saved history.
+fn judge(path: &std::path::Path) -> ExitCode {
+    let records = match palisade_nemesis::history::read(path) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("palisade-nemesis: --judge: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let violations = palisade_nemesis::check::check_all(&records);
+    for v in &violations {
+        println!("[{}] {}", v.check, v.detail);
+    }
+    println!(
+        "{}: {} records, {} violation(s)",
+        path.display(),
+        records.len(),
+        violations.len()
+    );
+    if violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(path) = &args.judge {
+        return judge(path);
+    }
     if let Err(e) = stop_on_signals() {
         eprintln!("palisade-nemesis: cannot handle signals: {e}");
         return ExitCode::from(2);

@@ -97,6 +97,12 @@ pub fn run(c: &Cluster, lab: &palisade_lab::Lab, h: &History, stop: &AtomicBool)
     let mut seen: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let mut pods_seen: BTreeSet<String> = BTreeSet::new();
     let mut overlaps_seen: BTreeSet<(String, Vec<String>)> = BTreeSet::new();
+    // The online part of the checks: what one status shows on its own (a release without
+    // verified evidence, outside the fence, not covered; an illegal transition) is reported
+    // as soon as it is observed, so a long campaign shows a finding when it happens. The
+    // history is still judged whole at the end.
+    let mut pod_nodes: BTreeMap<String, String> = BTreeMap::new();
+    let mut reported: BTreeSet<(&'static str, String)> = BTreeSet::new();
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), APP_NS);
     while !stop.load(Ordering::Relaxed) {
         // The ground truth beside what the statuses claim, sampled before and after they are
@@ -126,6 +132,16 @@ pub fn run(c: &Cluster, lab: &palisade_lab::Lab, h: &History, stop: &AtomicBool)
                     });
                     *r_seen = s.released.len();
                 }
+                for v in crate::check::check_snapshot(&s, &pod_nodes) {
+                    if reported.insert((v.check, v.detail.clone())) {
+                        println!(
+                            "[{:>8.1}s] VIOLATION (seen online) [{}] {}",
+                            h.t(),
+                            v.check,
+                            v.detail
+                        );
+                    }
+                }
             }
         }
         if let Ok(list) = c.rt.block_on(pods.list(&ListParams::default())) {
@@ -136,6 +152,7 @@ pub fn run(c: &Cluster, lab: &palisade_lab::Lab, h: &History, stop: &AtomicBool)
                     continue;
                 };
                 if pods_seen.insert(uid.clone()) {
+                    pod_nodes.insert(uid.clone(), node.clone());
                     h.push(Record::Pod {
                         t: h.t(),
                         writer: p.labels().get("app").cloned().unwrap_or_default(),
