@@ -128,7 +128,7 @@ async fn metrics(State(b): State<Arc<Bridge>>) -> Response {
     (
         [(
             axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4",
+            crate::metrics::CONTENT_TYPE,
         )],
         b.metrics.render(),
     )
@@ -618,8 +618,7 @@ async fn mutate(
             .map(|o| outcome_body(&target, op.name(), &o)),
     };
     let secs = started.elapsed().as_secs_f64();
-    b.metrics.add("bridge_action_seconds_sum", &[], secs);
-    b.metrics.inc("bridge_action_seconds_count", &[]);
+    b.metrics.action_duration(secs);
     let (status, mut body, result) = match res {
         Ok(body) => (StatusCode::OK, body, "ok"),
         Err(e) => {

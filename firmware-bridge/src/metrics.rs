@@ -1,107 +1,233 @@
-//! Prometheus text-format counters for `/metrics`.
+//! The bridge's Prometheus metrics, kept and encoded by `prometheus-client`: labelled counters
+//! and a histogram of device-action durations, served on `/metrics` as OpenMetrics text
+//! ([`CONTENT_TYPE`]).
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
-use parking_lot::Mutex;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
-/// Counters keyed by metric name and label set.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    counters: Mutex<BTreeMap<(&'static str, String), f64>>,
-}
+/// The `Content-Type` of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Metric names and their help text.
-const HELP: &[(&str, &str, &str)] = &[
+/// The counters: the name as scraped (the encoder appends `_total` to the registered name),
+/// the label names [`Metrics::inc`] takes, in order, and the help text.
+const COUNTERS: &[(&str, &[&str], &str)] = &[
     (
         "bridge_requests_total",
-        "counter",
-        "API requests by route and HTTP status.",
+        &["route", "status"],
+        "API requests by route and HTTP status",
     ),
     (
         "bridge_actions_total",
-        "counter",
-        "Device actions by action and result.",
-    ),
-    (
-        "bridge_action_seconds_sum",
-        "counter",
-        "Total seconds spent in device actions.",
-    ),
-    (
-        "bridge_action_seconds_count",
-        "counter",
-        "Number of timed device actions.",
+        &["action", "result"],
+        "Device actions by action and result",
     ),
     (
         "bridge_stale_token_rejections_total",
-        "counter",
-        "Requests refused for a stale fencing token.",
+        &["target"],
+        "Requests refused for a stale fencing token",
     ),
     (
         "bridge_idempotent_replays_total",
-        "counter",
-        "Requests answered from the idempotency cache.",
+        &[],
+        "Requests answered from the idempotency cache",
     ),
     (
         "bridge_rate_limited_total",
-        "counter",
-        "Requests refused by the per-client rate limit.",
+        &["client"],
+        "Requests refused by the per-client rate limit",
     ),
     (
         "bridge_tls_handshake_failures_total",
-        "counter",
-        "TLS handshakes that failed, by reason.",
+        &["reason"],
+        "TLS handshakes that failed, by reason",
     ),
     (
         "bridge_reloads_total",
-        "counter",
-        "Configuration reloads by result.",
+        &["result"],
+        "Configuration reloads by result",
     ),
 ];
 
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// Upper bounds (seconds) of the device-action histogram: from a quick status read to the
+/// default operation timeout (120 s).
+const ACTION_BUCKETS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0];
+
+/// Counters by their label values (the label names are fixed per counter).
+type Counters = Family<Vec<(&'static str, String)>, Counter>;
+
+/// The registry, and a handle on each metric registered in it.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// By the name as scraped: the label names, and the family.
+    counters: BTreeMap<&'static str, (&'static [&'static str], Counters)>,
+    action_seconds: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let mut counters = BTreeMap::new();
+        for &(name, labels, help) in COUNTERS {
+            let family = Counters::default();
+            if labels.is_empty() {
+                // The one series of an unlabelled counter is exposed from the start, at 0.
+                drop(family.get_or_create(&Vec::new()));
+            }
+            let registered = name.strip_suffix("_total").unwrap_or(name);
+            // Help texts end without a full stop: the encoder appends one.
+            registry.register(registered, help, family.clone());
+            counters.insert(name, (labels, family));
+        }
+        let action_seconds = Histogram::new(ACTION_BUCKETS);
+        registry.register(
+            "bridge_action_seconds",
+            "Time spent in device actions",
+            action_seconds.clone(),
+        );
+        Self {
+            registry,
+            counters,
+            action_seconds,
+        }
+    }
 }
 
 impl Metrics {
-    /// Adds `v` to `name{labels}`; `labels` are `(key, value)` pairs.
-    pub fn add(&self, name: &'static str, labels: &[(&str, &str)], v: f64) {
-        let l = labels
+    /// Increments the counter `name` (as scraped, e.g. `bridge_requests_total`) for these
+    /// `(label, value)` pairs; the labels are the counter's, in its order. Anything else is
+    /// logged and not counted.
+    pub fn inc(&self, name: &str, labels: &[(&str, &str)]) {
+        let Some((names, family)) = self.counters.get(name) else {
+            tracing::warn!(metric = name, "not a bridge counter; not counted");
+            return;
+        };
+        if !labels.iter().map(|(k, _)| k).eq(names.iter()) {
+            tracing::warn!(metric = name, ?labels, expected = ?names, "wrong labels; not counted");
+            return;
+        }
+        let set = names
             .iter()
-            .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut c = self.counters.lock();
-        *c.entry((name, l)).or_insert(0.0) += v;
+            .zip(labels)
+            .map(|(k, (_, v))| (*k, (*v).to_owned()))
+            .collect();
+        family.get_or_create(&set).inc();
     }
 
-    /// Increments `name{labels}`.
-    pub fn inc(&self, name: &'static str, labels: &[(&str, &str)]) {
-        self.add(name, labels, 1.0);
+    /// A device action took `seconds`.
+    pub fn action_duration(&self, seconds: f64) {
+        self.action_seconds.observe(seconds);
     }
 
-    /// Renders the Prometheus text exposition format.
+    /// The OpenMetrics text exposition of every metric, ending in `# EOF`; serve it as
+    /// [`CONTENT_TYPE`].
     pub fn render(&self) -> String {
-        let c = self.counters.lock();
         let mut out = String::new();
-        for (name, kind, help) in HELP {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            let mut any = false;
-            for ((n, l), v) in c.iter().filter(|((n, _), _)| n == name) {
-                any = true;
-                if l.is_empty() {
-                    let _ = writeln!(out, "{n} {v}");
-                } else {
-                    let _ = writeln!(out, "{n}{{{l}}} {v}");
-                }
-            }
-            if !any && !name.contains('{') {
-                let _ = writeln!(out, "{name} 0");
-            }
+        if let Err(e) = encode(&mut out, &self.registry) {
+            // Not expected: a `String` takes every write and no metric here fails to encode.
+            // The text then lacks `# EOF`, so a scraper refuses it rather than keeping part.
+            tracing::error!(error = %e, "encoding the metrics failed");
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sample lines of an exposition: series (name and labels, as exposed) to value.
+    fn samples(text: &str) -> BTreeMap<&str, f64> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                let (series, value) = l.rsplit_once(' ').expect("a sample line");
+                (series, value.parse().expect("a numeric sample value"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn known_observations_parse_back_to_their_counts_sums_and_buckets() {
+        let m = Metrics::default();
+        let route = [
+            ("route", "/v1/targets/{id}/power/{action}"),
+            ("status", "200"),
+        ];
+        m.inc("bridge_requests_total", &route);
+        m.inc("bridge_requests_total", &route);
+        m.inc(
+            "bridge_actions_total",
+            &[("action", "power.off"), ("result", "ok")],
+        );
+        m.inc(
+            "bridge_tls_handshake_failures_total",
+            &[("reason", "unknown_ca")],
+        );
+        m.inc("bridge_rate_limited_total", &[("client", "ctl \"x\"")]);
+        for seconds in [0.3, 1.2, 45.0] {
+            m.action_duration(seconds);
+        }
+        let text = m.render();
+        let s = samples(&text);
+        let expected = [
+            (
+                r#"bridge_requests_total{route="/v1/targets/{id}/power/{action}",status="200"}"#,
+                2.0,
+            ),
+            (
+                r#"bridge_actions_total{action="power.off",result="ok"}"#,
+                1.0,
+            ),
+            (
+                r#"bridge_tls_handshake_failures_total{reason="unknown_ca"}"#,
+                1.0,
+            ),
+            (r#"bridge_rate_limited_total{client="ctl \"x\""}"#, 1.0),
+            ("bridge_idempotent_replays_total", 0.0),
+            (r#"bridge_action_seconds_bucket{le="0.25"}"#, 0.0),
+            (r#"bridge_action_seconds_bucket{le="0.5"}"#, 1.0),
+            (r#"bridge_action_seconds_bucket{le="2.5"}"#, 2.0),
+            (r#"bridge_action_seconds_bucket{le="30.0"}"#, 2.0),
+            (r#"bridge_action_seconds_bucket{le="60.0"}"#, 3.0),
+            (r#"bridge_action_seconds_bucket{le="+Inf"}"#, 3.0),
+            ("bridge_action_seconds_sum", 46.5),
+            ("bridge_action_seconds_count", 3.0),
+        ];
+        for (series, value) in expected {
+            assert_eq!(s.get(series), Some(&value), "{series} in {text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn counters_are_scraped_with_their_total_names() {
+        for (name, _, _) in COUNTERS {
+            assert!(name.ends_with("_total"), "{name}");
+        }
+        let m = Metrics::default();
+        m.inc("bridge_reloads_total", &[("result", "ok")]);
+        let text = m.render();
+        assert!(text.contains("# TYPE bridge_reloads counter\n"), "{text}");
+        assert!(
+            text.contains("\nbridge_reloads_total{result=\"ok\"} 1\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn unknown_counters_and_wrong_labels_are_not_counted() {
+        let m = Metrics::default();
+        m.inc("bridge_nonsense_total", &[]);
+        m.inc("bridge_reloads_total", &[("outcome", "ok")]);
+        m.inc("bridge_reloads_total", &[]);
+        let text = m.render();
+        assert!(!text.contains("nonsense"), "{text}");
+        assert!(!text.contains("bridge_reloads"), "{text}");
     }
 }

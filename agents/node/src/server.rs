@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::http::header;
 use axum::routing::get;
 use axum::Router;
 
@@ -25,7 +26,15 @@ pub enum ServerError {
 /// The router.
 pub fn router(metrics: Arc<Metrics>) -> Router {
     Router::new()
-        .route("/metrics", get(move || async move { metrics.render() }))
+        .route(
+            "/metrics",
+            get(move || async move {
+                (
+                    [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+                    metrics.render(),
+                )
+            }),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
 }

@@ -21,7 +21,7 @@
 //!   metrics);
 //! - [`silent`]: the `NodeSilent` mark on the pods of silent nodes (`kubectl get pods` shows it);
 //! - [`webhook`]: the validating admission webhook (the same rules, at the door);
-//! - [`events`], [`metrics`], [`server`]: Kubernetes Events, Prometheus text, `/healthz`.
+//! - [`events`], [`metrics`], [`server`]: Kubernetes Events, metrics (OpenMetrics text on `prometheus-client`), `/healthz`.
 
 pub mod cache;
 pub mod config;

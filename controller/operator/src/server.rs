@@ -1,4 +1,4 @@
-//! `/metrics` (Prometheus text), `/healthz` and `/readyz` over axum.
+//! `/metrics` (OpenMetrics text), `/healthz` and `/readyz` over axum.
 //!
 //! `/healthz` answers while the process serves. `/readyz` answers 200 only while this replica's
 //! leader election reached the API server within one Lease duration (the server starts after
@@ -8,6 +8,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 
@@ -36,6 +38,9 @@ async fn readyz(State(ctx): State<Arc<Ctx>>) -> (axum::http::StatusCode, &'stati
     }
 }
 
-async fn metrics(State(ctx): State<Arc<Ctx>>) -> String {
-    ctx.metrics.render()
+async fn metrics(State(ctx): State<Arc<Ctx>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        ctx.metrics.render(),
+    )
 }

@@ -245,11 +245,21 @@ fn a_bmc_that_stops_answering_makes_the_target_not_ready_and_fires_the_alert() {
     }
     assert!(queried.len() >= 10, "the manifests query {queried:?}");
     for metric in &queried {
-        let base = ["_bucket", "_sum", "_count"]
-            .iter()
-            .find_map(|s| metric.strip_suffix(s))
-            .filter(|b| exported.contains(&format!("# TYPE {b} histogram")))
-            .unwrap_or(metric);
+        // A histogram's series and a counter's `_total` sample are declared under their
+        // family's name (OpenMetrics).
+        let base = [
+            ("_bucket", "histogram"),
+            ("_sum", "histogram"),
+            ("_count", "histogram"),
+            ("_total", "counter"),
+        ]
+        .iter()
+        .find_map(|(suffix, kind)| {
+            metric
+                .strip_suffix(suffix)
+                .filter(|b| exported.contains(&format!("# TYPE {b} {kind}\n")))
+        })
+        .unwrap_or(metric);
         assert!(
             exported.contains(&format!("# TYPE {base} ")),
             "{metric} is queried by the manifests but not exported:\n{exported}"

@@ -34,7 +34,7 @@ mod wire;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -294,43 +294,6 @@ pub struct PeerMetrics {
     pub excused: AtomicU64,
 }
 
-impl PeerMetrics {
-    /// Appends the Prometheus text exposition of these metrics to `out`.
-    pub fn render(&self, out: &mut String) {
-        let g = |v: &AtomicU64| v.load(Ordering::Relaxed);
-        out.push_str(&format!(
-            "# HELP palisade_node_peer_requests_total Peer-check requests this agent sent, by result.\n\
-             # TYPE palisade_node_peer_requests_total counter\n\
-             palisade_node_peer_requests_total{{result=\"vouch\"}} {}\n\
-             palisade_node_peer_requests_total{{result=\"no_vouch\"}} {}\n\
-             palisade_node_peer_requests_total{{result=\"error\"}} {}\n",
-            g(&self.requests_vouch),
-            g(&self.requests_no_vouch),
-            g(&self.requests_error),
-        ));
-        out.push_str(&format!(
-            "# HELP palisade_node_peer_answers_total Peer-check answers this agent gave, by answer.\n\
-             # TYPE palisade_node_peer_answers_total counter\n\
-             palisade_node_peer_answers_total{{answer=\"vouch\"}} {}\n\
-             palisade_node_peer_answers_total{{answer=\"no_vouch\"}} {}\n",
-            g(&self.answers_vouch),
-            g(&self.answers_no_vouch),
-        ));
-        out.push_str(&format!(
-            "# HELP palisade_node_peer_rejected_total Peer-check requests refused unanswered (bad MAC, garbage, oversize).\n\
-             # TYPE palisade_node_peer_rejected_total counter\n\
-             palisade_node_peer_rejected_total {}\n",
-            g(&self.rejected),
-        ));
-        out.push_str(&format!(
-            "# HELP palisade_node_peer_excused 1 while a majority of peers excuses this node from self-fencing.\n\
-             # TYPE palisade_node_peer_excused gauge\n\
-             palisade_node_peer_excused {}\n",
-            g(&self.excused),
-        ));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,18 +359,5 @@ mod tests {
         assert!(may_vouch(c.last_write(), Instant::now(), 10 * S));
         c.record_write();
         assert!(!may_vouch(c.last_write(), Instant::now(), 10 * S));
-    }
-
-    #[test]
-    fn metrics_render_names_and_labels() {
-        let m = PeerMetrics::default();
-        m.requests_error.fetch_add(2, Ordering::Relaxed);
-        m.excused.store(1, Ordering::Relaxed);
-        let mut s = String::new();
-        m.render(&mut s);
-        assert!(s.contains("palisade_node_peer_requests_total{result=\"error\"} 2\n"));
-        assert!(s.contains("palisade_node_peer_answers_total{answer=\"vouch\"} 0\n"));
-        assert!(s.contains("palisade_node_peer_rejected_total 0\n"));
-        assert!(s.contains("palisade_node_peer_excused 1\n"));
     }
 }
