@@ -19,6 +19,7 @@
 //! (its HTTP client runs there); the [`Guard`] is dropped before that runtime ends, so the
 //! last batch is flushed.
 
+pub mod metrics;
 #[cfg(feature = "receiver")]
 pub mod receiver;
 

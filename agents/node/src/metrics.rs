@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -19,7 +18,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub use palisade_telemetry::metrics::CONTENT_TYPE;
 
 /// Upper bounds (seconds) of the container start latency histogram: from a process already
 /// unpacked to one whose image is unpacked first.
@@ -228,32 +227,15 @@ impl Metrics {
     /// The OpenMetrics text exposition of every metric, ending in `# EOF`; serve it as
     /// [`CONTENT_TYPE`].
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        if let Err(e) = encode(&mut out, &self.registry()) {
-            // Not expected: a `String` takes every write and no metric here fails to encode.
-            // The text then lacks `# EOF`, so a scraper refuses it rather than keeping part.
-            tracing::error!(error = %e, "encoding the metrics failed");
-        }
-        out
+        palisade_telemetry::metrics::encode(&self.registry())
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
-    /// The sample lines of an exposition: series (name and labels, as exposed) to value.
-    fn samples(text: &str) -> BTreeMap<&str, f64> {
-        text.lines()
-            .filter(|l| !l.starts_with('#'))
-            .map(|l| {
-                let (series, value) = l.rsplit_once(' ').expect("a sample line");
-                (series, value.parse().expect("a numeric sample value"))
-            })
-            .collect()
-    }
+    use palisade_test_support::samples;
 
     #[test]
     fn render_lists_every_metric_with_type() {

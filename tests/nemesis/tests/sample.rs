@@ -3,6 +3,7 @@
 //! seed each run (printed, with the command that replays it). The full campaigns are
 //! `hack/chaos.sh --lab`.
 
+use std::io::Write;
 use std::time::Duration;
 
 use palisade_nemesis::check::check_all;
@@ -52,7 +53,10 @@ fn a_short_new_seed_campaign_keeps_at_most_one() {
                 .unwrap_or(1)
         });
     let cfg = config(seed, RANDOM_EVENTS, "nemesis-random");
-    println!(
+    // Straight to the process's stderr, not through the test harness's capture: the seed is
+    // printed in `hack/test.sh`'s output whether the test passes or fails.
+    let _ = writeln!(
+        std::io::stderr(),
         "nemesis with a new seed: {seed}; replay: PALISADE_NEMESIS_SEED={seed} cargo test -p \
          palisade-nemesis --test sample new_seed, or {}",
         cfg.replay()

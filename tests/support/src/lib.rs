@@ -9,6 +9,7 @@
 //! All three call the condition at once, then again after pauses that start at 50 ms and
 //! double up to 250 ms, never sleeping past the deadline.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -105,6 +106,21 @@ fn next_pause(pause: &mut Duration, remaining: Duration) -> Duration {
     let now = (*pause).min(remaining);
     *pause = (*pause * 2).min(MAX_PAUSE);
     now
+}
+
+/// The sample lines of a Prometheus or OpenMetrics text exposition: each series (name and
+/// labels, as exposed) to its value. Comment lines (`# HELP`, `# TYPE`, `# EOF`) are skipped.
+///
+/// Panics on a line that is not `series value` with a numeric value: a test reading metrics
+/// wants to fail on a malformed exposition.
+pub fn samples(text: &str) -> BTreeMap<&str, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').expect("a sample line");
+            (series, value.parse().expect("a numeric sample value"))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -207,5 +223,14 @@ mod tests {
             None::<()>
         })
         .await;
+    }
+
+    #[test]
+    fn samples_reads_series_and_values_and_skips_comments() {
+        let text = "# HELP a_total An a\n# TYPE a counter\na_total{x=\"1\"} 3\nb 2.5\n# EOF\n";
+        let s = samples(text);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s["a_total{x=\"1\"}"], 3.0);
+        assert_eq!(s["b"], 2.5);
     }
 }

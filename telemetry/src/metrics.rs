@@ -1,0 +1,39 @@
+//! What every Palisade process shares to serve its metrics: the OpenMetrics text of a
+//! `prometheus-client` registry and the `Content-Type` it goes out with.
+
+use prometheus_client::registry::Registry;
+
+/// The `Content-Type` of [`encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The OpenMetrics text exposition of every metric in `registry`, ending in `# EOF`; serve it
+/// as [`CONTENT_TYPE`].
+///
+/// Guarantees: a complete exposition ends in `# EOF`. Encoding into a `String` is not expected
+/// to fail; if it does, the error is logged and the text is returned without `# EOF`, so a
+/// scraper refuses it rather than keeping part of it.
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, registry) {
+        tracing::error!(error = %e, "encoding the metrics failed");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::metrics::counter::Counter;
+
+    #[test]
+    fn a_registry_encodes_to_openmetrics_ending_in_eof() {
+        let mut r = Registry::default();
+        let c: Counter = Counter::default();
+        r.register("palisade_example", "An example", c.clone());
+        c.inc();
+        let text = encode(&r);
+        assert!(text.contains("# TYPE palisade_example counter\n"), "{text}");
+        assert!(text.contains("palisade_example_total 1\n"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}
