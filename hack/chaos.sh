@@ -7,15 +7,17 @@
 #       the command that replays it. --bug plants a known mistake (the run must fail).
 #       --joins grows the cluster while part of it is cut off in every schedule (a quarter without).
 #   hack/chaos.sh --lab [--seed S] [--events N] [--minutes M] [--machines K] [--writers W]
-#                 [--plant BUG]... [--only CLASS]...
+#                 [--plant BUG]... [--only CLASS]... [--no-fence-devices]
 #       the nemesis on the real lab (as root): one lab of K namespace machines (default 5),
 #       W StatefulSet writers (default 2), N seeded fault events (default 20) applied and
 #       healed while they write, no new event after M minutes (default 60); the history
 #       (JSON lines) and the report go to target/chaos/lab-seed<S>/. Exit 1 on a violation,
 #       3 if a writer did not recover after the last heal; both print the replay command.
-#       --plant TrustCommand|ReleaseUnverified plants a known mistake in the (debug) bridge
-#       and controllers: the campaign must then fail. --only draws only the named fault
-#       classes (--only list prints them).
+#       --plant TrustCommand|ReleaseUnverified|ReleaseUncovered|IgnoreStaleTokens|
+#       TrustWithoutWatchdog plants a known mistake in the (debug) bridge and controllers: the
+#       campaign must then fail. --only draws only the named fault classes (--only list
+#       prints them). --no-fence-devices creates no FenceTarget and trusts watchdog-backed
+#       self-fences (the machines have no watchdog: nothing may be released).
 # The report is printed and saved under target/chaos/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +41,8 @@ while [ "$#" -gt 0 ]; do
     --events|--minutes|--machines|--writers) lab_args+=("$1" "$2"); shift ;;
     --plant) lab_args+=(--plant "$2"); shift ;;
     --only) lab_args+=(--only "$2"); shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --no-fence-devices) lab_args+=(--no-fence-devices) ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "hack/chaos.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift

@@ -6,7 +6,12 @@
 //!   counts as verified;
 //! - `ReleaseUnverified`, in the controller: the node's pods are released as fencing starts;
 //! - `ReleaseUncovered`, in the controller: a pod the verified fence does not cover (one with
-//!   no PersistentVolumeClaim, behind a storage-only fence) is released anyway.
+//!   no PersistentVolumeClaim, behind a storage-only fence) is released anyway;
+//! - `IgnoreStaleTokens`, in the firmware-bridge: a request whose fencing token is below the
+//!   target's floor (a deposed controller's late request) is acted on instead of refused;
+//! - `TrustWithoutWatchdog`, in the controller: a node that advertises a self-fence timeout
+//!   but no armed watchdog is treated as if a `nowayout` watchdog backed it, so its
+//!   self-fence is trusted after the timeout.
 //!
 //! A release build never reads the variable (the code that reads it is not compiled in), so no
 //! setting can plant a bug in what ships. The same mistakes are planted in the deterministic
@@ -24,6 +29,10 @@ pub enum Planted {
     ReleaseUnverified,
     /// Release a pod the verified fence does not cover instead of holding it.
     ReleaseUncovered,
+    /// Act on a request whose fencing token is below the target's floor.
+    IgnoreStaleTokens,
+    /// Trust a self-fence that no armed watchdog backs.
+    TrustWithoutWatchdog,
 }
 
 impl Planted {
@@ -33,6 +42,8 @@ impl Planted {
             "TrustCommand" => Some(Planted::TrustCommand),
             "ReleaseUnverified" => Some(Planted::ReleaseUnverified),
             "ReleaseUncovered" => Some(Planted::ReleaseUncovered),
+            "IgnoreStaleTokens" => Some(Planted::IgnoreStaleTokens),
+            "TrustWithoutWatchdog" => Some(Planted::TrustWithoutWatchdog),
             _ => None,
         }
     }
@@ -55,7 +66,7 @@ fn configured() -> &'static [Planted] {
         if !bugs.is_empty() {
             tracing::error!(
                 ?bugs,
-                "PLANTED BUGS ACTIVE: this controller is unsafe on purpose (a negative control)"
+                "PLANTED BUGS ACTIVE: this process is unsafe on purpose (a negative control)"
             );
         }
         bugs
@@ -87,6 +98,14 @@ mod tests {
         assert_eq!(
             Planted::parse("ReleaseUncovered"),
             Some(Planted::ReleaseUncovered)
+        );
+        assert_eq!(
+            Planted::parse("IgnoreStaleTokens"),
+            Some(Planted::IgnoreStaleTokens)
+        );
+        assert_eq!(
+            Planted::parse("TrustWithoutWatchdog"),
+            Some(Planted::TrustWithoutWatchdog)
         );
         assert_eq!(Planted::parse("trustcommand"), None);
         // The unit tests never set the variable.

@@ -286,8 +286,10 @@ pub enum Step {
     HoldPod(ObjectRef),
     /// Recovering: persist the positive proof before lifting anything.
     RecordCleanProof(String),
-    /// Release 1: taint the node `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`.
-    ApplyTaint(VerifiedFence),
+    /// Release 1, before any pod is released: taint the node so no replacement is scheduled
+    /// back onto it (`palisade.dev/fenced:NoSchedule`), and, when the fence covers every pod
+    /// on it, `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`.
+    ApplyTaint(VerifiedFence, ReleaseTaints),
     /// Release 2: record the pod in `status.release.releasing` (persisted first), then mark it
     /// fenced, patch it Failed, DELETE it with grace 0 and UID precondition, and move its record
     /// to `status.release.pods`.
@@ -306,6 +308,17 @@ pub enum Step {
     Unfence(Vec<PlannedDevice>),
     /// Recover: remove the out-of-service taint.
     RemoveTaint,
+}
+
+/// The taints a release puts on the fenced node ([`Step::ApplyTaint`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseTaints {
+    /// `palisade.dev/fenced:NoSchedule` only: a pod on the node is held (the fence does not
+    /// cover it), and the out-of-service taint would let Kubernetes 1.26+ delete it.
+    NoSchedule,
+    /// `palisade.dev/fenced:NoSchedule` and
+    /// `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`: the fence covers every pod.
+    OutOfService,
 }
 
 impl Step {
@@ -329,7 +342,7 @@ impl Step {
             Step::FailLevel { .. } => "fail_level",
             Step::HoldPod(_) => "hold_pod",
             Step::RecordCleanProof(_) => "record_clean_proof",
-            Step::ApplyTaint(_) => "apply_taint",
+            Step::ApplyTaint(..) => "apply_taint",
             Step::ReleasePod(..) => "release_pod",
             Step::RecordReleased(_) => "record_released",
             Step::DeleteAttachment(..) => "delete_attachment",
@@ -345,7 +358,7 @@ impl Step {
         matches!(
             self,
             Step::RunLevel { .. }
-                | Step::ApplyTaint(_)
+                | Step::ApplyTaint(..)
                 | Step::ReleasePod(..)
                 | Step::DeleteAttachment(..)
                 | Step::ClearAttachRecord(..)
@@ -622,6 +635,9 @@ fn returned_after_self_fence(
 
 /// Guarantees: a pod is released only when the proof's [`palisade_model::nodefence::Coverage`]
 /// covers it; every other pod is recorded as held first and never released by this fence. The
+/// node is tainted `NoSchedule` before the first release, so the replacements of released pods
+/// are not scheduled back onto the fenced node (where they would be released again, or wait
+/// for a node that may never return) while Kubernetes still counts it Ready. The
 /// out-of-service taint is applied only when every pod on the node is covered (on Kubernetes
 /// 1.26+ the pod garbage collector force-deletes the pods of a NotReady node with that taint,
 /// which would release uncovered pods behind the fence's back).
@@ -650,8 +666,13 @@ fn releasing(status: &NodeFenceStatus, obs: &Observations<'_>, proof: VerifiedFe
             }),
         };
     }
-    if status.release.tainted_at.is_none() && held.is_empty() {
-        return Step::ApplyTaint(proof);
+    if status.release.tainted_at.is_none() {
+        let taints = if held.is_empty() {
+            ReleaseTaints::OutOfService
+        } else {
+            ReleaseTaints::NoSchedule
+        };
+        return Step::ApplyTaint(proof, taints);
     }
     if let Some(p) = pods.first() {
         return Step::ReleasePod(proof, p.pod.clone());

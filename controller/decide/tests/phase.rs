@@ -9,7 +9,8 @@ use common::wall;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use palisade_decide::phase::{
-    clean_proof, next_step, NodePod, ObjectRef, Observations, PeerTrust, Step, WaitFor,
+    clean_proof, next_step, NodePod, ObjectRef, Observations, PeerTrust, ReleaseTaints, Step,
+    WaitFor,
 };
 use palisade_decide::verdict::{FencePlan, PlanLevel};
 use palisade_decide::{Clocks, HoldReason, Mono, Verdict, WaitReason};
@@ -247,7 +248,7 @@ fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn
         Step::FailLevel { level, why } => st.record_level_failed(*level, at, why.clone()).unwrap(),
         Step::HoldPod(p) => st.release.held.push(released(p, at)),
         Step::RecordCleanProof(p) => st.recovery.clean_proof = Some(p.clone()),
-        Step::ApplyTaint(_) => {
+        Step::ApplyTaint(..) => {
             w.taint = true;
             st.release.tainted_at = Some(MicroTime(at));
         }
@@ -952,9 +953,22 @@ fn a_storage_only_fence_releases_only_pods_that_mount_a_claim() {
     let mut st = created();
     let steps = release_all(&sp, &mut st, &mut w, &|_| true);
     assert_eq!(st.verified_fence().unwrap().coverage(), Coverage::Stateful);
-    // web-1 (no claim) is held, never released, and the out-of-service taint is not applied.
+    // web-1 (no claim) is held, never released, and the out-of-service taint is not applied;
+    // the node is still tainted NoSchedule before db-0 is released, so db-0's replacement is
+    // not scheduled back onto the fenced node.
     assert!(steps.contains(&Step::HoldPod(obj("web", "web-1"))));
-    assert!(!steps.iter().any(|s| matches!(s, Step::ApplyTaint(_))));
+    assert!(!steps
+        .iter()
+        .any(|s| matches!(s, Step::ApplyTaint(_, ReleaseTaints::OutOfService))));
+    let taint = steps
+        .iter()
+        .position(|s| matches!(s, Step::ApplyTaint(_, ReleaseTaints::NoSchedule)))
+        .expect("the node is tainted NoSchedule");
+    let first_release = steps
+        .iter()
+        .position(|s| matches!(s, Step::ReleasePod(..)))
+        .expect("db-0 is released");
+    assert!(taint < first_release, "{steps:?}");
     let released: Vec<&str> = st.release.pods.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(released, vec!["db-0"]);
     assert_eq!(st.release.held.len(), 1);
@@ -1210,7 +1224,7 @@ fn check_run(run: &Run) -> Result<Seen, TestCaseError> {
                 // Release actions only from Releasing with a verified fence.
                 if matches!(
                     step,
-                    Step::ApplyTaint(_)
+                    Step::ApplyTaint(..)
                         | Step::ReleasePod(..)
                         | Step::DeleteAttachment(..)
                         | Step::ClearAttachRecord(..)

@@ -59,7 +59,7 @@ pub fn marks(f: &NodeFence) -> Vec<Mark> {
         out.push(Mark {
             at: t.0,
             lane: "release",
-            text: "out-of-service taint".into(),
+            text: "node tainted".into(),
         });
     }
     for (what, list) in [

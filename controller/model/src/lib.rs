@@ -42,8 +42,12 @@ pub const ANNOTATION_MAINTENANCE: &str = "palisade.dev/maintenance";
 /// The self-fence timeout annotation. It is read only from the node's Lease, where the agent
 /// writes it with every renewal ([`advertise`]); a Node annotation of this name is ignored.
 pub const ANNOTATION_SELF_FENCE_AFTER: &str = advertise::SELF_FENCE_AFTER;
-/// The taint applied to a fenced node before its pods are released.
+/// The taint applied to a fenced node before its pods are released, when the fence covers
+/// every pod on it.
 pub const OUT_OF_SERVICE_TAINT_KEY: &str = "node.kubernetes.io/out-of-service";
+/// The `NoSchedule` taint applied to every fenced node before its pods are released (so their
+/// replacements are scheduled elsewhere), and removed with the out-of-service taint.
+pub const FENCED_TAINT_KEY: &str = "palisade.dev/fenced";
 /// Value of the out-of-service taint.
 pub const OUT_OF_SERVICE_TAINT_VALUE: &str = "nodeshutdown";
 /// Taint key whose `tolerationSeconds` gives pod forgiveness.

@@ -511,7 +511,8 @@ pub enum EvidenceKind {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReleaseProgress {
-    /// When the `node.kubernetes.io/out-of-service` taint was applied.
+    /// When the node was tainted `palisade.dev/fenced:NoSchedule` (and
+    /// `node.kubernetes.io/out-of-service` when the fence covers every pod on it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tainted_at: Option<MicroTime>,
     /// Pods marked Failed and deleted (grace 0, UID precondition).
@@ -561,7 +562,7 @@ pub struct RecoveryProgress {
     /// When the storage fence was lifted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unfenced_at: Option<MicroTime>,
-    /// When the out-of-service taint was removed.
+    /// When the release taints were removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub untainted_at: Option<MicroTime>,
     /// The node's boot ID when fencing started (from its last renewal); a different boot ID

@@ -294,18 +294,19 @@ pub struct Recovery {
     /// Power the node back on after its pods and volumes are released. Default false (leave it off).
     #[serde(default)]
     pub power_on: bool,
-    /// When the out-of-service taint is removed. Default `NodeReady`.
+    /// When the release taints (`palisade.dev/fenced`, and out-of-service if applied) are
+    /// removed. Default `NodeReady`.
     #[serde(default)]
     pub untaint_when: UntaintWhen,
 }
 
-/// When the out-of-service taint is lifted from a recovered node.
+/// When the release taints are lifted from a recovered node.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum UntaintWhen {
     /// When the node agent renews its Lease again and reports no stale pods.
     #[default]
     NodeReady,
-    /// Never automatically: an operator removes the taint.
+    /// Never automatically: an operator removes the taints.
     Manual,
 }
 

@@ -103,7 +103,8 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
                 .cache
                 .leases
                 .get(&ObjectRef::new(&name).within(crate::cache::NODE_LEASE_NAMESPACE));
-            let ad = palisade_decide::convert::advertisement(lease.as_deref());
+            let mut ad = palisade_decide::convert::advertisement(lease.as_deref());
+            planted_watchdog(&mut ad);
             if let Some(renew) = lease
                 .as_deref()
                 .and_then(|l| l.spec.as_ref()?.renew_time.as_ref())
@@ -461,6 +462,22 @@ async fn create_fence(ctx: &Ctx, node: &str, message: &str) -> Result<(), Error>
         )
         .await;
     Ok(())
+}
+
+/// A negative control (debug builds only, `PALISADE_PLANTED_BUGS=TrustWithoutWatchdog`): a
+/// node that advertises a self-fence timeout but no armed watchdog is taken to have a
+/// `nowayout` one, so its self-fence is trusted although nothing would reset a hung node.
+fn planted_watchdog(ad: &mut palisade_model::advertise::Advertisement) {
+    use palisade_fence::planted::{active, Planted};
+    if ad.watchdog.is_none()
+        && ad.self_fence_after.is_some()
+        && active(Planted::TrustWithoutWatchdog)
+    {
+        ad.watchdog = Some(palisade_model::advertise::Watchdog {
+            timeout: std::time::Duration::ZERO,
+            nowayout: true,
+        });
+    }
 }
 
 #[cfg(test)]

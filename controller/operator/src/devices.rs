@@ -564,11 +564,11 @@ async fn drive(
         });
         if resetting {
             if outcome == AttemptOutcome::StaleToken {
-                run.failure = Some(format!("{}: {message}", d.url));
+                run.failure = Some(about(&d.url, &message));
                 break;
             }
             if outcome != AttemptOutcome::Succeeded {
-                run.resets_failed.push(format!("{}: {message}", d.url));
+                run.resets_failed.push(about(&d.url, &message));
             }
             continue;
         }
@@ -587,11 +587,20 @@ async fn drive(
             (Direction::Fence, None) => false,
         };
         if !verified {
-            run.failure = Some(format!("{}: {message}", d.url));
+            run.failure = Some(about(&d.url, &message));
             break;
         }
     }
     run
+}
+
+/// `message` naming the device `url` once: a device's errors usually begin with it already.
+fn about(url: &str, message: &str) -> String {
+    if message.starts_with(url) {
+        message.to_string()
+    } else {
+        format!("{url}: {message}")
+    }
 }
 
 /// Runs one fencing level: every device must be commanded and verified. Stops at the first
@@ -702,6 +711,22 @@ pub async fn probe(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_names_its_device_once() {
+        let url = "bridge://127.0.0.1:44881/m0";
+        assert_eq!(
+            about(
+                url,
+                "bridge://127.0.0.1:44881/m0: unreachable: connection refused"
+            ),
+            "bridge://127.0.0.1:44881/m0: unreachable: connection refused"
+        );
+        assert_eq!(
+            about(url, "power off timed out after 20s"),
+            "bridge://127.0.0.1:44881/m0: power off timed out after 20s"
+        );
+    }
 
     #[test]
     fn step_keys_fit_the_bridge_header_and_differ_per_action() {

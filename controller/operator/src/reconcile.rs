@@ -24,7 +24,7 @@ use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef as StoreRef;
 use kube::{Api, ResourceExt};
 use palisade_decide::detector::{Health, Thresholds};
-use palisade_decide::phase::{NodePod, ObjectRef, Observations, Step, WaitFor};
+use palisade_decide::phase::{NodePod, ObjectRef, Observations, ReleaseTaints, Step, WaitFor};
 use palisade_decide::{next_step, Verdict};
 use palisade_model::advertise::Advertisement;
 use palisade_model::nodefence::{
@@ -1099,11 +1099,15 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                     )
                     .await?;
                 }
-                Step::ApplyTaint(proof) => {
+                Step::ApplyTaint(proof, which) => {
                     ctx.leader.check(token).await?;
-                    crate::release::apply_taint(&ctx.client, &node, &proof).await?;
+                    crate::release::apply_taint(&ctx.client, &node, &proof, which).await?;
                     status.release.tainted_at = Some(MicroTime(now_wall()));
-                    persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal, "Tainted", &format!("node {node} tainted node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"))).await?;
+                    let taints = match which {
+                        ReleaseTaints::OutOfService => "palisade.dev/fenced:NoSchedule and node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
+                        ReleaseTaints::NoSchedule => "palisade.dev/fenced:NoSchedule (not out-of-service: the fence does not cover every pod on it)",
+                    };
+                    persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal, "Tainted", &format!("node {node} tainted {taints}"))).await?;
                 }
                 Step::ReleasePod(proof, pod) => {
                     ctx.leader.check(token).await?;
@@ -1205,7 +1209,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                         (
                             Kind::Normal,
                             "Untainted",
-                            &format!("out-of-service taint removed from node {node}"),
+                            &format!("release taints removed from node {node}"),
                         ),
                     )
                     .await?;

@@ -2,7 +2,9 @@
 //! fenced. Every function takes the [`VerifiedFence`] proof, which only a status with a level
 //! verified with evidence can produce, so none of this can run on an unfenced node.
 //!
-//! 1. taint the node `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`;
+//! 1. taint the node `palisade.dev/fenced:NoSchedule` (no replacement is scheduled back onto
+//!    it) and, when the fence covers every pod on it,
+//!    `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`;
 //! 2. for each pod: add the `palisade.dev/Fenced` condition and phase Failed (status patch),
 //!    then DELETE with grace 0 and a UID precondition;
 //! 3. once no pod of the node remains, DELETE its VolumeAttachments with a UID precondition;
@@ -18,9 +20,11 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
-use palisade_decide::phase::{NodePod, ObjectRef};
+use palisade_decide::phase::{NodePod, ObjectRef, ReleaseTaints};
 use palisade_model::nodefence::VerifiedFence;
-use palisade_model::{OUT_OF_SERVICE_TAINT_KEY, OUT_OF_SERVICE_TAINT_VALUE, POD_CONDITION_FENCED};
+use palisade_model::{
+    FENCED_TAINT_KEY, OUT_OF_SERVICE_TAINT_KEY, OUT_OF_SERVICE_TAINT_VALUE, POD_CONDITION_FENCED,
+};
 
 use crate::error::{is_not_found, Error};
 
@@ -29,19 +33,47 @@ fn gone(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404 || s.code == 409)
 }
 
-/// Whether `node` carries the out-of-service taint.
-pub fn has_taint(node: &Node) -> bool {
+fn taints(node: &Node) -> &[Taint] {
     node.spec
         .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| t.key == OUT_OF_SERVICE_TAINT_KEY))
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
 }
 
-/// Release 1: adds the out-of-service taint (compare-and-swap on the Node's resourceVersion).
+fn is_release_taint(t: &Taint) -> bool {
+    t.key == OUT_OF_SERVICE_TAINT_KEY || t.key == FENCED_TAINT_KEY
+}
+
+/// Whether `node` carries a taint a release applies (out-of-service or `palisade.dev/fenced`).
+pub fn has_taint(node: &Node) -> bool {
+    taints(node).iter().any(is_release_taint)
+}
+
+/// The taints `which` asks for.
+fn wanted(which: ReleaseTaints) -> Vec<Taint> {
+    let mut out = vec![Taint {
+        key: FENCED_TAINT_KEY.into(),
+        value: None,
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }];
+    if which == ReleaseTaints::OutOfService {
+        out.push(Taint {
+            key: OUT_OF_SERVICE_TAINT_KEY.into(),
+            value: Some(OUT_OF_SERVICE_TAINT_VALUE.into()),
+            effect: "NoExecute".into(),
+            time_added: None,
+        });
+    }
+    out
+}
+
+/// Release 1: adds the release's taints (compare-and-swap on the Node's resourceVersion).
 pub async fn apply_taint(
     client: &kube::Client,
     node: &str,
     _proof: &VerifiedFence,
+    which: ReleaseTaints,
 ) -> Result<(), Error> {
     let api: Api<Node> = Api::all(client.clone());
     loop {
@@ -49,16 +81,15 @@ pub async fn apply_taint(
             .get(node)
             .await
             .map_err(|e| Error::kube(format!("reading node {node}"), e))?;
-        if has_taint(&n) {
+        let missing: Vec<Taint> = wanted(which)
+            .into_iter()
+            .filter(|w| !taints(&n).iter().any(|t| t.key == w.key))
+            .collect();
+        if missing.is_empty() {
             return Ok(());
         }
         let spec = n.spec.get_or_insert_with(Default::default);
-        spec.taints.get_or_insert_with(Vec::new).push(Taint {
-            key: OUT_OF_SERVICE_TAINT_KEY.into(),
-            value: Some(OUT_OF_SERVICE_TAINT_VALUE.into()),
-            effect: "NoExecute".into(),
-            time_added: None,
-        });
+        spec.taints.get_or_insert_with(Vec::new).extend(missing);
         match api.replace(node, &PostParams::default(), &n).await {
             Ok(_) => return Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
@@ -67,7 +98,7 @@ pub async fn apply_taint(
     }
 }
 
-/// Recover: removes the out-of-service taint.
+/// Recover: removes the release's taints.
 pub async fn remove_taint(client: &kube::Client, node: &str) -> Result<(), Error> {
     let api: Api<Node> = Api::all(client.clone());
     loop {
@@ -82,7 +113,7 @@ pub async fn remove_taint(client: &kube::Client, node: &str) -> Result<(), Error
             return Ok(());
         }
         if let Some(ts) = n.spec.as_mut().and_then(|s| s.taints.as_mut()) {
-            ts.retain(|t| t.key != OUT_OF_SERVICE_TAINT_KEY);
+            ts.retain(|t| !is_release_taint(t));
         }
         match api.replace(node, &PostParams::default(), &n).await {
             Ok(_) => return Ok(()),

@@ -52,6 +52,9 @@ pub enum Bug {
     ReleaseUncovered,
     /// Trust a self-fence that no armed watchdog backs.
     TrustWithoutWatchdog,
+    /// The firmware-bridge acts on a request whose fencing token is below the highest it has
+    /// seen for the target (a deposed leader's late command reaches the devices).
+    IgnoreStaleTokens,
     /// Ignore the healthy-majority bound: judge a peer-checked node's self-fence as if it ran
     /// no peer check (its peers may still be excusing it).
     IgnoreMajorityBound,
@@ -82,11 +85,12 @@ pub enum Bug {
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 13] = [
+    pub const ALL: [Bug; 14] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
         Bug::TrustWithoutWatchdog,
+        Bug::IgnoreStaleTokens,
         Bug::IgnoreMajorityBound,
         Bug::LooseMajority,
         Bug::RecordAfterDelete,
@@ -295,9 +299,14 @@ pub struct World<'s> {
     net_rng: Rng,
     /// Pods a release deleted, for the check that the status names every one of them.
     released_uids: BTreeSet<String>,
-    /// A promise to a host that must not power off, broken by a device command (a power off or
-    /// on, or a storage unblock without a new boot since fencing began).
+    /// A promise broken by a device command: to a host that must not power off (a power off
+    /// or on, or a storage unblock without a new boot since fencing began), or the bridge's
+    /// (a command acted on with a token below the target's floor).
     broken_promise: Option<String>,
+    /// Per machine, the highest fencing token its firmware-bridge has seen (machines with an
+    /// even index are fenced through a bridge; odd ones' devices are reached directly and
+    /// obey any command, tokens or not).
+    floors: Vec<i64>,
     pods: Vec<Pod>,
     identities: Vec<(String, bool)>,
     fences: Vec<Fence>,
@@ -393,6 +402,7 @@ impl<'s> World<'s> {
             net_rng: Rng::new(s.seed ^ 0x0A75_DE1A),
             released_uids: BTreeSet::new(),
             broken_promise: None,
+            floors: vec![0; s.nodes.len()],
             machines,
             pods: Vec::new(),
             identities: vec![
@@ -999,16 +1009,20 @@ impl<'s> World<'s> {
                 self.fences[f].name
             ));
             self.out.stale_commands += 1;
-            self.stale_command(f, step);
+            self.stale_command(f, fz.token, step);
         } else {
             self.log(format!("leader (token {}) resumes", fz.token));
             self.apply(f, step);
         }
     }
 
-    /// A deposed leader's device command, delivered late: what the devices do with it.
-    fn stale_command(&mut self, f: usize, step: Step) {
+    /// A deposed leader's device command, delivered late: what the devices do with it (a
+    /// bridge refuses it when its token is below the target's floor).
+    fn stale_command(&mut self, f: usize, token: i64, step: Step) {
         let i = self.fences[f].node;
+        if !self.bridge_admits(i, token) {
+            return;
+        }
         match step {
             Step::RunLevel {
                 level,
@@ -1028,6 +1042,32 @@ impl<'s> World<'s> {
             }
             _ => {}
         }
+    }
+
+    /// Whether machine `i`'s devices act on a command carrying `token`. A bridge (even
+    /// machines) raises its floor to the token and refuses a lower one, as the firmware-bridge
+    /// does; directly reached devices (odd machines) act on anything.
+    fn bridge_admits(&mut self, i: usize, token: i64) -> bool {
+        if i % 2 == 1 {
+            return true;
+        }
+        let floor = self.floors[i];
+        if token >= floor {
+            self.floors[i] = token;
+            return true;
+        }
+        if self.bug == Some(Bug::IgnoreStaleTokens) {
+            if self.broken_promise.is_none() {
+                self.broken_promise = Some(format!(
+                    "the firmware-bridge of m{i} acted on fencing token {token} after token {floor}: tokens only go up per target"
+                ));
+            }
+            return true;
+        }
+        self.log(format!(
+            "the firmware-bridge of m{i} refuses stale token {token} (floor {floor})"
+        ));
+        false
     }
 
     /// Sends a level's device commands for fence `f` and reads each back: whether every device
@@ -1580,6 +1620,15 @@ impl<'s> World<'s> {
         let i = self.fences[f].node;
         let label = step.label();
         let name = self.fences[f].name.clone();
+        if matches!(
+            step,
+            Step::RunLevel { .. } | Step::PowerOn(_) | Step::Unfence(_)
+        ) && !self.bridge_admits(i, self.ctl.token)
+        {
+            // The leader's own token is never below a floor it or an older leader raised.
+            self.log(format!("{name}: {label} refused for a stale token"));
+            return;
+        }
         match step {
             Step::Nothing | Step::Wait { .. } | Step::Hold(_) | Step::Refuse { .. } => {}
             Step::RecordToken(t) => self.fences[f].status.fencing_token = Some(t),
@@ -1693,7 +1742,7 @@ impl<'s> World<'s> {
                 self.fences[f].status.recovery.clean_proof = Some(p.clone());
                 self.log(format!("{name}: clean proof: {p}"));
             }
-            Step::ApplyTaint(_) => {
+            Step::ApplyTaint(..) => {
                 self.tainted[i] = true;
                 self.fences[f].status.release.tainted_at = Some(MicroTime(wall));
             }

@@ -135,9 +135,31 @@ fn a_storage_only_fence_holds_a_volume_less_statefulset_pod_whose_process_still_
         st.release.held.iter().any(|p| p.uid == old_uid),
         "web-0 is recorded as held"
     );
+    // The node is tainted NoSchedule (no replacement may land on it), but not out-of-service
+    // while an uncovered pod is bound to it.
     assert!(
-        st.release.tainted_at.is_none(),
-        "no out-of-service taint while an uncovered pod is bound to the node"
+        st.release.tainted_at.is_some(),
+        "m0 is tainted before release"
+    );
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(c.clone());
+    let taints: Vec<String> = rt
+        .block_on(nodes.get("m0"))
+        .expect("read m0")
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| format!("{}:{}", t.key, t.effect))
+        .collect();
+    assert!(
+        taints.iter().any(|t| t == "palisade.dev/fenced:NoSchedule"),
+        "m0 tainted palisade.dev/fenced:NoSchedule: {taints:?}"
+    );
+    assert!(
+        !taints
+            .iter()
+            .any(|t| t.starts_with("node.kubernetes.io/out-of-service")),
+        "no out-of-service taint while an uncovered pod is bound to the node: {taints:?}"
     );
     let ev = events(&c, &rt, "default", &nf.name_any(), "NotCoveredByFence");
     assert!(

@@ -314,6 +314,46 @@ pub fn apply(world: &World, ev: &Event, h: &History) -> Result<()> {
             relay.set(Replies::Pass);
             h.push(heal("cut healed; BMC replies pass".into()));
         }
+        Fault::DeposedLeaderLateRequest { hold_ms, .. } => {
+            let Some((id, _)) = leader_pid(world) else {
+                h.push(skip("no leader holds the Lease".into()));
+                return Ok(());
+            };
+            let Some(token) = world.leader_token() else {
+                h.push(skip(format!(
+                    "the Lease held by {id} carries no fencing token"
+                )));
+                return Ok(());
+            };
+            world.controllers().kill(&id);
+            world.lab.partition(i, Cut::All)?;
+            h.push(fault(format!(
+                "SIGKILL leader {id} (token {token}); All cut for {hold_ms} ms"
+            )));
+            sleep_ms(*hold_ms);
+            world.lab.heal(i)?;
+            world.controllers().spawn(&id)?;
+            h.push(heal(format!("cut healed; {id} started again")));
+            let target = world.lab.machines()[i].name().to_string();
+            // Only once the bridge has acted on the target with a newer token: before that,
+            // the old token is not stale and the request would be a real fence.
+            let newer = palisade_scenario::eventually(
+                &format!("the bridge acting on {target} with a token above {token}"),
+                Duration::from_secs(60),
+                || newer_action(&world.bridge().audit(), &target, token).then_some(()),
+            );
+            let detail = match newer {
+                Ok(()) => format!(
+                    "{id}'s late power off for {target} with token {token}: {}",
+                    world.late_power_off(&target, token)?
+                ),
+                Err(_) => format!(
+                    "no late request: the bridge never acted on {target} with a token above {token}"
+                ),
+            };
+            h.push(fault(detail));
+            h.push(heal("the late request is answered".into()));
+        }
         Fault::DevicesDownDuringCut { hold_ms, .. } => {
             let bmc = world.bmc_pid(i);
             let pdu = world.lab.pdu().map(|p| p.pid() as i32);
@@ -353,6 +393,17 @@ fn control_plane(world: &World) -> Result<&palisade_lab::ControlPlane> {
         .lab
         .control_plane()
         .ok_or_else(|| anyhow::anyhow!("the lab has no control plane"))
+}
+
+/// Whether the bridge's audit shows an accepted action (not a status read) on `target` with
+/// a token above `token`.
+fn newer_action(audit: &[serde_json::Value], target: &str, token: u64) -> bool {
+    audit.iter().any(|r| {
+        r["target"].as_str() == Some(target)
+            && r["result"].as_str() == Some("ok")
+            && !r["action"].as_str().unwrap_or("status").contains("status")
+            && r["token"].as_u64().is_some_and(|t| t > token)
+    })
 }
 
 /// The leading replica and its pid, if one holds the Lease and runs here.

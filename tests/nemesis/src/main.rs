@@ -31,14 +31,20 @@ struct Args {
     /// Seconds to wait for the lab to settle between events.
     #[arg(long, default_value_t = 240)]
     settle_seconds: u64,
-    /// Plant a bug in the controllers (a negative control; debug builds of the controller
-    /// only): `TrustCommand` or `ReleaseUnverified`. Repeatable. The campaign must then fail.
+    /// Plant a bug in the controllers and the bridge (a negative control; debug builds only):
+    /// `TrustCommand`, `ReleaseUnverified`, `ReleaseUncovered`, `IgnoreStaleTokens` or
+    /// `TrustWithoutWatchdog` (with --no-fence-devices). Repeatable. The campaign must then
+    /// fail.
     #[arg(long = "plant")]
     planted: Vec<String>,
     /// Draw only this fault class (repeatable; default: every class). `--only list` prints
     /// the classes.
     #[arg(long = "only")]
     only: Vec<String>,
+    /// Create no FenceTarget and let the policy trust a watchdog-backed self-fence. The
+    /// namespace machines advertise no watchdog, so nothing may be released.
+    #[arg(long)]
+    no_fence_devices: bool,
     /// Judge a saved history (`history.jsonl`) with this build's checks and exit: 0 when it
     /// passes, 1 with the violations. No lab is started. For re-judging old campaigns after
     /// a check changed. Violations recorded in the file by the campaign are not counted.
@@ -152,6 +158,7 @@ fn main() -> ExitCode {
         settle_timeout: Duration::from_secs(args.settle_seconds),
         planted: args.planted.clone(),
         only: args.only.clone(),
+        no_fence_devices: args.no_fence_devices,
     };
     println!(
         "palisade-nemesis: seed {seed}; replay with: {}",

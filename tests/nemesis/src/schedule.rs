@@ -186,6 +186,16 @@ pub enum Fault {
         /// How late each answer arrives.
         delay_ms: u64,
     },
+    /// The leader is SIGKILLed (deposed) as the machine is cut off completely; the standby
+    /// takes over with a higher fencing token and fences the machine. After the heal, the
+    /// deposed leader's power off for the machine arrives late, with its old token: the
+    /// firmware-bridge must refuse it (its floor for the target is higher).
+    DeposedLeaderLateRequest {
+        /// Whom.
+        target: Target,
+        /// How long the cut lasts.
+        hold_ms: u64,
+    },
     /// The machine is cut off completely while every device that could fence it is frozen
     /// (its BMC and the PDU's agent): nothing can verify a fence, so nothing may be released.
     /// The cut heals first; the devices come back 2 s later.
@@ -224,6 +234,7 @@ impl Fault {
             Fault::DevicesDownDuringCut { .. } => "devices-down-during-cut",
             Fault::BmcGarbageDuringCut { .. } => "bmc-garbage-during-cut",
             Fault::BmcSlowDuringCut { .. } => "bmc-slow-during-cut",
+            Fault::DeposedLeaderLateRequest { .. } => "deposed-leader-late-request",
         }
     }
 
@@ -246,7 +257,8 @@ impl Fault {
             | Fault::BridgeCrashDuringCut { target, .. }
             | Fault::DevicesDownDuringCut { target, .. }
             | Fault::BmcGarbageDuringCut { target, .. }
-            | Fault::BmcSlowDuringCut { target, .. } => Some(*target),
+            | Fault::BmcSlowDuringCut { target, .. }
+            | Fault::DeposedLeaderLateRequest { target, .. } => Some(*target),
             Fault::LeaderKill { .. }
             | Fault::LeaderStop { .. }
             | Fault::ApiRestart { .. }
@@ -271,6 +283,7 @@ impl Fault {
                 | Fault::DevicesDownDuringCut { .. }
                 | Fault::BmcGarbageDuringCut { .. }
                 | Fault::BmcSlowDuringCut { .. }
+                | Fault::DeposedLeaderLateRequest { .. }
         )
     }
 }
@@ -300,6 +313,7 @@ const CLASSES: &[(&str, u32)] = &[
     ("devices-down-during-cut", 1),
     ("bmc-garbage-during-cut", 1),
     ("bmc-slow-during-cut", 1),
+    ("deposed-leader-late-request", 1),
 ];
 
 /// The names of every fault class the nemesis can draw.
@@ -385,9 +399,11 @@ pub fn generate_only(
                     heal_ms: rng.gen_range(1_000..=3_000),
                 },
                 "agent-kill" => Fault::AgentKill { target },
+                // Up to longer than detection plus a self-fence timeout: a hung agent that
+                // keeps its pods running while its node is judged.
                 "agent-stop" => Fault::AgentStop {
                     target,
-                    hold_ms: rng.gen_range(2_000..=10_000),
+                    hold_ms: rng.gen_range(2_000..=20_000),
                 },
                 "agent-restart" => Fault::AgentRestart { target },
                 "agent-restart-partitioned" => Fault::AgentRestartWhilePartitioned {
@@ -450,6 +466,10 @@ pub fn generate_only(
                 "bmc-garbage-during-cut" => Fault::BmcGarbageDuringCut {
                     target,
                     hold_ms: cut_hold.max(12_000),
+                },
+                "deposed-leader-late-request" => Fault::DeposedLeaderLateRequest {
+                    target,
+                    hold_ms: cut_hold.max(15_000),
                 },
                 _ => Fault::BmcSlowDuringCut {
                     target,

@@ -32,6 +32,8 @@ pub const APP_NS: &str = "app";
 pub const IDENTITY: &str = "v0";
 /// The controllers' Lease (in [`SYSTEM_NS`]).
 pub const LEADER_LEASE: &str = "palisade-controller";
+/// The Lease annotation holding the leader's fencing token.
+const TOKEN_ANNOTATION: &str = "palisade.dev/fencing-token";
 
 /// The two controller replicas, as child processes the nemesis can kill, freeze and restart.
 pub struct Controllers {
@@ -162,6 +164,10 @@ pub struct WorldConfig {
     pub writers: usize,
     /// Bugs planted in the controllers (`PALISADE_PLANTED_BUGS`; empty: none).
     pub planted: Vec<String>,
+    /// No machine has a FenceTarget, and the policy trusts a self-fence that an armed
+    /// `nowayout` watchdog backs. The namespace machines advertise no watchdog, so nothing may
+    /// ever be released: every silent node's pods must stay where they are.
+    pub no_fence_devices: bool,
 }
 
 /// The running world. Dropping it tears everything down (the lab last).
@@ -187,13 +193,16 @@ pub struct World {
 
 /// The campaign's FencingPolicy: fast detection, no forgiveness, nodes powered back on after
 /// release, no cooldown or escalation limit (the nemesis fences the same nodes many times).
-pub fn policy_spec() -> serde_json::Value {
+/// With `trust_self_fence`, a watchdog-backed self-fence is trusted 1 s after its advertised
+/// timeout (for the world without fence devices).
+pub fn policy_spec(trust_self_fence: bool) -> serde_json::Value {
     json!({
         "detection": {"suspectAfterSeconds": 2, "unhealthyAfterSeconds": 4},
         "forgiveness": {"respectTolerations": false, "defaultSeconds": 0},
         "fenceWhen": "Always",
         "recovery": {"powerOn": true},
         "escalation": {"cooldownSeconds": 0, "maxFencesPerWindow": 100000, "windowSeconds": 86400},
+        "trustSelfFence": {"enabled": trust_self_fence, "marginSeconds": 1},
     })
 }
 
@@ -204,7 +213,17 @@ impl World {
             "starting a lab of {} namespace machines (control plane, BMCs, PDU)",
             cfg.machines
         ));
-        let lab = lab_with_agents(cfg.machines, true, &AgentOptions::default())?;
+        // Without fence devices the agents' self-fence covers every pod (the volume-less
+        // identity included), so a trusted self-fence would release all of them.
+        let agents = AgentOptions {
+            extra_args: if cfg.no_fence_devices {
+                vec!["--self-fence-all-pods".into()]
+            } else {
+                Vec::new()
+            },
+            ..AgentOptions::default()
+        };
+        let lab = lab_with_agents(cfg.machines, true, &agents)?;
         let cluster = Cluster::connect(&lab)?;
         cluster.wait_nodes_ready(&lab)?;
         let writers: Vec<String> = (0..cfg.writers).map(|k| format!("w{k}")).collect();
@@ -229,8 +248,18 @@ impl World {
             },
         )?;
         let controllers = Controllers::start(&lab, &bridge, &cfg.planted)?;
-        policy(&cluster.client, &cluster.rt, "lab", policy_spec())?;
-        for m in lab.machines() {
+        policy(
+            &cluster.client,
+            &cluster.rt,
+            "lab",
+            policy_spec(cfg.no_fence_devices),
+        )?;
+        let targets = if cfg.no_fence_devices {
+            &[][..]
+        } else {
+            lab.machines()
+        };
+        for m in targets {
             let url = bridge.url(m.name());
             fence_target(
                 &cluster.client,
@@ -440,6 +469,51 @@ impl World {
             .ok()
             .flatten()?;
         lease.spec?.holder_identity.filter(|h| !h.is_empty())
+    }
+
+    /// The fencing token the controllers' Lease carries now (what its holder acts with).
+    pub fn leader_token(&self) -> Option<u64> {
+        let leases: Api<Lease> = Api::namespaced(self.cluster.client.clone(), SYSTEM_NS);
+        let lease = self
+            .cluster
+            .rt
+            .block_on(leases.get_opt(LEADER_LEASE))
+            .ok()
+            .flatten()?;
+        lease
+            .metadata
+            .annotations?
+            .get(TOKEN_ANNOTATION)?
+            .parse()
+            .ok()
+    }
+
+    /// Sends the firmware-bridge a power off for `target` with fencing token `token`, as the
+    /// controllers would (their client identity, a fresh idempotency key): what a deposed
+    /// leader's request looks like when it arrives late. Returns how the bridge answered.
+    pub fn late_power_off(&self, target: &str, token: u64) -> Result<String> {
+        let settings = {
+            let b = self.bridge();
+            palisade_fence::bridge::ClientSettings::new(
+                format!("https://{}/", b.addr).parse()?,
+                std::fs::read(&b.ca_file)?,
+                std::fs::read(&b.client_cert)?,
+                std::fs::read(&b.client_key)?,
+            )
+        };
+        let client = palisade_fence::bridge::BridgeClient::new(&settings)?;
+        let key = palisade_fence::bridge::device::fresh_idempotency_key("late-off");
+        let answer = self.cluster.rt.block_on(client.power(
+            target,
+            palisade_fence::bridge::wire::PowerAction::Off,
+            token,
+            &key,
+            Some("the nemesis: a deposed leader's late request"),
+        ));
+        Ok(match answer {
+            Ok(r) => format!("ACTED ON: {} {} (state {})", r.action, r.result, r.state),
+            Err(e) => format!("refused: {}", palisade_fence::bridge::chain(&e)),
+        })
     }
 
     /// The pid of `palisade-node` on machine `i`, if it runs.
