@@ -196,12 +196,33 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
         Api::<StatefulSet>::namespaced(c.client.clone(), "app")
             .create(&PostParams::default(), &sts),
     )?;
+    // Where the start's time goes: scheduled, volume attached, Running, writing.
+    let created = Instant::now();
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), "app");
+    eventually("db-0 scheduled to m0", Duration::from_secs(120), || {
+        let p = c.rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
+        (p.spec.as_ref()?.node_name.as_deref() == Some("m0")).then_some(())
+    })?;
+    let scheduled = created.elapsed();
+    let vas: Api<VolumeAttachment> = Api::all(c.client.clone());
+    eventually("volume db attached to m0", Duration::from_secs(120), || {
+        let list = c.rt.block_on(vas.list(&Default::default())).ok()?;
+        list.items
+            .iter()
+            .any(|va| {
+                va.spec.node_name == "m0"
+                    && va.spec.source.persistent_volume_name.as_deref() == Some("pv-db")
+                    && va.status.as_ref().is_some_and(|s| s.attached)
+            })
+            .then_some(())
+    })?;
+    let attached = created.elapsed();
     let old = eventually("db-0 Running on m0", Duration::from_secs(120), || {
         let p = c.rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
         (p.spec.as_ref()?.node_name.as_deref() == Some("m0") && pod_phase(&p) == "Running")
             .then_some(p)
     })?;
+    let running = created.elapsed();
     let old_uid = old.uid().context("pod uid")?;
     let old_acks = acks.join(format!("acks-{old_uid}.log"));
     eventually(
@@ -209,6 +230,13 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
         Duration::from_secs(60),
         || (read_or_empty(&old_acks).lines().count() >= 20).then_some(()),
     )?;
+    t.say(format!(
+        "db-0 started: scheduled to m0 after {:.1} s, volume attached after {:.1} s, Running after {:.1} s, 20 writes after {:.1} s",
+        scheduled.as_secs_f64(),
+        attached.as_secs_f64(),
+        running.as_secs_f64(),
+        created.elapsed().as_secs_f64()
+    ));
     cordon(&c.client, &c.rt, "m1", false)?;
     cordon(&c.client, &c.rt, "m2", false)?;
     t.say(format!("StatefulSet app/db: db-0 (uid {}) Running on m0 with PVC data-db-0 (RWO, CSI volume 'db' attached to m0), writing ({} writes acknowledged)", short(&old_uid), read_or_empty(&old_acks).lines().count()));
@@ -260,7 +288,7 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
                     format!("fenced, verified: {}", ev.join("; "))
                 }
                 Phase::Releasing => {
-                    "releasing: out-of-service taint, pods force-deleted by UID".into()
+                    "releasing: node tainted (NoSchedule, out-of-service), pods force-deleted by UID".into()
                 }
                 Phase::Released => format!(
                     "released: {} pod(s), {} VolumeAttachment(s), {} volumesInUse record(s)",

@@ -136,6 +136,10 @@ pub async fn prepare_node(client: &Client, node: &str) -> Result<(), kube::Error
 }
 
 /// Creates a PV and its pre-bound PVC (idempotent).
+///
+/// The claim is created only once the PV controller has taken the volume in (its phase moved
+/// past the API server's `Pending`), for up to 30 s: a claim it sees first waits for its periodic resync (15 s by
+/// default) before it is bound, and the scheduler keeps a pod of an unbound claim pending.
 pub async fn ensure_volume(
     client: &Client,
     pv_name: &str,
@@ -144,11 +148,19 @@ pub async fn ensure_volume(
     namespace: &str,
     claim: &str,
 ) -> Result<(), kube::Error> {
+    let pvs = Api::<PersistentVolume>::all(client.clone());
     create_or_keep(
-        &Api::<PersistentVolume>::all(client.clone()),
+        &pvs,
         &persistent_volume(pv_name, volume, data_server, namespace, claim),
     )
     .await?;
+    for _ in 0..300 {
+        let phase = pvs.get_opt(pv_name).await?.and_then(|pv| pv.status?.phase);
+        if phase.is_some_and(|p| p != "Pending") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     create_or_keep(
         &Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace),
         &persistent_volume_claim(namespace, claim, pv_name),
