@@ -93,10 +93,18 @@ fn released_machine_is_powered_on_rejoins_and_is_untainted() {
     );
     let nodes: Api<Node> = Api::all(c.clone());
     let n = rt.block_on(nodes.get("m0")).unwrap();
-    assert!(!n
+    let taints: Vec<String> = n
         .spec
         .and_then(|s| s.taints)
         .unwrap_or_default()
-        .iter()
-        .any(|t| t.key == "node.kubernetes.io/out-of-service"));
+        .into_iter()
+        .map(|t| t.key)
+        .collect();
+    // Both release taints are lifted: the node takes pods again.
+    assert!(
+        !taints
+            .iter()
+            .any(|k| k == "node.kubernetes.io/out-of-service" || k == "palisade.dev/fenced"),
+        "{taints:?}"
+    );
 }

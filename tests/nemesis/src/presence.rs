@@ -22,7 +22,7 @@ pub struct Incarnation {
     pub start: u64,
     /// The pod UID it belongs to.
     pub pod_uid: String,
-    /// The machine it runs on (the lab's machine marker).
+    /// The machine it runs on (the lab's machine marker, or the node its pod was bound to).
     pub machine: String,
 }
 
@@ -82,7 +82,10 @@ pub fn scan(lab_id: &str) -> BTreeMap<String, Vec<Incarnation>> {
                 pid,
                 start,
                 pod_uid: env_var(&environ, "POD_UID").unwrap_or("").to_string(),
+                // The lab's marker where the process carries it; a container started by the
+                // node agent has the node its pod was bound to.
                 machine: env_var(&environ, palisade_lab::process::MACHINE_ENV)
+                    .or_else(|| env_var(&environ, "NODE_NAME"))
                     .unwrap_or("")
                     .to_string(),
             });

@@ -351,7 +351,8 @@ impl World {
                             "command": ["/bin/sh", "-c", "exec sleep 864000"],
                             "env": [
                                 {"name": crate::presence::IDENTITY_ENV, "value": crate::presence::identity_value(self.lab.id(), &format!("{IDENTITY}-0"))},
-                                {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}
+                                {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+                                {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
                             ]
                         }]
                     }
