@@ -460,28 +460,27 @@ impl World {
         self.lab.machines().iter().position(|m| m.name() == name)
     }
 
-    /// The identity holding the controllers' Lease, if any.
-    pub fn leader(&self) -> Option<String> {
+    /// The controllers' Lease, if it can be read.
+    fn leader_lease(&self) -> Option<Lease> {
         let leases: Api<Lease> = Api::namespaced(self.cluster.client.clone(), SYSTEM_NS);
-        let lease = self
-            .cluster
+        self.cluster
             .rt
             .block_on(leases.get_opt(LEADER_LEASE))
             .ok()
-            .flatten()?;
-        lease.spec?.holder_identity.filter(|h| !h.is_empty())
+            .flatten()
+    }
+
+    /// The identity holding the controllers' Lease, if any.
+    pub fn leader(&self) -> Option<String> {
+        self.leader_lease()?
+            .spec?
+            .holder_identity
+            .filter(|h| !h.is_empty())
     }
 
     /// The fencing token the controllers' Lease carries now (what its holder acts with).
     pub fn leader_token(&self) -> Option<u64> {
-        let leases: Api<Lease> = Api::namespaced(self.cluster.client.clone(), SYSTEM_NS);
-        let lease = self
-            .cluster
-            .rt
-            .block_on(leases.get_opt(LEADER_LEASE))
-            .ok()
-            .flatten()?;
-        lease
+        self.leader_lease()?
             .metadata
             .annotations?
             .get(TOKEN_ANNOTATION)?
