@@ -81,7 +81,7 @@ pub struct Observations<'a> {
     /// Positive proof, observed after recovery began, that none of the released pods'
     /// containers exists on the node ([`clean_proof`]); `None` without one.
     pub clean_proof: Option<String>,
-    /// The out-of-service taint is present on the node.
+    /// A release taint (`palisade.dev/fenced` or out-of-service) is present on the node.
     pub taint_present: bool,
     /// The UID of the Node object named by `spec.nodeName` now (`None`: no such Node).
     pub node_uid: Option<String>,
@@ -306,7 +306,7 @@ pub enum Step {
     PowerOn(Vec<PlannedDevice>),
     /// Recover: lift the storage fence on these devices (every storage device of every tried level).
     Unfence(Vec<PlannedDevice>),
-    /// Recover: remove the out-of-service taint.
+    /// Recover: remove the release taints (`palisade.dev/fenced` and out-of-service).
     RemoveTaint,
 }
 
