@@ -392,6 +392,20 @@ fn names(s: &FenceSnapshot) -> String {
         .join(", ")
 }
 
+/// An audit record of an action the bridge accepted (not a status read): its action, target
+/// and fencing token.
+pub fn accepted_action(record: &serde_json::Value) -> Option<(&str, &str, i64)> {
+    let action = record["action"].as_str().unwrap_or("");
+    if action.contains("status") || record["result"].as_str() != Some("ok") {
+        return None;
+    }
+    Some((
+        action,
+        record["target"].as_str()?,
+        record["token"].as_i64()?,
+    ))
+}
+
 /// Per target, the tokens of the bridge's accepted actions never go down.
 fn check_tokens(history: &[Record]) -> Vec<Violation> {
     let mut highest: BTreeMap<String, i64> = BTreeMap::new();
@@ -400,12 +414,7 @@ fn check_tokens(history: &[Record]) -> Vec<Violation> {
         let Record::Audit { record, .. } = r else {
             continue;
         };
-        let action = record["action"].as_str().unwrap_or("");
-        if action.contains("status") || record["result"].as_str() != Some("ok") {
-            continue;
-        }
-        let (Some(target), Some(token)) = (record["target"].as_str(), record["token"].as_i64())
-        else {
+        let Some((action, target, token)) = accepted_action(record) else {
             continue;
         };
         let h = highest.entry(target.to_string()).or_insert(token);

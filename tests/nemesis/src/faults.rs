@@ -399,10 +399,9 @@ fn control_plane(world: &World) -> Result<&palisade_lab::ControlPlane> {
 /// a token above `token`.
 fn newer_action(audit: &[serde_json::Value], target: &str, token: u64) -> bool {
     audit.iter().any(|r| {
-        r["target"].as_str() == Some(target)
-            && r["result"].as_str() == Some("ok")
-            && !r["action"].as_str().unwrap_or("status").contains("status")
-            && r["token"].as_u64().is_some_and(|t| t > token)
+        crate::check::accepted_action(r).is_some_and(|(_, t, tok)| {
+            t == target && u64::try_from(tok).is_ok_and(|tok| tok > token)
+        })
     })
 }
 
