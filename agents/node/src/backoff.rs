@@ -1,10 +1,10 @@
-//! The two backoffs of the agent, both pure.
+//! The kubelet's container restart backoff, pure: [`RestartBackoff`].
 //!
-//! - [`RestartBackoff`]: the kubelet's container restart backoff: the first restart is
-//!   immediate, then 10 s, 20 s, 40 s … capped at the maximum restart period (default 300 s,
-//!   configurable between 1 s and 300 s; a maximum below 10 s is also the initial delay), and
-//!   reset once a container ran cleanly for 10 minutes.
-//! - [`RetryBackoff`]: exponential backoff for API calls (Lease renewal).
+//! The first restart is immediate, then 10 s, 20 s, 40 s … capped at the maximum restart
+//! period (default 300 s, configurable between 1 s and 300 s; a maximum below 10 s is also the
+//! initial delay), and reset once a container ran cleanly for 10 minutes. This is a rule of
+//! the pod lifecycle, not a retry policy: retries of calls (API requests, image pulls) use the
+//! project's one backoff type, [`retry`] (`backon`'s exponential backoff).
 
 use std::time::Duration;
 
@@ -63,38 +63,19 @@ impl RestartBackoff {
     }
 }
 
-/// Exponential retry backoff: `base`, doubling up to `max`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RetryBackoff {
-    base: Duration,
-    max: Duration,
-    current: Option<Duration>,
+/// The retry policy of a call that is retried until it succeeds: `base`, doubling up to `max`,
+/// never giving up, without jitter (so a retry comes at most `max` after a failure: the Lease
+/// renewal relies on that bound).
+pub fn retry(base: Duration, max: Duration) -> backon::ExponentialBuilder {
+    backon::ExponentialBuilder::new()
+        .with_min_delay(base)
+        .with_max_delay(max.max(base))
+        .without_max_times()
 }
 
-impl RetryBackoff {
-    /// A backoff starting at `base`, capped at `max`.
-    pub fn new(base: Duration, max: Duration) -> Self {
-        Self {
-            base,
-            max: max.max(base),
-            current: None,
-        }
-    }
-
-    /// The delay before the next retry after one more failure.
-    pub fn next_delay(&mut self) -> Duration {
-        let d = match self.current {
-            None => self.base,
-            Some(c) => (c * 2).min(self.max),
-        };
-        self.current = Some(d);
-        d
-    }
-
-    /// Resets after a success.
-    pub fn reset(&mut self) {
-        self.current = None;
-    }
+/// The next delay of a backoff built by [`retry`] (which never runs out; `max` if it did).
+pub fn next_delay(backoff: &mut backon::ExponentialBackoff, max: Duration) -> Duration {
+    backoff.next().unwrap_or(max)
 }
 
 #[cfg(test)]
@@ -145,11 +126,25 @@ mod tests {
     }
 
     #[test]
-    fn retry_backoff_doubles_and_resets() {
-        let mut b = RetryBackoff::new(Duration::from_millis(200), secs(2));
-        let got: Vec<u128> = (0..6).map(|_| b.next_delay().as_millis()).collect();
-        assert_eq!(got, vec![200, 400, 800, 1600, 2000, 2000]);
-        b.reset();
-        assert_eq!(b.next_delay().as_millis(), 200);
+    fn retries_double_up_to_the_cap_and_never_give_up() {
+        use backon::BackoffBuilder as _;
+        let max = secs(2);
+        let mut b = retry(Duration::from_millis(200), max).build();
+        let got: Vec<u128> = (0..1000)
+            .map(|_| next_delay(&mut b, max).as_millis())
+            .collect();
+        assert_eq!(got[..6], [200, 400, 800, 1600, 2000, 2000]);
+        assert!(
+            got.iter().all(|d| *d <= 2000),
+            "a retry waits at most the cap"
+        );
+        // A fresh build starts over (what a success does).
+        assert_eq!(
+            next_delay(&mut retry(Duration::from_millis(200), max).build(), max).as_millis(),
+            200
+        );
+        // A cap below the base is the base.
+        let mut low = retry(secs(1), Duration::from_millis(10)).build();
+        assert_eq!(next_delay(&mut low, secs(1)), secs(1));
     }
 }

@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::BackoffBuilder as _;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus, NodeSystemInfo,
@@ -21,7 +22,7 @@ use tokio::time::Instant;
 
 use palisade_model::advertise::Advertisement;
 
-use crate::backoff::RetryBackoff;
+use crate::backoff;
 use crate::metrics::Metrics;
 use crate::pod_worker::{Ctx, FenceState};
 use crate::source::ManagerCmd;
@@ -335,13 +336,15 @@ pub async fn status_loop(
     ctx: Arc<Ctx>,
     manager: mpsc::Sender<ManagerCmd>,
 ) {
-    let mut backoff = RetryBackoff::new(Duration::from_millis(500), Duration::from_secs(10));
+    const REGISTER_RETRY_MAX: Duration = Duration::from_secs(10);
+    let policy = backoff::retry(Duration::from_millis(500), REGISTER_RETRY_MAX);
+    let mut retries = policy.build();
     loop {
         match register(&client, &cfg).await {
             Ok(()) => break,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot register node; retrying");
-                tokio::time::sleep(backoff.next_delay()).await;
+                tokio::time::sleep(backoff::next_delay(&mut retries, REGISTER_RETRY_MAX)).await;
             }
         }
     }
@@ -355,7 +358,7 @@ pub async fn status_loop(
             v
         };
         match patch_status(&client, &cfg, &node_status(&cfg, in_use, &ready_since)).await {
-            Ok(()) => backoff.reset(),
+            Ok(()) => retries = policy.build(),
             Err(e) if e.is_not_found() => {
                 tracing::warn!(
                     "Node object was deleted: killing every pod before registering again"
@@ -366,7 +369,7 @@ pub async fn status_loop(
                 }
                 while let Err(e) = register(&client, &cfg).await {
                     tracing::warn!(error = %e, "cannot re-register node; retrying");
-                    tokio::time::sleep(backoff.next_delay()).await;
+                    tokio::time::sleep(backoff::next_delay(&mut retries, REGISTER_RETRY_MAX)).await;
                 }
                 let _ = manager.send(ManagerCmd::Resume).await;
                 continue;
@@ -397,10 +400,10 @@ pub async fn lease_loop(
 ) {
     let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let nodes: Api<Node> = Api::all(client);
-    let mut backoff = RetryBackoff::new(
-        Duration::from_millis(200),
-        cfg.renew_interval.max(Duration::from_millis(400)),
-    );
+    // A failed renewal is retried at most a renew interval later, like a successful one.
+    let retry_max = cfg.renew_interval.max(Duration::from_millis(400));
+    let policy = backoff::retry(Duration::from_millis(200), retry_max);
+    let mut retries = policy.build();
     let timeout = cfg.renew_interval.max(Duration::from_millis(500));
     loop {
         let sent = Instant::now();
@@ -413,7 +416,7 @@ pub async fn lease_loop(
                 metrics
                     .lease_renewals
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                backoff.reset();
+                retries = policy.build();
                 tokio::select! {
                     _ = tokio::time::sleep(cfg.renew_interval) => {}
                     _ = ads.renew_now.notified() => {
@@ -425,7 +428,7 @@ pub async fn lease_loop(
                 metrics
                     .lease_failures
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let d = backoff.next_delay();
+                let d = backoff::next_delay(&mut retries, retry_max);
                 tracing::debug!(error = %e, retry_in_ms = d.as_millis() as u64, "lease renewal failed");
                 tokio::time::sleep(d).await;
             }

@@ -32,7 +32,7 @@ pub struct StorageFwConfig {
     pub request_timeout: Duration,
     /// How long to poll the status for confirmation after a command.
     pub verify_timeout: Duration,
-    /// Pause between status polls.
+    /// Pause before the second status poll; later pauses double, up to ten times this.
     pub verify_interval: Duration,
 }
 
@@ -197,8 +197,15 @@ impl StorageFirewall {
         node: &NodeRef,
         want: bool,
     ) -> Result<NodeStatus, StorageFwError> {
+        use backon::BackoffBuilder as _;
         let started = Instant::now();
         let deadline = started + self.cfg.verify_timeout;
+        let base = self.cfg.verify_interval;
+        let mut pauses = backon::ExponentialBuilder::new()
+            .with_min_delay(base)
+            .with_max_delay(base * 10)
+            .without_max_times()
+            .build();
         loop {
             let status = self.status(node).await?;
             if status.blocked == want {
@@ -211,7 +218,8 @@ impl StorageFirewall {
                     waited_ms: started.elapsed().as_millis() as u64,
                 });
             }
-            tokio::time::sleep(self.cfg.verify_interval).await;
+            let pause = pauses.next().unwrap_or(base * 10);
+            tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
         }
     }
 

@@ -39,7 +39,11 @@ pub async fn request(
     };
     let deadline = tokio::time::Instant::now() + limit;
     let mut shown = 0;
+    // A follow, not a retry: the status is shown twice a second until the fence ends.
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        tick.tick().await;
         let f = api.get(&name).await?;
         if let Some(st) = &f.status {
             for t in st.transitions.iter().skip(shown) {
@@ -57,7 +61,6 @@ pub async fn request(
             );
             return Ok(0);
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

@@ -48,6 +48,14 @@ pub async fn ensure(client: &Client, timeout: Duration) -> Result<(), Error> {
         tracing::info!(crd = %name, "CRD applied");
     }
     let deadline = tokio::time::Instant::now() + timeout;
+    let mut pauses = {
+        use backon::BackoffBuilder as _;
+        backon::ExponentialBuilder::new()
+            .with_min_delay(Duration::from_millis(100))
+            .with_max_delay(Duration::from_secs(2))
+            .without_max_times()
+            .build()
+    };
     for crd in &crds {
         let name = crd.metadata.name.clone().unwrap_or_default();
         loop {
@@ -69,7 +77,11 @@ pub async fn ensure(client: &Client, timeout: Duration) -> Result<(), Error> {
                     "CRD {name} not Established after {timeout:?}"
                 )));
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            let pause = pauses.next().unwrap_or(Duration::from_secs(2));
+            tokio::time::sleep(
+                pause.min(deadline.saturating_duration_since(tokio::time::Instant::now())),
+            )
+            .await;
         }
     }
     Ok(())

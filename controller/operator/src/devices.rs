@@ -80,10 +80,10 @@ fn now() -> MicroTime {
 /// another key; otherwise the role name is the key.
 pub async fn read_secret(ctx: &Ctx, r: &SecretRef) -> Result<BTreeMap<String, String>, Error> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &r.namespace);
-    let secret = api.get(&r.name).await.map_err(|e| Error::Secret {
+    let secret = api.get(&r.name).await.map_err(|source| Error::Secret {
         namespace: r.namespace.clone(),
         name: r.name.clone(),
-        message: format!("cannot read: {e}"),
+        source,
     })?;
     let data = secret.data.unwrap_or_default();
     let mut out = BTreeMap::new();
@@ -132,16 +132,19 @@ fn power_device(
     url: &str,
     secret: &BTreeMap<String, String>,
     budget: Duration,
-) -> Result<Device, Error> {
-    let dev = |message: String| Error::Device {
-        device: url.to_string(),
-        message,
-    };
-    let mut target = Target::parse(url).map_err(|e| dev(chain(&e)))?;
+) -> Result<Device, AttemptError> {
+    let mut target = Target::parse(url)?;
     if let Target::Redfish(r) = &mut target {
         // `ca=secret`: the BMC's CA is the Secret's caBundle, not a file on this host.
         let ca = secret.get("caBundle").map(String::as_str);
-        r.tls = r.tls.clone().with_secret_ca(ca).map_err(dev)?;
+        r.tls = r
+            .tls
+            .clone()
+            .with_secret_ca(ca)
+            .map_err(|message| Error::Device {
+                device: url.to_string(),
+                message,
+            })?;
     }
     let s = |k: &str| {
         secret
@@ -156,7 +159,7 @@ fn power_device(
     };
     let mut options = DeviceOptions::default();
     options.verify.timeout = budget;
-    Device::new(target, &creds, options).map_err(|e| dev(chain(&e)))
+    Ok(Device::new(target, &creds, options)?)
 }
 
 fn node_addresses(node: Option<&Node>) -> Vec<IpAddr> {
@@ -174,21 +177,17 @@ fn node_addresses(node: Option<&Node>) -> Vec<IpAddr> {
 fn storage_client(
     url: &str,
     secret: &BTreeMap<String, String>,
-) -> Result<palisade_storagefw::StorageFirewall, Error> {
-    let dev = |message: String| Error::Device {
+) -> Result<palisade_storagefw::StorageFirewall, AttemptError> {
+    let target = palisade_storagefw::Target::parse(url)?;
+    let ca = secret.get("caBundle").ok_or_else(|| Error::Device {
         device: url.to_string(),
-        message,
-    };
-    let target = palisade_storagefw::Target::parse(url).map_err(|e| dev(chain(&e)))?;
-    let ca = secret
-        .get("caBundle")
-        .ok_or_else(|| dev("credential Secret has no caBundle".into()))?;
-    let mut cfg = palisade_storagefw::StorageFwConfig::new(target, ca.as_bytes().to_vec())
-        .map_err(|e| dev(chain(&e)))?;
+        message: "credential Secret has no caBundle".into(),
+    })?;
+    let mut cfg = palisade_storagefw::StorageFwConfig::new(target, ca.as_bytes().to_vec())?;
     cfg.token = secret
         .get("token")
         .map(|t| palisade_storagefw::Secret::new(t.trim_end_matches('\n')));
-    palisade_storagefw::StorageFirewall::new(cfg).map_err(|e| dev(chain(&e)))
+    Ok(palisade_storagefw::StorageFirewall::new(cfg)?)
 }
 
 /// Which way a device is driven: fencing (off, block) or recovering (on, unblock).
@@ -208,34 +207,85 @@ fn action_of(kind: DeviceKind, direction: Direction) -> DeviceAction {
 }
 
 /// A device's answer: a message and, for a verified fence, the evidence; or why it failed.
-type Acted = Result<(String, Option<(EvidenceKind, String)>), (AttemptOutcome, String)>;
+type Acted = Result<(String, Option<(EvidenceKind, String)>), AttemptError>;
 
-/// Awaits `f` within `budget`: a timeout is [`AttemptOutcome::TimedOut`], an error
-/// [`AttemptOutcome::Failed`].
-async fn bounded<T>(
-    budget: Duration,
-    what: &str,
-    f: impl std::future::Future<Output = Result<T, String>>,
-) -> Result<T, (AttemptOutcome, String)> {
-    match tokio::time::timeout(budget, f).await {
-        Err(_) => Err((
-            AttemptOutcome::TimedOut,
-            format!("no verified {what} within {budget:?}"),
-        )),
-        // A bridge that has seen a newer token refuses: that is not a device failure but a
-        // deposed (or restarted-from-scratch) leader, and is reported as such.
-        Ok(Err(e)) if e.ends_with("(stale_fencing_token)") => Err((AttemptOutcome::StaleToken, e)),
-        Ok(Err(e)) => Err((AttemptOutcome::Failed, e)),
-        Ok(Ok(v)) => Ok(v),
+/// Why one device attempt did not succeed.
+///
+/// Guarantees: the attempt's outcome is decided from the error's type, never from its text (a
+/// bridge's refusal of a stale token is [`AttemptOutcome::StaleToken`] because it is
+/// `FenceError::StaleFencingToken`); the sources are kept until the attempt is recorded, and the
+/// status, the Event and the log get the whole chain ([`AttemptError::message`]).
+#[derive(Debug, thiserror::Error)]
+enum AttemptError {
+    /// A power device, direct or through the firmware-bridge, failed, refused or was not
+    /// verified.
+    #[error(transparent)]
+    Fence(#[from] palisade_fence::FenceError),
+    /// A storage firewall failed, refused or was not verified.
+    #[error(transparent)]
+    Storage(#[from] palisade_storagefw::StorageFwError),
+    /// The call could not be prepared (FenceTarget, Secret, device URL): nothing was sent.
+    #[error(transparent)]
+    Prepare(#[from] Error),
+    /// Our leadership could not be confirmed with the token: nothing was sent.
+    #[error("leadership not confirmed")]
+    Leadership(#[source] Error),
+    /// The term ended on our own clock before the command: nothing was sent.
+    #[error("term {token} ended before the command was sent")]
+    TermEnded {
+        /// The term's fencing token.
+        token: i64,
+    },
+    /// The device's budget (its `timeoutSeconds`) ran out before a verified answer.
+    #[error("no verified {what} within {budget:?}")]
+    TimedOut {
+        /// What was awaited.
+        what: &'static str,
+        /// The device's budget.
+        budget: Duration,
+    },
+    /// This controller cannot drive the device that way: nothing was sent.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+impl AttemptError {
+    /// The outcome recorded for the attempt.
+    fn outcome(&self) -> AttemptOutcome {
+        use palisade_fence::FenceError;
+        match self {
+            Self::TimedOut { .. } => AttemptOutcome::TimedOut,
+            // A bridge that has seen a newer token refuses: that is not a device failure but a
+            // deposed (or restarted-from-scratch) leader, and is reported as such.
+            Self::Fence(FenceError::StaleFencingToken { .. })
+            | Self::Leadership(_)
+            | Self::TermEnded { .. } => AttemptOutcome::StaleToken,
+            Self::Fence(_) | Self::Storage(_) | Self::Prepare(_) | Self::Unsupported(_) => {
+                AttemptOutcome::Failed
+            }
+        }
+    }
+
+    /// The message for the status, the Event and the log: the whole source chain, and for a
+    /// power device the kind of failure (`auth_refused`, `stale_fencing_token` …).
+    fn message(&self) -> String {
+        match self {
+            Self::Fence(e) => format!("{} ({})", chain(e), e.kind()),
+            e => chain(e),
+        }
     }
 }
 
-fn failed(e: impl std::fmt::Display) -> (AttemptOutcome, String) {
-    (AttemptOutcome::Failed, e.to_string())
-}
-
-fn fence_error(e: palisade_fence::FenceError) -> String {
-    format!("{} ({})", chain(&e), e.kind())
+/// Awaits `f` within `budget`: a timeout is [`AttemptError::TimedOut`].
+async fn bounded<T, E: Into<AttemptError>>(
+    budget: Duration,
+    what: &'static str,
+    f: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, AttemptError> {
+    match tokio::time::timeout(budget, f).await {
+        Err(_) => Err(AttemptError::TimedOut { what, budget }),
+        Ok(r) => r.map_err(Into::into),
+    }
 }
 
 /// The bridge's evidence, shortened for the `NodeFence` status (the bridge's audit log keeps
@@ -248,25 +298,31 @@ fn short(evidence: &str) -> String {
     }
 }
 
-fn bridge_device(ctx: &Ctx, url: &str, token: i64) -> Result<BridgeDevice, String> {
+fn bridge_device(ctx: &Ctx, url: &str, token: i64) -> Result<BridgeDevice, AttemptError> {
     let identity = ctx.settings.bridge.as_ref().ok_or_else(|| {
-        format!("{url}: this controller has no firmware-bridge client identity (--bridge-ca, --bridge-cert, --bridge-key)")
+        AttemptError::Unsupported(format!("{url}: this controller has no firmware-bridge client identity (--bridge-ca, --bridge-cert, --bridge-key)"))
     })?;
-    let Target::Bridge(target) = Target::parse(url).map_err(|e| chain(&e))? else {
-        return Err(format!("{url}: not a bridge:// URL"));
+    let Target::Bridge(target) = Target::parse(url)? else {
+        return Err(AttemptError::Unsupported(format!(
+            "{url}: not a bridge:// URL"
+        )));
     };
-    let token = u64::try_from(token).map_err(|_| format!("fencing token {token} is negative"))?;
+    let token = u64::try_from(token)
+        .map_err(|_| AttemptError::Unsupported(format!("fencing token {token} is negative")))?;
     let options = DeviceOptions {
         fencing_token: Some(token),
         ..DeviceOptions::default()
     };
-    BridgeDevice::new(target, identity, options).map_err(|e| chain(&e))
+    Ok(BridgeDevice::new(target, identity, options)?)
 }
 
-async fn storage_node(ctx: &Ctx, node: &str) -> Result<palisade_storagefw::NodeRef, String> {
+async fn storage_node(
+    ctx: &Ctx,
+    node: &str,
+) -> Result<palisade_storagefw::NodeRef, palisade_storagefw::StorageFwError> {
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let n = nodes.get_opt(node).await.ok().flatten();
-    palisade_storagefw::NodeRef::new(node, node_addresses(n.as_ref())).map_err(|e| chain(&e))
+    palisade_storagefw::NodeRef::new(node, node_addresses(n.as_ref()))
 }
 
 fn budget_of(d: &PlannedDevice) -> Duration {
@@ -275,14 +331,11 @@ fn budget_of(d: &PlannedDevice) -> Duration {
 
 /// The last check before a direct command, after the API reads that precede it: our term
 /// must still be valid on our own clock (no round trip, so the window stays small).
-fn still_leading(ctx: &Ctx, token: i64) -> Result<(), (AttemptOutcome, String)> {
+fn still_leading(ctx: &Ctx, token: i64) -> Result<(), AttemptError> {
     if ctx.leader.token() == Some(token) {
         Ok(())
     } else {
-        Err((
-            AttemptOutcome::StaleToken,
-            format!("term {token} ended before the command was sent"),
-        ))
+        Err(AttemptError::TermEnded { token })
     }
 }
 
@@ -297,14 +350,14 @@ async fn warm_reset(ctx: &Ctx, node: &str, d: &PlannedDevice, token: i64) -> Act
     ctx.leader
         .check(token)
         .await
-        .map_err(|e| (AttemptOutcome::StaleToken, chain(&e)))?;
+        .map_err(AttemptError::Leadership)?;
     match DeviceScheme::of(&d.url) {
         Some(DeviceScheme::Ipmi | DeviceScheme::Redfish) if d.kind == DeviceKind::Power => {
-            let secret = secret_for(ctx, node, &d.url).await.map_err(failed)?;
-            let device = power_device(&d.url, &secret, budget_of(d)).map_err(failed)?;
+            let secret = secret_for(ctx, node, &d.url).await?;
+            let device = power_device(&d.url, &secret, budget_of(d))?;
             still_leading(ctx, token)?;
             let sent = bounded(budget_of(d), "reset acknowledgement", async {
-                device.warm_reset().await.map_err(fence_error)
+                device.warm_reset().await
             })
             .await?;
             Ok((
@@ -315,7 +368,7 @@ async fn warm_reset(ctx: &Ctx, node: &str, d: &PlannedDevice, token: i64) -> Act
                 None,
             ))
         }
-        scheme => Err(failed(format!(
+        scheme => Err(AttemptError::Unsupported(format!(
             "a {:?} device with scheme {scheme:?} cannot restart the machine without powering it off; nothing sent",
             d.kind
         ))),
@@ -350,7 +403,7 @@ async fn act(
     ctx.leader
         .check(token)
         .await
-        .map_err(|e| (AttemptOutcome::StaleToken, chain(&e)))?;
+        .map_err(AttemptError::Leadership)?;
     let budget = budget_of(d);
     let fence = direction == Direction::Fence;
     let still_leading = || still_leading(ctx, token);
@@ -360,23 +413,17 @@ async fn act(
             DeviceKind::Power,
             Some(DeviceScheme::Ipmi | DeviceScheme::SnmpPdu | DeviceScheme::Redfish),
         ) => {
-            let secret = secret_for(ctx, node, &d.url).await.map_err(failed)?;
-            let device = power_device(&d.url, &secret, budget_of(d)).map_err(failed)?;
+            let secret = secret_for(ctx, node, &d.url).await?;
+            let device = power_device(&d.url, &secret, budget_of(d))?;
             still_leading()?;
             if !fence {
-                let v = bounded(budget, "power on", async {
-                    device.on().await.map_err(fence_error)
-                })
-                .await?;
+                let v = bounded(budget, "power on", async { device.on().await }).await?;
                 return Ok((
                     format!("power on verified in {:?}", v.command_to_verified()),
                     None,
                 ));
             }
-            let v = bounded(budget, "power off", async {
-                device.off().await.map_err(fence_error)
-            })
-            .await?;
+            let v = bounded(budget, "power off", async { device.off().await }).await?;
             Ok((
                 format!(
                     "power off commanded and verified in {:?}",
@@ -394,12 +441,10 @@ async fn act(
             ))
         }
         (DeviceKind::Power, Some(DeviceScheme::Bridge)) => {
-            let device = bridge_device(ctx, &d.url, token).map_err(failed)?;
+            let device = bridge_device(ctx, &d.url, token)?;
             if !fence {
-                let v = bounded(budget, "power on", async {
-                    device.on_with_key(key).await.map_err(fence_error)
-                })
-                .await?;
+                let v =
+                    bounded(budget, "power on", async { device.on_with_key(key).await }).await?;
                 return Ok((
                     format!(
                         "power on verified by the bridge in {:?}",
@@ -409,7 +454,7 @@ async fn act(
                 ));
             }
             let v = bounded(budget, "power off", async {
-                device.off_with_key(key).await.map_err(fence_error)
+                device.off_with_key(key).await
             })
             .await?;
             Ok((
@@ -429,24 +474,17 @@ async fn act(
             ))
         }
         (DeviceKind::Storage, Some(DeviceScheme::StorageFirewall)) => {
-            let secret = secret_for(ctx, node, &d.url).await.map_err(failed)?;
-            let client = storage_client(&d.url, &secret).map_err(failed)?;
+            let secret = secret_for(ctx, node, &d.url).await?;
+            let client = storage_client(&d.url, &secret)?;
             let noderef = storage_node(ctx, node)
                 .await
-                .and_then(|n| n.with_hold(hold).map_err(|e| chain(&e)))
-                .map_err(failed)?;
+                .and_then(|n| n.with_hold(hold))?;
             still_leading()?;
             if !fence {
-                bounded(budget, "unblock", async {
-                    client.unblock(&noderef).await.map_err(|e| chain(&e))
-                })
-                .await?;
+                bounded(budget, "unblock", async { client.unblock(&noderef).await }).await?;
                 return Ok(("storage unblock verified".into(), None));
             }
-            let v = bounded(budget, "block", async {
-                client.block(&noderef).await.map_err(|e| chain(&e))
-            })
-            .await?;
+            let v = bounded(budget, "block", async { client.block(&noderef).await }).await?;
             Ok((
                 "storage block commanded and verified".into(),
                 Some((
@@ -461,16 +499,13 @@ async fn act(
             ))
         }
         (DeviceKind::Storage, Some(DeviceScheme::Bridge)) => {
-            let device = bridge_device(ctx, &d.url, token).map_err(failed)?;
+            let device = bridge_device(ctx, &d.url, token)?;
             let (verb, action) = if fence {
                 ("block", StorageAction::Block)
             } else {
                 ("unblock", StorageAction::Unblock)
             };
-            let r = bounded(budget, verb, async {
-                device.storage(action, key).await.map_err(fence_error)
-            })
-            .await?;
+            let r = bounded(budget, verb, async { device.storage(action, key).await }).await?;
             let message = format!("storage {verb} verified by the bridge (idempotency key {key})");
             let evidence = fence.then(|| {
                 (
@@ -485,7 +520,7 @@ async fn act(
             });
             Ok((message, evidence))
         }
-        (kind, scheme) => Err(failed(format!(
+        (kind, scheme) => Err(AttemptError::Unsupported(format!(
             "no agent for a {kind:?} device with scheme {scheme:?} in this controller"
         ))),
     }
@@ -549,7 +584,7 @@ async fn drive(
         };
         let (outcome, message, evidence) = match acted {
             Ok((m, e)) => (AttemptOutcome::Succeeded, m, e),
-            Err((o, m)) => (o, m, None),
+            Err(e) => (e.outcome(), e.message(), None),
         };
         span.record("outcome", tracing::field::debug(outcome));
         tracing::info!(node, level, device = %d.url, ?action, ?outcome, %message, "device attempt");
@@ -664,46 +699,34 @@ pub async fn probe(
 ) -> Result<String, String> {
     use palisade_fence::PowerDevice;
     let budget = Duration::from_secs(u64::try_from(d.timeout_seconds).unwrap_or(20).clamp(1, 600));
-    let secret = match &d.credentials_secret_ref {
-        Some(r) => read_secret(ctx, r).await.map_err(|e| chain(&e))?,
-        None => BTreeMap::new(),
-    };
-    let scheme = palisade_model::target::DeviceScheme::of(&d.url);
     let read = async {
-        match (scheme, d.kind) {
-            (Some(palisade_model::target::DeviceScheme::Bridge), DeviceKind::Power) => {
+        let secret = match &d.credentials_secret_ref {
+            Some(r) => read_secret(ctx, r).await?,
+            None => BTreeMap::new(),
+        };
+        let scheme = palisade_model::target::DeviceScheme::of(&d.url);
+        Ok::<_, AttemptError>(match (scheme, d.kind) {
+            (Some(DeviceScheme::Bridge), DeviceKind::Power) => {
                 let dev = bridge_device(ctx, &d.url, 0)?;
-                dev.status()
-                    .await
-                    .map(|s| format!("power {s:?}"))
-                    .map_err(fence_error)
+                format!("power {:?}", dev.status().await?)
             }
-            (Some(palisade_model::target::DeviceScheme::Bridge), DeviceKind::Storage) => {
+            (Some(DeviceScheme::Bridge), DeviceKind::Storage) => {
                 let dev = bridge_device(ctx, &d.url, 0)?;
-                dev.storage_status()
-                    .await
-                    .map(|s| format!("storage {s:?}"))
-                    .map_err(fence_error)
+                format!("storage {:?}", dev.storage_status().await?)
             }
-            (Some(palisade_model::target::DeviceScheme::StorageFirewall), _) => {
-                let fw = storage_client(&d.url, &secret).map_err(|e| chain(&e))?;
+            (Some(DeviceScheme::StorageFirewall), _) => {
+                let fw = storage_client(&d.url, &secret)?;
                 let n = storage_node(ctx, node).await?;
-                fw.status(&n)
-                    .await
-                    .map(|s| format!("storage {s:?}"))
-                    .map_err(|e| chain(&e))
+                format!("storage {:?}", fw.status(&n).await?)
             }
             _ => {
-                let dev = power_device(&d.url, &secret, budget).map_err(|e| chain(&e))?;
-                dev.status()
-                    .await
-                    .map(|s| format!("power {s:?}"))
-                    .map_err(fence_error)
+                let dev = power_device(&d.url, &secret, budget)?;
+                format!("power {:?}", dev.status().await?)
             }
-        }
+        })
     };
     match tokio::time::timeout(budget, read).await {
-        Ok(r) => r,
+        Ok(r) => r.map_err(|e| e.message()),
         Err(_) => Err(format!("no answer within {budget:?}")),
     }
 }
@@ -725,6 +748,66 @@ mod tests {
         assert_eq!(
             about(url, "power off timed out after 20s"),
             "bridge://127.0.0.1:44881/m0: power off timed out after 20s"
+        );
+    }
+
+    #[test]
+    fn the_outcome_of_a_failed_attempt_comes_from_the_error_type_not_its_text() {
+        use palisade_fence::FenceError;
+        let stale = AttemptError::from(FenceError::StaleFencingToken {
+            device: "bridge://127.0.0.1:1/m0".into(),
+            detail: "token 1 is below 2".into(),
+        });
+        assert_eq!(stale.outcome(), AttemptOutcome::StaleToken);
+        assert!(
+            stale.message().ends_with("(stale_fencing_token)"),
+            "{}",
+            stale.message()
+        );
+        // A device whose refusal merely reads like a stale token is a failed attempt.
+        let lookalike = AttemptError::from(FenceError::DeviceRefused {
+            device: "ipmi://127.0.0.1:1".into(),
+            detail: "(stale_fencing_token)".into(),
+        });
+        assert_eq!(lookalike.outcome(), AttemptOutcome::Failed);
+        assert_eq!(
+            AttemptError::TermEnded { token: 3 }.outcome(),
+            AttemptOutcome::StaleToken
+        );
+        assert_eq!(
+            AttemptError::Leadership(Error::NotLeader { token: Some(4) }).outcome(),
+            AttemptOutcome::StaleToken
+        );
+        let late = AttemptError::TimedOut {
+            what: "power off",
+            budget: Duration::from_secs(20),
+        };
+        assert_eq!(late.outcome(), AttemptOutcome::TimedOut);
+        assert_eq!(late.message(), "no verified power off within 20s");
+    }
+
+    #[test]
+    fn an_attempt_message_keeps_the_whole_source_chain() {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "code": 403,
+            "reason": "Forbidden",
+            "message": "secrets \"bmc-m0\" is forbidden: User \"palisade\" cannot get resource"
+        }))
+        .expect("a Status");
+        let e = AttemptError::from(Error::Secret {
+            namespace: "palisade-system".into(),
+            name: "bmc-m0".into(),
+            source: kube::Error::Api(Box::new(status)),
+        });
+        assert_eq!(e.outcome(), AttemptOutcome::Failed);
+        let m = e.message();
+        assert!(
+            m.starts_with("secret palisade-system/bmc-m0: cannot read: "),
+            "{m}"
+        );
+        assert!(
+            m.contains("is forbidden"),
+            "the API server's reason is kept: {m}"
         );
     }
 

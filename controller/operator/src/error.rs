@@ -20,15 +20,16 @@ pub enum Error {
         /// What went wrong (never contains a credential).
         message: String,
     },
-    /// A credential Secret is missing or lacks a key.
-    #[error("secret {namespace}/{name}: {message}")]
+    /// A credential Secret could not be read.
+    #[error("secret {namespace}/{name}: cannot read")]
     Secret {
         /// Secret namespace.
         namespace: String,
         /// Secret name.
         name: String,
-        /// What is wrong.
-        message: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
     },
     /// We are not the leader (or our token is stale): nothing may be done.
     #[error("not the leader (token {token:?}): refusing to act")]

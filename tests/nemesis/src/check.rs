@@ -122,8 +122,9 @@ fn may_silence(fault: &Fault) -> bool {
 /// most [`CAUSE_WINDOW_S`] before. A fence after an API server or etcd outage alone (every
 /// heartbeat stale at once), after a peer cut, or of a node no fault touched is a violation.
 fn check_causes(history: &[Record]) -> Vec<Violation> {
-    // Per event: (machine, fault, applied at, last heal at).
-    let mut events: BTreeMap<usize, (&str, &Fault, f64, f64)> = BTreeMap::new();
+    // Per event and machine (a two-at-once event hits two): (fault, applied at, last heal of
+    // the event at).
+    let mut events: BTreeMap<(usize, &str), (&Fault, f64, f64)> = BTreeMap::new();
     let mut first_seen: BTreeMap<&str, (&str, f64)> = BTreeMap::new();
     for r in history {
         match r {
@@ -135,12 +136,15 @@ fn check_causes(history: &[Record]) -> Vec<Violation> {
                 ..
             } => {
                 events
-                    .entry(*event)
-                    .or_insert((m.as_str(), fault, *t, f64::INFINITY));
+                    .entry((*event, m.as_str()))
+                    .or_insert((fault, *t, f64::INFINITY));
             }
             Record::Heal { t, event, .. } => {
-                if let Some(e) = events.get_mut(event) {
-                    e.3 = *t;
+                for (_, e) in events
+                    .range_mut((*event, "")..)
+                    .take_while(|(k, _)| k.0 == *event)
+                {
+                    e.2 = *t;
                 }
             }
             Record::Phase { t, snapshot, .. } => {
@@ -153,16 +157,16 @@ fn check_causes(history: &[Record]) -> Vec<Violation> {
     }
     let mut out = Vec::new();
     for (uid, (node, seen)) in first_seen {
-        let caused = events.values().any(|(m, fault, applied, healed)| {
+        let caused = events.iter().any(|((_, m), (fault, applied, healed))| {
             *m == node && may_silence(fault) && *applied <= seen && seen <= healed + CAUSE_WINDOW_S
         });
         if !caused {
             let near: Vec<String> = events
                 .iter()
-                .filter(|(_, (_, _, applied, healed))| {
+                .filter(|(_, (_, applied, healed))| {
                     *applied <= seen && seen <= healed + CAUSE_WINDOW_S
                 })
-                .map(|(i, (m, f, applied, _))| {
+                .map(|((i, m), (f, applied, _))| {
                     format!("event {i} {} on {m} at {applied:.1}s", f.class())
                 })
                 .collect();
@@ -562,6 +566,53 @@ mod tests {
             boot_after: None,
         });
         assert_eq!(only(check_all(&h)), ["fence-without-cause"]);
+        // Two faults at once: the event records itself (no machine), then each fault with its
+        // machine. A fence of m0 is explained by the event's second fault, which hit m0, and
+        // the event's last heal closes the window for both.
+        let two = |second_machine: &str| {
+            let first = Fault::AgentStop {
+                target: Target::Machine(1),
+                hold_ms: 1_000,
+            };
+            let second = Fault::CutAll {
+                target: Target::Machine(0),
+                hold_ms: 1_000,
+            };
+            let rec = |fault: Fault, machine: Option<&str>, t: f64| Record::Fault {
+                t,
+                event: 4,
+                fault,
+                machine: machine.map(String::from),
+                detail: String::new(),
+            };
+            vec![
+                rec(
+                    Fault::TwoAtOnce {
+                        first: Box::new(first.clone()),
+                        second: Box::new(second.clone()),
+                        second_after_ms: 500,
+                    },
+                    None,
+                    0.0,
+                ),
+                rec(first, Some("m1"), 0.0),
+                rec(second, Some(second_machine), 0.5),
+                Record::Heal {
+                    t: 1.0,
+                    event: 4,
+                    detail: String::new(),
+                },
+                Record::Heal {
+                    t: 1.5,
+                    event: 4,
+                    detail: String::new(),
+                },
+                fence(),
+            ]
+        };
+        assert!(only(check_all(&two("m0"))).is_empty());
+        // The same event with its cut on m2 does not explain m0's fence.
+        assert_eq!(only(check_all(&two("m2"))), ["fence-without-cause"]);
     }
 
     fn seen(s: FenceSnapshot, before: Option<&str>, after: Option<&str>) -> Record {

@@ -45,28 +45,78 @@ pub fn resolve(world: &World, target: Target) -> usize {
 /// not run), not findings.
 pub fn apply(world: &World, ev: &Event, h: &History) -> Result<()> {
     let machine = ev.fault.target().map(|t| resolve(world, t));
+    match &ev.fault {
+        Fault::TwoAtOnce {
+            first,
+            second,
+            second_after_ms,
+        } => {
+            // The event itself, counted once in the report; each of its faults is recorded with
+            // the machine it hit (the cause check reads those).
+            h.push(Record::Fault {
+                t: h.t(),
+                event: ev.index,
+                fault: ev.fault.clone(),
+                machine: None,
+                detail: format!(
+                    "{} and, {second_after_ms} ms later, {}",
+                    first.class(),
+                    second.class()
+                ),
+            });
+            let second_machine = second.target().map(|t| {
+                let j = resolve(world, t);
+                // Another machine than the first's: two faults on one machine undo each other's
+                // heals.
+                match machine {
+                    Some(i) if i == j => (j + 1) % world.lab.machines().len(),
+                    _ => j,
+                }
+            });
+            std::thread::scope(|scope| {
+                let a = scope.spawn(|| apply_fault(world, ev.index, first, machine, h));
+                sleep_ms(*second_after_ms);
+                let b = apply_fault(world, ev.index, second, second_machine, h);
+                let a = a
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("the first fault's thread panicked")));
+                a.and(b)
+            })
+        }
+        fault => apply_fault(world, ev.index, fault, machine, h),
+    }
+}
+
+/// Applies one fault on `machine` (its resolved target), holds it, heals it.
+fn apply_fault(
+    world: &World,
+    event: usize,
+    f: &Fault,
+    machine: Option<usize>,
+    h: &History,
+) -> Result<()> {
     let name = machine.map(|i| world.lab.machines()[i].name().to_string());
     let fault = |detail: String| Record::Fault {
         t: h.t(),
-        event: ev.index,
-        fault: ev.fault.clone(),
+        event,
+        fault: f.clone(),
         machine: name.clone(),
         detail,
     };
     let heal = |detail: String| Record::Heal {
         t: h.t(),
-        event: ev.index,
+        event,
         detail,
     };
     let skip = |reason: String| Record::Skipped {
         t: h.t(),
-        event: ev.index,
+        event,
         reason,
     };
     let i = machine.unwrap_or(0);
-    match &ev.fault {
+    match f {
         Fault::CutAll { hold_ms, .. } | Fault::CutControlPlane { hold_ms, .. } => {
-            let cut = if matches!(ev.fault, Fault::CutAll { .. }) {
+            let cut = if matches!(f, Fault::CutAll { .. }) {
                 Cut::All
             } else {
                 Cut::ControlPlane
@@ -95,7 +145,7 @@ pub fn apply(world: &World, ev: &Event, h: &History) -> Result<()> {
             h.push(heal("flapping stopped (healed)".into()));
         }
         Fault::AgentKill { .. } | Fault::AgentRestart { .. } => {
-            let sig = if matches!(ev.fault, Fault::AgentKill { .. }) {
+            let sig = if matches!(f, Fault::AgentKill { .. }) {
                 Signal::SIGKILL
             } else {
                 Signal::SIGTERM
@@ -297,9 +347,9 @@ pub fn apply(world: &World, ev: &Event, h: &History) -> Result<()> {
             started?;
         }
         Fault::BmcGarbageDuringCut { hold_ms, .. } | Fault::BmcSlowDuringCut { hold_ms, .. } => {
-            let replies = match ev.fault {
+            let replies = match f {
                 Fault::BmcSlowDuringCut { delay_ms, .. } => {
-                    Replies::Delay(Duration::from_millis(delay_ms))
+                    Replies::Delay(Duration::from_millis(*delay_ms))
                 }
                 _ => Replies::Garbage,
             };
@@ -383,6 +433,9 @@ pub fn apply(world: &World, ev: &Event, h: &History) -> Result<()> {
                 )
                 .collect();
             h.push(heal(resumed.join("; ")));
+        }
+        Fault::TwoAtOnce { .. } => {
+            h.push(skip("two-at-once nested in two-at-once".into()));
         }
     }
     Ok(())

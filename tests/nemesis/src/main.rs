@@ -50,6 +50,10 @@ struct Args {
     /// a check changed. Violations recorded in the file by the campaign are not counted.
     #[arg(long, value_name = "HISTORY")]
     judge: Option<PathBuf>,
+    /// Print the schedule the seed draws (one JSON event per line) and exit; no lab is
+    /// started.
+    #[arg(long)]
+    print_schedule: bool,
     /// Output directory (history.jsonl, report.txt, logs/ on failure); default
     /// target/chaos/lab-seed<SEED>.
     #[arg(long)]
@@ -146,6 +150,24 @@ fn main() -> ExitCode {
             .map(|d| d.as_secs() % 1_000_000_007)
             .unwrap_or(1)
     });
+    if args.print_schedule {
+        for ev in palisade_nemesis::schedule::generate_only(
+            seed,
+            args.events,
+            args.machines,
+            args.writers,
+            &args.only,
+        ) {
+            match serde_json::to_string(&ev) {
+                Ok(line) => println!("{line}"),
+                Err(e) => {
+                    eprintln!("palisade-nemesis: event {}: {e}", ev.index);
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
     let cfg = Config {
         seed,
         events: args.events,

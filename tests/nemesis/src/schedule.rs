@@ -205,6 +205,19 @@ pub enum Fault {
         /// How long.
         hold_ms: u64,
     },
+    /// Two faults at once: `first` on a machine, and `second_after_ms` later `second` (on
+    /// another machine, or on the controllers or the control plane), each held and healed on
+    /// its own schedule, so they overlap; the event ends once both are healed. The faults a
+    /// single event cannot give: a fence in flight when a second node goes silent, a leader
+    /// lost while one node is cut off and another's agent hangs.
+    TwoAtOnce {
+        /// A machine fault ([`Fault::composable`]).
+        first: Box<Fault>,
+        /// A machine fault for another machine, or a controller or control-plane fault.
+        second: Box<Fault>,
+        /// When, after `first` is applied, `second` is.
+        second_after_ms: u64,
+    },
 }
 
 impl Fault {
@@ -235,6 +248,33 @@ impl Fault {
             Fault::BmcGarbageDuringCut { .. } => "bmc-garbage-during-cut",
             Fault::BmcSlowDuringCut { .. } => "bmc-slow-during-cut",
             Fault::DeposedLeaderLateRequest { .. } => "deposed-leader-late-request",
+            Fault::TwoAtOnce { .. } => "two-at-once",
+        }
+    }
+
+    /// Whether the fault may be one of [`Fault::TwoAtOnce`]'s: a fault that touches one
+    /// machine only (as `first` or `second`) or the controllers, the API server or etcd (as
+    /// `second` only). Faults that already combine a cut with a controller or device fault,
+    /// restart the bridge or etcd, or move the controllers together, are not: two of them
+    /// would act on the same process.
+    pub fn composable(&self, as_second: bool) -> bool {
+        match self {
+            Fault::CutAll { .. }
+            | Fault::CutControlPlane { .. }
+            | Fault::Flap { .. }
+            | Fault::AgentKill { .. }
+            | Fault::AgentStop { .. }
+            | Fault::AgentRestart { .. }
+            | Fault::AgentRestartWhilePartitioned { .. }
+            | Fault::BmcFreeze { .. }
+            | Fault::BmcFrozenDuringCut { .. }
+            | Fault::PeerCut { .. }
+            | Fault::IsolatedButStorage { .. } => true,
+            Fault::LeaderKill { .. }
+            | Fault::LeaderStop { .. }
+            | Fault::ApiRestart { .. }
+            | Fault::EtcdFreeze { .. } => as_second,
+            _ => false,
         }
     }
 
@@ -259,6 +299,7 @@ impl Fault {
             | Fault::BmcGarbageDuringCut { target, .. }
             | Fault::BmcSlowDuringCut { target, .. }
             | Fault::DeposedLeaderLateRequest { target, .. } => Some(*target),
+            Fault::TwoAtOnce { first, .. } => first.target(),
             Fault::LeaderKill { .. }
             | Fault::LeaderStop { .. }
             | Fault::ApiRestart { .. }
@@ -284,7 +325,8 @@ impl Fault {
                 | Fault::BmcGarbageDuringCut { .. }
                 | Fault::BmcSlowDuringCut { .. }
                 | Fault::DeposedLeaderLateRequest { .. }
-        )
+        ) || matches!(self, Fault::TwoAtOnce { first, second, .. }
+            if first.expects_fence() || second.expects_fence())
     }
 }
 
@@ -314,6 +356,7 @@ const CLASSES: &[(&str, u32)] = &[
     ("bmc-garbage-during-cut", 1),
     ("bmc-slow-during-cut", 1),
     ("deposed-leader-late-request", 1),
+    ("two-at-once", 2),
 ];
 
 /// The names of every fault class the nemesis can draw.
@@ -376,110 +419,143 @@ pub fn generate_only(
                 })
                 .map(|(c, _)| *c)
                 .unwrap_or("cut-all");
-            // Most faults hit a writer's machine: that is where a mistake costs data.
-            let target = if writers > 0 && rng.gen_bool(0.65) {
-                Target::WriterHost(rng.gen_range(0..writers))
+            let fault = if class == "two-at-once" {
+                two_at_once(&mut rng, machines, writers)
             } else {
-                Target::Machine(rng.gen_range(0..machines.max(1)))
-            };
-            let cut_hold = rng.gen_range(6_000..=20_000);
-            let fault = match class {
-                "cut-all" => Fault::CutAll {
-                    target,
-                    hold_ms: cut_hold,
-                },
-                "cut-control-plane" => Fault::CutControlPlane {
-                    target,
-                    hold_ms: cut_hold,
-                },
-                "flap" => Fault::Flap {
-                    target,
-                    cycles: rng.gen_range(3..=6),
-                    cut_ms: rng.gen_range(800..=2_000),
-                    heal_ms: rng.gen_range(1_000..=3_000),
-                },
-                "agent-kill" => Fault::AgentKill { target },
-                // Up to longer than detection plus a self-fence timeout: a hung agent that
-                // keeps its pods running while its node is judged.
-                "agent-stop" => Fault::AgentStop {
-                    target,
-                    hold_ms: rng.gen_range(2_000..=20_000),
-                },
-                "agent-restart" => Fault::AgentRestart { target },
-                "agent-restart-partitioned" => Fault::AgentRestartWhilePartitioned {
-                    target,
-                    hold_ms: cut_hold,
-                },
-                "leader-kill" => Fault::LeaderKill {
-                    down_ms: rng.gen_range(1_000..=8_000),
-                },
-                "leader-stop" => Fault::LeaderStop {
-                    hold_ms: rng.gen_range(3_000..=12_000),
-                },
-                "leader-kill-during-cut" => Fault::LeaderKillDuringCut {
-                    target,
-                    hold_ms: cut_hold.max(10_000),
-                    kill_after_ms: rng.gen_range(3_000..=7_000),
-                },
-                "api-restart" => Fault::ApiRestart {
-                    down_ms: rng.gen_range(1_000..=5_000),
-                },
-                "bmc-freeze" => Fault::BmcFreeze {
-                    target,
-                    hold_ms: rng.gen_range(3_000..=15_000),
-                },
-                "bmc-frozen-during-cut" => Fault::BmcFrozenDuringCut {
-                    target,
-                    hold_ms: cut_hold.max(12_000),
-                },
-                "peer-cut" => Fault::PeerCut {
-                    target,
-                    hold_ms: cut_hold,
-                },
-                "isolated-but-storage" => Fault::IsolatedButStorage {
-                    target,
-                    hold_ms: cut_hold,
-                },
-                "api-restart-during-peer-cut" => Fault::ApiRestartDuringPeerCut {
-                    target,
-                    down_ms: rng.gen_range(2_000..=8_000),
-                },
-                "etcd-freeze" => Fault::EtcdFreeze {
-                    hold_ms: rng.gen_range(2_000..=12_000),
-                },
-                "etcd-restart" => Fault::EtcdRestart {
-                    down_ms: rng.gen_range(1_000..=6_000),
-                },
-                "controllers-restart-together" => Fault::ControllersRestartTogether {
-                    down_ms: rng.gen_range(500..=5_000),
-                },
-                "bridge-crash-during-cut" => Fault::BridgeCrashDuringCut {
-                    target,
-                    hold_ms: cut_hold.max(12_000),
-                    crash_after_ms: rng.gen_range(3_000..=6_000),
-                    down_ms: rng.gen_range(1_000..=5_000),
-                },
-                "devices-down-during-cut" => Fault::DevicesDownDuringCut {
-                    target,
-                    hold_ms: cut_hold.max(10_000),
-                },
-                "bmc-garbage-during-cut" => Fault::BmcGarbageDuringCut {
-                    target,
-                    hold_ms: cut_hold.max(12_000),
-                },
-                "deposed-leader-late-request" => Fault::DeposedLeaderLateRequest {
-                    target,
-                    hold_ms: cut_hold.max(15_000),
-                },
-                _ => Fault::BmcSlowDuringCut {
-                    target,
-                    hold_ms: cut_hold.max(12_000),
-                    delay_ms: rng.gen_range(500..=6_000),
-                },
+                draw(class, &mut rng, machines, writers)
             };
             Event { index, fault }
         })
         .collect()
+}
+
+/// Draws one fault of `class` (not `two-at-once`).
+fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault {
+    // Most faults hit a writer's machine: that is where a mistake costs data.
+    let target = if writers > 0 && rng.gen_bool(0.65) {
+        Target::WriterHost(rng.gen_range(0..writers))
+    } else {
+        Target::Machine(rng.gen_range(0..machines.max(1)))
+    };
+    let cut_hold = rng.gen_range(6_000..=20_000);
+    match class {
+        "cut-all" => Fault::CutAll {
+            target,
+            hold_ms: cut_hold,
+        },
+        "cut-control-plane" => Fault::CutControlPlane {
+            target,
+            hold_ms: cut_hold,
+        },
+        "flap" => Fault::Flap {
+            target,
+            cycles: rng.gen_range(3..=6),
+            cut_ms: rng.gen_range(800..=2_000),
+            heal_ms: rng.gen_range(1_000..=3_000),
+        },
+        "agent-kill" => Fault::AgentKill { target },
+        // Up to longer than detection plus a self-fence timeout: a hung agent that
+        // keeps its pods running while its node is judged.
+        "agent-stop" => Fault::AgentStop {
+            target,
+            hold_ms: rng.gen_range(2_000..=20_000),
+        },
+        "agent-restart" => Fault::AgentRestart { target },
+        "agent-restart-partitioned" => Fault::AgentRestartWhilePartitioned {
+            target,
+            hold_ms: cut_hold,
+        },
+        "leader-kill" => Fault::LeaderKill {
+            down_ms: rng.gen_range(1_000..=8_000),
+        },
+        "leader-stop" => Fault::LeaderStop {
+            hold_ms: rng.gen_range(3_000..=12_000),
+        },
+        "leader-kill-during-cut" => Fault::LeaderKillDuringCut {
+            target,
+            hold_ms: cut_hold.max(10_000),
+            kill_after_ms: rng.gen_range(3_000..=7_000),
+        },
+        "api-restart" => Fault::ApiRestart {
+            down_ms: rng.gen_range(1_000..=5_000),
+        },
+        "bmc-freeze" => Fault::BmcFreeze {
+            target,
+            hold_ms: rng.gen_range(3_000..=15_000),
+        },
+        "bmc-frozen-during-cut" => Fault::BmcFrozenDuringCut {
+            target,
+            hold_ms: cut_hold.max(12_000),
+        },
+        "peer-cut" => Fault::PeerCut {
+            target,
+            hold_ms: cut_hold,
+        },
+        "isolated-but-storage" => Fault::IsolatedButStorage {
+            target,
+            hold_ms: cut_hold,
+        },
+        "api-restart-during-peer-cut" => Fault::ApiRestartDuringPeerCut {
+            target,
+            down_ms: rng.gen_range(2_000..=8_000),
+        },
+        "etcd-freeze" => Fault::EtcdFreeze {
+            hold_ms: rng.gen_range(2_000..=12_000),
+        },
+        "etcd-restart" => Fault::EtcdRestart {
+            down_ms: rng.gen_range(1_000..=6_000),
+        },
+        "controllers-restart-together" => Fault::ControllersRestartTogether {
+            down_ms: rng.gen_range(500..=5_000),
+        },
+        "bridge-crash-during-cut" => Fault::BridgeCrashDuringCut {
+            target,
+            hold_ms: cut_hold.max(12_000),
+            crash_after_ms: rng.gen_range(3_000..=6_000),
+            down_ms: rng.gen_range(1_000..=5_000),
+        },
+        "devices-down-during-cut" => Fault::DevicesDownDuringCut {
+            target,
+            hold_ms: cut_hold.max(10_000),
+        },
+        "bmc-garbage-during-cut" => Fault::BmcGarbageDuringCut {
+            target,
+            hold_ms: cut_hold.max(12_000),
+        },
+        "deposed-leader-late-request" => Fault::DeposedLeaderLateRequest {
+            target,
+            hold_ms: cut_hold.max(15_000),
+        },
+        _ => Fault::BmcSlowDuringCut {
+            target,
+            hold_ms: cut_hold.max(12_000),
+            delay_ms: rng.gen_range(500..=6_000),
+        },
+    }
+}
+
+/// Draws two composable faults ([`Fault::composable`]) and when the second begins: within
+/// the first's first 8 s, so the two overlap.
+fn two_at_once(rng: &mut StdRng, machines: usize, writers: usize) -> Fault {
+    let composable: Vec<&str> = CLASSES
+        .iter()
+        .map(|(c, _)| *c)
+        .filter(|c| *c != "two-at-once")
+        .collect();
+    let mut pick = |as_second: bool| loop {
+        let class = composable[rng.gen_range(0..composable.len())];
+        let f = draw(class, rng, machines, writers);
+        if f.composable(as_second) {
+            return f;
+        }
+    };
+    let first = pick(false);
+    let second = pick(true);
+    Fault::TwoAtOnce {
+        first: Box::new(first),
+        second: Box::new(second),
+        second_after_ms: rng.gen_range(1_000..=8_000),
+    }
 }
 
 #[cfg(test)]
@@ -494,28 +570,41 @@ mod tests {
 
     #[test]
     fn targets_and_durations_stay_in_bounds() {
-        for seed in 0..200 {
-            for e in generate(seed, 40, 4, 2) {
-                match e.fault.target() {
-                    Some(Target::Machine(i)) => assert!(i < 4),
-                    Some(Target::WriterHost(k)) => assert!(k < 2),
-                    None => {}
-                }
-                let json = serde_json::to_value(&e.fault).unwrap();
-                for key in [
-                    "holdMs",
-                    "downMs",
-                    "cutMs",
-                    "healMs",
-                    "crashAfterMs",
-                    "delayMs",
-                ] {
-                    if let Some(ms) = json.get(key).and_then(|v| v.as_u64()) {
-                        assert!(ms <= 25_000, "{e:?}");
-                    }
+        fn check(f: &Fault, json: &serde_json::Value) {
+            match f.target() {
+                Some(Target::Machine(i)) => assert!(i < 4),
+                Some(Target::WriterHost(k)) => assert!(k < 2),
+                None => {}
+            }
+            for key in [
+                "holdMs",
+                "downMs",
+                "cutMs",
+                "healMs",
+                "crashAfterMs",
+                "delayMs",
+                "secondAfterMs",
+            ] {
+                if let Some(ms) = json.get(key).and_then(|v| v.as_u64()) {
+                    assert!(ms <= 25_000, "{f:?}");
                 }
             }
         }
+        let mut pairs = 0;
+        for seed in 0..200 {
+            for e in generate(seed, 40, 4, 2) {
+                let json = serde_json::to_value(&e.fault).unwrap();
+                check(&e.fault, &json);
+                if let Fault::TwoAtOnce { first, second, .. } = &e.fault {
+                    pairs += 1;
+                    assert!(first.composable(false), "{first:?}");
+                    assert!(second.composable(true), "{second:?}");
+                    check(first, &json["first"]);
+                    check(second, &json["second"]);
+                }
+            }
+        }
+        assert!(pairs > 0, "no two-at-once drawn in 8,000 events");
     }
 
     #[test]

@@ -240,7 +240,11 @@ fn from_wire(s: wire::PowerState) -> PowerState {
     }
 }
 
-/// Calls `f` with the same `key` up to `1 + retries` times while the error is retryable.
+/// Calls `f` with the same `key` up to `1 + retries` times while the error is retryable,
+/// waiting 200 ms, 400 ms … (at most 2 s) between calls.
+///
+/// Guarantees: every call carries the same idempotency key, so the bridge performs the
+/// action at most once however many of the calls reached it.
 async fn retry_same_key<'k, T, F, Fut>(
     retries: u32,
     key: &'k str,
@@ -250,17 +254,19 @@ where
     F: FnMut(&'k str) -> Fut,
     Fut: std::future::Future<Output = Result<T, ClientError>>,
 {
-    let mut attempt = 0u32;
-    loop {
-        match f(key).await {
-            Err(e) if e.is_retryable() && attempt < retries => {
-                attempt += 1;
-                tracing::debug!(key, attempt, error = %e, "retrying bridge call with the same key");
-                tokio::time::sleep(Duration::from_millis(200) * attempt).await;
-            }
-            other => return other,
-        }
-    }
+    use backon::Retryable as _;
+    let policy = backon::ExponentialBuilder::new()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(2))
+        .with_max_times(retries as usize);
+    (|| f(key))
+        .retry(policy)
+        .sleep(tokio::time::sleep)
+        .when(ClientError::is_retryable)
+        .notify(|e, wait| {
+            tracing::debug!(key, error = %e, retry_in_ms = wait.as_millis() as u64, "retrying bridge call with the same key");
+        })
+        .await
 }
 
 /// Maps a client error to the agents' error, keeping the bridge's reason visible.

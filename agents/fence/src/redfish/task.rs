@@ -98,6 +98,15 @@ pub(crate) async fn follow(
     };
     let started = tokio::time::Instant::now();
     let mut wait = retry_after(accepted);
+    // The BMC paces the reads with `Retry-After`; a read that fails backs off on its own.
+    let mut read_errors = {
+        use backon::BackoffBuilder as _;
+        backon::ExponentialBuilder::new()
+            .with_min_delay(DEFAULT_INTERVAL)
+            .with_max_delay(MAX_INTERVAL)
+            .without_max_times()
+            .build()
+    };
     loop {
         if tokio::time::Instant::now() + wait >= deadline {
             return Err(FenceError::Timeout {
@@ -111,7 +120,7 @@ pub(crate) async fn follow(
             Ok(r) => r,
             Err(e) if e.is_retryable() => {
                 tracing::debug!(device = %device, error = %e, "task monitor read failed");
-                wait = DEFAULT_INTERVAL;
+                wait = read_errors.next().unwrap_or(MAX_INTERVAL);
                 continue;
             }
             Err(e) => return Err(e),

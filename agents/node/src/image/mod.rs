@@ -35,6 +35,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use backon::BackoffBuilder as _;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
@@ -42,7 +43,7 @@ pub use error::{ImageError, PullError};
 pub use policy::PullPolicy;
 pub use reference::Reference;
 
-use crate::backoff::RetryBackoff;
+use crate::backoff;
 use digest::Digest;
 use policy::{Decision, Known};
 use registry::RegistryApi;
@@ -160,7 +161,8 @@ impl Connector for HttpConnector {
 struct PullState {
     pulling: bool,
     failure: Option<Failure>,
-    backoff: Option<RetryBackoff>,
+    /// The pull retry backoff (kubelet: 10 s doubling to 300 s); dropped on success.
+    backoff: Option<backon::ExponentialBackoff>,
 }
 
 struct Failure {
@@ -312,17 +314,17 @@ impl ImageService {
                 let mut pulls = inner.pulls.lock();
                 let state = pulls.entry(key).or_default();
                 state.pulling = false;
-                let backoff = state.backoff.get_or_insert_with(|| {
-                    RetryBackoff::new(PULL_BACKOFF_INITIAL, PULL_BACKOFF_MAX)
-                });
                 match result {
                     Ok(rec) => {
                         tracing::info!(image_id = %rec.image_id, took_ms = started.elapsed().as_millis() as u64, "pulled image");
-                        backoff.reset();
+                        state.backoff = None;
                         state.failure = None;
                     }
                     Err(e) => {
-                        let delay = backoff.next_delay();
+                        let retries = state.backoff.get_or_insert_with(|| {
+                            backoff::retry(PULL_BACKOFF_INITIAL, PULL_BACKOFF_MAX).build()
+                        });
+                        let delay = backoff::next_delay(retries, PULL_BACKOFF_MAX);
                         tracing::warn!(error = %e, retry_in_s = delay.as_secs(), "image pull failed");
                         state.failure = Some(Failure {
                             error: Arc::new(e),
