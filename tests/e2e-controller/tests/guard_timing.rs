@@ -13,8 +13,8 @@
 //!   goes silent again is held, not fenced in a loop: by the cooldown (`FenceHeldCooldown`),
 //!   and, with no cooldown, by the escalation limit (`FenceHeldEscalationLimit`).
 //!
-//! A second, ignored test shows a controller bug: a manual retry (every override) after a
-//! Failed fence is held by the cooldown.
+//! A second test shows that a manual retry (every override) after a Failed fence is not held
+//! by the cooldown that holds automatic fences.
 
 mod common;
 
