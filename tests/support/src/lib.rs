@@ -7,7 +7,8 @@
 //! so it also works under `tokio::time::pause()`.
 //!
 //! All three call the condition at once, then again after pauses that start at 50 ms and
-//! double up to 250 ms, never sleeping past the deadline.
+//! double up to 250 ms (the project's one backoff type, `backon`'s), never sleeping past the
+//! deadline.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -51,7 +52,7 @@ pub fn try_eventually<T>(
     mut f: impl FnMut() -> Option<T>,
 ) -> Result<T, Timeout> {
     let deadline = Instant::now().checked_add(timeout);
-    let mut pause = FIRST_PAUSE;
+    let mut pauses = pauses();
     loop {
         if let Some(v) = f() {
             return Ok(v);
@@ -65,7 +66,7 @@ pub fn try_eventually<T>(
                 timeout,
             });
         }
-        std::thread::sleep(next_pause(&mut pause, remaining));
+        std::thread::sleep(next_pause(&mut pauses, remaining));
     }
 }
 
@@ -81,7 +82,7 @@ where
     Fut: Future<Output = Option<T>>,
 {
     let deadline = tokio::time::Instant::now().checked_add(timeout);
-    let mut pause = FIRST_PAUSE;
+    let mut pauses = pauses();
     loop {
         if let Some(v) = f().await {
             return v;
@@ -96,16 +97,23 @@ where
             };
             panic!("{e}");
         }
-        tokio::time::sleep(next_pause(&mut pause, remaining)).await;
+        tokio::time::sleep(next_pause(&mut pauses, remaining)).await;
     }
 }
 
-/// The pause before the next poll: the current `pause`, but no longer than `remaining`.
-/// Doubles `pause` for the time after, up to [`MAX_PAUSE`].
-fn next_pause(pause: &mut Duration, remaining: Duration) -> Duration {
-    let now = (*pause).min(remaining);
-    *pause = (*pause * 2).min(MAX_PAUSE);
-    now
+/// The pauses between polls: [`FIRST_PAUSE`], doubling up to [`MAX_PAUSE`], without end.
+fn pauses() -> backon::ExponentialBackoff {
+    use backon::BackoffBuilder as _;
+    backon::ExponentialBuilder::new()
+        .with_min_delay(FIRST_PAUSE)
+        .with_max_delay(MAX_PAUSE)
+        .without_max_times()
+        .build()
+}
+
+/// The pause before the next poll, but no longer than `remaining`.
+fn next_pause(pauses: &mut backon::ExponentialBackoff, remaining: Duration) -> Duration {
+    pauses.next().unwrap_or(MAX_PAUSE).min(remaining)
 }
 
 /// The sample lines of a Prometheus or OpenMetrics text exposition: each series (name and
@@ -131,18 +139,18 @@ mod tests {
 
     #[test]
     fn pauses_double_from_50_ms_up_to_250_ms() {
-        let mut pause = FIRST_PAUSE;
-        let pauses: Vec<u64> = (0..5)
-            .map(|_| next_pause(&mut pause, Duration::MAX).as_millis() as u64)
+        let mut p = pauses();
+        let got: Vec<u64> = (0..5)
+            .map(|_| next_pause(&mut p, Duration::MAX).as_millis() as u64)
             .collect();
-        assert_eq!(pauses, [50, 100, 200, 250, 250]);
+        assert_eq!(got, [50, 100, 200, 250, 250]);
     }
 
     #[test]
     fn a_pause_never_reaches_past_the_deadline() {
-        let mut pause = MAX_PAUSE;
+        let mut p = pauses();
         assert_eq!(
-            next_pause(&mut pause, Duration::from_millis(30)),
+            next_pause(&mut p, Duration::from_millis(30)),
             Duration::from_millis(30)
         );
     }
