@@ -90,6 +90,12 @@ pub fn list_fences(c: &Cluster) -> Option<Vec<NodeFence>> {
         .map(|l| l.items)
 }
 
+/// Every how many polls (of about half a second) the multi-status checks run over the history
+/// so far.
+const ONLINE_EVERY: u64 = 20;
+/// How long a pod must have been seen before the online checks judge its replacement.
+const PODS_SETTLE_US: i64 = 5_000_000;
+
 /// Polls until `stop` is set. Bounded by the campaign: the runner sets `stop` before it
 /// judges the history.
 pub fn run(c: &Cluster, lab: &palisade_lab::Lab, h: &History, stop: &AtomicBool) {
@@ -99,11 +105,14 @@ pub fn run(c: &Cluster, lab: &palisade_lab::Lab, h: &History, stop: &AtomicBool)
     let mut overlaps_seen: BTreeSet<(String, Vec<String>)> = BTreeSet::new();
     // The online part of the checks: what one status shows on its own (a release without
     // verified evidence, outside the fence, not covered; an illegal transition) is reported
-    // as soon as it is observed, so a long campaign shows a finding when it happens. The
+    // as soon as it is observed, and what spans several records (a replacement before its old
+    // node was fenced, a token going down, a fence without a cause, two live incarnations)
+    // every ONLINE_EVERY polls, so a long campaign shows a finding when it happens. The
     // history is still judged whole at the end.
     let mut pod_nodes: BTreeMap<String, String> = BTreeMap::new();
     let mut reported: BTreeSet<(&'static str, String)> = BTreeSet::new();
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), APP_NS);
+    let mut polls: u64 = 0;
     while !stop.load(Ordering::Relaxed) {
         // The ground truth beside what the statuses claim, sampled before and after they are
         // read, so that the two samples bracket the status.
@@ -161,6 +170,27 @@ pub fn run(c: &Cluster, lab: &palisade_lab::Lab, h: &History, stop: &AtomicBool)
                         node,
                         seen_us: History::now_us(),
                     });
+                }
+            }
+        }
+        polls += 1;
+        if polls % ONLINE_EVERY == 0 {
+            // The checks that span several statuses, over the history so far; a pod seen in
+            // the last few seconds waits for the next round (its fence may not be read yet).
+            let cutoff = History::now_us() - PODS_SETTLE_US;
+            let so_far: Vec<Record> = h
+                .records()
+                .into_iter()
+                .filter(|r| !matches!(r, Record::Pod { seen_us, .. } if *seen_us > cutoff))
+                .collect();
+            for v in crate::check::check_so_far(&so_far) {
+                if reported.insert((v.check, v.detail.clone())) {
+                    println!(
+                        "[{:>8.1}s] VIOLATION (seen online) [{}] {}",
+                        h.t(),
+                        v.check,
+                        v.detail
+                    );
                 }
             }
         }
