@@ -7,7 +7,7 @@
 #       the command that replays it. --bug plants a known mistake (the run must fail).
 #       --joins grows the cluster while part of it is cut off in every schedule (a quarter without).
 #   hack/chaos.sh --lab [--seed S] [--events N] [--minutes M] [--machines K] [--writers W]
-#                 [--plant BUG]... [--only CLASS]... [--no-fence-devices]
+#                 [--plant BUG]... [--only CLASS]... [--no-fence-devices] [--print-schedule]
 #       the nemesis on the real lab (as root): one lab of K namespace machines (default 5),
 #       W StatefulSet writers (default 2), N seeded fault events (default 20) applied and
 #       healed while they write, no new event after M minutes (default 60); the history
@@ -18,6 +18,7 @@
 #       campaign must then fail. --only draws only the named fault classes (--only list
 #       prints them). --no-fence-devices creates no FenceTarget and trusts watchdog-backed
 #       self-fences (the machines have no watchdog: nothing may be released).
+#       --print-schedule prints the events the seed draws (JSON lines) and starts no lab.
 # The report is printed and saved under target/chaos/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,7 @@ while [ "$#" -gt 0 ]; do
     --plant) lab_args+=(--plant "$2"); shift ;;
     --only) lab_args+=(--only "$2"); shift ;;
     --no-fence-devices) lab_args+=(--no-fence-devices) ;;
+    --print-schedule) lab_args+=(--print-schedule) ;;
     -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "hack/chaos.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
