@@ -90,6 +90,24 @@ pub fn list_fences(c: &Cluster) -> Option<Vec<NodeFence>> {
         .map(|l| l.items)
 }
 
+/// Prints each violation found during the campaign the first time it is found.
+fn report_online(
+    h: &History,
+    reported: &mut BTreeSet<(&'static str, String)>,
+    found: Vec<crate::check::Violation>,
+) {
+    for v in found {
+        if reported.insert((v.check, v.detail.clone())) {
+            println!(
+                "[{:>8.1}s] VIOLATION (seen online) [{}] {}",
+                h.t(),
+                v.check,
+                v.detail
+            );
+        }
+    }
+}
+
 /// Every how many polls (of about half a second) the multi-status checks run over the history
 /// so far.
 const ONLINE_EVERY: u64 = 20;
@@ -141,16 +159,11 @@ pub fn run(c: &Cluster, lab: &palisade_lab::Lab, h: &History, stop: &AtomicBool)
                     });
                     *r_seen = s.released.len();
                 }
-                for v in crate::check::check_snapshot(&s, &pod_nodes) {
-                    if reported.insert((v.check, v.detail.clone())) {
-                        println!(
-                            "[{:>8.1}s] VIOLATION (seen online) [{}] {}",
-                            h.t(),
-                            v.check,
-                            v.detail
-                        );
-                    }
-                }
+                report_online(
+                    h,
+                    &mut reported,
+                    crate::check::check_snapshot(&s, &pod_nodes),
+                );
             }
         }
         if let Ok(list) = c.rt.block_on(pods.list(&ListParams::default())) {
@@ -183,16 +196,7 @@ pub fn run(c: &Cluster, lab: &palisade_lab::Lab, h: &History, stop: &AtomicBool)
                 .into_iter()
                 .filter(|r| !matches!(r, Record::Pod { seen_us, .. } if *seen_us > cutoff))
                 .collect();
-            for v in crate::check::check_so_far(&so_far) {
-                if reported.insert((v.check, v.detail.clone())) {
-                    println!(
-                        "[{:>8.1}s] VIOLATION (seen online) [{}] {}",
-                        h.t(),
-                        v.check,
-                        v.detail
-                    );
-                }
-            }
+            report_online(h, &mut reported, crate::check::check_so_far(&so_far));
         }
         for (identity, found) in crate::presence::scan(lab.id()) {
             let both = crate::presence::overlapping(&found);
