@@ -78,9 +78,12 @@ pub struct Observations<'a> {
     pub self_fence_wait: Option<std::time::Duration>,
     /// The healthy-majority bound on trusting the node's self-fence ([`PeerTrust`]).
     pub peer_trust: PeerTrust,
-    /// Positive proof, observed after recovery began, that none of the released pods'
-    /// containers exists on the node ([`clean_proof`]); `None` without one.
+    /// Positive proof that none of the released pods' containers exists on the node
+    /// ([`clean_proof`]); `None` without one.
     pub clean_proof: Option<String>,
+    /// The Node carries this fence's recovery challenge now
+    /// ([`palisade_model::advertise::RECOVERY_CHALLENGE`]).
+    pub challenge_posted: bool,
     /// A release taint (`palisade.dev/fenced` or out-of-service) is present on the node.
     pub taint_present: bool,
     /// The UID of the Node object named by `spec.nodeName` now (`None`: no such Node).
@@ -112,34 +115,35 @@ pub struct NodePod {
 }
 
 /// The positive proof that none of the released pods' containers exists on the node any more,
-/// from what the node advertised with a renewal the controller observed after recovery began.
+/// or ever will again, from the advertisement the node's agent wrote after it read this
+/// fence's recovery `challenge` ([`Step::PostChallenge`]).
 ///
-/// Guarantees: `Some` only when the renewal was observed after `since` (the caller passes the
-/// start of Recovering plus a settle time for watch latency), and either the boot ID differs
-/// from the one recorded when fencing started (the machine restarted), or the agent's complete
-/// runtime inventory names none of the released pods.
+/// Guarantees: `Some` only when the advertisement answers `challenge`, its runtime inventory
+/// is complete and names none of the released pods, and, when the verified level reset the
+/// machine instead of powering it off ([`LevelKind::StorageThenReset`]), its boot ID differs
+/// from the one recorded when fencing started. No clock takes part: the challenge is written
+/// only after every released pod was deleted, so the answer orders the inventory after the
+/// release by causality (a Lease write composed earlier, however late it lands or is observed,
+/// cannot carry it). A boot ID alone is never the proof: a boot that began before the release
+/// (a watchdog reset before the fence, a machine powered on early) may have started a
+/// released pod while the API still listed it.
 ///
-/// When the verified level reset the machine instead of powering it off
-/// ([`LevelKind::StorageThenReset`]), only the new boot ID is proof: the reset is the fence's
-/// promise that nothing of the old boot touches the storage once it is unblocked (its page
-/// cache, its mounts, processes outside any pod), and only a new boot shows it happened. A node
-/// that advertised no boot ID when fencing began never gets this proof (it waits, and says so).
+/// After a reset fence the new boot ID is needed on top of the inventory: the reset is the
+/// fence's promise that nothing of the old boot touches the storage once it is unblocked (its
+/// page cache, its mounts, processes outside any pod), and only a new boot shows it happened. A
+/// node that advertised no boot ID when fencing began never gets that proof (it waits, and says
+/// so).
 ///
-/// Assumptions: the agent's inventory comes from its runtime (processes and durable state),
-/// not from the API; the agent never starts a container for a pod deleted from the API.
+/// Assumptions: the agent keeps [`palisade_model::advertise::Advertisement::challenge`]'s
+/// guarantee: its inventory names every pod with a live container and every pod it manages,
+/// and it starts a pod only after a read of the pod that follows the challenge it answered.
 pub fn clean_proof(
     status: &NodeFenceStatus,
     ad: &palisade_model::advertise::Advertisement,
-    renewed_at: Option<Timestamp>,
-    since: Timestamp,
+    challenge: &str,
 ) -> Option<String> {
-    let renewed_at = renewed_at.filter(|r| *r > since)?;
-    if let (Some(before), Some(now)) = (&status.recovery.boot_id_at_fence, &ad.boot_id) {
-        if before != now {
-            return Some(format!(
-                "boot ID changed from {before} to {now} (renewal observed at {renewed_at})"
-            ));
-        }
+    if ad.challenge.as_deref() != Some(challenge) {
+        return None;
     }
     let reset_fence = status.verified_fence().is_some_and(|v| {
         usize::try_from(v.level())
@@ -147,21 +151,26 @@ pub fn clean_proof(
             .and_then(|i| status.plan.as_ref()?.levels.get(i))
             .is_some_and(|l| l.kind == LevelKind::StorageThenReset)
     });
-    if reset_fence {
+    let new_boot = match (&status.recovery.boot_id_at_fence, &ad.boot_id) {
+        (Some(before), Some(now)) if before != now => Some(format!(
+            "; the boot ID changed from {before} to {now}"
+        )),
+        _ => None,
+    };
+    if reset_fence && new_boot.is_none() {
         return None;
     }
     let inventory = ad.runtime_pods.as_ref()?;
-    let still: Vec<&str> = status
+    let none_left = !status
         .release
         .pods
         .iter()
-        .filter(|p| inventory.contains(&p.uid))
-        .map(|p| p.uid.as_str())
-        .collect();
-    still.is_empty().then(|| {
+        .any(|p| inventory.contains(&p.uid));
+    none_left.then(|| {
         format!(
-            "the node agent's runtime inventory (renewal observed at {renewed_at}) lists none of the {} released pod(s)",
-            status.release.pods.len()
+            "the node agent's runtime inventory, taken after it read recovery challenge {challenge}, lists none of the {} released pod(s){}",
+            status.release.pods.len(),
+            new_boot.unwrap_or_default()
         )
     })
 }
@@ -179,7 +188,8 @@ pub enum WaitFor {
     /// majority of nodes, so the node may be excused by its peers (a control-plane outage).
     HealthyMajority,
     /// Recovering: the node is back but no positive proof that the released pods' containers
-    /// are gone (a new boot ID, or the agent's runtime inventory) was observed yet.
+    /// are gone (the agent's runtime inventory answering the recovery challenge, and after a
+    /// reset fence a new boot ID) was observed yet.
     CleanProof,
     /// Released: the policy leaves the node off; nothing to do until it comes back.
     NodeLeftOff,
@@ -286,6 +296,10 @@ pub enum Step {
     HoldPod(ObjectRef),
     /// Recovering: persist the positive proof before lifting anything.
     RecordCleanProof(String),
+    /// Recovering, before any proof: write this fence's recovery challenge (its UID) on the
+    /// Node ([`palisade_model::advertise::RECOVERY_CHALLENGE`]). Only an advertisement that
+    /// answers it can prove the node clean ([`clean_proof`]).
+    PostChallenge,
     /// Release 1, before any pod is released: taint the node so no replacement is scheduled
     /// back onto it (`palisade.dev/fenced:NoSchedule`), and, when the fence covers every pod
     /// on it, `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`.
@@ -342,6 +356,7 @@ impl Step {
             Step::FailLevel { .. } => "fail_level",
             Step::HoldPod(_) => "hold_pod",
             Step::RecordCleanProof(_) => "record_clean_proof",
+            Step::PostChallenge => "post_challenge",
             Step::ApplyTaint(..) => "apply_taint",
             Step::ReleasePod(..) => "release_pod",
             Step::RecordReleased(_) => "record_released",
@@ -363,6 +378,7 @@ impl Step {
                 | Step::DeleteAttachment(..)
                 | Step::ClearAttachRecord(..)
                 | Step::PowerOn(_)
+                | Step::PostChallenge
                 | Step::Unfence(_)
                 | Step::RemoveTaint
         )
@@ -724,6 +740,11 @@ fn recovering(status: &NodeFenceStatus, obs: &Observations<'_>) -> Step {
         };
     };
     let rec = &status.recovery;
+    // The challenge goes out first (the release is recorded by now), so a machine that boots
+    // can answer it with its first renewal.
+    if rec.clean_proof.is_none() && !obs.challenge_posted {
+        return Step::PostChallenge;
+    }
     if recovery.power_on && rec.powered_on_at.is_none() {
         let power = tried_devices(status, DeviceKind::Power);
         if !power.is_empty() {

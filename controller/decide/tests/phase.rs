@@ -92,6 +92,8 @@ struct World {
     attach_records: Vec<ObjectRef>,
     node_healthy: bool,
     agent_clean: bool,
+    /// The Node carries the fence's recovery challenge.
+    challenge: bool,
     last_renewal: Option<Timestamp>,
     marker: Option<String>,
     /// When the controller's detector last saw the node's heartbeat change (monotonic).
@@ -117,6 +119,7 @@ impl World {
             attach_records: vec![obj("", "pv-1")],
             node_healthy: false,
             agent_clean: false,
+            challenge: false,
             last_renewal: None,
             marker: Some("renew-0".into()),
             watched_since: Some(Mono::from_secs(1000)),
@@ -156,9 +159,10 @@ impl World {
             watched_silence: self.watched_since.map(|c| self.clocks().mono.since(c)),
             self_fence_wait: self.self_fence_wait,
             peer_trust: self.peer_trust,
-            clean_proof: self
-                .agent_clean
+            // The agent can only answer a challenge the Node carries.
+            clean_proof: (self.agent_clean && self.challenge)
                 .then(|| "the agent's runtime lists none of the released pods".to_string()),
+            challenge_posted: self.challenge,
             taint_present: self.taint,
             node_uid: self.node_uid.clone(),
             older_sibling: self.older_sibling.clone(),
@@ -248,6 +252,7 @@ fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn
         Step::FailLevel { level, why } => st.record_level_failed(*level, at, why.clone()).unwrap(),
         Step::HoldPod(p) => st.release.held.push(released(p, at)),
         Step::RecordCleanProof(p) => st.recovery.clean_proof = Some(p.clone()),
+        Step::PostChallenge => w.challenge = true,
         Step::ApplyTaint(..) => {
             w.taint = true;
             st.release.tainted_at = Some(MicroTime(at));
@@ -342,6 +347,7 @@ fn happy_path_walks_every_phase_in_order() {
             "clear_attach_record",
             "enter:Released",
             "enter:Recovering",
+            "post_challenge",
             "power_on",
             "wait:Rejoin",
             "record_clean_proof",
@@ -996,39 +1002,73 @@ fn a_stateful_scope_self_fence_covers_only_claim_pods() {
     assert_eq!(st.release.held[0].name, "web-1");
 }
 
-/// What an agent that just booted with `boot_id` advertises (no inventory).
-fn booted(boot_id: &str) -> Advertisement {
+/// What an agent that booted with `boot_id` advertises after reading `challenge`, with an
+/// empty inventory.
+fn answered(boot_id: &str, challenge: &str) -> Advertisement {
     Advertisement {
         boot_id: Some(boot_id.into()),
+        runtime_pods: Some(Default::default()),
+        challenge: Some(challenge.into()),
         ..Default::default()
     }
 }
 
 #[test]
-fn clean_proof_needs_a_new_boot_id_or_an_inventory_without_the_released_pods() {
+fn clean_proof_needs_an_inventory_taken_after_the_challenge_without_the_released_pods() {
     let mut st = NodeFenceStatus::default();
     st.release.pods.push(released(&obj("db", "db-0"), wall(1)));
     st.recovery.boot_id_at_fence = Some("boot-a".into());
-    let since = wall(10);
     let mut ad = Advertisement {
         boot_id: Some("boot-a".into()),
+        challenge: Some("nf-uid".into()),
         ..Default::default()
     };
     // Same boot, no inventory: nothing proves the old containers are gone.
-    assert_eq!(clean_proof(&st, &ad, Some(wall(11)), since), None);
+    assert_eq!(clean_proof(&st, &ad, "nf-uid"), None);
     // The agent's inventory still lists the released pod.
     ad.runtime_pods = Some(["uid-db-0".to_string()].into_iter().collect());
-    assert_eq!(clean_proof(&st, &ad, Some(wall(11)), since), None);
-    // The inventory no longer lists it: proof, but only from a renewal observed after `since`.
+    assert_eq!(clean_proof(&st, &ad, "nf-uid"), None);
+    // The inventory no longer lists it: proof, but only with the challenge answered.
     ad.runtime_pods = Some(Default::default());
-    assert_eq!(clean_proof(&st, &ad, Some(wall(9)), since), None);
-    assert!(clean_proof(&st, &ad, Some(wall(11)), since).is_some());
-    // A new boot ID proves it on its own.
-    let rebooted = booted("boot-b");
-    assert!(clean_proof(&st, &rebooted, Some(wall(11)), since)
+    assert!(clean_proof(&st, &ad, "nf-uid").is_some());
+    let mut unanswered = ad.clone();
+    unanswered.challenge = None;
+    assert_eq!(clean_proof(&st, &unanswered, "nf-uid"), None);
+    // An inventory taken after another fence's challenge proves nothing for this one.
+    unanswered.challenge = Some("older-nf-uid".into());
+    assert_eq!(clean_proof(&st, &unanswered, "nf-uid"), None);
+}
+
+/// Seed 3210097 of the simulator: a watchdog reset the node *before* the storage fence, the new
+/// boot restarted the pod (the API still listed it), the fence released it. A boot ID that
+/// differs from the one recorded at the fence said nothing about when that boot began: it was
+/// taken as the proof and the storage was unblocked under a running writer.
+#[test]
+fn a_new_boot_id_alone_is_never_a_clean_proof() {
+    let mut st = NodeFenceStatus::default();
+    st.release.pods.push(released(&obj("db", "db-0"), wall(1)));
+    st.recovery.boot_id_at_fence = Some("boot-a".into());
+    // The new boot's agent never answered (it crashed, or the API was down).
+    let rebooted = Advertisement {
+        boot_id: Some("boot-b".into()),
+        ..Default::default()
+    };
+    assert_eq!(clean_proof(&st, &rebooted, "nf-uid"), None);
+    // Its inventory from before the challenge (it still ran the pod, or had not started it
+    // yet) proves nothing either.
+    let early = Advertisement {
+        runtime_pods: Some(Default::default()),
+        ..rebooted.clone()
+    };
+    assert_eq!(clean_proof(&st, &early, "nf-uid"), None);
+    // Its answer lists the pod it restarted: no proof.
+    let mut running = answered("boot-b", "nf-uid");
+    running.runtime_pods = Some(["uid-db-0".to_string()].into_iter().collect());
+    assert_eq!(clean_proof(&st, &running, "nf-uid"), None);
+    // Only an answer without it is.
+    assert!(clean_proof(&st, &answered("boot-b", "nf-uid"), "nf-uid")
         .unwrap()
         .contains("boot-b"));
-    assert_eq!(clean_proof(&st, &rebooted, None, since), None);
 }
 
 #[test]
@@ -1378,37 +1418,36 @@ fn a_host_that_must_not_power_off_is_reset_released_on_storage_and_never_powered
 }
 
 #[test]
-fn after_a_reset_fence_only_a_new_boot_id_is_a_clean_proof() {
+fn after_a_reset_fence_a_clean_proof_needs_a_new_boot_id_as_well() {
     let sp = spec(RequestedBy::Controller);
     let mut w = World::new();
     w.verdict = Some(Verdict::Fence(reset_plan()));
     let mut st = created();
     release_all(&sp, &mut st, &mut w, &|_| true);
     st.recovery.boot_id_at_fence = Some("boot-a".into());
-    let since = wall(10);
-    // The same boot, with an inventory that lists none of the released pods: that proves a
-    // power-off fence clean, but not this one (nothing shows the reset happened).
-    let same_boot = Advertisement {
-        boot_id: Some("boot-a".into()),
-        runtime_pods: Some(Default::default()),
-        ..Default::default()
-    };
-    assert_eq!(clean_proof(&st, &same_boot, Some(wall(11)), since), None);
+    // The same boot, with an answered inventory that lists none of the released pods: that
+    // proves a power-off fence clean, but not this one (nothing shows the reset happened).
+    let same_boot = answered("boot-a", "nf-uid");
+    assert_eq!(clean_proof(&st, &same_boot, "nf-uid"), None);
     // No boot ID advertised at all: no proof either.
     let no_boot = Advertisement {
-        runtime_pods: Some(Default::default()),
-        ..Default::default()
+        boot_id: None,
+        ..same_boot.clone()
     };
-    assert_eq!(clean_proof(&st, &no_boot, Some(wall(11)), since), None);
-    // A new boot ID is the proof.
-    let rebooted = booted("boot-b");
-    assert!(clean_proof(&st, &rebooted, Some(wall(11)), since)
+    assert_eq!(clean_proof(&st, &no_boot, "nf-uid"), None);
+    // A new boot ID with the answered inventory is the proof; without the answer it is not.
+    assert!(clean_proof(&st, &answered("boot-b", "nf-uid"), "nf-uid")
         .unwrap()
         .contains("boot-b"));
+    let unanswered = Advertisement {
+        challenge: None,
+        ..answered("boot-b", "nf-uid")
+    };
+    assert_eq!(clean_proof(&st, &unanswered, "nf-uid"), None);
     // The same status on a power-off plan accepts the inventory (the rule is the level's).
     let mut powered = st.clone();
     powered.plan.as_mut().unwrap().levels[0].kind = palisade_model::nodefence::LevelKind::Hardware;
-    assert!(clean_proof(&powered, &same_boot, Some(wall(11)), since).is_some());
+    assert!(clean_proof(&powered, &same_boot, "nf-uid").is_some());
 }
 
 #[test]

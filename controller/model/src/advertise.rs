@@ -37,6 +37,13 @@ pub const RUNTIME_PODS: &str = "palisade.dev/runtime-pods";
 /// Lease annotation: `"true"` once the agent has scanned its runtime since it started, so
 /// [`RUNTIME_PODS`] is complete (absent or anything else: the inventory proves nothing).
 pub const RUNTIME_COMPLETE: &str = "palisade.dev/runtime-complete";
+/// Node annotation, written by the controller once a fence's release is recorded: the
+/// recovery challenge (the `NodeFence`'s UID). The agent reads it from its Node.
+pub const RECOVERY_CHALLENGE: &str = "palisade.dev/recovery-challenge";
+/// Lease annotation: the [`RECOVERY_CHALLENGE`] the agent had read from its Node *before* it
+/// took this renewal's [`RUNTIME_PODS`] (absent: none read yet). It orders the inventory after
+/// the release by causality, not by any clock: see [`Advertisement::challenge`].
+pub const CHALLENGE_ANSWERED: &str = "palisade.dev/challenge-answered";
 
 /// Lease annotation: the agent's peer check: whole seconds (rounded *down*) without any Lease
 /// write attempt after which the agent vouches to its peers that it cannot reach the API
@@ -163,8 +170,19 @@ pub struct Advertisement {
     pub version: Option<String>,
     /// The machine's boot ID.
     pub boot_id: Option<String>,
-    /// The runtime inventory, only when complete.
+    /// The runtime inventory, only when complete: every pod UID with a live container, and
+    /// every pod the agent manages (it may start or restart its containers).
     pub runtime_pods: Option<BTreeSet<String>>,
+    /// The recovery challenge the agent had read from its Node before it took
+    /// [`Self::runtime_pods`].
+    ///
+    /// Guarantees (of an agent that writes it): the inventory was taken after the agent read
+    /// this value from the API server, and every pod the agent starts after taking it was
+    /// first confirmed by a read of the pod (same UID, bound to this node) made after that
+    /// moment. So when the controller wrote the challenge only after deleting the released
+    /// pods, an inventory that answers it and names none of them stays true: those pods are
+    /// not running and will never be started here again.
+    pub challenge: Option<String>,
     /// The peer check, if the agent runs one.
     pub peer_check: Option<PeerCheck>,
 }
@@ -211,6 +229,10 @@ impl Advertisement {
                 .map(|v| v.trim().to_string())
                 .filter(|v| !v.is_empty()),
             runtime_pods,
+            challenge: a
+                .get(CHALLENGE_ANSWERED)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty()),
             peer_check: secs(a, PEER_VOUCH_AFTER)
                 .zip(secs(a, PEER_ANSWER_VALID))
                 .map(|(vouch_after, answer_valid)| PeerCheck {
@@ -255,6 +277,7 @@ impl Advertisement {
             RUNTIME_COMPLETE,
             self.runtime_pods.as_ref().map(|_| "true".to_string()),
         );
+        put(CHALLENGE_ANSWERED, self.challenge.clone());
         // Rounded so that what the controller reads is never more generous than the agent:
         // a shorter vouch delay and a longer answer validity both shrink what it trusts.
         put(
@@ -374,6 +397,7 @@ mod tests {
             version: Some("0.1.0".into()),
             boot_id: Some("b".into()),
             runtime_pods: Some(["x".to_string()].into_iter().collect()),
+            challenge: Some("c-1".into()),
             peer_check: Some(PeerCheck {
                 vouch_after: Duration::from_secs(6),
                 answer_valid: Duration::from_secs(3),

@@ -71,6 +71,9 @@ pub enum Bug {
     /// Accept the runtime inventory as the clean proof after a reset fence (unblock the
     /// storage without a new boot).
     UnblockWithoutNewBoot,
+    /// Accept a runtime inventory as the clean proof whether or not it answers the fence's
+    /// recovery challenge (an inventory taken before the release counts).
+    IgnoreChallenge,
     /// Lift every block of the node on unfence (a node-wide unblock) instead of only the
     /// fence's own hold: a deposed leader's late unblock lifts a newer fence's block.
     NodeWideUnblock,
@@ -85,7 +88,7 @@ pub enum Bug {
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 14] = [
+    pub const ALL: [Bug; 15] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -97,6 +100,7 @@ impl Bug {
         Bug::WallClockOnly,
         Bug::PowerOffInsteadOfReset,
         Bug::UnblockWithoutNewBoot,
+        Bug::IgnoreChallenge,
         Bug::NodeWideUnblock,
         Bug::CountUnackedRenewal,
         Bug::LatestListOnly,
@@ -223,6 +227,9 @@ struct Machine {
     /// How far the node's wall clock has stepped (beyond its bounded skew), in ms: its
     /// `renewTime` stamps carry it; its monotonic clocks do not.
     clock_step_ms: i64,
+    /// The recovery challenge the agent read from its Node when it last reached the API
+    /// (a fresh agent has read none).
+    challenge_read: Option<String>,
 }
 
 impl Machine {
@@ -311,6 +318,8 @@ pub struct World<'s> {
     identities: Vec<(String, bool)>,
     fences: Vec<Fence>,
     tainted: Vec<bool>,
+    /// Per Node: its recovery challenge annotation (the name of the fence that wrote it).
+    node_challenge: Vec<Option<String>>,
     api_up: bool,
     /// How far the controller's wall clock is from true time (clock steps), in ms.
     ctl_wall_offset_ms: i64,
@@ -379,6 +388,7 @@ impl<'s> World<'s> {
                 excusing: false,
                 net_side: false,
                 clock_step_ms: 0,
+                challenge_read: None,
             })
             .collect();
         let policy: FencingPolicySpec = serde_json::from_value(serde_json::json!({
@@ -414,6 +424,7 @@ impl<'s> World<'s> {
             ],
             fences: Vec::new(),
             tainted: vec![false; s.nodes.len()],
+            node_challenge: vec![None; s.nodes.len()],
             api_up: true,
             ctl_wall_offset_ms: 0,
             ctl: Controller {
@@ -575,6 +586,7 @@ impl<'s> World<'s> {
         m.fresh_start(now);
         m.next_poll = now;
         m.last_attempt = None;
+        m.challenge_read = None;
         let stale = m
             .last_renew_sent
             .is_none_or(|t| now.saturating_sub(t) > after);
@@ -647,6 +659,9 @@ impl<'s> World<'s> {
             // The Node list, read while the API answers.
             let members = self.members();
             self.machines[i].known = members;
+            // The Node read also brings the recovery challenge (before the inventory below
+            // is taken).
+            self.machines[i].challenge_read = self.node_challenge[i].clone();
         }
         let m = &self.machines[i];
         if reaches && m.last_attempt.is_none_or(|t| now - t >= RENEW_MS) {
@@ -661,6 +676,7 @@ impl<'s> World<'s> {
                 boot_id: Some(self.boot_id(i)),
                 // Taken from the runtime at this renewal, before this tick's kills.
                 runtime_pods: Some(m.containers.clone()),
+                challenge: m.challenge_read.clone(),
                 peer_check: cfg.peer_check.map(|(vouch_after, answer_valid)| PeerCheck {
                     vouch_after: Duration::from_secs(vouch_after),
                     answer_valid: Duration::from_secs(answer_valid),
@@ -1509,15 +1525,18 @@ impl<'s> World<'s> {
         } else {
             st
         };
-        let clean = match st.entered_at().filter(|_| st.phase == Phase::Recovering) {
-            Some(at) => clean_proof(
-                st_for_proof,
-                &advertised,
-                last_renewal,
-                at.checked_add(SETTLE).unwrap_or(at),
-            ),
-            None => None,
+        // The planted bug takes any inventory as if it answered the challenge.
+        let answered = if self.bug == Some(Bug::IgnoreChallenge) {
+            Advertisement {
+                challenge: Some(fence.name.clone()),
+                ..advertised.clone()
+            }
+        } else {
+            advertised.clone()
         };
+        let clean = (st.phase == Phase::Recovering)
+            .then(|| clean_proof(st_for_proof, &answered, &fence.name))
+            .flatten();
         let released: BTreeSet<&str> = st.release.pods.iter().map(|p| p.uid.as_str()).collect();
         let pods_on_node = if st.phase == Phase::Releasing {
             self.pods
@@ -1574,6 +1593,7 @@ impl<'s> World<'s> {
             self_fence_wait: advertised.trust_wait(margin),
             peer_trust,
             clean_proof: clean,
+            challenge_posted: self.node_challenge[i].as_deref() == Some(fence.name.as_str()),
             taint_present: self.tainted[i],
             node_uid: Some(format!("uid-{name}")),
             older_sibling: None,
@@ -1741,6 +1761,10 @@ impl<'s> World<'s> {
             Step::RecordCleanProof(p) => {
                 self.fences[f].status.recovery.clean_proof = Some(p.clone());
                 self.log(format!("{name}: clean proof: {p}"));
+            }
+            Step::PostChallenge => {
+                self.node_challenge[i] = Some(name.clone());
+                self.log(format!("{name}: recovery challenge posted on m{i}"));
             }
             Step::ApplyTaint(..) => {
                 self.tainted[i] = true;
