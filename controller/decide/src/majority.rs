@@ -9,6 +9,13 @@
 //! healthy from `first + 2 × MAX_CLOCK_SKEW` to `last + W` of its streak, and in that interval it
 //! provably sent a write less than `vouch_after` before every instant: it could not vouch.
 //!
+//! Those instants are kept on the controller's **monotonic** clock ([`Mono`]): each stamp is
+//! translated once, when its write is observed, by the wall and monotonic readings of that
+//! moment (the timeliness checks bound how far the stamp is from the wall reading). A later
+//! step of the controller's wall clock moves nothing: a backward step cannot make a streak
+//! that ended look current, a forward step cannot shorten the trust bound. A step *before* an
+//! observation makes that write untimely (future or late), which breaks the streak.
+//!
 //! So while the controller sees a strict majority healthy without a break since `t_h`
 //! ([`Streaks::majority_since_among`], over the member set the node advertised), no strict majority can have vouched for anyone after `t_h`
 //! (two strict majorities of one set share a node; the silent node is not healthy). A silent
@@ -26,6 +33,8 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use palisade_model::advertise::MemberSet;
+
+use crate::clock::{Clocks, Mono};
 
 /// The largest wall-clock difference assumed between any node and the controller.
 pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(1);
@@ -55,10 +64,26 @@ pub fn window(vouch_after: Option<Duration>, default: Duration) -> Duration {
     }
 }
 
+/// The instant on the controller's monotonic clock that wall time `t` was at when the
+/// controller read `at` (saturating at the clock's origin, which only starts a streak later).
+fn to_mono(at: Clocks, t: Timestamp) -> Mono {
+    let ahead = t.duration_since(at.wall);
+    let magnitude = ahead.unsigned_abs();
+    if ahead.is_negative() {
+        Mono(at.mono.0.saturating_sub(magnitude))
+    } else {
+        at.mono + magnitude
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Streak {
-    first: Timestamp,
-    last: Timestamp,
+    /// The first write's stamp, on the controller's monotonic clock.
+    first: Mono,
+    /// The last write's stamp (the node's clock: streak continuity and order are judged on
+    /// the stamps alone) and the same instant on the controller's monotonic clock.
+    last_stamp: Timestamp,
+    last: Mono,
     window: Duration,
     vouch_after: Option<Duration>,
 }
@@ -89,23 +114,24 @@ impl Streaks {
         Self::default()
     }
 
-    /// Records a Lease write of `node` stamped `renew` (its `renewTime`), observed at the
-    /// controller's wall time `observed`, advertising `vouch_after`.
+    /// Records a Lease write of `node` stamped `renew` (its `renewTime`), observed when the
+    /// controller's clocks read `observed`, advertising `vouch_after`.
     ///
     /// Guarantees: a streak only ever grows by writes stamped within its window of the previous
-    /// one, with the same vouch delay; an untimely write ends it.
+    /// one, with the same vouch delay; an untimely write ends it. The stamp is placed on the
+    /// monotonic clock now, never again.
     pub fn observe(
         &mut self,
         node: &str,
         renew: Timestamp,
-        observed: Timestamp,
+        observed: Clocks,
         vouch_after: Option<Duration>,
         default_window: Duration,
     ) -> Write {
-        let future = renew > add(observed, MAX_CLOCK_SKEW);
-        let late = add(renew, MAX_OBSERVATION_DELAY) < observed;
+        let future = renew > add(observed.wall, MAX_CLOCK_SKEW);
+        let late = add(renew, MAX_OBSERVATION_DELAY) < observed.wall;
         if let Some(s) = self.nodes.get(node) {
-            if renew <= s.last {
+            if renew <= s.last_stamp {
                 return Write::Old;
             }
         }
@@ -114,17 +140,22 @@ impl Streaks {
             return Write::Untimely;
         }
         let w = window(vouch_after, default_window);
+        let at = to_mono(observed, renew);
         match self.nodes.get_mut(node) {
-            Some(s) if s.vouch_after == vouch_after && renew <= add(s.last, s.window) => {
-                s.last = renew;
+            Some(s) if s.vouch_after == vouch_after && renew <= add(s.last_stamp, s.window) => {
+                s.last_stamp = renew;
+                // Never earlier than the previous write's instant (the wall clock may have
+                // stepped back between the two observations).
+                s.last = s.last.max(at);
                 Write::Extended
             }
             _ => {
                 self.nodes.insert(
                     node.to_string(),
                     Streak {
-                        first: renew,
-                        last: renew,
+                        first: at,
+                        last_stamp: renew,
+                        last: at,
                         window: w,
                         vouch_after,
                     },
@@ -148,15 +179,15 @@ impl Streaks {
     /// healthy (tests of the streak arithmetic; the controller counts one member set, with
     /// `majority_since_among`).
     #[cfg(test)]
-    fn majority_since(&self, members: usize, now: Timestamp) -> Option<Timestamp> {
+    fn majority_since(&self, members: usize, now: Mono) -> Option<Mono> {
         if members == 0 {
             return None;
         }
-        let mut starts: Vec<Timestamp> = self
+        let mut starts: Vec<Mono> = self
             .nodes
             .values()
-            .filter(|s| add(s.last, s.window) >= now)
-            .map(|s| add(s.first, MAX_CLOCK_SKEW * 2))
+            .filter(|s| s.last + s.window >= now)
+            .map(|s| s.first + MAX_CLOCK_SKEW * 2)
             .filter(|start| *start <= now)
             .collect();
         starts.sort();
@@ -165,7 +196,7 @@ impl Streaks {
 }
 
 impl Streaks {
-    /// Since when (controller wall time) a strict majority of `members` (the Node names a
+    /// Since when (controller monotonic time) a strict majority of `members` (the Node names a
     /// silent node's peer check counts) has been healthy without a break, as of `now`,
     /// counting only those nodes; `None` when no strict majority of them is healthy now.
     ///
@@ -176,16 +207,16 @@ impl Streaks {
     pub fn majority_since_among(
         &self,
         members: &BTreeSet<String>,
-        now: Timestamp,
-    ) -> Option<Timestamp> {
+        now: Mono,
+    ) -> Option<Mono> {
         if members.is_empty() {
             return None;
         }
-        let mut starts: Vec<Timestamp> = members
+        let mut starts: Vec<Mono> = members
             .iter()
             .filter_map(|m| self.nodes.get(m))
-            .filter(|s| add(s.last, s.window) >= now)
-            .map(|s| add(s.first, MAX_CLOCK_SKEW * 2))
+            .filter(|s| s.last + s.window >= now)
+            .map(|s| s.first + MAX_CLOCK_SKEW * 2)
             .filter(|start| *start <= now)
             .collect();
         starts.sort();
@@ -235,30 +266,46 @@ impl MemberHistory {
     }
 }
 
-/// The earliest instant a peer-checked node's self-fence may be trusted, given the healthy
-/// majority's start `majority_since` (`None`: no healthy majority now, no trust yet).
+/// The earliest instant (controller monotonic time) a peer-checked node's self-fence may be
+/// trusted, given the healthy majority's start `majority_since` (`None`: no healthy majority
+/// now, no trust yet).
 ///
 /// Guarantees: at least the node's vouch validity plus its watchdog timeout plus `margin` plus
 /// two clock skews after the majority's start: any excuse the node held ended by the first,
 /// and its watchdog reset it within the second.
 pub fn peer_checked_trust(
-    majority_since: Option<Timestamp>,
+    majority_since: Option<Mono>,
     answer_valid: Duration,
     watchdog: Duration,
     margin: Duration,
-) -> Option<Timestamp> {
-    majority_since.map(|t| add(t, answer_valid + watchdog + margin + MAX_CLOCK_SKEW * 2))
+) -> Option<Mono> {
+    majority_since.map(|t| t + answer_valid + watchdog + margin + MAX_CLOCK_SKEW * 2)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn t(s: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + s).unwrap()
-    }
+    /// Wall time `ms` milliseconds into the test.
     fn tm(ms: i64) -> Timestamp {
         Timestamp::from_millisecond(1_800_000_000_000 + ms).unwrap()
+    }
+    fn t(s: i64) -> Timestamp {
+        tm(s * 1000)
+    }
+    /// The same instants on the monotonic clock (its origin 100 s before the test's).
+    fn mm(ms: i64) -> Mono {
+        Mono(Duration::from_millis(u64::try_from(100_000 + ms).unwrap()))
+    }
+    fn m(s: i64) -> Mono {
+        mm(s * 1000)
+    }
+    /// Both clocks read at `ms`, the wall clock right.
+    fn at(ms: i64) -> Clocks {
+        Clocks {
+            mono: mm(ms),
+            wall: tm(ms),
+        }
     }
     const A: Option<Duration> = Some(Duration::from_secs(8));
     const DEF: Duration = Duration::from_secs(10);
@@ -266,7 +313,7 @@ mod tests {
     /// Writes every second from `from` to `to` (inclusive), observed 100 ms later.
     fn renew(s: &mut Streaks, node: &str, from: i64, to: i64) {
         for x in from..=to {
-            s.observe(node, t(x), tm(x * 1000 + 100), A, DEF);
+            s.observe(node, t(x), at(x * 1000 + 100), A, DEF);
         }
     }
 
@@ -284,11 +331,11 @@ mod tests {
         renew(&mut s, "b", 5, 20);
         renew(&mut s, "c", 10, 20);
         // 3 members: need 2; starts (+2 s skew) are 2, 7, 12: the 2nd is 7.
-        assert_eq!(s.majority_since(3, t(20)), Some(t(7)));
+        assert_eq!(s.majority_since(3, m(20)), Some(m(7)));
         // 5 members: need 3.
-        assert_eq!(s.majority_since(5, t(20)), Some(t(12)));
-        assert_eq!(s.majority_since(7, t(20)), None);
-        assert_eq!(s.majority_since(0, t(20)), None);
+        assert_eq!(s.majority_since(5, m(20)), Some(m(12)));
+        assert_eq!(s.majority_since(7, m(20)), None);
+        assert_eq!(s.majority_since(0, m(20)), None);
     }
 
     #[test]
@@ -302,12 +349,12 @@ mod tests {
         let old: BTreeSet<String> = ["a", "b", "c"].map(String::from).into();
         let new: BTreeSet<String> = ["a", "b", "c", "d", "e"].map(String::from).into();
         // Three of five are healthy: a majority of the new set, none of the old one.
-        assert_eq!(s.majority_since_among(&new, t(20)), Some(t(2)));
-        assert_eq!(s.majority_since(5, t(20)), Some(t(2)));
-        assert_eq!(s.majority_since_among(&old, t(20)), None);
+        assert_eq!(s.majority_since_among(&new, m(20)), Some(m(2)));
+        assert_eq!(s.majority_since(5, m(20)), Some(m(2)));
+        assert_eq!(s.majority_since_among(&old, m(20)), None);
         renew(&mut s, "b", 10, 20);
-        assert_eq!(s.majority_since_among(&old, t(20)), Some(t(12)));
-        assert_eq!(s.majority_since_among(&BTreeSet::new(), t(20)), None);
+        assert_eq!(s.majority_since_among(&old, m(20)), Some(m(12)));
+        assert_eq!(s.majority_since_among(&BTreeSet::new(), m(20)), None);
     }
 
     #[test]
@@ -332,23 +379,23 @@ mod tests {
         renew(&mut s, "a", 0, 10);
         renew(&mut s, "b", 0, 10);
         // b is silent from 10 to 15 (gap 5 s > window 4 s): its streak restarts at 15.
-        assert_eq!(s.observe("b", t(15), tm(15_100), A, DEF), Write::Started);
+        assert_eq!(s.observe("b", t(15), at(15_100), A, DEF), Write::Started);
         renew(&mut s, "a", 11, 20);
         renew(&mut s, "b", 16, 20);
-        assert_eq!(s.majority_since(2, t(20)), Some(t(17)));
+        assert_eq!(s.majority_since(2, m(20)), Some(m(17)));
         // A node whose last write is older than its window is not healthy now.
-        assert_eq!(s.majority_since(2, t(25)), None);
+        assert_eq!(s.majority_since(2, m(25)), None);
     }
 
     #[test]
     fn writes_stamped_in_the_future_or_seen_late_break_the_streak() {
         let mut s = Streaks::new();
         renew(&mut s, "a", 0, 10);
-        assert_eq!(s.observe("a", t(11), tm(14_500), A, DEF), Write::Untimely);
-        assert_eq!(s.majority_since(1, t(12)), None);
-        assert_eq!(s.observe("a", t(20), tm(18_000), A, DEF), Write::Untimely);
-        assert_eq!(s.observe("a", t(21), tm(21_100), A, DEF), Write::Started);
-        assert_eq!(s.observe("a", t(21), tm(21_200), A, DEF), Write::Old);
+        assert_eq!(s.observe("a", t(11), at(14_500), A, DEF), Write::Untimely);
+        assert_eq!(s.majority_since(1, m(12)), None);
+        assert_eq!(s.observe("a", t(20), at(18_000), A, DEF), Write::Untimely);
+        assert_eq!(s.observe("a", t(21), at(21_100), A, DEF), Write::Started);
+        assert_eq!(s.observe("a", t(21), at(21_200), A, DEF), Write::Old);
     }
 
     #[test]
@@ -357,22 +404,49 @@ mod tests {
         renew(&mut s, "a", 0, 10);
         let other = Some(Duration::from_secs(9));
         assert_eq!(
-            s.observe("a", t(11), tm(11_100), other, DEF),
+            s.observe("a", t(11), at(11_100), other, DEF),
             Write::Started
         );
-        assert_eq!(s.majority_since(1, t(12)), None, "counts from 11 + 2 s");
-        assert_eq!(s.majority_since(1, t(13)), Some(t(13)));
+        assert_eq!(s.majority_since(1, m(12)), None, "counts from 11 + 2 s");
+        assert_eq!(s.majority_since(1, m(13)), Some(m(13)));
+    }
+
+    /// Seeds 3537759 and 3978628 of the simulator: the controller's wall clock stepped back
+    /// (14.8 s, 22.4 s) after it had seen a cut-off node's last write. Judged on the wall
+    /// clock, that streak looked current again and the node counted toward a healthy majority
+    /// while it was in fact vouching for its peers, and the controller trusted a self-fence
+    /// that had not happened.
+    #[test]
+    fn a_step_of_the_wall_clock_after_the_writes_does_not_revive_a_streak() {
+        let mut s = Streaks::new();
+        renew(&mut s, "a", 0, 10);
+        // The last write (10 s) keeps a healthy until 14 s (window 4 s), on the monotonic clock.
+        assert_eq!(s.majority_since(1, m(14)), Some(m(2)));
+        // 25 s into the run the wall clock reads 10 s (a step back of 15 s): a is not healthy.
+        assert_eq!(s.majority_since(1, m(25)), None);
+        // A write observed after the step reads as stamped in the future: it breaks the streak
+        // rather than extending it.
+        let stepped = Clocks {
+            mono: m(25),
+            wall: t(10),
+        };
+        assert_eq!(s.observe("a", t(25), stepped, A, DEF), Write::Untimely);
+        assert_eq!(s.majority_since(1, m(25)), None);
+        // A step forward cannot stretch a streak either: its end was fixed at observation.
+        renew(&mut s, "b", 30, 40);
+        assert_eq!(s.majority_since(1, m(44)), Some(m(32)));
+        assert_eq!(s.majority_since(1, m(45)), None);
     }
 
     #[test]
     fn trust_waits_for_validity_watchdog_margin_and_skew() {
-        let at = peer_checked_trust(
-            Some(t(100)),
+        let trust = peer_checked_trust(
+            Some(m(100)),
             Duration::from_secs(3),
             Duration::from_secs(10),
             Duration::from_secs(2),
         );
-        assert_eq!(at, Some(t(117)));
+        assert_eq!(trust, Some(m(117)));
         assert_eq!(
             peer_checked_trust(None, Duration::ZERO, Duration::ZERO, Duration::ZERO),
             None
@@ -385,12 +459,12 @@ mod tests {
     fn opposite_skews_around_a_quiet_spell_do_not_bridge_it() {
         let mut s = Streaks::new();
         for (sent, skew) in [(0, 0), (1_000, 0), (3_000, 1_000), (11_500, -1_000)] {
-            s.observe("q", tm(sent + skew), tm(sent), A, DEF);
+            s.observe("q", tm(sent + skew), at(sent), A, DEF);
         }
         // No write was sent in (3 s, 11 s]: q may vouch at 11 s.
-        let since = s.majority_since(1, tm(11_600));
+        let since = s.majority_since(1, mm(11_600));
         assert!(
-            since.is_none_or(|h| h > tm(11_000)),
+            since.is_none_or(|h| h > mm(11_000)),
             "q counted healthy since {since:?}, across its quiet spell"
         );
     }
@@ -425,9 +499,9 @@ mod tests {
             let mut s = Streaks::new();
             // The node's clock wanders anywhere within the bound between writes.
             for (i, &x) in sends.iter().enumerate().filter(|(_, &x)| x + delay <= now) {
-                s.observe("q", tm(x + skews[i]), tm(x + delay), Some(a), DEF);
+                s.observe("q", tm(x + skews[i]), at(x + delay), Some(a), DEF);
             }
-            let healthy_since_probe = s.majority_since(1, tm(now)).is_some_and(|h| h <= tm(probe));
+            let healthy_since_probe = s.majority_since(1, mm(now)).is_some_and(|h| h <= mm(probe));
             let may_vouch = !sends
                 .iter()
                 .any(|&x| x <= probe && x > probe - a.as_millis() as i64);

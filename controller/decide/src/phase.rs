@@ -101,8 +101,9 @@ pub enum PeerTrust {
     NotPeerChecked,
     /// It runs one and no healthy strict majority is seen now: its peers may be excusing it.
     NoMajority,
-    /// It runs one: trusted no earlier than this ([`crate::majority::peer_checked_trust`]).
-    From(Timestamp),
+    /// It runs one: trusted no earlier than this instant of the controller's monotonic clock
+    /// ([`crate::majority::peer_checked_trust`]), whatever the wall clock reads.
+    From(crate::clock::Mono),
 }
 
 /// A pod bound to the node, as release sees it.
@@ -600,26 +601,29 @@ fn self_fence_level(
             marker: obs.heartbeat_marker.clone(),
         };
     }
-    let trusted_after = match obs.peer_trust {
-        PeerTrust::NotPeerChecked => trusted_after,
+    let peer_from = match obs.peer_trust {
+        PeerTrust::NotPeerChecked => None,
         PeerTrust::NoMajority => {
             return Step::Wait {
                 why: WaitFor::HealthyMajority,
                 until: None,
             }
         }
-        PeerTrust::From(t) => trusted_after.max(t),
+        PeerTrust::From(t) => Some(t),
     };
     // Both clocks must agree the wait is over: the wall clock (the deadline persisted for any
     // controller) and this process's monotonic clock (immune to wall-clock steps; after a
     // restart it counts from when this process first saw the node, which only waits longer).
+    // The healthy-majority bound is on the monotonic clock alone.
     let watched = obs.watched_silence.unwrap_or_default();
-    if obs.now.wall >= trusted_after && watched >= wait {
+    let peer_over = peer_from.is_none_or(|t| obs.now.mono >= t);
+    if obs.now.wall >= trusted_after && watched >= wait && peer_over {
         Step::TrustSelfFence { level }
     } else {
+        let until = trusted_after.max(jiff_add(obs.now.wall, wait.saturating_sub(watched)));
         Step::Wait {
             why: WaitFor::SelfFence,
-            until: Some(trusted_after.max(jiff_add(obs.now.wall, wait.saturating_sub(watched)))),
+            until: Some(peer_from.map_or(until, |t| until.max(obs.now.to_wall(t)))),
         }
     }
 }
@@ -741,8 +745,9 @@ fn recovering(status: &NodeFenceStatus, obs: &Observations<'_>) -> Step {
     };
     let rec = &status.recovery;
     // The challenge goes out first (the release is recorded by now), so a machine that boots
-    // can answer it with its first renewal.
-    if rec.clean_proof.is_none() && !obs.challenge_posted {
+    // can answer it with its first renewal. A Node that does not exist carries nothing: a
+    // re-registered one gets the challenge when it appears.
+    if rec.clean_proof.is_none() && !obs.challenge_posted && obs.node_uid.is_some() {
         return Step::PostChallenge;
     }
     if recovery.power_on && rec.powered_on_at.is_none() {

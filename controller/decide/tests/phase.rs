@@ -769,8 +769,9 @@ fn a_peer_checked_self_fence_waits_for_a_healthy_majority_and_its_bound() {
             until: None
         }
     );
-    // A majority came back at t=18: trust waits for the later bound (here t=33).
-    w.peer_trust = PeerTrust::From(wall(33));
+    // A majority came back at t=18: trust waits for the later bound (here t=33), on the
+    // monotonic clock.
+    w.peer_trust = PeerTrust::From(Mono::from_secs(1000 + 33));
     assert_eq!(
         next_step(&sp, &st, &w.obs()),
         Step::Wait {
@@ -778,6 +779,16 @@ fn a_peer_checked_self_fence_waits_for_a_healthy_majority_and_its_bound() {
             until: Some(wall(33))
         }
     );
+    // A forward step of the wall clock does not shorten the bound.
+    w.wall_step = 10;
+    assert!(matches!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::SelfFence,
+            ..
+        }
+    ));
+    w.wall_step = 0;
     w.now = 33;
     assert_eq!(
         next_step(&sp, &st, &w.obs()),
@@ -785,7 +796,7 @@ fn a_peer_checked_self_fence_waits_for_a_healthy_majority_and_its_bound() {
     );
     // A bound earlier than the node's own trust time never shortens it.
     w.now = 19;
-    w.peer_trust = PeerTrust::From(wall(5));
+    w.peer_trust = PeerTrust::From(Mono::from_secs(1000 + 5));
     assert_eq!(
         next_step(&sp, &st, &w.obs()),
         Step::Wait {
@@ -1140,6 +1151,9 @@ fn recovery_rules() {
         Step::Enter(Phase::Recovering)
     );
     apply(&Step::Enter(Phase::Recovering), &mut st, &mut w, &|_| true);
+    // The recovery challenge goes on the Node first.
+    assert_eq!(next_step(&sp, &st, &w.obs()), Step::PostChallenge);
+    apply(&Step::PostChallenge, &mut st, &mut w, &|_| true);
     // Rejoined, but no positive proof that the released pods' containers are gone: wait.
     assert_eq!(
         next_step(&sp, &st, &w.obs()),

@@ -112,7 +112,7 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
                 let w = streaks.observe(
                     &name,
                     renew.0,
-                    now.wall,
+                    now,
                     ad.peer_check.map(|p| p.vouch_after),
                     palisade_decide::majority::DEFAULT_WINDOW,
                 );

@@ -142,7 +142,7 @@ fn peer_trust(
     let since = ctx
         .streaks
         .lock()
-        .majority_since_among(&members, ctx.now().wall);
+        .majority_since_among(&members, ctx.now().mono);
     // Without an advertised watchdog the self-fence earns no trust anyway; count none here.
     let watchdog = advertised.watchdog.map(|w| w.timeout).unwrap_or_default();
     match palisade_decide::majority::peer_checked_trust(since, peer.answer_valid, watchdog, margin)
@@ -642,19 +642,21 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
         );
         let self_fence_wait = advertised.trust_wait(margin);
         let peer_trust = peer_trust(ctx, &advertised, margin);
-        let clean_proof = match status
-            .entered_at()
-            .filter(|_| status.phase == Phase::Recovering)
-        {
-            Some(recovering) => confirmed_clean(&nf).or_else(|| {
-                let settle = k8s_openapi::jiff::SignedDuration::try_from(
-                    REJOIN_SETTLE.max(ctx.settings.tick * 4),
-                )
-                .unwrap_or(k8s_openapi::jiff::SignedDuration::from_secs(2));
-                let since = recovering.saturating_add(settle).unwrap_or(recovering);
-                palisade_decide::phase::clean_proof(&status, &advertised, last_renewal, since)
-            }),
-            None => None,
+        let challenge = nf.metadata.uid.clone().unwrap_or_default();
+        let recovering = status.phase == Phase::Recovering;
+        let challenge_posted = recovering
+            && status.recovery.clean_proof.is_none()
+            && !challenge.is_empty()
+            && crate::release::challenge_on_node(&ctx.client, &node)
+                .await?
+                .is_some_and(|c| c == challenge);
+        let clean_proof = if recovering {
+            confirmed_clean(&nf).or_else(|| {
+                palisade_decide::phase::clean_proof(&status, &advertised, &challenge)
+                    .filter(|_| !challenge.is_empty())
+            })
+        } else {
+            None
         };
         let attachments: Vec<ObjectRef> = if releasing {
             crate::release::attachments_on_node(&ctx.client, &node)
@@ -704,6 +706,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             self_fence_wait,
             peer_trust,
             clean_proof,
+            challenge_posted,
             taint_present,
             node_uid: ctx
                 .cache
@@ -1195,6 +1198,19 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                     {
                         return Ok(true);
                     }
+                }
+                Step::PostChallenge => {
+                    ctx.leader.check(token).await?;
+                    let challenge = nf.metadata.uid.clone().unwrap_or_default();
+                    crate::release::post_challenge(&ctx.client, &node, &challenge).await?;
+                    event(
+                        ctx,
+                        &nf,
+                        Kind::Normal,
+                        "RecoveryChallengePosted",
+                        &format!("node {node}: recovery challenge {challenge} posted; the node's agent must answer it with a runtime inventory that lists none of the released pods"),
+                    )
+                    .await;
                 }
                 Step::RemoveTaint => {
                     ctx.leader.check(token).await?;

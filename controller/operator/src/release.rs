@@ -123,6 +123,59 @@ pub async fn remove_taint(client: &kube::Client, node: &str) -> Result<(), Error
     }
 }
 
+/// The recovery challenge `node` carries now
+/// ([`palisade_model::advertise::RECOVERY_CHALLENGE`]), read live (`None`: no such Node, or no
+/// challenge on it).
+pub async fn challenge_on_node(client: &kube::Client, node: &str) -> Result<Option<String>, Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    let n = api
+        .get_opt(node)
+        .await
+        .map_err(|e| Error::kube(format!("reading node {node}"), e))?;
+    Ok(n.and_then(|n| {
+        n.metadata
+            .annotations?
+            .get(palisade_model::advertise::RECOVERY_CHALLENGE)
+            .map(|v| v.trim().to_string())
+    }))
+}
+
+/// Recover: writes `challenge` (the fence's UID) as the Node's recovery challenge. Only a
+/// Lease renewal whose inventory the agent took after reading it can prove the node clean
+/// ([`palisade_decide::phase::clean_proof`]).
+///
+/// Guarantees: called only once the release is recorded (the decision core asks for it in
+/// Recovering), so the agent reads it after every released pod was deleted. Idempotent; a
+/// missing Node is left alone.
+pub async fn post_challenge(client: &kube::Client, node: &str, challenge: &str) -> Result<(), Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    loop {
+        let Some(mut n) = api
+            .get_opt(node)
+            .await
+            .map_err(|e| Error::kube(format!("reading node {node}"), e))?
+        else {
+            return Ok(());
+        };
+        let annotations = n.metadata.annotations.get_or_insert_with(Default::default);
+        if annotations
+            .get(palisade_model::advertise::RECOVERY_CHALLENGE)
+            .is_some_and(|v| v == challenge)
+        {
+            return Ok(());
+        }
+        annotations.insert(
+            palisade_model::advertise::RECOVERY_CHALLENGE.to_string(),
+            challenge.to_string(),
+        );
+        match api.replace(node, &PostParams::default(), &n).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(Error::kube(format!("posting the recovery challenge on node {node}"), e)),
+        }
+    }
+}
+
 /// Pods bound to `node`, read live from the API (not the cache: release must not act on a stale
 /// list).
 pub async fn pods_on_node(client: &kube::Client, node: &str) -> Result<Vec<NodePod>, Error> {

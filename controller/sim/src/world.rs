@@ -1308,7 +1308,7 @@ impl<'s> World<'s> {
                     self.ctl.streaks.observe(
                         &name,
                         at_ms(stamp),
-                        clocks.wall,
+                        clocks,
                         lease_ad.peer_check.map(|p| p.vouch_after),
                         DEFAULT_WINDOW,
                     );
@@ -1502,7 +1502,7 @@ impl<'s> World<'s> {
                         .and_then(|m| self.member_history.get(m))
                         .cloned()
                 };
-                let since = set.and_then(|s| self.ctl.streaks.majority_since_among(&s, now.wall));
+                let since = set.and_then(|s| self.ctl.streaks.majority_since_among(&s, now.mono));
                 let watchdog = advertised.watchdog.map(|w| w.timeout).unwrap_or_default();
                 match peer_checked_trust(since, peer.answer_valid, watchdog, margin) {
                     Some(t) => PeerTrust::From(t),
