@@ -71,9 +71,16 @@ pub enum Bug {
     /// Accept the runtime inventory as the clean proof after a reset fence (unblock the
     /// storage without a new boot).
     UnblockWithoutNewBoot,
-    /// Accept a runtime inventory as the clean proof whether or not it answers the fence's
-    /// recovery challenge (an inventory taken before the release counts).
+    /// The old rule of seed 3348633: accept a runtime inventory as the clean proof whether or
+    /// not it answers the fence's recovery challenge (an inventory taken before the release
+    /// counts). Rare by nature (see [`Bug::RECORDED`]).
     IgnoreChallenge,
+    /// The old rule of seed 3210097: a boot ID that differs from the one recorded at the fence
+    /// is the clean proof on its own, whenever that boot began.
+    BootIdAlone,
+    /// The old rule of seeds 3537759 and 3978628: judge the healthy majority's streaks on the
+    /// controller's wall clock (a step back revives streaks that ended).
+    WallClockStreaks,
     /// Lift every block of the node on unfence (a node-wide unblock) instead of only the
     /// fence's own hold: a deposed leader's late unblock lifts a newer fence's block.
     NodeWideUnblock,
@@ -88,7 +95,7 @@ pub enum Bug {
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 15] = [
+    pub const ALL: [Bug; 14] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -100,7 +107,6 @@ impl Bug {
         Bug::WallClockOnly,
         Bug::PowerOffInsteadOfReset,
         Bug::UnblockWithoutNewBoot,
-        Bug::IgnoreChallenge,
         Bug::NodeWideUnblock,
         Bug::CountUnackedRenewal,
         Bug::LatestListOnly,
@@ -108,8 +114,21 @@ impl Bug {
 
     /// Parses a bug's name (as printed by `{:?}`).
     pub fn parse(s: &str) -> Option<Bug> {
-        Bug::ALL.into_iter().find(|b| format!("{b:?}") == s)
+        Bug::ALL
+            .into_iter()
+            .chain(Bug::RECORDED.map(|(b, _)| b))
+            .find(|b| format!("{b:?}") == s)
     }
+
+    /// Planted bugs too rare for a short random campaign to meet (the simulator found each
+    /// after millions of schedules), each with a schedule seed that breaks at-most-one with it
+    /// (and must not without it).
+    pub const RECORDED: [(Bug, u64); 4] = [
+        (Bug::BootIdAlone, 3_210_097),
+        (Bug::IgnoreChallenge, 3_348_633),
+        (Bug::WallClockStreaks, 3_537_759),
+        (Bug::WallClockStreaks, 3_978_628),
+    ];
 }
 
 /// A peer request answered late: the peer judges it when it arrives (`judged_at`), and its
@@ -1502,9 +1521,28 @@ impl<'s> World<'s> {
                         .and_then(|m| self.member_history.get(m))
                         .cloned()
                 };
-                let since = set.and_then(|s| self.ctl.streaks.majority_since_among(&s, now.mono));
+                // The planted bug judges at the instant the wall clock reads, as if it had
+                // never stepped (and compares the bound with it the same way).
+                let step = Duration::from_millis(self.ctl_wall_offset_ms.unsigned_abs());
+                let shift = |m: Mono, back: bool| {
+                    if back {
+                        Mono(m.0.saturating_sub(step))
+                    } else {
+                        m + step
+                    }
+                };
+                let stepped_back = self.ctl_wall_offset_ms < 0;
+                let judge = if self.bug == Some(Bug::WallClockStreaks) {
+                    shift(now.mono, stepped_back)
+                } else {
+                    now.mono
+                };
+                let since = set.and_then(|s| self.ctl.streaks.majority_since_among(&s, judge));
                 let watchdog = advertised.watchdog.map(|w| w.timeout).unwrap_or_default();
                 match peer_checked_trust(since, peer.answer_valid, watchdog, margin) {
+                    Some(t) if self.bug == Some(Bug::WallClockStreaks) => {
+                        PeerTrust::From(shift(t, !stepped_back))
+                    }
                     Some(t) => PeerTrust::From(t),
                     None => PeerTrust::NoMajority,
                 }
@@ -1537,6 +1575,17 @@ impl<'s> World<'s> {
         let clean = (st.phase == Phase::Recovering)
             .then(|| clean_proof(st_for_proof, &answered, &fence.name))
             .flatten();
+        // The planted bug takes a changed boot ID as the proof on its own.
+        let clean = match (&st.recovery.boot_id_at_fence, &advertised.boot_id) {
+            (Some(before), Some(now))
+                if self.bug == Some(Bug::BootIdAlone)
+                    && st.phase == Phase::Recovering
+                    && before != now =>
+            {
+                Some(format!("boot ID changed from {before} to {now}"))
+            }
+            _ => clean,
+        };
         let released: BTreeSet<&str> = st.release.pods.iter().map(|p| p.uid.as_str()).collect();
         let pods_on_node = if st.phase == Phase::Releasing {
             self.pods
