@@ -1124,6 +1124,34 @@ fn of_two_unfinished_fences_for_one_node_only_the_older_acts() {
 }
 
 #[test]
+fn the_recovery_challenge_goes_out_first_and_only_to_a_node_that_exists() {
+    let sp = spec(RequestedBy::Controller);
+    let mut st = created();
+    let mut w = World::new();
+    w.recovery.power_on = false;
+    while st.phase != Phase::Released {
+        let step = next_step(&sp, &st, &w.obs());
+        apply(&step, &mut st, &mut w, &|_| true);
+    }
+    w.node_healthy = true;
+    apply(&Step::Enter(Phase::Recovering), &mut st, &mut w, &|_| true);
+    // The agent reports a clean inventory, but it cannot have answered a challenge not yet
+    // posted: the challenge goes out before anything else.
+    w.agent_clean = true;
+    assert_eq!(next_step(&sp, &st, &w.obs()), Step::PostChallenge);
+    // No Node object (deleted; it may register again): nothing to post on, the fence waits.
+    w.node_uid = None;
+    w.node_healthy = false;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::Rejoin,
+            until: None
+        }
+    );
+}
+
+#[test]
 fn recovery_rules() {
     let sp = spec(RequestedBy::Controller);
     // Drive to Released with power-on disabled.
