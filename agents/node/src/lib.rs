@@ -12,6 +12,8 @@
 //!   [`reporter::StatusSink`] trait the workers use;
 //! - [`node`] registers the Node and renews its Lease, and its self-fence monitor kills fence-eligible
 //!   pods when the Lease cannot be renewed; [`state`] keeps what the agent was doing on disk;
+//! - [`inventory`] is what each renewal advertises for recovery: the pods with a live container
+//!   or a pod worker, taken after reading the controller's recovery challenge, which it answers;
 //! - [`image`] resolves container images: the directory store, or OCI images pulled from a
 //!   registry into a content-addressed store shared by the pods;
 //! - [`mod@env`] resolves container environments (fieldRef, configMap/secret keys, envFrom);

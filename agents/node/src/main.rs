@@ -317,6 +317,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         fence: fence_rx.clone(),
         metrics: metrics.clone(),
         volumes_in_use: Default::default(),
+        managed: Default::default(),
     });
     let ncfg = NodeConfig {
         name: args.node_name.clone(),
@@ -522,8 +523,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }
         });
     }
+    // The recovery challenge: the status loop reads it from the Node, each renewal answers it.
+    let challenge = node::RecoveryChallenge::default();
     let advertise: node::Advertiser = {
-        let runtime = ctx.runtime.clone();
+        let ctx = ctx.clone();
+        let challenge = challenge.clone();
         let watchdog_state = watchdog_state.clone();
         let after = args.self_fence_after;
         let scope = if args.self_fence_all_pods {
@@ -531,25 +535,33 @@ async fn run(args: Args) -> anyhow::Result<()> {
         } else {
             palisade_model::advertise::SelfFenceScope::Stateful
         };
-        std::sync::Arc::new(move || palisade_model::advertise::Advertisement {
-            self_fence_after: Some(after),
-            // What the kernel reported when the agent armed it, while the agent pets it.
-            watchdog: watchdog_state
-                .lock()
-                .map(|a| palisade_model::advertise::Watchdog {
-                    timeout: a.timeout,
-                    nowayout: a.nowayout,
+        std::sync::Arc::new(move || {
+            // The challenge is read first and the inventory taken after it, inside `answer`:
+            // that order is what lets the controller trust the inventory as taken after its
+            // release (see palisade_node::inventory::answer).
+            let answer =
+                palisade_node::inventory::answer(&challenge, ctx.runtime.as_ref(), &ctx.managed);
+            palisade_model::advertise::Advertisement {
+                self_fence_after: Some(after),
+                // What the kernel reported when the agent armed it, while the agent pets it.
+                watchdog: watchdog_state
+                    .lock()
+                    .map(|a| palisade_model::advertise::Watchdog {
+                        timeout: a.timeout,
+                        nowayout: a.nowayout,
+                    }),
+                scope: Some(scope),
+                version: Some(env!("CARGO_PKG_VERSION").to_string()),
+                boot_id: node::boot_id(),
+                runtime_pods: Some(answer.runtime_pods),
+                challenge: answer.challenge,
+                peer_check: peer_check.as_ref().map(|(p, book, peers)| {
+                    palisade_model::advertise::PeerCheck {
+                        members: book.offer(&peers.borrow()),
+                        ..*p
+                    }
                 }),
-            scope: Some(scope),
-            version: Some(env!("CARGO_PKG_VERSION").to_string()),
-            boot_id: node::boot_id(),
-            runtime_pods: Some(palisade_node::inventory::live_pods(runtime.as_ref())),
-            peer_check: peer_check.as_ref().map(|(p, book, peers)| {
-                palisade_model::advertise::PeerCheck {
-                    members: book.offer(&peers.borrow()),
-                    ..*p
-                }
-            }),
+            }
         })
     };
     let written: node::Written = {
@@ -576,6 +588,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ncfg.clone(),
         ctx.clone(),
         mgr_tx,
+        challenge,
     ));
     let metrics_addr = args.metrics_addr;
     tokio::spawn(async move {

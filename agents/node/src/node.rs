@@ -1,7 +1,8 @@
 //! Registration and heartbeats: the Node object (capacity, addresses, Ready condition,
 //! volumesInUse), the Lease in `kube-node-lease` with the self-fence advertisement written on
-//! every renewal ([`palisade_model::advertise`]), and the self-fence monitor that turns a
-//! stale Lease into [`FenceState::active`].
+//! every renewal ([`palisade_model::advertise`]), the recovery challenge read back from the
+//! Node with each status update ([`RecoveryChallenge`]), and the self-fence monitor that turns
+//! a stale Lease into [`FenceState::active`].
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -20,7 +21,7 @@ use kube::{Api, Client};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use palisade_model::advertise::Advertisement;
+use palisade_model::advertise::{Advertisement, RECOVERY_CHALLENGE};
 
 use crate::backoff;
 use crate::metrics::Metrics;
@@ -31,6 +32,48 @@ use crate::source::ManagerCmd;
 /// renewal; registration removes it from the Node object, where an older agent wrote it once
 /// and never withdrew it.
 pub const SELF_FENCE_ANNOTATION: &str = palisade_model::advertise::SELF_FENCE_AFTER;
+
+/// The recovery challenge last read from this agent's Node (annotation [`RECOVERY_CHALLENGE`],
+/// written by the controller after it released the node's pods), shared by [`status_loop`],
+/// which reads it from every Node status update, and the advertiser, which echoes it with the
+/// inventory ([`crate::inventory::answer`]).
+///
+/// Guarantees: it only ever holds a value (trimmed, non-empty) that the API server returned,
+/// and a response without one clears it; a failed update leaves it as it was, still a value
+/// read earlier, which is all an answer needs.
+///
+/// Assumptions: a status update's response is the Node as stored by that write, so the value
+/// was on the Node when the update was served (the controller writes it only after the release).
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryChallenge(Arc<parking_lot::Mutex<Option<String>>>);
+
+impl RecoveryChallenge {
+    /// The challenge last read.
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().clone()
+    }
+
+    /// Takes the challenge from `node`, as the API server returned it.
+    pub(crate) fn observe(&self, node: &Node) {
+        let value = node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(RECOVERY_CHALLENGE))
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty());
+        let mut cur = self.0.lock();
+        if *cur != value {
+            tracing::info!(challenge = ?value, "recovery challenge read from the Node");
+            *cur = value;
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set(&self, value: Option<String>) {
+        *self.0.lock() = value;
+    }
+}
 
 /// Builds the advertisement written with each renewal (called once per renewal, so what it
 /// reads — the runtime's containers, the boot ID, the watchdog — is current).
@@ -310,11 +353,12 @@ pub async fn register(client: &Client, cfg: &NodeConfig) -> Result<(), NodeError
     }
 }
 
+/// Patches the Node's status; returns the whole Node as the API server answered.
 async fn patch_status(
     client: &Client,
     cfg: &NodeConfig,
     status: &NodeStatus,
-) -> Result<(), NodeError> {
+) -> Result<Node, NodeError> {
     let api: Api<Node> = Api::all(client.clone());
     let patch = serde_json::json!({ "status": status });
     bounded(
@@ -324,17 +368,21 @@ async fn patch_status(
         api.patch_status(&cfg.name, &PatchParams::default(), &Patch::Merge(&patch)),
     )
     .await
-    .map(|_| ())
 }
 
-/// Keeps the Node registered and its status fresh. If the Node object disappears, every pod
-/// is killed first and the Node is registered again afterwards (a deleted Node
-/// means its pods were released and may run elsewhere).
+/// Keeps the Node registered and its status fresh, and `challenge` as each successful status
+/// update returned it. If the Node object disappears, every pod is killed first and the Node is
+/// registered again afterwards (a deleted Node means its pods were released and may run
+/// elsewhere).
+///
+/// Guarantees: `challenge` is set from the response of a status update, so after the API server
+/// served it ([`RecoveryChallenge`]).
 pub async fn status_loop(
     client: Client,
     cfg: NodeConfig,
     ctx: Arc<Ctx>,
     manager: mpsc::Sender<ManagerCmd>,
+    challenge: RecoveryChallenge,
 ) {
     const REGISTER_RETRY_MAX: Duration = Duration::from_secs(10);
     let policy = backoff::retry(Duration::from_millis(500), REGISTER_RETRY_MAX);
@@ -358,7 +406,10 @@ pub async fn status_loop(
             v
         };
         match patch_status(&client, &cfg, &node_status(&cfg, in_use, &ready_since)).await {
-            Ok(()) => retries = policy.build(),
+            Ok(node) => {
+                challenge.observe(&node);
+                retries = policy.build();
+            }
             Err(e) if e.is_not_found() => {
                 tracing::warn!(
                     "Node object was deleted: killing every pod before registering again"
@@ -726,6 +777,120 @@ mod tests {
         assert_eq!(a.get(ad::RUNTIME_PODS).map(String::as_str), Some("u1"));
         assert_eq!(a.get("other").map(String::as_str), Some("kept"));
         assert_eq!(Advertisement::from_annotations(&a), now);
+    }
+
+    /// An API server that registers Node `m0` and answers every status patch with the Node
+    /// carrying `challenge` (`None`: no such annotation), or a 500 while `fail` is set.
+    fn node_api(
+        challenge: Arc<parking_lot::Mutex<Option<String>>>,
+        fail: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Client {
+        let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let (challenge, fail) = (challenge.clone(), fail.clone());
+            async move {
+                let patch = req.method() == http::Method::PATCH
+                    && req.uri().path() == "/api/v1/nodes/m0/status";
+                let mut node = serde_json::json!({
+                    "apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": "m0", "uid": "node-uid"},
+                });
+                if let Some(c) = challenge.lock().clone() {
+                    node["metadata"]["annotations"] =
+                        serde_json::json!({ palisade_model::advertise::RECOVERY_CHALLENGE: c });
+                }
+                let (code, body) = if patch && fail.load(std::sync::atomic::Ordering::SeqCst) {
+                    (
+                        500,
+                        serde_json::json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                            "reason": "InternalError", "message": "down", "code": 500}),
+                    )
+                } else if req.method() == http::Method::POST || patch {
+                    (200, node)
+                } else {
+                    (
+                        404,
+                        serde_json::json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                            "reason": "NotFound", "message": "not found", "code": 404}),
+                    )
+                };
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(body.to_string().into_bytes()))
+                        .expect("valid response"),
+                )
+            }
+        });
+        Client::new(svc, "default")
+    }
+
+    #[test]
+    fn the_challenge_is_read_trimmed_from_the_node_annotation() {
+        let node = |v: Option<&str>| Node {
+            metadata: ObjectMeta {
+                annotations: v.map(|v| {
+                    [(
+                        palisade_model::advertise::RECOVERY_CHALLENGE.to_string(),
+                        v.to_string(),
+                    )]
+                    .into()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let c = RecoveryChallenge::default();
+        c.observe(&node(Some(" fence-uid \n")));
+        assert_eq!(c.get().as_deref(), Some("fence-uid"));
+        for cleared in [None, Some(""), Some("  ")] {
+            c.set(Some("old".into()));
+            c.observe(&node(cleared));
+            assert_eq!(c.get(), None, "{cleared:?} clears it");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_challenge_in_a_status_response_reaches_the_advertisement_with_a_later_inventory() {
+        use crate::runtime::Runtime as _;
+        let on_node = Arc::new(parking_lot::Mutex::new(Some("fence-1".to_string())));
+        let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let h = crate::pod_worker::testing::Harness::new();
+        let (mgr_tx, _mgr_rx) = mpsc::channel(1);
+        let challenge = RecoveryChallenge::default();
+        let answer = || crate::inventory::answer(&challenge, h.runtime.as_ref(), &h.ctx.managed);
+        tokio::spawn(status_loop(
+            node_api(on_node.clone(), fail.clone()),
+            cfg(),
+            h.ctx.clone(),
+            mgr_tx,
+            challenge.clone(),
+        ));
+        crate::pod_worker::testing::until("challenge read", || challenge.get().is_some()).await;
+        h.runtime
+            .start(&crate::runtime::ContainerConfig {
+                pod_uid: "u-live".into(),
+                name: "c".into(),
+                attempt: 0,
+                argv: vec!["run".into()],
+                env: Vec::new(),
+                working_dir: None,
+                rootfs: None,
+            })
+            .await
+            .expect("start");
+        let a = answer();
+        assert_eq!(a.challenge.as_deref(), Some("fence-1"));
+        assert_eq!(a.runtime_pods, ["u-live".to_string()].into());
+
+        // A failed update keeps what was read; a Node without the annotation clears it.
+        fail.store(true, std::sync::atomic::Ordering::SeqCst);
+        *on_node.lock() = None;
+        tokio::time::sleep(cfg().renew_interval * 3).await;
+        assert_eq!(answer().challenge.as_deref(), Some("fence-1"));
+        fail.store(false, std::sync::atomic::Ordering::SeqCst);
+        crate::pod_worker::testing::until("challenge cleared", || challenge.get().is_none()).await;
+        assert_eq!(answer().challenge, None);
     }
 
     #[test]

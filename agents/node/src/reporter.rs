@@ -135,7 +135,8 @@ impl Reporter {
         .map(|_| ())
     }
 
-    /// Fetches the pod.
+    /// Fetches the pod with a quorum read (no `resourceVersion`): the answer reflects every
+    /// write the API server completed before the request was sent.
     pub async fn get(&self, pod: &PodRef) -> Result<Pod, ReportError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         Self::bounded("get", pod, api.get(&pod.name)).await
@@ -220,7 +221,8 @@ pub trait StatusSink: Send + Sync + 'static {
     async fn patch_status(&self, pod: &PodRef, status: &PodStatus) -> Result<(), ReportError>;
     /// Records an Event about the pod (best effort).
     async fn event(&self, pod: &PodRef, warning: bool, reason: &str, message: &str);
-    /// Fetches the pod object.
+    /// Fetches the pod object, reflecting every write completed before the request was sent
+    /// (a quorum read): what a worker's confirmation relies on.
     async fn get(&self, pod: &PodRef) -> Result<Pod, ReportError>;
     /// Deletes the pod object with grace 0 and a UID precondition; a pod that is already gone
     /// counts as deleted.

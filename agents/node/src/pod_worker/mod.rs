@@ -2,6 +2,9 @@
 //! Terminated`, see [`WorkerPhase`]), as in the kubelet's `pod_workers.go`.
 //!
 //! One file per phase or concern:
+//! - `confirm.rs`: nothing starts before a read of the pod, made after the worker was
+//!   registered in [`Ctx::managed`], shows it with the same UID bound to this node (what the
+//!   recovery challenge's answer relies on, see [`crate::inventory::answer`]);
 //! - `sync.rs` (*Syncing*): prepare volumes, notice exits and restart per `restartPolicy` with
 //!   [`RestartBackoff`], and finish a pod that completed by itself;
 //! - `start.rs`: init containers in order (sidecars stay up), then the main containers, each
@@ -20,6 +23,7 @@
 //! This file holds the worker task itself: the shared [`Ctx`], the commands, the per-container
 //! state and the loop that moves a pod from one phase to the next.
 
+mod confirm;
 mod image;
 mod probes;
 mod self_fence;
@@ -28,7 +32,7 @@ mod status;
 mod sync;
 mod termination;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -105,6 +109,8 @@ pub struct Ctx {
     /// Pod UID → `kubernetes.io/csi/<driver>^<handle>` of its CSI volumes (for the Node's
     /// `status.volumesInUse`).
     pub volumes_in_use: volumes::VolumesInUse,
+    /// The pods that have a worker ([`spawn`] registers them), listed in the runtime inventory.
+    pub managed: crate::inventory::ManagedPods,
 }
 
 /// Commands to a worker besides pod updates.
@@ -126,15 +132,25 @@ pub struct WorkerHandle {
 }
 
 /// Starts the worker of `pod`, resuming `record` if the agent had one on disk.
+///
+/// Guarantees: the pod's UID is registered in [`Ctx::managed`] before this returns (so before
+/// the worker reads its pod or starts anything), and released only once the worker has finished
+/// terminating, every process of the pod's containers confirmed dead. The worker starts no
+/// container before a read of the pod made after that registration confirms it (`confirm.rs`),
+/// also when it resumes a `record` (its adopted containers keep running meanwhile).
 pub fn spawn(ctx: Arc<Ctx>, pod: Pod, record: Option<PodRecord>) -> WorkerHandle {
     let (pod_tx, pod_rx) = watch::channel(pod.clone());
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
     let pref = PodRef::of(&pod);
     let span = tracing::info_span!("pod", pod = %pref, uid = %pref.uid);
+    ctx.managed.register(&pref.uid);
     let join = tokio::spawn(tracing::Instrument::instrument(
         async move {
-            let mut w = Worker::new(ctx, pod, record);
+            let mut w = Worker::new(ctx.clone(), pod, record);
             w.run(pod_rx, cmd_rx).await;
+            // Terminated: every process of the pod is confirmed dead, nothing starts again.
+            // (A panic skips this: the pod stays listed, the safe side.)
+            ctx.managed.release(&pref.uid);
         },
         span,
     ));
@@ -245,6 +261,11 @@ struct Worker {
     pod_grace: i64,
     pod_failed: bool,
     gone: bool,
+    /// A read of the pod made after this worker was registered showed it with the same UID
+    /// bound to this node (`confirm.rs`); nothing starts before.
+    confirmed: bool,
+    /// After a failed confirming read: its backoff, and when the next read is due.
+    confirm_retry: Option<(backon::ExponentialBackoff, Instant)>,
 }
 
 impl Worker {
@@ -337,6 +358,8 @@ impl Worker {
             pod_grace: 0,
             pod_failed: false,
             gone: false,
+            confirmed: false,
+            confirm_retry: None,
         }
     }
 

@@ -9,6 +9,7 @@
 use chrono::Utc;
 use tokio::time::Instant;
 
+use super::confirm::{classify, Verdict};
 use super::{Kind, Worker};
 use crate::volumes;
 
@@ -119,29 +120,23 @@ impl Worker {
     /// Lifts the self-fence once the API server is reachable again and still shows this pod
     /// (same UID) bound to this node; the containers then restart at once.
     ///
-    /// Guarantees: the fence is lifted only on that positive answer. A pod that is gone,
-    /// replaced or bound elsewhere makes the worker terminate it instead (it never runs here
-    /// again), and a pod being deleted stays fenced and terminates. Any other error keeps the
-    /// fence.
+    /// Guarantees: the fence is lifted only on that positive answer ([`classify`]), which also
+    /// confirms the pod (the read is this worker's, so made after its registration: see
+    /// `confirm.rs`). A pod that is gone, replaced or bound elsewhere makes the worker
+    /// terminate it instead (it never runs here again), and a pod being deleted stays fenced
+    /// and terminates. Any other error keeps the fence.
     ///
     /// Assumptions: the caller calls this only while
     /// [`FenceState::active`](super::FenceState::active) is false.
     pub(super) async fn try_lift_fence(&mut self) {
-        match self.ctx.status.get(&self.pref).await {
-            Ok(p) => {
-                let same = p.metadata.uid.as_deref() == Some(self.pref.uid.as_str())
-                    && p.spec.as_ref().and_then(|s| s.node_name.as_deref())
-                        == Some(self.ctx.node_name.as_str());
-                if !same {
-                    self.gone = true;
-                    return;
-                }
-                if p.metadata.deletion_timestamp.is_some() {
-                    self.pod = p;
-                    return;
-                }
+        let read = self.ctx.status.get(&self.pref).await;
+        match classify(read, &self.pref.uid, &self.ctx.node_name) {
+            Verdict::Gone => self.gone = true,
+            Verdict::Deleting(p) => self.pod = p,
+            Verdict::Belongs(p) => {
                 tracing::info!("API confirms the pod still belongs here: lifting the self-fence");
                 self.pod = p;
+                self.confirmed = true;
                 self.rec.fenced = false;
                 for c in &mut self.ctrs {
                     if c.id.is_none() && !c.finished {
@@ -155,8 +150,9 @@ impl Worker {
                     "API reachable again and the pod still belongs to this node".into(),
                 );
             }
-            Err(e) if e.is_gone() => self.gone = true,
-            Err(e) => tracing::debug!(error = %e, "cannot confirm pod after self-fence yet"),
+            Verdict::Unknown(e) => {
+                tracing::debug!(error = %e, "cannot confirm pod after self-fence yet")
+            }
         }
     }
 }

@@ -1,4 +1,5 @@
-//! *Syncing*: one pass over a running pod. Prepare its volumes, notice container exits and
+//! *Syncing*: one pass over a running pod. Confirm the pod with the API (once, before
+//! anything starts: `confirm.rs`), prepare its volumes, notice container exits and
 //! decide on restarts (`restartPolicy`, with [`RestartBackoff`](crate::backoff::RestartBackoff)
 //! reported as CrashLoopBackOff), start what is due, run the probes, report the status, and
 //! finish the pod once it completed by itself.
@@ -28,6 +29,11 @@ impl Worker {
                 self.try_lift_fence().await;
             }
             self.report();
+            return;
+        }
+        // Nothing (volumes included) before a read of the pod made after this worker was
+        // registered confirms it (confirm.rs).
+        if !self.confirm().await {
             return;
         }
         if self.sandbox.is_none() {

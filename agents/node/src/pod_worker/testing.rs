@@ -18,7 +18,7 @@ use super::{spawn, Ctx, FenceState, WorkerHandle};
 use crate::metrics::Metrics;
 use crate::reporter::{PodRef, ReportError, StatusSink};
 use crate::runtime::fake::FakeRuntime;
-use crate::state::StateStore;
+use crate::state::{PodRecord, StateStore};
 
 /// The UID of every test pod.
 pub const UID: &str = "uid-1";
@@ -30,7 +30,8 @@ pub const NODE: &str = "node-a";
 pub const CLAIM: &str = "data";
 
 /// A recording [`StatusSink`]: keeps every status patch and Event, answers `get` with the pod
-/// it was given, and records deletions.
+/// it was given (or an error, see [`FakeStatusSink::fail_gets`]), and records reads and
+/// deletions.
 #[derive(Default)]
 pub struct FakeStatusSink {
     inner: Mutex<SinkState>,
@@ -42,6 +43,8 @@ struct SinkState {
     events: Vec<(Instant, String, String)>,
     deleted: Vec<(Instant, PodRef)>,
     pod: Option<Pod>,
+    gets: Vec<Instant>,
+    get_error: Option<u16>,
 }
 
 impl FakeStatusSink {
@@ -72,6 +75,16 @@ impl FakeStatusSink {
     pub fn set_pod(&self, pod: Option<Pod>) {
         self.lock().pod = pod;
     }
+
+    /// From now on, `get` fails with this HTTP status code (`None`: answers again).
+    pub fn fail_gets(&self, code: Option<u16>) {
+        self.lock().get_error = code;
+    }
+
+    /// The instants of every `get` so far.
+    pub fn gets(&self) -> Vec<Instant> {
+        self.lock().gets.clone()
+    }
 }
 
 #[async_trait::async_trait]
@@ -88,14 +101,20 @@ impl StatusSink for FakeStatusSink {
     }
 
     async fn get(&self, pod: &PodRef) -> Result<Pod, ReportError> {
-        self.lock().pod.clone().ok_or_else(|| ReportError::Api {
+        let mut st = self.lock();
+        st.gets.push(Instant::now());
+        let error = |code: u16, reason: &str| ReportError::Api {
             what: "get",
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
             source: kube::Error::Api(Box::new(
-                kube::core::Status::failure("gone", "NotFound").with_code(404),
+                kube::core::Status::failure(reason, reason).with_code(code),
             )),
-        })
+        };
+        if let Some(code) = st.get_error {
+            return Err(error(code, "ServiceUnavailable"));
+        }
+        st.pod.clone().ok_or_else(|| error(404, "NotFound"))
     }
 
     async fn delete_pod(&self, pod: &PodRef) -> Result<(), ReportError> {
@@ -179,6 +198,7 @@ impl Harness {
             fence: fence_rx,
             metrics: Arc::new(Metrics::default()),
             volumes_in_use: Default::default(),
+            managed: Default::default(),
         });
         Self {
             runtime,
@@ -189,9 +209,21 @@ impl Harness {
         }
     }
 
-    /// Starts the worker of `pod`.
+    /// Starts the worker of `pod`, which the API shows as it is (what `get` answers).
     pub fn spawn(&self, pod: &Pod) -> WorkerHandle {
-        spawn(self.ctx.clone(), pod.clone(), None)
+        self.spawn_with(pod, None, Some(pod.clone()))
+    }
+
+    /// Starts the worker of `pod` resuming `record`, while the API shows `api` (`None`: no
+    /// such pod).
+    pub fn spawn_with(
+        &self,
+        pod: &Pod,
+        record: Option<PodRecord>,
+        api: Option<Pod>,
+    ) -> WorkerHandle {
+        self.sink.set_pod(api);
+        spawn(self.ctx.clone(), pod.clone(), record)
     }
 }
 
