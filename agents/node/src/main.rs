@@ -525,6 +525,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     // The recovery challenge: the status loop reads it from the Node, each renewal answers it.
     let challenge = node::RecoveryChallenge::default();
+    {
+        // A new challenge is answered by a renewal at once, not a renew interval later.
+        let (challenge, renew_now) = (challenge.clone(), renew_now.clone());
+        tokio::spawn(async move {
+            loop {
+                challenge.changed().await;
+                renew_now.notify_one();
+            }
+        });
+    }
     let advertise: node::Advertiser = {
         let ctx = ctx.clone();
         let challenge = challenge.clone();

@@ -45,12 +45,22 @@ pub const SELF_FENCE_ANNOTATION: &str = palisade_model::advertise::SELF_FENCE_AF
 /// Assumptions: a status update's response is the Node as stored by that write, so the value
 /// was on the Node when the update was served (the controller writes it only after the release).
 #[derive(Debug, Clone, Default)]
-pub struct RecoveryChallenge(Arc<parking_lot::Mutex<Option<String>>>);
+pub struct RecoveryChallenge(
+    Arc<parking_lot::Mutex<Option<String>>>,
+    Arc<tokio::sync::Notify>,
+);
 
 impl RecoveryChallenge {
     /// The challenge last read.
     pub fn get(&self) -> Option<String> {
         self.0.lock().clone()
+    }
+
+    /// Completes once the challenge read changes after the last completion (a change that
+    /// nobody awaits is remembered), so the next renewal can answer it without waiting a
+    /// renew interval.
+    pub async fn changed(&self) {
+        self.1.notified().await;
     }
 
     /// Takes the challenge from `node`, as the API server returned it.
@@ -66,6 +76,7 @@ impl RecoveryChallenge {
         if *cur != value {
             tracing::info!(challenge = ?value, "recovery challenge read from the Node");
             *cur = value;
+            self.1.notify_one();
         }
     }
 

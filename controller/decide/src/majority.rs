@@ -204,11 +204,7 @@ impl Streaks {
     /// result to `now`, within its window of a write it sent before that instant (see the
     /// module docs), so the healthy majority intersects any strict majority of the same set
     /// (the peers that may excuse the node). Members without a streak count as not healthy.
-    pub fn majority_since_among(
-        &self,
-        members: &BTreeSet<String>,
-        now: Mono,
-    ) -> Option<Mono> {
+    pub fn majority_since_among(&self, members: &BTreeSet<String>, now: Mono) -> Option<Mono> {
         if members.is_empty() {
             return None;
         }

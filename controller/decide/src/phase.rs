@@ -153,9 +153,9 @@ pub fn clean_proof(
             .is_some_and(|l| l.kind == LevelKind::StorageThenReset)
     });
     let new_boot = match (&status.recovery.boot_id_at_fence, &ad.boot_id) {
-        (Some(before), Some(now)) if before != now => Some(format!(
-            "; the boot ID changed from {before} to {now}"
-        )),
+        (Some(before), Some(now)) if before != now => {
+            Some(format!("; the boot ID changed from {before} to {now}"))
+        }
         _ => None,
     };
     if reset_fence && new_boot.is_none() {

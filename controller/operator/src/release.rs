@@ -147,7 +147,11 @@ pub async fn challenge_on_node(client: &kube::Client, node: &str) -> Result<Opti
 /// Guarantees: called only once the release is recorded (the decision core asks for it in
 /// Recovering), so the agent reads it after every released pod was deleted. Idempotent; a
 /// missing Node is left alone.
-pub async fn post_challenge(client: &kube::Client, node: &str, challenge: &str) -> Result<(), Error> {
+pub async fn post_challenge(
+    client: &kube::Client,
+    node: &str,
+    challenge: &str,
+) -> Result<(), Error> {
     let api: Api<Node> = Api::all(client.clone());
     loop {
         let Some(mut n) = api
@@ -171,7 +175,12 @@ pub async fn post_challenge(client: &kube::Client, node: &str, challenge: &str) 
         match api.replace(node, &PostParams::default(), &n).await {
             Ok(_) => return Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(Error::kube(format!("posting the recovery challenge on node {node}"), e)),
+            Err(e) => {
+                return Err(Error::kube(
+                    format!("posting the recovery challenge on node {node}"),
+                    e,
+                ))
+            }
         }
     }
 }
