@@ -32,7 +32,7 @@ PACKAGES=(etcd-server golang-go rsync openipmi ipmitool snmp snmpd fence-agents
           build-essential pkg-config golang-github-modern-go-reflect2-dev
           qemu-system-x86 busybox-static cpio kmod prometheus
           pacemaker pacemaker-cli-utils libxml2-utils librsvg2-bin python3-libvirt
-          docker-registry buildah)
+          docker-registry buildah faketime)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

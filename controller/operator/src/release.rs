@@ -68,38 +68,15 @@ fn wanted(which: ReleaseTaints) -> Vec<Taint> {
     out
 }
 
-/// Release 1: adds the release's taints (compare-and-swap on the Node's resourceVersion).
-pub async fn apply_taint(
+/// Reads `node` and, when `edit` changed it, writes it back (compare-and-swap on its
+/// resourceVersion, read again and edited again on a conflict). `None`: no such Node (nothing
+/// was written); `Some(written)` otherwise.
+async fn edit_node(
     client: &kube::Client,
     node: &str,
-    _proof: &VerifiedFence,
-    which: ReleaseTaints,
-) -> Result<(), Error> {
-    let api: Api<Node> = Api::all(client.clone());
-    loop {
-        let mut n = api
-            .get(node)
-            .await
-            .map_err(|e| Error::kube(format!("reading node {node}"), e))?;
-        let missing: Vec<Taint> = wanted(which)
-            .into_iter()
-            .filter(|w| !taints(&n).iter().any(|t| t.key == w.key))
-            .collect();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let spec = n.spec.get_or_insert_with(Default::default);
-        spec.taints.get_or_insert_with(Vec::new).extend(missing);
-        match api.replace(node, &PostParams::default(), &n).await {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(Error::kube(format!("tainting node {node}"), e)),
-        }
-    }
-}
-
-/// Recover: removes the release's taints.
-pub async fn remove_taint(client: &kube::Client, node: &str) -> Result<(), Error> {
+    what: &str,
+    mut edit: impl FnMut(&mut Node) -> bool,
+) -> Result<Option<bool>, Error> {
     let api: Api<Node> = Api::all(client.clone());
     loop {
         let Some(mut n) = api
@@ -107,20 +84,64 @@ pub async fn remove_taint(client: &kube::Client, node: &str) -> Result<(), Error
             .await
             .map_err(|e| Error::kube(format!("reading node {node}"), e))?
         else {
-            return Ok(());
+            return Ok(None);
         };
-        if !has_taint(&n) {
-            return Ok(());
+        if !edit(&mut n) {
+            return Ok(Some(false));
+        }
+        match api.replace(node, &PostParams::default(), &n).await {
+            Ok(_) => return Ok(Some(true)),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(Error::kube(format!("{what} node {node}"), e)),
+        }
+    }
+}
+
+/// Release 1: adds the release's taints (compare-and-swap on the Node's resourceVersion).
+pub async fn apply_taint(
+    client: &kube::Client,
+    node: &str,
+    _proof: &VerifiedFence,
+    which: ReleaseTaints,
+) -> Result<(), Error> {
+    let edited = edit_node(client, node, "tainting", |n| {
+        let missing: Vec<Taint> = wanted(which)
+            .into_iter()
+            .filter(|w| !taints(n).iter().any(|t| t.key == w.key))
+            .collect();
+        if missing.is_empty() {
+            return false;
+        }
+        let spec = n.spec.get_or_insert_with(Default::default);
+        spec.taints.get_or_insert_with(Vec::new).extend(missing);
+        true
+    })
+    .await?;
+    match edited {
+        Some(_) => Ok(()),
+        None => Err(Error::kube(
+            format!("tainting node {node}"),
+            kube::Error::Api(Box::new(
+                kube::core::Status::failure(&format!("node {node} not found"), "NotFound")
+                    .with_code(404),
+            )),
+        )),
+    }
+}
+
+/// Recover: removes the release's taints (a missing Node has none).
+pub async fn remove_taint(client: &kube::Client, node: &str) -> Result<(), Error> {
+    edit_node(client, node, "untainting", |n| {
+        if !has_taint(n) {
+            return false;
         }
         if let Some(ts) = n.spec.as_mut().and_then(|s| s.taints.as_mut()) {
             ts.retain(|t| !is_release_taint(t));
         }
-        match api.replace(node, &PostParams::default(), &n).await {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => return Err(Error::kube(format!("untainting node {node}"), e)),
-        }
-    }
+        true
+    })
+    .await?;
+    Ok(())
 }
 
 /// The recovery challenge `node` carries now
@@ -152,37 +173,17 @@ pub async fn post_challenge(
     node: &str,
     challenge: &str,
 ) -> Result<(), Error> {
-    let api: Api<Node> = Api::all(client.clone());
-    loop {
-        let Some(mut n) = api
-            .get_opt(node)
-            .await
-            .map_err(|e| Error::kube(format!("reading node {node}"), e))?
-        else {
-            return Ok(());
-        };
+    edit_node(client, node, "posting the recovery challenge on", |n| {
         let annotations = n.metadata.annotations.get_or_insert_with(Default::default);
-        if annotations
-            .get(palisade_model::advertise::RECOVERY_CHALLENGE)
-            .is_some_and(|v| v == challenge)
-        {
-            return Ok(());
+        let key = palisade_model::advertise::RECOVERY_CHALLENGE;
+        if annotations.get(key).is_some_and(|v| v == challenge) {
+            return false;
         }
-        annotations.insert(
-            palisade_model::advertise::RECOVERY_CHALLENGE.to_string(),
-            challenge.to_string(),
-        );
-        match api.replace(node, &PostParams::default(), &n).await {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => {
-                return Err(Error::kube(
-                    format!("posting the recovery challenge on node {node}"),
-                    e,
-                ))
-            }
-        }
-    }
+        annotations.insert(key.to_string(), challenge.to_string());
+        true
+    })
+    .await?;
+    Ok(())
 }
 
 /// Pods bound to `node`, read live from the API (not the cache: release must not act on a stale

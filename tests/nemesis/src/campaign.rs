@@ -130,6 +130,10 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             writers: cfg.writers,
             planted: cfg.planted.clone(),
             no_fence_devices: cfg.no_fence_devices,
+            // Only a schedule that steps the controllers' clock preloads libfaketime.
+            controller_clock: schedule
+                .iter()
+                .any(|e| !e.fault.clock_steps_ms().is_empty()),
         },
         &|s| say(start, s),
     )?;
@@ -143,8 +147,9 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
     });
     let stop = AtomicBool::new(false);
     let mut settles = (0usize, 0usize);
+    let skew = crate::check::ClockSkew::of(schedule.iter().map(|e| &e.fault));
     let live = std::thread::scope(|s| -> Result<bool> {
-        let observer = s.spawn(|| observer::run(&world.cluster, &world.lab, &h, &stop));
+        let observer = s.spawn(|| observer::run(&world.cluster, &world.lab, &h, &stop, skew));
         let result = (|| -> Result<bool> {
             let deadline = start + Duration::from_secs(cfg.minutes * 60);
             for ev in &schedule {

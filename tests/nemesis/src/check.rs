@@ -19,6 +19,13 @@
 //!   truth says the machine never went off: at the fence's last observation the machine still
 //!   runs the boot it ran (sampled before a read that claimed no power off yet) before the
 //!   fence; any power off and on changes the boot ID.
+//!
+//! Two checks compare times the controller wrote (its wall clock) with each other or with
+//! the nemesis' clock. When the campaign steps the controllers' wall clock
+//! ([`Fault::ControllerClockStep`]), those times may be off by any offset the campaign set
+//! ([`ClockSkew`]): the checks then find a violation only where every such offset gives one.
+//! They are that much more lenient; the ground-truth checks (the storage checker, process
+//! presence, the power truth) do not read the controller's clock and are unchanged.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -34,6 +41,43 @@ pub struct Violation {
     pub check: &'static str,
     /// What it found, naming the objects involved.
     pub detail: String,
+}
+
+/// The offsets the campaign gave the controllers' wall clocks: each controller timestamp is
+/// the true time plus an offset in `min_us..=max_us` (both 0 when nothing was stepped).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockSkew {
+    /// The largest step back (≤ 0), µs.
+    pub min_us: i64,
+    /// The largest step forward (≥ 0), µs.
+    pub max_us: i64,
+}
+
+impl ClockSkew {
+    /// The skew the given faults can cause.
+    pub fn of<'a>(faults: impl IntoIterator<Item = &'a Fault>) -> ClockSkew {
+        faults
+            .into_iter()
+            .flat_map(Fault::clock_steps_ms)
+            .fold(ClockSkew::default(), |s, ms| ClockSkew {
+                min_us: s.min_us.min(ms * 1_000),
+                max_us: s.max_us.max(ms * 1_000),
+            })
+    }
+
+    /// The skew of the faults a history records.
+    pub fn of_history(history: &[Record]) -> ClockSkew {
+        ClockSkew::of(history.iter().filter_map(|r| match r {
+            Record::Fault { fault, .. } => Some(fault),
+            _ => None,
+        }))
+    }
+
+    /// How far apart two controller timestamps can be from the true order of their events
+    /// (they may come from different replicas, or from one before and after a step).
+    pub fn spread_us(&self) -> i64 {
+        self.max_us - self.min_us
+    }
 }
 
 /// Every check over a history.
@@ -56,6 +100,7 @@ pub fn check_all(history: &[Record]) -> Vec<Violation> {
 pub fn check_so_far(history: &[Record]) -> Vec<Violation> {
     let mut out = Vec::new();
     let pods = pod_nodes(history);
+    let skew = ClockSkew::of_history(history);
     let mut seen = BTreeSet::new();
     for r in history {
         let snap = match r {
@@ -104,7 +149,7 @@ pub fn check_so_far(history: &[Record]) -> Vec<Violation> {
             }
             _ => continue,
         };
-        for v in check_snapshot(snap, &pods) {
+        for v in check_snapshot(snap, &pods, skew) {
             // The same status is observed many times: report each finding once.
             if seen.insert((v.check, v.detail.clone())) {
                 out.push(v);
@@ -112,7 +157,7 @@ pub fn check_so_far(history: &[Record]) -> Vec<Violation> {
         }
     }
     out.extend(check_tokens(history));
-    out.extend(check_replacements(history));
+    out.extend(check_replacements(history, skew));
     out.extend(check_causes(history));
     out
 }
@@ -253,7 +298,7 @@ fn check_power_truth(history: &[Record]) -> Vec<Violation> {
 /// Every pod replaced on another node was seen only after a fence of its old node was
 /// verified (a `Fenced` transition, by the controller's clock, before the nemesis saw the
 /// replacement: sound, because the replacement exists only after the old pod was deleted).
-fn check_replacements(history: &[Record]) -> Vec<Violation> {
+fn check_replacements(history: &[Record], skew: ClockSkew) -> Vec<Violation> {
     // Per node: the times its fences recorded Fenced.
     let mut fenced: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();
     for r in history {
@@ -288,7 +333,8 @@ fn check_replacements(history: &[Record]) -> Vec<Violation> {
             let verified_before = fenced
                 .get(old_node)
                 .and_then(|times| times.iter().next())
-                .is_some_and(|first| first <= seen_us);
+                // The controller's clock may have been ahead by up to `max_us`.
+                .is_some_and(|first| first - skew.max_us <= *seen_us);
             if old_node != node && !verified_before {
                 out.push(Violation {
                     check: "replacement-without-fence",
@@ -314,7 +360,11 @@ fn pod_nodes(history: &[Record]) -> BTreeMap<String, String> {
 }
 
 /// The checks on one observed NodeFence status.
-pub fn check_snapshot(s: &FenceSnapshot, pod_nodes: &BTreeMap<String, String>) -> Vec<Violation> {
+pub fn check_snapshot(
+    s: &FenceSnapshot,
+    pod_nodes: &BTreeMap<String, String>,
+    skew: ClockSkew,
+) -> Vec<Violation> {
     let mut out = Vec::new();
     if let Some(first_release) = s.released.iter().map(|p| p.at_us).min() {
         let verified_at = s
@@ -336,7 +386,7 @@ pub fn check_snapshot(s: &FenceSnapshot, pod_nodes: &BTreeMap<String, String>) -
                     s.evidence
                 ),
             }),
-            Some(at) if at > first_release => out.push(Violation {
+            Some(at) if at > first_release + skew.spread_us() => out.push(Violation {
                 check: "release-without-verified-fence",
                 detail: format!(
                     "NodeFence {} ({}): first release at {first_release} µs precedes the first verified evidence at {at} µs ({})",
@@ -769,6 +819,61 @@ mod tests {
         let v = check_all(&release(s));
         assert_eq!(v[0].check, "release-without-verified-fence");
         assert!(v[0].detail.contains("precedes"), "{}", v[0].detail);
+    }
+
+    #[test]
+    fn a_controller_clock_step_excuses_only_as_much_disorder_as_it_could_cause() {
+        let step = |step_ms| Record::Fault {
+            t: 0.5,
+            event: 0,
+            fault: Fault::ControllerClockStep {
+                replicas: crate::schedule::Replicas::Leader,
+                step_ms,
+                hold_ms: 5_000,
+            },
+            machine: None,
+            detail: String::new(),
+        };
+        // Evidence stamped 3 ms after the release, by a clock that was stepped 2 s at some
+        // point: the two stamps may come from clocks 2 s apart.
+        let mut s = snapshot();
+        s.evidence[0].at_us = 5_000;
+        let mut h = vec![step(-2_000)];
+        h.extend(release(s.clone()));
+        assert_eq!(check_all(&h), vec![]);
+        // 3 s of disorder is more than a 2 s step explains.
+        s.evidence[0].at_us = 2_000 + 3_000_000;
+        let mut h = vec![step(2_000)];
+        h.extend(release(s));
+        let v = check_all(&h);
+        assert_eq!(v[0].check, "release-without-verified-fence", "{v:?}");
+        // A replacement seen 1 s before a Fenced stamped by a clock 2 s ahead is excused; by a
+        // clock that was only ever stepped back, it is not.
+        let mut fenced = snapshot();
+        fenced.released.clear();
+        for t in &mut fenced.transitions {
+            t.1 += 1_000_000;
+        }
+        for (steps, violations) in [(step(2_000), 0), (step(-2_000), 1)] {
+            let h = vec![
+                steps,
+                pod("pod-1", "m0", 0),
+                Record::Phase {
+                    t: 1.0,
+                    phase: "Fenced".into(),
+                    message: String::new(),
+                    snapshot: fenced.clone(),
+                    boot_before: None,
+                    boot_after: None,
+                },
+                pod("pod-2", "m1", 10),
+            ];
+            let v: Vec<_> = check_all(&with_cause(&h))
+                .into_iter()
+                .filter(|v| v.check == "replacement-without-fence")
+                .collect();
+            assert_eq!(v.len(), violations, "{v:?}");
+        }
     }
 
     #[test]

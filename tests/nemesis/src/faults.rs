@@ -11,7 +11,8 @@ use palisade_lab::forwarder::Replies;
 use palisade_lab::Cut;
 
 use crate::history::{History, Record};
-use crate::schedule::{Event, Fault, Target};
+use crate::schedule::{Event, Fault, Replicas, Target};
+use crate::world::Controllers;
 use crate::world::World;
 
 /// Holds a fault; cut short by a stop request, so the heal still follows.
@@ -433,6 +434,54 @@ fn apply_fault(
                 )
                 .collect();
             h.push(heal(resumed.join("; ")));
+        }
+        Fault::ControllerClockStep {
+            replicas,
+            step_ms,
+            hold_ms,
+        } => {
+            // Resolved now: "the leader" is whoever holds the Lease when the step happens.
+            let leader = world.leader();
+            let ids: Vec<&str> = match (replicas, leader.as_deref()) {
+                (Replicas::Both, _) => vec!["palisade-0", "palisade-1"],
+                (Replicas::Leader, Some(l)) => vec![if l == "palisade-1" {
+                    "palisade-1"
+                } else {
+                    "palisade-0"
+                }],
+                (Replicas::Standby, Some(l)) => vec![Controllers::other(l)],
+                (_, None) => {
+                    h.push(skip("no leader holds the Lease".into()));
+                    return Ok(());
+                }
+            };
+            let role = |id: &str| {
+                if leader.as_deref() == Some(id) {
+                    "leader"
+                } else {
+                    "standby"
+                }
+            };
+            let who = ids
+                .iter()
+                .map(|id| format!("{id} ({})", role(id)))
+                .collect::<Vec<_>>()
+                .join(" and ");
+            for id in &ids {
+                world.controllers().step_clock(id, *step_ms)?;
+            }
+            h.push(fault(format!(
+                "{who}: wall clock stepped {step_ms:+} ms (monotonic clock untouched) for \
+                 {hold_ms} ms"
+            )));
+            sleep_ms(*hold_ms);
+            for id in &ids {
+                world.controllers().step_clock(id, 0)?;
+            }
+            h.push(heal(format!(
+                "{who}: wall clock stepped back to the true time ({:+} ms)",
+                -step_ms
+            )));
         }
         Fault::TwoAtOnce { .. } => {
             h.push(skip("two-at-once nested in two-at-once".into()));

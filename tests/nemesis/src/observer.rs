@@ -116,7 +116,15 @@ const PODS_SETTLE_US: i64 = 5_000_000;
 
 /// Polls until `stop` is set. Bounded by the campaign: the runner sets `stop` before it
 /// judges the history.
-pub fn run(c: &Cluster, lab: &palisade_lab::Lab, h: &History, stop: &AtomicBool) {
+/// `skew`: the offsets the schedule gives the controllers' clocks
+/// ([`crate::check::ClockSkew`]).
+pub fn run(
+    c: &Cluster,
+    lab: &palisade_lab::Lab,
+    h: &History,
+    stop: &AtomicBool,
+    skew: crate::check::ClockSkew,
+) {
     // Per NodeFence UID: transitions and released pods already recorded.
     let mut seen: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let mut pods_seen: BTreeSet<String> = BTreeSet::new();
@@ -162,7 +170,7 @@ pub fn run(c: &Cluster, lab: &palisade_lab::Lab, h: &History, stop: &AtomicBool)
                 report_online(
                     h,
                     &mut reported,
-                    crate::check::check_snapshot(&s, &pod_nodes),
+                    crate::check::check_snapshot(&s, &pod_nodes, skew),
                 );
             }
         }

@@ -19,6 +19,18 @@ pub enum Target {
     Machine(usize),
 }
 
+/// Which controller replicas a [`Fault::ControllerClockStep`] steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Replicas {
+    /// The replica holding the Lease when the fault is applied.
+    Leader,
+    /// The other one.
+    Standby,
+    /// Both, by the same step.
+    Both,
+}
+
 /// One fault and how long it lasts. Durations are milliseconds of wall-clock time on the
 /// nemesis' side; they drive the fault, they are not assertions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -205,6 +217,18 @@ pub enum Fault {
         /// How long.
         hold_ms: u64,
     },
+    /// The wall clock (`CLOCK_REALTIME`) of the running controller replicas steps by
+    /// `step_ms`, as a bad NTP step would; their monotonic clock runs on. After `hold_ms` the
+    /// clock steps back to the true time (a second step, the other way: the correction), so
+    /// every step tries both directions and no offset outlives its event.
+    ControllerClockStep {
+        /// Whose clock.
+        replicas: Replicas,
+        /// The step, in either direction (2 s to 25 s).
+        step_ms: i64,
+        /// How long the clock stays off.
+        hold_ms: u64,
+    },
     /// Two faults at once: `first` on a machine, and `second_after_ms` later `second` (on
     /// another machine, or on the controllers or the control plane), each held and healed on
     /// its own schedule, so they overlap; the event ends once both are healed. The faults a
@@ -248,6 +272,7 @@ impl Fault {
             Fault::BmcGarbageDuringCut { .. } => "bmc-garbage-during-cut",
             Fault::BmcSlowDuringCut { .. } => "bmc-slow-during-cut",
             Fault::DeposedLeaderLateRequest { .. } => "deposed-leader-late-request",
+            Fault::ControllerClockStep { .. } => "controller-clock-step",
             Fault::TwoAtOnce { .. } => "two-at-once",
         }
     }
@@ -273,7 +298,8 @@ impl Fault {
             Fault::LeaderKill { .. }
             | Fault::LeaderStop { .. }
             | Fault::ApiRestart { .. }
-            | Fault::EtcdFreeze { .. } => as_second,
+            | Fault::EtcdFreeze { .. }
+            | Fault::ControllerClockStep { .. } => as_second,
             _ => false,
         }
     }
@@ -305,7 +331,22 @@ impl Fault {
             | Fault::ApiRestart { .. }
             | Fault::EtcdFreeze { .. }
             | Fault::EtcdRestart { .. }
-            | Fault::ControllersRestartTogether { .. } => None,
+            | Fault::ControllersRestartTogether { .. }
+            | Fault::ControllerClockStep { .. } => None,
+        }
+    }
+
+    /// The controller clock steps the fault makes, in milliseconds (with those of a
+    /// [`Fault::TwoAtOnce`]'s two faults).
+    pub fn clock_steps_ms(&self) -> Vec<i64> {
+        match self {
+            Fault::ControllerClockStep { step_ms, .. } => vec![*step_ms],
+            Fault::TwoAtOnce { first, second, .. } => {
+                let mut steps = first.clock_steps_ms();
+                steps.extend(second.clock_steps_ms());
+                steps
+            }
+            _ => Vec::new(),
         }
     }
 
@@ -356,6 +397,7 @@ const CLASSES: &[(&str, u32)] = &[
     ("bmc-garbage-during-cut", 1),
     ("bmc-slow-during-cut", 1),
     ("deposed-leader-late-request", 1),
+    ("controller-clock-step", 2),
     ("two-at-once", 2),
 ];
 
@@ -526,6 +568,17 @@ fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault
             target,
             hold_ms: cut_hold.max(15_000),
         },
+        // Steps of several seconds, beyond the detection thresholds (2 s and 4 s) and the
+        // Lease's 4 s, held as long as a cut: long enough for a fence to run under it.
+        "controller-clock-step" => Fault::ControllerClockStep {
+            replicas: match rng.gen_range(0..3) {
+                0 => Replicas::Leader,
+                1 => Replicas::Standby,
+                _ => Replicas::Both,
+            },
+            step_ms: rng.gen_range(2_000..=25_000) * if rng.gen_bool(0.5) { 1 } else { -1 },
+            hold_ms: cut_hold,
+        },
         _ => Fault::BmcSlowDuringCut {
             target,
             hold_ms: cut_hold.max(12_000),
@@ -589,6 +642,10 @@ mod tests {
                     assert!(ms <= 25_000, "{f:?}");
                 }
             }
+            if let Some(step) = json.get("stepMs").and_then(|v| v.as_i64()) {
+                assert!((2_000..=25_000).contains(&step.abs()), "{f:?}");
+                assert_eq!(f.clock_steps_ms(), vec![step]);
+            }
         }
         let mut pairs = 0;
         for seed in 0..200 {
@@ -616,6 +673,37 @@ mod tests {
         assert_eq!(drawn, ["etcd-freeze", "peer-cut"].into_iter().collect());
         // No restriction is the full draw.
         assert_eq!(generate_only(3, 60, 5, 2, &[]), generate(3, 60, 5, 2));
+    }
+
+    #[test]
+    fn controller_clock_steps_are_drawn_both_ways_for_every_replica_and_print_as_json() {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut in_pairs = 0;
+        for e in generate(5, 1_000, 4, 2) {
+            if let Fault::TwoAtOnce { second, .. } = &e.fault {
+                if matches!(**second, Fault::ControllerClockStep { .. }) {
+                    in_pairs += 1;
+                }
+            }
+            let Fault::ControllerClockStep {
+                replicas, step_ms, ..
+            } = e.fault
+            else {
+                continue;
+            };
+            seen.insert((format!("{replicas:?}"), step_ms > 0));
+            // What `--print-schedule` prints, and reads back the same.
+            let line = serde_json::to_string(&e).unwrap();
+            assert!(line.contains(r#""fault":"controllerClockStep""#), "{line}");
+            assert!(line.contains(r#""stepMs":"#), "{line}");
+            assert_eq!(serde_json::from_str::<Event>(&line).unwrap(), e);
+        }
+        assert_eq!(
+            seen.len(),
+            6,
+            "every replica choice in both directions: {seen:?}"
+        );
+        assert!(in_pairs > 0, "never the second fault of a two-at-once");
     }
 
     #[test]

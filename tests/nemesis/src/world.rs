@@ -35,17 +35,36 @@ pub const LEADER_LEASE: &str = "palisade-controller";
 /// The Lease annotation holding the leader's fencing token.
 const TOKEN_ANNOTATION: &str = "palisade.dev/fencing-token";
 
-/// The two controller replicas, as child processes the nemesis can kill, freeze and restart.
+/// libfaketime (Debian's `faketime` package), the thread-safe build: preloaded into the
+/// controllers when their wall clock may be stepped.
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// The two controller replicas, as child processes the nemesis can kill, freeze, restart and
+/// (with [`WorldConfig::controller_clock`]) whose wall clock it can step.
 pub struct Controllers {
     lab_id: String,
     lab_dir: PathBuf,
     kubeconfig: PathBuf,
     env: Vec<(&'static str, String)>,
     replicas: Vec<(String, Option<Child>)>,
+    /// Whether the replicas run under libfaketime, each reading its wall clock's offset from
+    /// its own file ([`Controllers::clock_file`]).
+    clock: bool,
 }
 
 impl Controllers {
-    fn start(lab: &Lab, bridge: &FirmwareBridge, planted: &[String]) -> Result<Controllers> {
+    fn start(
+        lab: &Lab,
+        bridge: &FirmwareBridge,
+        planted: &[String],
+        clock: bool,
+    ) -> Result<Controllers> {
+        if clock && !Path::new(LIBFAKETIME).exists() {
+            anyhow::bail!(
+                "{LIBFAKETIME} is missing: stepping the controllers' clock needs the faketime \
+                 package (hack/install-deps.sh installs it)"
+            );
+        }
         let cp = lab
             .control_plane()
             .context("the lab has no control plane")?;
@@ -61,11 +80,55 @@ impl Controllers {
                 env
             },
             replicas: vec![("palisade-0".into(), None), ("palisade-1".into(), None)],
+            clock,
         };
         for id in ["palisade-0", "palisade-1"] {
+            if clock {
+                c.step_clock(id, 0)?;
+            }
             c.spawn(id)?;
         }
         Ok(c)
+    }
+
+    /// The file replica `identity`'s libfaketime reads its wall clock's offset from.
+    fn clock_file(&self, identity: &str) -> PathBuf {
+        self.lab_dir.join(format!("clock-{identity}"))
+    }
+
+    /// Sets replica `identity`'s wall clock to the true time plus `offset_ms` (negative:
+    /// behind), at once and for its later restarts too: libfaketime rereads the file on every
+    /// `clock_gettime(CLOCK_REALTIME)` (`FAKETIME_NO_CACHE`), and leaves `CLOCK_MONOTONIC`
+    /// alone (`FAKETIME_DONT_FAKE_MONOTONIC`), as a real NTP step does.
+    ///
+    /// Assumptions: the world was built with [`WorldConfig::controller_clock`]; otherwise the
+    /// replicas do not read the file and this is an error.
+    pub fn step_clock(&self, identity: &str, offset_ms: i64) -> Result<()> {
+        anyhow::ensure!(
+            self.clock,
+            "the controllers run without libfaketime: their clock cannot be stepped"
+        );
+        let file = self.clock_file(identity);
+        let tmp = file.with_extension("tmp");
+        // libfaketime's relative form: a sign and seconds, fractions allowed.
+        let spec = format!(
+            "{}{}.{:03}\n",
+            if offset_ms < 0 { '-' } else { '+' },
+            offset_ms.unsigned_abs() / 1_000,
+            offset_ms.unsigned_abs() % 1_000
+        );
+        std::fs::write(&tmp, spec).with_context(|| format!("writing {}", tmp.display()))?;
+        // A rename: the replica reads the old offset or the new one, never half a line.
+        std::fs::rename(&tmp, &file).with_context(|| format!("writing {}", file.display()))
+    }
+
+    /// The replica that is not `identity`.
+    pub fn other(identity: &str) -> &'static str {
+        if identity == "palisade-0" {
+            "palisade-1"
+        } else {
+            "palisade-0"
+        }
     }
 
     /// Starts (or restarts) replica `identity`; its log is appended to.
@@ -77,7 +140,14 @@ impl Controllers {
             .append(true)
             .open(&log)?;
         let metrics = format!("127.0.0.1:{}", free_port());
-        let child = Command::new(bin)
+        let mut cmd = Command::new(bin);
+        if self.clock {
+            cmd.env("LD_PRELOAD", LIBFAKETIME)
+                .env("FAKETIME_TIMESTAMP_FILE", self.clock_file(identity))
+                .env("FAKETIME_NO_CACHE", "1")
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        }
+        let child = cmd
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args([
@@ -168,6 +238,9 @@ pub struct WorldConfig {
     /// `nowayout` watchdog backs. The namespace machines advertise no watchdog, so nothing may
     /// ever be released: every silent node's pods must stay where they are.
     pub no_fence_devices: bool,
+    /// The controllers run under libfaketime ([`LIBFAKETIME`]), their wall clock at the true
+    /// time until a fault steps it ([`Controllers::step_clock`]). Off, they run as they are.
+    pub controller_clock: bool,
 }
 
 /// The running world. Dropping it tears everything down (the lab last).
@@ -247,7 +320,7 @@ impl World {
                 bmc_addrs: &bmc_addrs,
             },
         )?;
-        let controllers = Controllers::start(&lab, &bridge, &cfg.planted)?;
+        let controllers = Controllers::start(&lab, &bridge, &cfg.planted, cfg.controller_clock)?;
         policy(
             &cluster.client,
             &cluster.rt,
