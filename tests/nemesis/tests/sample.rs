@@ -11,14 +11,14 @@ use palisade_nemesis::history::{self, Record};
 use palisade_nemesis::schedule;
 use palisade_nemesis::{run, Config};
 
-/// The sample's seed. With 4 machines and 2 writers its 5 events are: two faults at once (m2's
-/// agent killed, and 4 s later m3 cut off completely: a fence while another node's agent
-/// restarts), the leader killed as writer w0's machine is cut off (the standby fences it with a
-/// higher token; the deposed leader's power off then arrives late and the bridge must refuse
-/// it), w1's machine cut off with its BMC frozen (the fence falls through to the PDU), m1's
-/// agent frozen for 19 s (a hung agent, longer than detection: its node is fenced while its
-/// containers run), and m3 cut off with its BMC frozen.
-const SEED: u64 = 3;
+/// The sample's seed. With 4 machines and 2 writers its 5 events are: kube-apiserver
+/// restarted; writer w0's machine flapping; the leader killed as w0's machine is cut off (the
+/// standby fences it); the leader killed as m1 is cut off (the standby fences it with a higher
+/// token; the deposed leader's power off then arrives late and the bridge must refuse it); and
+/// two faults at once: w0's machine cut off from the control plane and its peers while it still
+/// reaches its storage, and 4.8 s later the leader's wall clock stepped 18.7 s back, held 13.6
+/// s (through the recovery of the fenced machine) and stepped forward to the true time.
+const SEED: u64 = 558;
 const EVENTS: usize = 5;
 
 /// Events of the campaign with a new seed.
@@ -83,6 +83,10 @@ fn a_short_fixed_seed_campaign_keeps_at_most_one_and_loses_no_acknowledged_write
     assert!(
         events.iter().any(|e| e.fault.expects_fence()),
         "the sample's schedule must contain a fault that leads to a fence: {events:?}"
+    );
+    assert!(
+        events.iter().any(|e| !e.fault.clock_steps_ms().is_empty()),
+        "the sample's schedule must step a controller's clock: {events:?}"
     );
     let outcome = run(&cfg).expect("the campaign runs to its verdict");
     println!("{}", outcome.report);
