@@ -442,14 +442,10 @@ fn apply_fault(
         } => {
             // Resolved now: "the leader" is whoever holds the Lease when the step happens.
             let leader = world.leader();
-            let ids: Vec<&str> = match (replicas, leader.as_deref()) {
-                (Replicas::Both, _) => vec!["palisade-0", "palisade-1"],
-                (Replicas::Leader, Some(l)) => vec![if l == "palisade-1" {
-                    "palisade-1"
-                } else {
-                    "palisade-0"
-                }],
-                (Replicas::Standby, Some(l)) => vec![Controllers::other(l)],
+            let ids: Vec<String> = match (replicas, &leader) {
+                (Replicas::Both, _) => vec!["palisade-0".into(), "palisade-1".into()],
+                (Replicas::Leader, Some(l)) => vec![l.clone()],
+                (Replicas::Standby, Some(l)) => vec![Controllers::other(l).into()],
                 (_, None) => {
                     h.push(skip("no leader holds the Lease".into()));
                     return Ok(());
