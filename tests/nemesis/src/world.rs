@@ -177,8 +177,7 @@ impl Controllers {
             .context("starting palisade-controller")?;
         if let Some(slot) = self.replicas.iter_mut().find(|(id, _)| id == identity) {
             if let Some(mut old) = slot.1.replace(child) {
-                let _ = old.kill();
-                let _ = old.wait();
+                reap(&mut old, self.clock);
             }
         }
         Ok(())
@@ -199,8 +198,7 @@ impl Controllers {
             .find(|(id, _)| id == identity)
             .map(|(id, c)| (id.clone(), c.take()))
         {
-            let _ = child.kill();
-            let _ = child.wait();
+            reap(&mut child, self.clock);
         }
     }
 
@@ -218,9 +216,27 @@ impl Drop for Controllers {
         for (_, c) in &mut self.replicas {
             if let Some(mut c) = c.take() {
                 // SIGKILL also ends a SIGSTOPped replica.
-                let _ = c.kill();
-                let _ = c.wait();
+                reap(&mut c, self.clock);
             }
+        }
+    }
+}
+
+/// SIGKILLs a replica and reaps it. Under libfaketime (`clock`), also removes the shared
+/// memory and semaphore libfaketime created for the replica's pid: it removes them itself only
+/// at a normal exit, and while they remain, a later process given the same pid under
+/// libfaketime (a restarted replica, once pids wrap) fails to start (`shm_open failed: File
+/// exists`).
+fn reap(child: &mut Child, clock: bool) {
+    let _ = child.kill();
+    let _ = child.wait();
+    if clock {
+        let pid = child.id();
+        for f in [
+            format!("/dev/shm/faketime_shm_{pid}"),
+            format!("/dev/shm/sem.faketime_sem_{pid}"),
+        ] {
+            let _ = std::fs::remove_file(f);
         }
     }
 }

@@ -7,8 +7,10 @@
 //! every second and it must keep the Lease with the same fencing token: had the step moved its
 //! monotonic clock too, its renew timer (tokio, monotonic) would stall for 20 s, the 4 s Lease
 //! would lapse and the standby would take it. Stepped back to the true time, the stamps return.
+//! Torn down, the replicas leave none of libfaketime's shared memory behind.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -139,4 +141,24 @@ fn a_stepped_controller_stamps_the_stepped_wall_clock_and_keeps_renewing_on_its_
         },
     )
     .expect("the leader's wall clock stepped back to the true time");
+
+    // libfaketime keeps shared memory per pid, removed only at a normal exit; a SIGKILLed
+    // replica's must not outlive it, or the next process given its pid under libfaketime
+    // fails to start.
+    let shm: Vec<String> = ["palisade-0", "palisade-1"]
+        .iter()
+        .filter_map(|id| world.controllers().pid(id))
+        .map(|pid| format!("/dev/shm/faketime_shm_{pid}"))
+        .collect();
+    assert_eq!(shm.len(), 2, "both replicas run");
+    for f in &shm {
+        assert!(
+            Path::new(f).exists(),
+            "{f}: libfaketime runs in the replica"
+        );
+    }
+    drop(world);
+    for f in &shm {
+        assert!(!Path::new(f).exists(), "{f} outlived its SIGKILLed replica");
+    }
 }
