@@ -9,11 +9,66 @@
 //! causality, with no clock: see [`answer`].
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Node;
+use palisade_model::advertise::RECOVERY_CHALLENGE;
 use parking_lot::Mutex;
 
-use crate::node::RecoveryChallenge;
 use crate::runtime::Runtime;
+
+/// The recovery challenge last read from this agent's Node (annotation [`RECOVERY_CHALLENGE`],
+/// written by the controller after it released the node's pods), shared by [`crate::node::status_loop`],
+/// which reads it from every Node status update, and the advertiser, which echoes it with the
+/// inventory ([`crate::inventory::answer`]).
+///
+/// Guarantees: it only ever holds a value (trimmed, non-empty) that the API server returned,
+/// and a response without one clears it; a failed update leaves it as it was, still a value
+/// read earlier, which is all an answer needs.
+///
+/// Assumptions: a status update's response is the Node as stored by that write, so the value
+/// was on the Node when the update was served (the controller writes it only after the release).
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryChallenge(
+    Arc<parking_lot::Mutex<Option<String>>>,
+    Arc<tokio::sync::Notify>,
+);
+
+impl RecoveryChallenge {
+    /// The challenge last read.
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().clone()
+    }
+
+    /// Completes once the challenge read changes after the last completion (a change that
+    /// nobody awaits is remembered), so the next renewal can answer it without waiting a
+    /// renew interval.
+    pub async fn changed(&self) {
+        self.1.notified().await;
+    }
+
+    /// Takes the challenge from `node`, as the API server returned it.
+    pub(crate) fn observe(&self, node: &Node) {
+        let value = node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(RECOVERY_CHALLENGE))
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty());
+        let mut cur = self.0.lock();
+        if *cur != value {
+            tracing::info!(challenge = ?value, "recovery challenge read from the Node");
+            *cur = value;
+            self.1.notify_one();
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set(&self, value: Option<String>) {
+        *self.0.lock() = value;
+    }
+}
 
 /// The pods that have a pod worker, by UID: the pods whose containers the agent may start or
 /// restart.

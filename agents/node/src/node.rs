@@ -1,7 +1,7 @@
 //! Registration and heartbeats: the Node object (capacity, addresses, Ready condition,
 //! volumesInUse), the Lease in `kube-node-lease` with the self-fence advertisement written on
 //! every renewal ([`palisade_model::advertise`]), the recovery challenge read back from the
-//! Node with each status update ([`RecoveryChallenge`]), and the self-fence monitor that turns
+//! Node with each status update ([`crate::inventory::RecoveryChallenge`]), and the self-fence monitor that turns
 //! a stale Lease into [`FenceState::active`].
 
 use std::collections::BTreeMap;
@@ -21,9 +21,10 @@ use kube::{Api, Client};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use palisade_model::advertise::{Advertisement, RECOVERY_CHALLENGE};
+use palisade_model::advertise::Advertisement;
 
 use crate::backoff;
+pub use crate::inventory::RecoveryChallenge;
 use crate::metrics::Metrics;
 use crate::pod_worker::{Ctx, FenceState};
 use crate::source::ManagerCmd;
@@ -32,59 +33,6 @@ use crate::source::ManagerCmd;
 /// renewal; registration removes it from the Node object, where an older agent wrote it once
 /// and never withdrew it.
 pub const SELF_FENCE_ANNOTATION: &str = palisade_model::advertise::SELF_FENCE_AFTER;
-
-/// The recovery challenge last read from this agent's Node (annotation [`RECOVERY_CHALLENGE`],
-/// written by the controller after it released the node's pods), shared by [`status_loop`],
-/// which reads it from every Node status update, and the advertiser, which echoes it with the
-/// inventory ([`crate::inventory::answer`]).
-///
-/// Guarantees: it only ever holds a value (trimmed, non-empty) that the API server returned,
-/// and a response without one clears it; a failed update leaves it as it was, still a value
-/// read earlier, which is all an answer needs.
-///
-/// Assumptions: a status update's response is the Node as stored by that write, so the value
-/// was on the Node when the update was served (the controller writes it only after the release).
-#[derive(Debug, Clone, Default)]
-pub struct RecoveryChallenge(
-    Arc<parking_lot::Mutex<Option<String>>>,
-    Arc<tokio::sync::Notify>,
-);
-
-impl RecoveryChallenge {
-    /// The challenge last read.
-    pub fn get(&self) -> Option<String> {
-        self.0.lock().clone()
-    }
-
-    /// Completes once the challenge read changes after the last completion (a change that
-    /// nobody awaits is remembered), so the next renewal can answer it without waiting a
-    /// renew interval.
-    pub async fn changed(&self) {
-        self.1.notified().await;
-    }
-
-    /// Takes the challenge from `node`, as the API server returned it.
-    pub(crate) fn observe(&self, node: &Node) {
-        let value = node
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(RECOVERY_CHALLENGE))
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty());
-        let mut cur = self.0.lock();
-        if *cur != value {
-            tracing::info!(challenge = ?value, "recovery challenge read from the Node");
-            *cur = value;
-            self.1.notify_one();
-        }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn set(&self, value: Option<String>) {
-        *self.0.lock() = value;
-    }
-}
 
 /// Builds the advertisement written with each renewal (called once per renewal, so what it
 /// reads — the runtime's containers, the boot ID, the watchdog — is current).
