@@ -323,14 +323,17 @@ fn a_probe_on_an_unknown_named_port_is_reported_and_the_agent_keeps_serving() {
         "Readiness probe errored: couldn't find port \"nope\"",
     );
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
-    let p = get_pod(&c, &rt, ns, "badport").unwrap();
-    assert_eq!(condition(&p, "Ready").as_deref(), Some("False"));
-    assert!(container(&p, "main")
-        .unwrap()
-        .state
-        .unwrap()
-        .running
-        .is_some());
+    // The Event and the status are separate writes: the status may land after the Event. It
+    // must show the pod not Ready while its container runs.
+    eventually(
+        "badport running and not Ready",
+        Duration::from_secs(60),
+        || {
+            let p = get_pod(&c, &rt, ns, "badport")?;
+            let running = container(&p, "main")?.state?.running.is_some();
+            (running && condition(&p, "Ready").as_deref() == Some("False")).then_some(())
+        },
+    );
     // The agent is alive and serves other pods.
     create_pod(&c, &rt, ns, pod("good", "exec sleep 100000", json!({})));
     wait_ready(&c, &rt, ns, "good");
