@@ -55,11 +55,26 @@ impl Heartbeats {
         let alive: Arc<Mutex<BTreeSet<String>>> = Arc::default();
         let set = alive.clone();
         let leases: Api<Lease> = Api::namespaced(c.clone(), LEASE_NS);
+        let nodes: Api<Node> = Api::all(c.clone());
         let task = rt.spawn(async move {
             loop {
                 let names: Vec<String> = set.lock().iter().cloned().collect();
                 for n in names {
-                    let patch = json!({"spec": {"renewTime": MicroTime(Timestamp::now())}});
+                    // As a node agent does: the recovery challenge is read from the Node
+                    // first, then the renewal answers it with the (empty, complete) inventory
+                    // the node was created with.
+                    let challenge = nodes.get_opt(&n).await.ok().flatten().and_then(|node| {
+                        node.metadata
+                            .annotations?
+                            .get(palisade_model::advertise::RECOVERY_CHALLENGE)
+                            .cloned()
+                    });
+                    let patch = json!({
+                        "metadata": {"annotations": {
+                            palisade_model::advertise::CHALLENGE_ANSWERED: challenge,
+                        }},
+                        "spec": {"renewTime": MicroTime(Timestamp::now())},
+                    });
                     let _ = leases
                         .patch(&n, &PatchParams::default(), &Patch::Merge(&patch))
                         .await;
