@@ -7,8 +7,10 @@
 #       the command that replays it. --bug plants a known mistake (the run must fail).
 #       --joins grows the cluster while part of it is cut off in every schedule (a quarter without).
 #   hack/chaos.sh --lab [--seed S] [--events N] [--minutes M] [--machines K] [--writers W]
-#                 [--plant BUG]... [--only CLASS]... [--no-fence-devices] [--print-schedule]
+#                 [--plant BUG]... [--only CLASS]... [--no-fence-devices] [--qemu] [--print-schedule]
 #       the nemesis on the real lab (as root): one lab of K namespace machines (default 5),
+#       or with --qemu K QEMU virtual machines (TCG; the agents and pods run in the guests,
+#       and the machine-clock-step class steps a guest's own wall clock),
 #       W StatefulSet writers (default 2), N seeded fault events (default 20) applied and
 #       healed while they write, no new event after M minutes (default 60); the history
 #       (JSON lines) and the report go to target/chaos/lab-seed<S>/. Exit 1 on a violation,
@@ -43,8 +45,9 @@ while [ "$#" -gt 0 ]; do
     --plant) lab_args+=(--plant "$2"); shift ;;
     --only) lab_args+=(--only "$2"); shift ;;
     --no-fence-devices) lab_args+=(--no-fence-devices) ;;
+    --qemu) lab_args+=(--qemu) ;;
     --print-schedule) lab_args+=(--print-schedule) ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "hack/chaos.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift

@@ -11,6 +11,7 @@
 #   - For the lab's QEMU machines: qemu-system-x86, busybox-static, cpio, kmod, and Debian's
 #     standard amd64 kernel, extracted (never installed) into the cache: its module tree
 #     (depmod'ed) and the uncompressed `vmlinux` that QEMU boots directly (PVH entry).
+#   - nftables: a peer cut of QEMU machines filters their bridged traffic (bridge family).
 #   - OCI images: Debian's docker-registry (distribution 2.8; the lab's registry) and buildah
 #     (hack/images.sh builds the images without a daemon).
 #   - Redfish BMCs: sushy-tools (`sushy-emulator`) from PyPI, in a virtualenv in the cache, and
@@ -32,7 +33,7 @@ PACKAGES=(etcd-server golang-go rsync openipmi ipmitool snmp snmpd fence-agents
           build-essential pkg-config golang-github-modern-go-reflect2-dev
           qemu-system-x86 busybox-static cpio kmod prometheus
           pacemaker pacemaker-cli-utils libxml2-utils librsvg2-bin python3-libvirt
-          docker-registry buildah faketime)
+          docker-registry buildah faketime nftables)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

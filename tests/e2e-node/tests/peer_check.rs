@@ -93,6 +93,7 @@ fn peer_lab(
             "--peer-answer-valid".into(),
             "8s".into(),
         ],
+        watchdog: false,
     };
     let lab = palisade_scenario::lab_with_agents(machines, false, &agents).expect("lab starts");
     let rt = rt();

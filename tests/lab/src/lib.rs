@@ -114,6 +114,9 @@ impl Default for LabConfig {
     }
 }
 
+/// The nftables table (bridge family) in a QEMU machine's namespace that holds its peer cuts.
+const PEER_TABLE: &str = "palisade_peers";
+
 /// Which links a partition cuts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cut {
@@ -122,8 +125,8 @@ pub enum Cut {
     /// Only the machine's traffic to the control plane.
     ControlPlane,
     /// Only the machine's traffic to and from the other machines (a node–node partition):
-    /// the control plane and storage stay reachable. Namespace machines only (a QEMU
-    /// machine's NIC is bridged past its namespace's routing); it combines with
+    /// the control plane and storage stay reachable (a route for a namespace machine, an
+    /// nftables bridge filter for a QEMU machine, whose traffic is bridged). It combines with
     /// [`Cut::ControlPlane`] (partition twice) to isolate a machine from everything but
     /// storage.
     Peers,
@@ -634,28 +637,19 @@ for ns in $(ip netns list 2>/dev/null | awk '{{print $1}}' | grep '^pl{id}-'); d
         Ok(())
     }
 
-    /// Black-holes traffic between `m` and every other machine, both ways (a route in each
-    /// namespace), so neither side's packets leave.
+    /// Drops traffic between `m` and every other machine, both ways, on each side (see
+    /// [`Lab::block_peer`]), so neither side's packets arrive.
     fn cut_peers(&self, m: &Machine) -> Result<()> {
-        if m.kind != MachineKind::Namespace {
-            return Err(LabError::Other(format!(
-                "{}: a peer cut needs namespace machines (a QEMU machine's NIC is bridged past \
-                 its namespace's routes)",
-                m.name
-            )));
-        }
         self.peer_cuts.lock().insert(m.index);
         for other in self.machines.iter().filter(|o| o.index != m.index) {
             for (from, to) in [(m, other), (other, m)] {
-                let dest = format!("{}/32", to.address());
-                // `replace`: a second cut of the same pair is not an error.
-                netns::ip(&["-n", &from.netns, "route", "replace", "blackhole", &dest])?;
+                Self::block_peer(from, to, true)?;
             }
         }
         Ok(())
     }
 
-    /// Removes `m`'s peer routes, keeping any other machine's peer cut in place.
+    /// Removes `m`'s peer cut, keeping any other machine's peer cut in place.
     fn heal_peers(&self, m: &Machine) -> Result<()> {
         let mut cut = self.peer_cuts.lock();
         if !cut.remove(&m.index) {
@@ -666,11 +660,78 @@ for ns in $(ip netns list 2>/dev/null | awk '{{print $1}}' | grep '^pl{id}-'); d
                 continue;
             }
             for (from, to) in [(m, other), (other, m)] {
-                let dest = format!("{}/32", to.address());
-                netns::ip(&["-n", &from.netns, "route", "del", "blackhole", &dest])?;
+                Self::block_peer(from, to, false)?;
             }
         }
         Ok(())
+    }
+
+    /// Drops (`block`) or lets through again what `from`'s namespace passes to or from `to`.
+    /// A namespace machine routes its own traffic: a blackhole route to `to`. A QEMU
+    /// machine's NIC is a tap bridged to its link inside its namespace, so its traffic is
+    /// bridged, never routed there: an nftables bridge-family filter in that namespace drops
+    /// frames carrying `to`'s address either way (set `cut` of table `palisade_peers`).
+    fn block_peer(from: &Machine, to: &Machine, block: bool) -> Result<()> {
+        let addr = to.address().to_string();
+        match from.kind {
+            MachineKind::Namespace => {
+                let dest = format!("{addr}/32");
+                if block {
+                    // `replace`: a second cut of the same pair is not an error.
+                    netns::ip(&["-n", &from.netns, "route", "replace", "blackhole", &dest])
+                } else {
+                    netns::ip(&["-n", &from.netns, "route", "del", "blackhole", &dest])
+                }
+            }
+            MachineKind::Qemu => {
+                require_tool("nft")?;
+                let nft = |args: &[&str]| {
+                    process::run(
+                        Command::new("ip")
+                            .args(["netns", "exec", &from.netns, "nft"])
+                            .args(args),
+                    )
+                };
+                // Built once per namespace (a rule `add`ed twice would be there twice).
+                if nft(&["list", "table", "bridge", PEER_TABLE]).is_err() {
+                    nft(&["add", "table", "bridge", PEER_TABLE])?;
+                    nft(&[
+                        "add",
+                        "set",
+                        "bridge",
+                        PEER_TABLE,
+                        "cut",
+                        "{ type ipv4_addr; }",
+                    ])?;
+                    nft(&[
+                        "add",
+                        "chain",
+                        "bridge",
+                        PEER_TABLE,
+                        "forward",
+                        "{ type filter hook forward priority 0; policy accept; }",
+                    ])?;
+                    for dir in ["saddr", "daddr"] {
+                        nft(&[
+                            "add", "rule", "bridge", PEER_TABLE, "forward", "ip", dir, "@cut",
+                            "drop",
+                        ])?;
+                    }
+                }
+                let element = format!("{{ {addr} }}");
+                // `add` of a present element and `delete` of an absent one are both fine
+                // here: the lab's own bookkeeping decides which pairs are cut.
+                let verb = if block { "add" } else { "delete" };
+                nft(&[verb, "element", "bridge", PEER_TABLE, "cut", &element]).or_else(|e| {
+                    if block {
+                        Err(e)
+                    } else {
+                        Ok(String::new())
+                    }
+                })
+            }
+        }
+        .map(|_| ())
     }
 
     /// Heals every cut of machine `index`.

@@ -270,6 +270,145 @@ impl Machine {
         Ok(())
     }
 
+    /// Sends `signal` to every process of the machine whose command name is `comm` (as
+    /// `/proc/<pid>/comm` reads it) and whose arguments include the word `word` (a service
+    /// itself, not the helpers it runs from its own binary with other arguments), and returns
+    /// their pids (empty: none ran). A namespace machine's processes are signalled from the
+    /// host; a QEMU machine's live in its guest's kernel, so the guest's control loop sends
+    /// the signal ([`Machine::guest_control`]) and the pids are the guest's.
+    pub fn signal(&self, comm: &str, word: &str, signal: Signal) -> Result<Vec<i32>> {
+        match self.kind {
+            MachineKind::Namespace => Ok(self
+                .processes()
+                .into_iter()
+                .filter(|p| {
+                    fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == comm)
+                        && fs::read(format!("/proc/{p}/cmdline"))
+                            .is_ok_and(|a| a.split(|b| *b == 0).any(|w| w == word.as_bytes()))
+                })
+                .filter(|p| kill(Pid::from_raw(*p), signal).is_ok())
+                .collect()),
+            MachineKind::Qemu => {
+                if [comm, word]
+                    .iter()
+                    .any(|w| w.is_empty() || w.contains(char::is_whitespace))
+                {
+                    return Err(LabError::Other(format!(
+                        "{}: a process name and argument to signal are single words: {comm:?} {word:?}",
+                        self.name
+                    )));
+                }
+                let name = signal.as_str().trim_start_matches("SIG");
+                let reply = self.guest_control(&format!("signal {name} {comm} {word}"))?;
+                parse_signalled(&reply).ok_or_else(|| self.guest_refused("signal", &reply))
+            }
+        }
+    }
+
+    /// Steps the machine's wall clock (`CLOCK_REALTIME`) to the host's plus `offset_s`
+    /// (negative: behind), as a bad NTP step would; its monotonic clock is untouched. An
+    /// offset of 0 puts it back on the true time. Returns the machine's wall clock right
+    /// after the step, in whole seconds since the epoch.
+    ///
+    /// Guarantees: only the guest's kernel clock moves; the host's and the other machines'
+    /// do not. The target is absolute (the host's time when the request is written, plus the
+    /// offset), so steps never accumulate error: each lands within about a second of what was
+    /// asked (whole seconds, as the guest's `date -s` and its RTC at boot, plus the request's
+    /// delivery).
+    ///
+    /// Assumptions: a QEMU machine, powered and booted. A namespace machine shares the host's
+    /// kernel clock, which cannot be stepped for one machine: that is an error.
+    pub fn set_clock_offset(&self, offset_s: i64) -> Result<i64> {
+        if self.kind != MachineKind::Qemu {
+            return Err(LabError::Other(format!(
+                "{}: only a QEMU machine has a clock of its own to step (a namespace machine \
+                 shares the host's)",
+                self.name
+            )));
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(|e| LabError::Other(format!("the host's clock is before 1970: {e}")))?;
+        // Rounded to the nearest second: the guest sets whole seconds.
+        let target = (now.as_millis() as i64 + 500) / 1_000 + offset_s;
+        let reply = self.guest_control(&format!("clock {target}"))?;
+        reply
+            .strip_prefix("stepped ")
+            .and_then(|t| t.trim().parse().ok())
+            .ok_or_else(|| self.guest_refused("clock step", &reply))
+    }
+
+    fn guest_refused(&self, what: &str, reply: &str) -> LabError {
+        LabError::Other(format!(
+            "{}: the guest refused the {what}: {reply:?}",
+            self.name
+        ))
+    }
+
+    /// Hands one request to a QEMU guest's control loop (`tests/lab/guest/init`) and waits
+    /// for its one-line reply, for at most [`GUEST_CONTROL_TIMEOUT`]. The request travels
+    /// over the machine's 9p share (`ctl-request` in [`Machine::guest_dir`]), never over the
+    /// network, so a cut machine is still reachable, as through a serial console.
+    ///
+    /// Guarantees: a request is acted on at most once. On a timeout the request is withdrawn
+    /// if the guest had not taken it yet (then it never acts: [`LabError::Guest`] says "not
+    /// taken"); if the guest took it but did not answer (frozen, powered off meanwhile) the
+    /// error says so, and the request may have been carried out.
+    ///
+    /// Assumptions: one caller at a time per machine (the nemesis applies one fault per
+    /// machine at a time); a second concurrent request waits its turn or times out.
+    pub fn guest_control(&self, request: &str) -> Result<String> {
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = self.guest_dir();
+        let pending = dir.join("ctl-request");
+        let reply = dir.join(format!("ctl-reply-{seq}"));
+        let deadline = Instant::now() + GUEST_CONTROL_TIMEOUT;
+        let fail = |reason: String| LabError::Guest {
+            machine: self.name.clone(),
+            console_log: self.console_log(),
+            reason,
+        };
+        // One request at a time: wait for the guest to take an earlier one.
+        while pending.exists() {
+            if Instant::now() > deadline {
+                return Err(fail(format!(
+                    "an earlier control request is still pending: {request:?} not sent"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let tmp = dir.join(format!("ctl-request.{seq}.tmp"));
+        fs::write(&tmp, format!("{seq} {request}\n")).map_err(LabError::io(&tmp))?;
+        fs::rename(&tmp, &pending).map_err(LabError::io(&pending))?;
+        loop {
+            if let Ok(text) = fs::read_to_string(&reply) {
+                if text.ends_with('\n') {
+                    let _ = fs::remove_file(&reply);
+                    return Ok(text.trim().to_string());
+                }
+            }
+            if Instant::now() > deadline {
+                let withdrawn = dir.join(format!("ctl-withdrawn-{seq}"));
+                // The guest takes a request by renaming it: whoever renames first wins.
+                return Err(match fs::rename(&pending, &withdrawn) {
+                    Ok(()) => {
+                        let _ = fs::remove_file(&withdrawn);
+                        fail(format!(
+                            "no guest took {request:?} within {GUEST_CONTROL_TIMEOUT:?} (not \
+                             taken: nothing was done)"
+                        ))
+                    }
+                    Err(_) => fail(format!(
+                        "the guest took {request:?} but did not answer within \
+                         {GUEST_CONTROL_TIMEOUT:?} (it may have been carried out)"
+                    )),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Runs a command inside the machine's network namespace (not its PID namespace) and
     /// returns its stdout.
     pub fn exec_in_netns(&self, program: &str, args: &[&str]) -> Result<String> {
@@ -290,6 +429,22 @@ impl Machine {
     pub(crate) fn kill_all(&self) {
         kill_machine_and_bmc(&self.dir, &self.marker());
     }
+}
+
+/// How long [`Machine::guest_control`] waits for a guest's answer. The guest polls every
+/// 200 ms; a TCG guest on a loaded 2-core host may take a few seconds to be scheduled.
+pub const GUEST_CONTROL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The pids of a guest's `signalled <pid> ...` reply; `none` is no pid.
+fn parse_signalled(reply: &str) -> Option<Vec<i32>> {
+    if reply == "none" {
+        return Some(Vec::new());
+    }
+    reply
+        .strip_prefix("signalled ")?
+        .split_whitespace()
+        .map(|p| p.parse().ok())
+        .collect()
 }
 
 /// Runs a lab shell script through `/bin/sh` rather than executing the file itself: another
@@ -513,4 +668,17 @@ fn write_qemu_files(
         args = quoted.join(" "),
     );
     write_executable(&dir.join("boot.sh"), &boot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_signalled;
+
+    #[test]
+    fn a_guest_reply_names_the_signalled_pids_or_none() {
+        assert_eq!(parse_signalled("none"), Some(vec![]));
+        assert_eq!(parse_signalled("signalled 41 97"), Some(vec![41, 97]));
+        assert_eq!(parse_signalled("signalled 41 x"), None);
+        assert_eq!(parse_signalled("failed"), None);
+    }
 }

@@ -7,6 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use nix::sys::signal::Signal;
 use palisade_lab::process::{alive, pids_with_env, LAB_ENV};
 use palisade_lab::{
     Cut, Lab, LabConfig, LabError, MachineKind, QemuConfig, SnmpCred, WatchdogAction,
@@ -431,4 +432,139 @@ fn a_missing_kernel_a_qemu_that_will_not_start_and_a_silent_guest_are_clear_erro
             other => panic!("{what}: not a guest error: {other}"),
         }
     }
+}
+
+/// Every second: a tick, and a ping of every other machine of a two-machine lab and the hub;
+/// beside them a long `sleep` with another argument.
+const PEERS: &str = r#"sleep 100000 & echo $! > /machine/long.pid
+(while :; do sleep 1; date +%s > /machine/tick.tmp && mv /machine/tick.tmp /machine/tick; done) &
+i=0
+while :; do
+  i=$((i+1)); r="$i"
+  for a in 10.213.0.1 10.213.0.11 10.213.0.12; do
+    [ "$a" = "$PALISADE_MACHINE_ADDRESS" ] && continue
+    if ping -c1 -W1 $a >/dev/null 2>&1; then r="$r $a=up"; else r="$r $a=down"; fi
+  done
+  echo "$r" > /machine/peers.tmp && mv /machine/peers.tmp /machine/peers
+  sleep 1
+done"#;
+
+/// What machine `m`'s ping loop last saw: (sample, the addresses it reached).
+fn peers(m: &palisade_lab::Machine) -> Option<(u64, Vec<String>)> {
+    let s = std::fs::read_to_string(m.guest_dir().join("peers")).ok()?;
+    let mut w = s.split_whitespace();
+    let n = w.next()?.parse().ok()?;
+    let up = w
+        .filter_map(|x| x.strip_suffix("=up"))
+        .map(str::to_string)
+        .collect();
+    Some((n, up))
+}
+
+/// The addresses `m` reaches in a sample that started after now.
+fn reached_now(m: &palisade_lab::Machine) -> Vec<String> {
+    let after = peers(m).map_or(0, |p| p.0) + 1;
+    eventually("a fresh ping sample", Duration::from_secs(60), || {
+        peers(m).filter(|p| p.0 > after).map(|p| p.1)
+    })
+}
+
+fn tick(m: &palisade_lab::Machine) -> Option<String> {
+    std::fs::read_to_string(m.guest_dir().join("tick")).ok()
+}
+
+#[test]
+fn the_guest_control_loop_signals_steps_the_clock_and_peer_cuts_isolate_a_vm_from_its_peers() {
+    let lab = lab_with(2, PEERS, QemuConfig::default());
+    let (m0, m1) = (&lab.machines()[0], &lab.machines()[1]);
+    let hub = "10.213.0.1".to_string();
+    let (a0, a1) = (m0.address().to_string(), m1.address().to_string());
+    eventually("both guests reach the hub and each other", BOOT, || {
+        (peers(m0).is_some_and(|p| p.1 == [hub.clone(), a1.clone()])
+            && peers(m1).is_some_and(|p| p.1 == [hub.clone(), a0.clone()]))
+        .then_some(())
+    });
+
+    // A peer cut of m0: neither reaches the other; both still reach the hub.
+    lab.partition(0, Cut::Peers).unwrap();
+    assert_eq!(reached_now(m0), [hub.as_str()], "m0 -> m1 must be cut");
+    assert_eq!(reached_now(m1), [hub.as_str()], "m1 -> m0 must be cut");
+    lab.heal(0).unwrap();
+    assert_eq!(reached_now(m0), [hub.clone(), a1.clone()]);
+    assert_eq!(reached_now(m1), [hub.clone(), a0.clone()]);
+
+    // SIGSTOP by name through the guest: the ticker stops; SIGCONT: it ticks again.
+    eventually("a tick", BOOT, || tick(m0));
+    let stopped = eventually("a sleep to stop", Duration::from_secs(30), || {
+        Some(m0.signal("sleep", "1", Signal::SIGSTOP).unwrap()).filter(|p| !p.is_empty())
+    });
+    let long: i32 = std::fs::read_to_string(m0.guest_dir().join("long.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        !stopped.contains(&long),
+        "`sleep 100000` has another argument: it must not be signalled ({stopped:?})"
+    );
+    let frozen = tick(m0);
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(tick(m0), frozen, "stopped {stopped:?}: no tick may follow");
+    assert!(!m0.signal("sleep", "1", Signal::SIGCONT).unwrap().is_empty());
+    eventually("ticking again", Duration::from_secs(30), || {
+        (tick(m0) != frozen).then_some(())
+    });
+    assert!(
+        m0.signal("no-such-process", "x", Signal::SIGKILL)
+            .unwrap()
+            .is_empty(),
+        "no process of that name: nothing signalled"
+    );
+
+    // A clock step moves the guest's wall clock only, and back.
+    let host = |_: ()| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    };
+    let ahead = m0.set_clock_offset(100).unwrap();
+    assert!(
+        (ahead - host(()) - 100).abs() <= 3,
+        "the guest's clock is 100 s ahead: {ahead} against the host's {}",
+        host(())
+    );
+    eventually(
+        "the ticker writes the stepped time",
+        Duration::from_secs(30),
+        || {
+            tick(m0)
+                .and_then(|t| t.trim().parse::<i64>().ok())
+                .filter(|t| t - host(()) >= 97)
+        },
+    );
+    let back = m0.set_clock_offset(0).unwrap();
+    assert!((back - host(())).abs() <= 3, "stepped back: {back}");
+    let behind = m1.set_clock_offset(-30).unwrap();
+    assert!(
+        (behind - host(()) + 30).abs() <= 3,
+        "m1 30 s behind: {behind}"
+    );
+    assert!(
+        (m0.set_clock_offset(0).unwrap() - host(())).abs() <= 3,
+        "m0's clock did not follow m1's"
+    );
+
+    // A namespace machine has no clock of its own: a clear error, nothing moves.
+    let ns = Lab::start(LabConfig {
+        machines: 1,
+        machine_command: "exec sleep 100000".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let err = ns.machines()[0]
+        .set_clock_offset(5)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("only a QEMU machine"), "{err}");
 }

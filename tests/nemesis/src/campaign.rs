@@ -21,6 +21,7 @@ use crate::history::{History, Record};
 use crate::observer::{self, list_fences, snapshot};
 use crate::schedule::{self, Event};
 use crate::world::{World, WorldConfig};
+use palisade_lab::MachineKind;
 
 /// A campaign's parameters.
 #[derive(Clone, Debug)]
@@ -47,6 +48,9 @@ pub struct Config {
     /// The world without fence devices ([`WorldConfig::no_fence_devices`]): nothing may be
     /// released, whatever the faults.
     pub no_fence_devices: bool,
+    /// The machines' kind ([`WorldConfig::machine_kind`]); QEMU machines also draw the
+    /// classes only they can take ([`schedule::class_fits`]).
+    pub machine_kind: MachineKind,
 }
 
 impl Config {
@@ -64,6 +68,9 @@ impl Config {
         }
         if self.no_fence_devices {
             cmd.push_str(" --no-fence-devices");
+        }
+        if self.machine_kind == MachineKind::Qemu {
+            cmd.push_str(" --qemu");
         }
         cmd
     }
@@ -122,8 +129,14 @@ fn say(start: Instant, what: &str) {
 pub fn run(cfg: &Config) -> Result<Outcome> {
     let start = Instant::now();
     std::fs::create_dir_all(&cfg.out).with_context(|| format!("creating {}", cfg.out.display()))?;
-    let schedule =
-        schedule::generate_only(cfg.seed, cfg.events, cfg.machines, cfg.writers, &cfg.only);
+    let schedule = schedule::generate_only(
+        cfg.seed,
+        cfg.events,
+        cfg.machines,
+        cfg.writers,
+        &cfg.only,
+        cfg.machine_kind,
+    );
     let world = World::start(
         &WorldConfig {
             machines: cfg.machines,
@@ -134,6 +147,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             controller_clock: schedule
                 .iter()
                 .any(|e| !e.fault.clock_steps_ms().is_empty()),
+            machine_kind: cfg.machine_kind,
         },
         &|s| say(start, s),
     )?;
@@ -465,12 +479,18 @@ fn render(
         .count();
     let _ = writeln!(
         s,
-        "nemesis campaign: seed {}, {} of {} events applied ({} skipped), {} machines, {} writers, {:.0} s",
+        "nemesis campaign: seed {}, {} of {} events applied ({} skipped), {} {}machines, {} writers, {:.0} s",
         cfg.seed,
         applied.len(),
         schedule.len(),
         skipped,
         cfg.machines,
+        // Unchanged for namespace machines, so earlier reports compare line by line.
+        if cfg.machine_kind == MachineKind::Qemu {
+            "QEMU "
+        } else {
+            ""
+        },
         cfg.writers,
         start.elapsed().as_secs_f64()
     );

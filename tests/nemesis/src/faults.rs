@@ -15,6 +15,9 @@ use crate::schedule::{Event, Fault, Replicas, Target};
 use crate::world::Controllers;
 use crate::world::World;
 
+/// Where the bridge and the CSI attacher come from to the storage admin API's relay.
+const LOOPBACK: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
 /// Holds a fault; cut short by a stop request, so the heal still follows.
 fn sleep_ms(ms: u64) {
     crate::campaign::sleep(Duration::from_millis(ms));
@@ -24,6 +27,19 @@ fn signal(pid: i32, sig: Signal) -> String {
     match kill(Pid::from_raw(pid), sig) {
         Ok(()) => format!("{sig:?} pid {pid}"),
         Err(e) => format!("{sig:?} pid {pid} failed: {e}"),
+    }
+}
+
+/// Sends `sig` to machine `i`'s node agent (from the host, or through a QEMU guest's control
+/// loop) and says what was done; `None` when no agent runs there.
+fn signal_agent(world: &World, i: usize, sig: Signal) -> Option<String> {
+    // The agent itself (`--node-name`), not the container shims it runs from its binary.
+    match world.lab.machines()[i].signal("palisade-node", "--node-name", sig) {
+        Ok(pids) if pids.is_empty() => None,
+        Ok(pids) => Some(format!("{sig:?} palisade-node pid {pids:?}")),
+        // Recorded as done: the request may have been carried out (a guest that took it and
+        // froze), and the history must not miss a fault that happened.
+        Err(e) => Some(format!("{sig:?} palisade-node: {e}")),
     }
 }
 
@@ -151,19 +167,22 @@ fn apply_fault(
             } else {
                 Signal::SIGTERM
             };
-            match world.agent_pid(i) {
-                Some(pid) => {
-                    h.push(fault(signal(pid, sig)));
+            match signal_agent(world, i, sig) {
+                Some(done) => {
+                    h.push(fault(done));
                     h.push(heal("the supervisor restarts the agent".into()));
                 }
                 None => h.push(skip(format!("no palisade-node on m{i}"))),
             }
         }
-        Fault::AgentStop { hold_ms, .. } => match world.agent_pid(i) {
-            Some(pid) => {
-                h.push(fault(signal(pid, Signal::SIGSTOP)));
+        Fault::AgentStop { hold_ms, .. } => match signal_agent(world, i, Signal::SIGSTOP) {
+            Some(done) => {
+                h.push(fault(done));
                 sleep_ms(*hold_ms);
-                h.push(heal(signal(pid, Signal::SIGCONT)));
+                // By name: a stopped agent is still the one running (the supervisor waits).
+                let resumed = signal_agent(world, i, Signal::SIGCONT)
+                    .unwrap_or_else(|| "no palisade-node left to resume".into());
+                h.push(heal(resumed));
             }
             None => h.push(skip(format!("no palisade-node on m{i}"))),
         },
@@ -176,14 +195,41 @@ fn apply_fault(
                 "ControlPlane cut for {hold_ms} ms; the agent restarts after {half} ms"
             )));
             sleep_ms(half);
-            let detail = match world.agent_pid(i) {
-                Some(pid) => signal(pid, Signal::SIGTERM),
-                None => "no palisade-node to restart".into(),
-            };
+            let detail = signal_agent(world, i, Signal::SIGTERM)
+                .unwrap_or_else(|| "no palisade-node to restart".into());
             h.push(fault(format!("during the cut: {detail}")));
             sleep_ms(hold_ms - half);
             world.lab.heal(i)?;
             h.push(heal("control plane restored".into()));
+        }
+        Fault::MachineClockStep {
+            step_ms, hold_ms, ..
+        } => {
+            let m = &world.lab.machines()[i];
+            let secs = step_ms / 1_000;
+            if !m.is_powered() {
+                h.push(skip(format!("m{i} is off: no clock to step")));
+                return Ok(());
+            }
+            // Recorded whatever the answer: a guest that took the request and did not answer
+            // may have stepped.
+            let stepped = match m.set_clock_offset(secs) {
+                Ok(now) => format!("wall clock stepped {secs:+} s (guest time now {now})"),
+                Err(e) => format!("wall clock step {secs:+} s, unconfirmed: {e}"),
+            };
+            h.push(fault(stepped));
+            sleep_ms(*hold_ms);
+            // Back to the true time (absolute: also right for a machine fenced and rebooted
+            // meanwhile). A machine that is off has no clock to correct.
+            let healed = if m.is_powered() {
+                match m.set_clock_offset(0) {
+                    Ok(now) => format!("wall clock back on time (guest time now {now})"),
+                    Err(e) => format!("stepping the clock back failed: {e}"),
+                }
+            } else {
+                "the machine is off (it boots on the true time)".into()
+            };
+            h.push(heal(healed));
         }
         Fault::LeaderKill { down_ms } => match leader_pid(world) {
             Some((id, _)) => {
@@ -434,6 +480,19 @@ fn apply_fault(
                 )
                 .collect();
             h.push(heal(resumed.join("; ")));
+        }
+        Fault::StorageAdminDownDuringCut { hold_ms, .. } => {
+            world.storage_admin.cut(LOOPBACK);
+            world.lab.partition(i, Cut::All)?;
+            h.push(fault(format!(
+                "storage admin API black-holed; All cut for {hold_ms} ms"
+            )));
+            sleep_ms(*hold_ms);
+            world.lab.heal(i)?;
+            h.push(heal("cut healed; storage admin API still down".into()));
+            sleep_ms(2_000);
+            world.storage_admin.heal(LOOPBACK);
+            h.push(heal("storage admin API answers again".into()));
         }
         Fault::ControllerClockStep {
             replicas,

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use palisade_lab::MachineKind;
 use palisade_nemesis::{run, Config};
 
 /// A seeded random fault campaign on the lab, judged by the at-most-one checker.
@@ -54,6 +55,11 @@ struct Args {
     /// started.
     #[arg(long)]
     print_schedule: bool,
+    /// QEMU virtual machines instead of namespace machines: the agents and pods run in the
+    /// guests (TCG), the watchdog is a real i6300esb, and the `machine-clock-step` class steps
+    /// a guest's own clock.
+    #[arg(long)]
+    qemu: bool,
     /// Output directory (history.jsonl, report.txt, logs/ on failure); default
     /// target/chaos/lab-seed<SEED>.
     #[arg(long)]
@@ -140,6 +146,19 @@ fn main() -> ExitCode {
         eprintln!("palisade-nemesis: --only {bad}: no such fault class (--only list prints them)");
         return ExitCode::from(2);
     }
+    let kind = if args.qemu {
+        MachineKind::Qemu
+    } else {
+        MachineKind::Namespace
+    };
+    if let Some(bad) = args
+        .only
+        .iter()
+        .find(|c| !palisade_nemesis::schedule::class_fits(c, kind))
+    {
+        eprintln!("palisade-nemesis: --only {bad}: needs QEMU machines (--qemu)");
+        return ExitCode::from(2);
+    }
     if args.events == 0 || args.minutes == 0 {
         eprintln!("palisade-nemesis: --events and --minutes must be positive");
         return ExitCode::from(2);
@@ -157,6 +176,7 @@ fn main() -> ExitCode {
             args.machines,
             args.writers,
             &args.only,
+            kind,
         ) {
             match serde_json::to_string(&ev) {
                 Ok(line) => println!("{line}"),
@@ -181,6 +201,7 @@ fn main() -> ExitCode {
         planted: args.planted.clone(),
         only: args.only.clone(),
         no_fence_devices: args.no_fence_devices,
+        machine_kind: kind,
     };
     println!(
         "palisade-nemesis: seed {seed}; replay with: {}",

@@ -4,6 +4,8 @@
 //! live processes of one identity with different pod UIDs, at once, are two incarnations. The
 //! lab id keeps campaigns that share a host (two test runs) from judging each other's pods.
 //!
+//! On QEMU machines the host sees no guest process: there the containers beat ([`Beats`]).
+//!
 //! "At once" is proven, not sampled: a scan sees process A at t1 and B at t2; A is then read
 //! again at t3 with the same start time. A process never comes back, so A lived through
 //! [t1, t3], which contains t2.
@@ -118,9 +120,200 @@ pub fn overlapping(found: &[Incarnation]) -> Vec<Incarnation> {
     }
 }
 
+/// The environment variable naming the directory an identity's container beats in.
+pub const BEAT_DIR_ENV: &str = "NEMESIS_BEAT_DIR";
+
+/// What an identity's container runs on machines whose processes the host cannot see (QEMU
+/// guests): a counter written five times a second to `<beat dir>/<pod uid>`, with the node,
+/// each write a rename (a reader sees one whole line). Only a live process advances it.
+pub const BEAT_COMMAND: &str = r#"i=0; f="$NEMESIS_BEAT_DIR/$POD_UID"
+while :; do i=$((i+1)); echo "$i $NODE_NAME" > "$f.tmp" && mv "$f.tmp" "$f"; sleep 0.2; done"#;
+
+/// Where the containers of identity `name` beat, under the lab's shared directory.
+pub fn beat_dir(shared: &std::path::Path, name: &str) -> std::path::PathBuf {
+    shared.join("beats").join(name)
+}
+
+/// Presence told by beats rather than by `/proc`: each incarnation (pod UID) advances a
+/// counter while it lives. "At once" is proven, as [`overlapping`] proves it: a read that
+/// finds a counter changed since the read before proves its process alive at some instant
+/// between the start of the earlier read and the end of this one (an *advance window*). A
+/// process's life is one interval, so it lived through everything between the end of its
+/// first advance window and the start of its last ([`Life::sure`]). Two incarnations
+/// overlapped for certain when one's sure interval meets the other's, or holds one of the
+/// other's windows whole. Frozen or powered-off guests stop beating and prove nothing;
+/// nothing is ever inferred from a counter that did not move.
+#[derive(Debug, Default)]
+pub struct Beats {
+    /// Per identity, per pod UID: the last value read and what the reads proved.
+    lives: BTreeMap<String, BTreeMap<String, Life>>,
+}
+
+/// What the reads of one incarnation's counter proved.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Life {
+    /// The value the last read found, and when that read began.
+    last: Option<(String, f64)>,
+    /// The first advance window: (earlier read's start, this read's end).
+    first: Option<(f64, f64)>,
+    /// The latest advance window.
+    latest: Option<(f64, f64)>,
+    /// The node the counter names.
+    pub node: String,
+}
+
+impl Life {
+    /// Takes one read: `value` read between `start` and `end` (seconds on one clock).
+    fn read(&mut self, value: &str, start: f64, end: f64) {
+        if let Some((old, old_start)) = &self.last {
+            if old != value {
+                let w = (*old_start, end);
+                self.first.get_or_insert(w);
+                self.latest = Some(w);
+            }
+        }
+        self.last = Some((value.to_string(), start));
+    }
+
+    /// The interval the process surely lived through (empty before two advances).
+    pub fn sure(&self) -> Option<(f64, f64)> {
+        let (f, l) = (self.first?, self.latest?);
+        (f.1 <= l.0).then_some((f.1, l.0))
+    }
+
+    /// True when this life and `other` certainly overlapped in time.
+    pub fn overlaps(&self, other: &Life) -> bool {
+        let inside =
+            |w: Option<(f64, f64)>, s: (f64, f64)| w.is_some_and(|w| s.0 <= w.0 && w.1 <= s.1);
+        match (self.sure(), other.sure()) {
+            (Some(a), Some(b)) => a.0 <= b.1 && b.0 <= a.1,
+            (Some(a), None) => inside(other.first, a),
+            (None, Some(b)) => inside(self.first, b),
+            (None, None) => false,
+        }
+    }
+}
+
+impl Beats {
+    /// Reads every counter under `shared`'s beat directories for `identities` once; `now`
+    /// gives the observer's clock (seconds). Returns, per identity, the incarnations proven
+    /// alive together (machine, pod UID) when there are any.
+    pub fn read(
+        &mut self,
+        shared: &std::path::Path,
+        identities: &[&str],
+        now: impl Fn() -> f64,
+    ) -> BTreeMap<String, Vec<(String, String)>> {
+        let mut out = BTreeMap::new();
+        for name in identities {
+            let dir = beat_dir(shared, name);
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            let lives = self.lives.entry(format!("{name}-0")).or_default();
+            for uid in entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|f| !f.ends_with(".tmp"))
+            {
+                let start = now();
+                let Ok(text) = std::fs::read_to_string(dir.join(&uid)) else {
+                    continue;
+                };
+                let end = now();
+                let life = lives.entry(uid).or_default();
+                life.read(text.trim(), start, end);
+                if let Some(node) = text.split_whitespace().nth(1) {
+                    life.node = node.to_string();
+                }
+            }
+            let uids: Vec<&String> = lives.keys().collect();
+            let mut both = Vec::new();
+            for (i, a) in uids.iter().enumerate() {
+                for b in &uids[i + 1..] {
+                    if lives[*a].overlaps(&lives[*b]) {
+                        for u in [*a, *b] {
+                            let p = (lives[u].node.clone(), u.clone());
+                            if !both.contains(&p) {
+                                both.push(p);
+                            }
+                        }
+                    }
+                }
+            }
+            if !both.is_empty() {
+                out.insert(format!("{name}-0"), both);
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn life(reads: &[(&str, f64)]) -> Life {
+        let mut l = Life::default();
+        for (v, t) in reads {
+            l.read(v, *t, t + 0.1);
+        }
+        l
+    }
+
+    #[test]
+    fn beats_prove_overlap_only_from_advances_that_bracket_the_other() {
+        // A advances between 0 and 1.1 and between 4 and 5.1: sure alive over [1.1, 4].
+        let a = life(&[("1", 0.0), ("2", 1.0), ("2", 2.0), ("3", 4.0), ("4", 5.0)]);
+        assert_eq!(a.sure(), Some((1.1, 4.0)));
+        // B advances once between 2 and 3.1: inside A's sure interval.
+        let b = life(&[("1", 2.0), ("2", 3.0)]);
+        assert!(a.overlaps(&b) && b.overlaps(&a));
+        // C advances only after A's last advance began: A may have died first.
+        let c = life(&[("1", 4.5), ("2", 6.0), ("3", 7.0)]);
+        assert!(!a.overlaps(&c));
+        // A counter that never moved proves nothing (a frozen guest, an old file).
+        let still = life(&[("9", 0.0), ("9", 2.0), ("9", 3.0)]);
+        assert!(!a.overlaps(&still) && still.sure().is_none());
+        // Two sure intervals that meet.
+        let d = life(&[("1", 3.0), ("2", 3.5), ("3", 8.0), ("4", 9.0)]);
+        assert!(a.overlaps(&d));
+    }
+
+    #[test]
+    fn beats_are_read_from_the_shared_directory_and_judged_per_identity() {
+        let shared = std::env::temp_dir().join(format!("beats-test-{}", std::process::id()));
+        let dir = beat_dir(&shared, "v0");
+        std::fs::create_dir_all(&dir).unwrap();
+        let clock = std::cell::Cell::new(0.0);
+        let now = || {
+            clock.set(clock.get() + 0.01);
+            clock.get()
+        };
+        let mut beats = Beats::default();
+        let write = |uid: &str, v: u32, node: &str| {
+            std::fs::write(dir.join(uid), format!("{v} {node}\n")).unwrap()
+        };
+        for v in 1..=3 {
+            write("uid-a", v, "m0");
+            assert!(beats.read(&shared, &["v0"], now).is_empty());
+        }
+        // B starts while A still beats: B once, A twice more.
+        write("uid-b", 1, "m1");
+        beats.read(&shared, &["v0"], now);
+        write("uid-b", 2, "m1");
+        beats.read(&shared, &["v0"], now);
+        write("uid-a", 4, "m0");
+        beats.read(&shared, &["v0"], now);
+        // Only an advance of A read after B's window closed brackets it.
+        write("uid-a", 5, "m0");
+        let found = beats.read(&shared, &["v0"], now);
+        assert_eq!(
+            found.get("v0-0").map(Vec::len),
+            Some(2),
+            "both incarnations named: {found:?}"
+        );
+        std::fs::remove_dir_all(&shared).unwrap();
+    }
 
     #[test]
     fn an_environment_variable_is_found_whole() {

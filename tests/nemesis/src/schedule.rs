@@ -5,6 +5,7 @@
 //! is applied") or by index; the runner resolves them against the lab and records the machine
 //! it chose in the history.
 
+use palisade_lab::MachineKind;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -208,6 +209,17 @@ pub enum Fault {
         /// How long the cut lasts.
         hold_ms: u64,
     },
+    /// The machine is cut off completely while the storage server's admin API (its firewall,
+    /// which a storage fence and the CSI attacher drive) is black-holed: connections open and
+    /// new ones go silent, while the data path keeps serving the writers. The power level's
+    /// storage device cannot verify; the storage-only level cannot either. The cut heals
+    /// first; the admin API comes back 2 s later.
+    StorageAdminDownDuringCut {
+        /// Whom.
+        target: Target,
+        /// How long the cut lasts.
+        hold_ms: u64,
+    },
     /// The machine is cut off completely while every device that could fence it is frozen
     /// (its BMC and the PDU's agent): nothing can verify a fence, so nothing may be released.
     /// The cut heals first; the devices come back 2 s later.
@@ -225,6 +237,18 @@ pub enum Fault {
         /// Whose clock.
         replicas: Replicas,
         /// The step, in either direction (2 s to 25 s).
+        step_ms: i64,
+        /// How long the clock stays off.
+        hold_ms: u64,
+    },
+    /// The wall clock (`CLOCK_REALTIME`) of one machine steps by `step_ms` (whole seconds),
+    /// as a bad NTP step on the node would: its agent stamps its Lease renewals and reads its
+    /// own deadlines with it; its monotonic clock runs on. After `hold_ms` it steps back.
+    /// QEMU machines only (a namespace machine shares the host's clock).
+    MachineClockStep {
+        /// Whose clock.
+        target: Target,
+        /// The step, whole seconds in either direction (2 s to 25 s).
         step_ms: i64,
         /// How long the clock stays off.
         hold_ms: u64,
@@ -269,10 +293,12 @@ impl Fault {
             Fault::ControllersRestartTogether { .. } => "controllers-restart-together",
             Fault::BridgeCrashDuringCut { .. } => "bridge-crash-during-cut",
             Fault::DevicesDownDuringCut { .. } => "devices-down-during-cut",
+            Fault::StorageAdminDownDuringCut { .. } => "storage-admin-down-during-cut",
             Fault::BmcGarbageDuringCut { .. } => "bmc-garbage-during-cut",
             Fault::BmcSlowDuringCut { .. } => "bmc-slow-during-cut",
             Fault::DeposedLeaderLateRequest { .. } => "deposed-leader-late-request",
             Fault::ControllerClockStep { .. } => "controller-clock-step",
+            Fault::MachineClockStep { .. } => "machine-clock-step",
             Fault::TwoAtOnce { .. } => "two-at-once",
         }
     }
@@ -294,7 +320,8 @@ impl Fault {
             | Fault::BmcFreeze { .. }
             | Fault::BmcFrozenDuringCut { .. }
             | Fault::PeerCut { .. }
-            | Fault::IsolatedButStorage { .. } => true,
+            | Fault::IsolatedButStorage { .. }
+            | Fault::MachineClockStep { .. } => true,
             Fault::LeaderKill { .. }
             | Fault::LeaderStop { .. }
             | Fault::ApiRestart { .. }
@@ -322,9 +349,11 @@ impl Fault {
             | Fault::ApiRestartDuringPeerCut { target, .. }
             | Fault::BridgeCrashDuringCut { target, .. }
             | Fault::DevicesDownDuringCut { target, .. }
+            | Fault::StorageAdminDownDuringCut { target, .. }
             | Fault::BmcGarbageDuringCut { target, .. }
             | Fault::BmcSlowDuringCut { target, .. }
-            | Fault::DeposedLeaderLateRequest { target, .. } => Some(*target),
+            | Fault::DeposedLeaderLateRequest { target, .. }
+            | Fault::MachineClockStep { target, .. } => Some(*target),
             Fault::TwoAtOnce { first, .. } => first.target(),
             Fault::LeaderKill { .. }
             | Fault::LeaderStop { .. }
@@ -363,6 +392,7 @@ impl Fault {
                 | Fault::IsolatedButStorage { .. }
                 | Fault::BridgeCrashDuringCut { .. }
                 | Fault::DevicesDownDuringCut { .. }
+                | Fault::StorageAdminDownDuringCut { .. }
                 | Fault::BmcGarbageDuringCut { .. }
                 | Fault::BmcSlowDuringCut { .. }
                 | Fault::DeposedLeaderLateRequest { .. }
@@ -394,6 +424,7 @@ const CLASSES: &[(&str, u32)] = &[
     ("controllers-restart-together", 1),
     ("bridge-crash-during-cut", 2),
     ("devices-down-during-cut", 1),
+    ("storage-admin-down-during-cut", 1),
     ("bmc-garbage-during-cut", 1),
     ("bmc-slow-during-cut", 1),
     ("deposed-leader-late-request", 1),
@@ -401,9 +432,27 @@ const CLASSES: &[(&str, u32)] = &[
     ("two-at-once", 2),
 ];
 
-/// The names of every fault class the nemesis can draw.
+/// The classes only QEMU machines can take (their kernel is their own), drawn after
+/// [`CLASSES`] so a namespace campaign's schedule is the same as before they existed.
+const QEMU_CLASSES: &[(&str, u32)] = &[("machine-clock-step", 2)];
+
+/// The names of every fault class the nemesis can draw, on any kind of machine.
 pub fn classes() -> impl Iterator<Item = &'static str> {
-    CLASSES.iter().map(|(c, _)| *c)
+    CLASSES.iter().chain(QEMU_CLASSES).map(|(c, _)| *c)
+}
+
+/// Whether machines of `kind` can take faults of `class`.
+pub fn class_fits(class: &str, kind: MachineKind) -> bool {
+    kind == MachineKind::Qemu || !QEMU_CLASSES.iter().any(|(c, _)| *c == class)
+}
+
+/// The classes, with their weights, a campaign on machines of `kind` draws from.
+fn classes_for(kind: MachineKind) -> Vec<(&'static str, u32)> {
+    let mut all = CLASSES.to_vec();
+    if kind == MachineKind::Qemu {
+        all.extend_from_slice(QEMU_CLASSES);
+    }
+    all
 }
 
 /// One scheduled event.
@@ -421,29 +470,28 @@ pub struct Event {
 /// Guarantees: deterministic in its arguments; every machine index is below `machines`, every
 /// writer index below `writers`; every duration is bounded (no hold longer than 25 s).
 pub fn generate(seed: u64, events: usize, machines: usize, writers: usize) -> Vec<Event> {
-    generate_only(seed, events, machines, writers, &[])
+    generate_only(seed, events, machines, writers, &[], MachineKind::Namespace)
 }
 
-/// As [`generate`], drawing only the classes named in `only` (empty: every class), with their
-/// usual weights. Names that are not classes are ignored; callers check them with
-/// [`classes`].
+/// As [`generate`], for machines of `kind`, drawing only the classes named in `only` (empty:
+/// every class that fits `kind`, [`class_fits`]), with their usual weights. Names that are
+/// not classes, or do not fit `kind`, are ignored; callers check them with [`classes`] and
+/// [`class_fits`].
 pub fn generate_only(
     seed: u64,
     events: usize,
     machines: usize,
     writers: usize,
     only: &[String],
+    kind: MachineKind,
 ) -> Vec<Event> {
-    let drawn: Vec<(&str, u32)> = CLASSES
+    let fitting = classes_for(kind);
+    let drawn: Vec<(&str, u32)> = fitting
         .iter()
         .filter(|(c, _)| only.is_empty() || only.iter().any(|o| o == c))
         .copied()
         .collect();
-    let drawn = if drawn.is_empty() {
-        CLASSES.to_vec()
-    } else {
-        drawn
-    };
+    let drawn = if drawn.is_empty() { fitting } else { drawn };
     let mut rng = StdRng::seed_from_u64(seed);
     let total: u32 = drawn.iter().map(|(_, w)| w).sum();
     (0..events)
@@ -462,7 +510,7 @@ pub fn generate_only(
                 .map(|(c, _)| *c)
                 .unwrap_or("cut-all");
             let fault = if class == "two-at-once" {
-                two_at_once(&mut rng, machines, writers)
+                two_at_once(&mut rng, machines, writers, kind)
             } else {
                 draw(class, &mut rng, machines, writers)
             };
@@ -556,6 +604,10 @@ fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault
             crash_after_ms: rng.gen_range(3_000..=6_000),
             down_ms: rng.gen_range(1_000..=5_000),
         },
+        "storage-admin-down-during-cut" => Fault::StorageAdminDownDuringCut {
+            target,
+            hold_ms: cut_hold.max(10_000),
+        },
         "devices-down-during-cut" => Fault::DevicesDownDuringCut {
             target,
             hold_ms: cut_hold.max(10_000),
@@ -579,6 +631,13 @@ fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault
             step_ms: rng.gen_range(2_000..=25_000) * if rng.gen_bool(0.5) { 1 } else { -1 },
             hold_ms: cut_hold,
         },
+        // As the controllers' steps: beyond the detection thresholds and the Lease, held as
+        // long as a cut. Whole seconds: the guest's `date -s` takes no fraction.
+        "machine-clock-step" => Fault::MachineClockStep {
+            target,
+            step_ms: rng.gen_range(2..=25) * 1_000 * if rng.gen_bool(0.5) { 1 } else { -1 },
+            hold_ms: cut_hold,
+        },
         _ => Fault::BmcSlowDuringCut {
             target,
             hold_ms: cut_hold.max(12_000),
@@ -589,10 +648,10 @@ fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault
 
 /// Draws two composable faults ([`Fault::composable`]) and when the second begins: within
 /// the first's first 8 s, so the two overlap.
-fn two_at_once(rng: &mut StdRng, machines: usize, writers: usize) -> Fault {
-    let composable: Vec<&str> = CLASSES
-        .iter()
-        .map(|(c, _)| *c)
+fn two_at_once(rng: &mut StdRng, machines: usize, writers: usize, kind: MachineKind) -> Fault {
+    let composable: Vec<&str> = classes_for(kind)
+        .into_iter()
+        .map(|(c, _)| c)
         .filter(|c| *c != "two-at-once")
         .collect();
     let mut pick = |as_second: bool| loop {
@@ -667,12 +726,48 @@ mod tests {
     #[test]
     fn a_restricted_schedule_draws_only_the_named_classes() {
         let only = vec!["peer-cut".to_string(), "etcd-freeze".to_string()];
-        let events = generate_only(3, 60, 5, 2, &only);
+        let events = generate_only(3, 60, 5, 2, &only, MachineKind::Namespace);
         let drawn: std::collections::BTreeSet<&str> =
             events.iter().map(|e| e.fault.class()).collect();
         assert_eq!(drawn, ["etcd-freeze", "peer-cut"].into_iter().collect());
         // No restriction is the full draw.
-        assert_eq!(generate_only(3, 60, 5, 2, &[]), generate(3, 60, 5, 2));
+        assert_eq!(
+            generate_only(3, 60, 5, 2, &[], MachineKind::Namespace),
+            generate(3, 60, 5, 2)
+        );
+    }
+
+    #[test]
+    fn machine_clock_steps_are_drawn_for_qemu_machines_only() {
+        let drawn = |kind| -> std::collections::BTreeSet<&'static str> {
+            generate_only(11, 400, 5, 2, &[], kind)
+                .iter()
+                .flat_map(|e| match &e.fault {
+                    Fault::TwoAtOnce { first, second, .. } => vec![first.class(), second.class()],
+                    f => vec![f.class()],
+                })
+                .collect()
+        };
+        assert!(!drawn(MachineKind::Namespace).contains("machine-clock-step"));
+        assert!(drawn(MachineKind::Qemu).contains("machine-clock-step"));
+        assert!(class_fits("machine-clock-step", MachineKind::Qemu));
+        assert!(!class_fits("machine-clock-step", MachineKind::Namespace));
+        assert!(class_fits("peer-cut", MachineKind::Namespace));
+        // Asking a namespace campaign for it alone falls back to the full draw, which has none.
+        let only = vec!["machine-clock-step".to_string()];
+        assert!(generate_only(5, 50, 5, 2, &only, MachineKind::Namespace)
+            .iter()
+            .all(|e| e.fault.class() != "machine-clock-step"));
+        for e in generate_only(5, 50, 5, 2, &only, MachineKind::Qemu) {
+            let Fault::MachineClockStep {
+                step_ms, hold_ms, ..
+            } = e.fault
+            else {
+                panic!("{:?} drawn from --only machine-clock-step", e.fault);
+            };
+            assert!((2_000..=25_000).contains(&step_ms.abs()) && step_ms % 1_000 == 0);
+            assert!(hold_ms <= 25_000);
+        }
     }
 
     #[test]
@@ -708,10 +803,11 @@ mod tests {
 
     #[test]
     fn a_long_campaign_draws_every_class() {
-        let drawn: std::collections::BTreeSet<&str> = generate(1, 500, 5, 2)
-            .iter()
-            .map(|e| e.fault.class())
-            .collect();
+        let drawn: std::collections::BTreeSet<&str> =
+            generate_only(1, 500, 5, 2, &[], MachineKind::Qemu)
+                .iter()
+                .map(|e| e.fault.class())
+                .collect();
         for c in classes() {
             assert!(drawn.contains(c), "class {c} never drawn");
         }

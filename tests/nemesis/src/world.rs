@@ -1,12 +1,13 @@
 //! The campaign's world: one long-lived lab and everything that runs on it.
 //!
-//! Namespace machines running `palisade-node` (under a supervisor loop that restarts it), the
+//! Machines (namespaces or QEMU virtual machines) running `palisade-node` (under a supervisor
+//! loop that restarts it), the
 //! real control plane, a BMC per machine and a PDU, the lab storage server with its CSI
 //! attacher, the firmware-bridge holding every credential, two controllers (a leader and a
 //! standby) and `writers` StatefulSets `w0`, `w1`, ..., each writing to its own ReadWriteOnce
-//! CSI volume and logging its acknowledgements under `<lab>/acks/<writer>/`, plus one
-//! volume-less identity ([`IDENTITY`]: a StatefulSet whose container only sleeps), judged by
-//! process presence ([`crate::presence`]).
+//! CSI volume and logging its acknowledgements under `<lab>/shared/acks/<writer>/`, plus one
+//! volume-less identity ([`IDENTITY`]: a StatefulSet whose container only sleeps, or on QEMU
+//! machines beats), judged by process presence ([`crate::presence`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -18,9 +19,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::PostParams;
 use kube::Api;
-use palisade_lab::Lab;
+use palisade_lab::{Lab, MachineKind};
 use palisade_scenario::{
-    eventually, fence_target, free_port, lab_with_agents, pod_phase, policy, AgentOptions,
+    eventually, fence_target, free_port, lab_of_kind, pod_phase, policy, AgentOptions,
     BridgeOptions, Cluster, FirmwareBridge, Proc, Storage, STORAGE_DATA, SYSTEM_NS,
 };
 use parking_lot::Mutex;
@@ -251,12 +252,17 @@ pub struct WorldConfig {
     /// Bugs planted in the controllers (`PALISADE_PLANTED_BUGS`; empty: none).
     pub planted: Vec<String>,
     /// No machine has a FenceTarget, and the policy trusts a self-fence that an armed
-    /// `nowayout` watchdog backs. The namespace machines advertise no watchdog, so nothing may
-    /// ever be released: every silent node's pods must stay where they are.
+    /// `nowayout` watchdog backs. Namespace machines advertise no watchdog, so nothing may
+    /// ever be released: every silent node's pods must stay where they are. QEMU machines'
+    /// agents arm a real one: their self-fences are trusted, and the watchdog must make them
+    /// true.
     pub no_fence_devices: bool,
     /// The controllers run under libfaketime ([`LIBFAKETIME`]), their wall clock at the true
     /// time until a fault steps it ([`Controllers::step_clock`]). Off, they run as they are.
     pub controller_clock: bool,
+    /// What the machines are: namespaces sharing the host's kernel, or QEMU virtual machines
+    /// (their own kernel, clock and i6300esb watchdog; the agents and pods run in the guests).
+    pub machine_kind: MachineKind,
 }
 
 /// The running world. Dropping it tears everything down (the lab last).
@@ -266,8 +272,11 @@ pub struct World {
     /// The firmware-bridge (locked by the fault that crashes and restarts it).
     pub bridge: Mutex<FirmwareBridge>,
     _attacher: Proc,
-    /// The storage server.
+    /// The storage server. Its `admin` address is a relay in front of the real admin API,
+    /// which the bridge and the CSI attacher use.
     pub storage: Storage,
+    /// Black-holes the storage admin API's relay for the clients it names (all on loopback).
+    pub storage_admin: palisade_lab::forwarder::CutSet,
     /// What the relay between the bridge and machine `i`'s BMC does to the BMC's replies.
     pub bmc_replies: Vec<palisade_lab::forwarder::ReplyFault>,
     /// API access.
@@ -299,8 +308,9 @@ impl World {
     /// Brings the world up and waits until every writer is writing.
     pub fn start(cfg: &WorldConfig, say: &dyn Fn(&str)) -> Result<World> {
         say(&format!(
-            "starting a lab of {} namespace machines (control plane, BMCs, PDU)",
-            cfg.machines
+            "starting a lab of {} machines, each {} (control plane, BMCs, PDU)",
+            cfg.machines,
+            palisade_scenario::kind_phrase(cfg.machine_kind)
         ));
         // Without fence devices the agents' self-fence covers every pod (the volume-less
         // identity included), so a trusted self-fence would release all of them.
@@ -310,14 +320,29 @@ impl World {
             } else {
                 Vec::new()
             },
+            // A QEMU machine has a real watchdog, and its agent arms it, as in production: a
+            // hung agent gets its machine reset.
+            watchdog: cfg.machine_kind == MachineKind::Qemu,
             ..AgentOptions::default()
         };
-        let lab = lab_with_agents(cfg.machines, true, &agents)?;
+        let lab = lab_of_kind(cfg.machine_kind, cfg.machines, true, &agents)?;
         let cluster = Cluster::connect(&lab)?;
         cluster.wait_nodes_ready(&lab)?;
         let writers: Vec<String> = (0..cfg.writers).map(|k| format!("w{k}")).collect();
         let volumes: Vec<&str> = writers.iter().map(String::as_str).collect();
-        let storage = Storage::start(&lab, &volumes)?;
+        let mut storage = Storage::start(&lab, &volumes)?;
+        // Everything that drives the storage firewall goes through a relay the nemesis can
+        // black-hole (the data path is not relayed: the writers keep writing).
+        let storage_admin = palisade_lab::forwarder::CutSet::default();
+        let relay = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+            .context("binding the storage admin relay")?;
+        let upstream: std::net::SocketAddr = storage.admin.parse()?;
+        storage.admin = relay.local_addr()?.to_string();
+        lab.handle().spawn(palisade_lab::forwarder::relay(
+            relay,
+            upstream,
+            storage_admin.clone(),
+        ));
         let attacher = storage.start_attacher(&lab)?;
         cluster.namespace(SYSTEM_NS)?;
         cluster.namespace(APP_NS)?;
@@ -369,12 +394,14 @@ impl World {
             )?;
         }
         say("storage, CSI attacher, firmware-bridge and two controllers running");
-        let acks = lab.dir().join("acks");
+        // Where every machine writes, whatever its kind (a QEMU guest mounts it over 9p).
+        let acks = lab.shared_dir().join("acks");
         let world = World {
             controllers: Mutex::new(controllers),
             bridge: Mutex::new(bridge),
             _attacher: attacher,
             storage,
+            storage_admin,
             bmc_replies,
             cluster,
             writers,
@@ -411,10 +438,18 @@ impl World {
         Ok(world)
     }
 
-    /// The volume-less identity: one replica whose container sleeps, marked with
-    /// [`crate::presence::IDENTITY_ENV`] and its pod UID.
+    /// The volume-less identity: one replica whose container sleeps (on QEMU machines: beats),
+    /// marked with [`crate::presence::IDENTITY_ENV`] and its pod UID.
     fn create_identity(&self) -> Result<()> {
         let c = &self.cluster;
+        // A namespace machine's processes are the host's: the observer reads them in /proc.
+        // A QEMU guest's are not, so there the container beats ([`crate::presence::Beats`]).
+        let beats = crate::presence::beat_dir(&self.lab.shared_dir(), IDENTITY);
+        std::fs::create_dir_all(&beats)?;
+        let command = match self.lab.machines()[0].kind() {
+            MachineKind::Namespace => "exec sleep 864000",
+            MachineKind::Qemu => crate::presence::BEAT_COMMAND,
+        };
         let sts: StatefulSet = serde_json::from_value(json!({
             "metadata": {"name": IDENTITY, "namespace": APP_NS},
             "spec": {
@@ -437,8 +472,9 @@ impl World {
                         }]}},
                         "containers": [{
                             "name": "app", "image": "host",
-                            "command": ["/bin/sh", "-c", "exec sleep 864000"],
+                            "command": ["/bin/sh", "-c", command],
                             "env": [
+                                {"name": crate::presence::BEAT_DIR_ENV, "value": beats.display().to_string()},
                                 {"name": crate::presence::IDENTITY_ENV, "value": crate::presence::identity_value(self.lab.id(), &format!("{IDENTITY}-0"))},
                                 {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
                                 {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
@@ -605,14 +641,6 @@ impl World {
         })
     }
 
-    /// The pid of `palisade-node` on machine `i`, if it runs.
-    pub fn agent_pid(&self, i: usize) -> Option<i32> {
-        self.lab.machines()[i].processes().into_iter().find(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/comm"))
-                .is_ok_and(|c| c.trim() == "palisade-node")
-        })
-    }
-
     /// The pid of machine `i`'s BMC (`ipmi_sim`), if it runs.
     pub fn bmc_pid(&self, i: usize) -> Option<i32> {
         let m = &self.lab.machines()[i];
@@ -643,8 +671,21 @@ impl World {
             self.storage.proc.log.clone(),
         ];
         for m in self.lab.machines() {
-            let agent = m.dir().join("agent.log");
-            let _ = std::fs::copy(&agent, dir.join(format!("{}-agent.log", m.name())));
+            // The supervisor writes in the machine's directory: a QEMU guest's is its share.
+            let home = match m.kind() {
+                MachineKind::Namespace => m.dir().to_path_buf(),
+                MachineKind::Qemu => m.guest_dir(),
+            };
+            let _ = std::fs::copy(
+                home.join("agent.log"),
+                dir.join(format!("{}-agent.log", m.name())),
+            );
+            if m.kind() == MachineKind::Qemu {
+                let _ = std::fs::copy(
+                    m.console_log(),
+                    dir.join(format!("{}-console.log", m.name())),
+                );
+            }
         }
         for f in files.drain(..) {
             if let Some(name) = f.file_name() {

@@ -9,6 +9,7 @@
 //! would lapse and the standby would take it. Stepped back to the true time, the stamps return.
 //! Torn down, the replicas leave none of libfaketime's shared memory behind.
 
+use palisade_lab::MachineKind;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -49,6 +50,7 @@ fn a_stepped_controller_stamps_the_stepped_wall_clock_and_keeps_renewing_on_its_
             planted: Vec::new(),
             no_fence_devices: false,
             controller_clock: true,
+            machine_kind: MachineKind::Namespace,
         },
         &|s| println!("{s}"),
     )

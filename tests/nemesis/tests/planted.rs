@@ -21,6 +21,7 @@
 //!   the still-running pods, and the checks must find two live incarnations of one identity
 //!   (`at-most-one-process` for the volume-less pod, `at-most-one` for the writer).
 
+use palisade_lab::MachineKind;
 use std::time::Duration;
 
 use palisade_nemesis::schedule::{self, Fault, Target};
@@ -64,6 +65,7 @@ fn campaign_in_world_catches(
         planted: planted.iter().map(|p| p.to_string()).collect(),
         only: Vec::new(),
         no_fence_devices,
+        machine_kind: MachineKind::Namespace,
     };
     let outcome = run(&cfg).expect("the campaign runs to its verdict");
     println!("{}", outcome.report);

@@ -36,7 +36,15 @@ pub struct AgentOptions {
     pub max_restart_backoff_seconds: Option<u64>,
     /// More flags, appended as they are (no shell quoting: keep them to plain words).
     pub extra_args: Vec<String>,
+    /// Watchdog-backed agents: on QEMU machines the guest gets an i6300esb watchdog (driver
+    /// heartbeat 30 s, `nowayout`, resetting the VM) and the agent arms it with a 6 s timeout,
+    /// petting it every second while it renews its Lease, and advertises it. A hung agent
+    /// gets its machine reset. Namespace machines have no watchdog: [`lab_of_kind`] refuses.
+    pub watchdog: bool,
 }
+
+/// The watchdog timeout a watchdog-backed agent sets ([`AgentOptions::watchdog`]), seconds.
+pub const AGENT_WATCHDOG_SECONDS: u32 = 6;
 
 impl Default for AgentOptions {
     fn default() -> Self {
@@ -45,6 +53,7 @@ impl Default for AgentOptions {
             self_fence_seconds: 4.0,
             max_restart_backoff_seconds: None,
             extra_args: Vec::new(),
+            watchdog: false,
         }
     }
 }
@@ -57,7 +66,12 @@ pub fn node_agent_command(o: &AgentOptions) -> Result<String> {
         .max_restart_backoff_seconds
         .map(|s| format!(" --max-restart-backoff {s}s"))
         .unwrap_or_default();
-    let extra: String = o.extra_args.iter().map(|a| format!(" {a}")).collect();
+    let mut extra: String = o.extra_args.iter().map(|a| format!(" {a}")).collect();
+    if o.watchdog {
+        extra.push_str(&format!(
+            " --watchdog /dev/watchdog --watchdog-timeout {AGENT_WATCHDOG_SECONDS}s --watchdog-interval 1s"
+        ));
+    }
     Ok(format!(
         r#"D="$PALISADE_MACHINE_DIR"
 mkdir -p "$D/node-state"
@@ -89,13 +103,27 @@ pub fn lab_of_kind(
     pdu: bool,
     agents: &AgentOptions,
 ) -> Result<Lab> {
+    let qemu = match (agents.watchdog, kind) {
+        (false, _) => QemuConfig::default(),
+        (true, MachineKind::Qemu) => QemuConfig {
+            // The driver's own heartbeat, until the agent sets its timeout.
+            watchdog_seconds: 30,
+            watchdog_action: palisade_lab::WatchdogAction::Reset,
+            ..QemuConfig::default()
+        },
+        (true, MachineKind::Namespace) => {
+            anyhow::bail!(
+                "watchdog-backed agents need QEMU machines: a namespace machine has no watchdog"
+            )
+        }
+    };
     Ok(Lab::start(LabConfig {
         machines,
         control_plane: true,
         pdu,
         machine_command: node_agent_command(agents)?,
         machine_kind: kind,
-        qemu: QemuConfig::default(),
+        qemu,
         ..Default::default()
     })?)
 }
