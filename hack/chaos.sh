@@ -7,7 +7,8 @@
 #       the command that replays it. --bug plants a known mistake (the run must fail).
 #       --joins grows the cluster while part of it is cut off in every schedule (a quarter without).
 #   hack/chaos.sh --lab [--seed S] [--events N] [--minutes M] [--machines K] [--writers W]
-#                 [--plant BUG]... [--only CLASS]... [--no-fence-devices] [--qemu] [--print-schedule]
+#                 [--plant BUG]... [--only CLASS]... [--no-fence-devices] [--qemu [--no-watchdog]]
+#                 [--print-schedule]
 #       the nemesis on the real lab (as root): one lab of K namespace machines (default 5),
 #       or with --qemu K QEMU virtual machines (TCG; the agents and pods run in the guests,
 #       and the machine-clock-step class steps a guest's own wall clock),
@@ -19,7 +20,8 @@
 #       TrustWithoutWatchdog plants a known mistake in the (debug) bridge and controllers: the
 #       campaign must then fail. --only draws only the named fault classes (--only list
 #       prints them). --no-fence-devices creates no FenceTarget and trusts watchdog-backed
-#       self-fences (the machines have no watchdog: nothing may be released).
+#       self-fences (namespace machines have no watchdog: nothing may be released; QEMU
+#       machines' agents arm a real one, unless --no-watchdog).
 #       --print-schedule prints the events the seed draws (JSON lines) and starts no lab.
 # The report is printed and saved under target/chaos/.
 set -euo pipefail
@@ -46,8 +48,9 @@ while [ "$#" -gt 0 ]; do
     --only) lab_args+=(--only "$2"); shift ;;
     --no-fence-devices) lab_args+=(--no-fence-devices) ;;
     --qemu) lab_args+=(--qemu) ;;
+    --no-watchdog) lab_args+=(--no-watchdog) ;;
     --print-schedule) lab_args+=(--print-schedule) ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "hack/chaos.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift

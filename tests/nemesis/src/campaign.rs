@@ -51,6 +51,8 @@ pub struct Config {
     /// The machines' kind ([`WorldConfig::machine_kind`]); QEMU machines also draw the
     /// classes only they can take ([`schedule::class_fits`]).
     pub machine_kind: MachineKind,
+    /// [`WorldConfig::agents_without_watchdog`].
+    pub agents_without_watchdog: bool,
 }
 
 impl Config {
@@ -71,6 +73,9 @@ impl Config {
         }
         if self.machine_kind == MachineKind::Qemu {
             cmd.push_str(" --qemu");
+        }
+        if self.agents_without_watchdog {
+            cmd.push_str(" --no-watchdog");
         }
         cmd
     }
@@ -148,6 +153,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                 .iter()
                 .any(|e| !e.fault.clock_steps_ms().is_empty()),
             machine_kind: cfg.machine_kind,
+            agents_without_watchdog: cfg.agents_without_watchdog,
         },
         &|s| say(start, s),
     )?;

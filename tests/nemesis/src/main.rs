@@ -60,6 +60,10 @@ struct Args {
     /// a guest's own clock.
     #[arg(long)]
     qemu: bool,
+    /// With --qemu: the agents leave their guest's watchdog unarmed (for the negative control
+    /// `--no-fence-devices --plant TrustWithoutWatchdog`: a hung agent is then not reset).
+    #[arg(long, requires = "qemu")]
+    no_watchdog: bool,
     /// Output directory (history.jsonl, report.txt, logs/ on failure); default
     /// target/chaos/lab-seed<SEED>.
     #[arg(long)]
@@ -202,6 +206,7 @@ fn main() -> ExitCode {
         only: args.only.clone(),
         no_fence_devices: args.no_fence_devices,
         machine_kind: kind,
+        agents_without_watchdog: args.no_watchdog,
     };
     println!(
         "palisade-nemesis: seed {seed}; replay with: {}",

@@ -263,6 +263,10 @@ pub struct WorldConfig {
     /// What the machines are: namespaces sharing the host's kernel, or QEMU virtual machines
     /// (their own kernel, clock and i6300esb watchdog; the agents and pods run in the guests).
     pub machine_kind: MachineKind,
+    /// QEMU machines' agents leave their guest's watchdog unarmed (a negative control's
+    /// world: a hung agent is not reset, and advertises no watchdog). No effect on namespace
+    /// machines, which have none.
+    pub agents_without_watchdog: bool,
 }
 
 /// The running world. Dropping it tears everything down (the lab last).
@@ -322,7 +326,7 @@ impl World {
             },
             // A QEMU machine has a real watchdog, and its agent arms it, as in production: a
             // hung agent gets its machine reset.
-            watchdog: cfg.machine_kind == MachineKind::Qemu,
+            watchdog: cfg.machine_kind == MachineKind::Qemu && !cfg.agents_without_watchdog,
             ..AgentOptions::default()
         };
         let lab = lab_of_kind(cfg.machine_kind, cfg.machines, true, &agents)?;

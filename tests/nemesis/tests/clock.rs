@@ -51,6 +51,7 @@ fn a_stepped_controller_stamps_the_stepped_wall_clock_and_keeps_renewing_on_its_
             no_fence_devices: false,
             controller_clock: true,
             machine_kind: MachineKind::Namespace,
+            agents_without_watchdog: false,
         },
         &|s| println!("{s}"),
     )

@@ -19,7 +19,9 @@
 //!   longer than detection plus its self-fence timeout while its pods keep running.
 //!   `TrustWithoutWatchdog` trusts the hung agent's self-fence: the replacements start beside
 //!   the still-running pods, and the checks must find two live incarnations of one identity
-//!   (`at-most-one-process` for the volume-less pod, `at-most-one` for the writer).
+//!   (`at-most-one-process` for the volume-less pod, `at-most-one` for the writer). The same
+//!   on QEMU machines whose agents leave their watchdog unarmed: there the host cannot see
+//!   the guests' processes, and the identity's beats must prove the overlap.
 
 use palisade_lab::MachineKind;
 use std::time::Duration;
@@ -32,9 +34,14 @@ const WRITERS: usize = 1;
 
 /// The first seed whose first event is `wanted` aimed at the writer's machine.
 fn seed_whose_first_event(wanted: impl Fn(&Fault) -> bool) -> u64 {
+    seed_whose_first_event_on(MachineKind::Namespace, wanted)
+}
+
+/// As [`seed_whose_first_event`], for machines of `kind` (QEMU machines draw more classes).
+fn seed_whose_first_event_on(kind: MachineKind, wanted: impl Fn(&Fault) -> bool) -> u64 {
     (1..100_000u64)
         .find(|&seed| {
-            let events = schedule::generate(seed, 1, MACHINES, WRITERS);
+            let events = schedule::generate_only(seed, 1, MACHINES, WRITERS, &[], kind);
             wanted(&events[0].fault) && events[0].fault.target() == Some(Target::WriterHost(0))
         })
         .expect("some seed draws the wanted fault under the writer first")
@@ -43,12 +50,15 @@ fn seed_whose_first_event(wanted: impl Fn(&Fault) -> bool) -> u64 {
 /// Runs a one-event campaign with `planted` and asserts that, for every entry of
 /// `expected`, one of its checks (`a|b`: either) fired.
 fn campaign_catches(seed: u64, planted: &[&str], expected: &[&str]) {
-    campaign_in_world_catches(seed, false, planted, expected)
+    campaign_in_world_catches(seed, false, MachineKind::Namespace, planted, expected)
 }
 
+/// As [`campaign_catches`], in the world `no_fence_devices` names, on machines of `kind`
+/// (QEMU agents then leave their watchdog unarmed: the planted bug is what must be caught).
 fn campaign_in_world_catches(
     seed: u64,
     no_fence_devices: bool,
+    kind: MachineKind,
     planted: &[&str],
     expected: &[&str],
 ) {
@@ -58,14 +68,17 @@ fn campaign_in_world_catches(
         minutes: 30,
         machines: MACHINES,
         writers: WRITERS,
-        out: std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("nemesis-planted-{}-{seed}", planted.join("-"))),
+        out: std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "nemesis-planted-{}-{kind:?}-{seed}",
+            planted.join("-")
+        )),
         // A machine fenced by a planted bug may never settle: do not wait long for it.
         settle_timeout: Duration::from_secs(90),
         planted: planted.iter().map(|p| p.to_string()).collect(),
         only: Vec::new(),
         no_fence_devices,
-        machine_kind: MachineKind::Namespace,
+        machine_kind: kind,
+        agents_without_watchdog: kind == MachineKind::Qemu,
     };
     let outcome = run(&cfg).expect("the campaign runs to its verdict");
     println!("{}", outcome.report);
@@ -111,7 +124,26 @@ fn a_campaign_against_a_controller_that_trusts_a_self_fence_without_a_watchdog_r
     campaign_in_world_catches(
         seed,
         true,
+        MachineKind::Namespace,
         &["TrustWithoutWatchdog"],
         &["at-most-one-process|at-most-one"],
+    );
+}
+
+/// The same control on QEMU machines whose agents leave the guest's watchdog unarmed: the
+/// identity's two incarnations run in two guests' kernels, where the host sees no process,
+/// and the beats of their containers must prove them alive at once (`presence::Beats`).
+#[test]
+fn on_qemu_machines_the_beats_of_two_guests_prove_two_live_incarnations() {
+    let seed = seed_whose_first_event_on(
+        MachineKind::Qemu,
+        |f| matches!(f, Fault::AgentStop { hold_ms, .. } if *hold_ms >= 16_000),
+    );
+    campaign_in_world_catches(
+        seed,
+        true,
+        MachineKind::Qemu,
+        &["TrustWithoutWatchdog"],
+        &["at-most-one-process"],
     );
 }

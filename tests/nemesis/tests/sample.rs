@@ -40,6 +40,7 @@ fn config(seed: u64, events: usize, name: &str, machine_kind: MachineKind) -> Co
         only: Vec::new(),
         no_fence_devices: false,
         machine_kind,
+        agents_without_watchdog: false,
     }
 }
 
