@@ -166,6 +166,10 @@ pub fn check_so_far(history: &[Record]) -> Vec<Violation> {
 /// leader change, a slow status write, the observer's poll).
 const CAUSE_WINDOW_S: f64 = 120.0;
 
+/// How long after a fence was last observed a reboot of its machine may still be its own
+/// (the recovery's power on, seen at the next poll).
+const REBOOT_SLACK_S: f64 = 5.0;
+
 /// True when `fault` may silence its machine's heartbeat long enough to justify a fence. A
 /// peer cut, a frozen BMC alone and the control plane's own outages do not: a fence after
 /// them means the controller fenced a node that only looked silent because the controller's
@@ -179,15 +183,22 @@ fn may_silence(fault: &Fault) -> bool {
 
 /// Never fence on doubt: every NodeFence has a cause in the history, a fault that silenced
 /// its node ([`may_silence`]) and was applied before the fence was first seen and healed at
-/// most [`CAUSE_WINDOW_S`] before. A fence after an API server or etcd outage alone (every
+/// most [`CAUSE_WINDOW_S`] before, or a reboot or power loss of the machine that the lab saw
+/// ([`Record::Boot`]) at most [`CAUSE_WINDOW_S`] before, outside every fence of that machine
+/// (a watchdog that reset it: the node really went silent, whatever made its watchdog fire). A fence after an API server or etcd outage alone (every
 /// heartbeat stale at once), after a peer cut, or of a node no fault touched is a violation.
 fn check_causes(history: &[Record]) -> Vec<Violation> {
     // Per event and machine (a two-at-once event hits two): (fault, applied at, last heal of
     // the event at).
     let mut events: BTreeMap<(usize, &str), (&Fault, f64, f64)> = BTreeMap::new();
     let mut first_seen: BTreeMap<&str, (&str, f64)> = BTreeMap::new();
+    // Per fence UID, the last time it was observed; per machine, when the lab saw it go off or
+    // boot anew.
+    let mut last_seen: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut reboots: Vec<(&str, f64)> = Vec::new();
     for r in history {
         match r {
+            Record::Boot { t, machine, .. } => reboots.push((machine.as_str(), *t)),
             Record::Fault {
                 t,
                 event,
@@ -211,15 +222,32 @@ fn check_causes(history: &[Record]) -> Vec<Violation> {
                 first_seen
                     .entry(snapshot.uid.as_str())
                     .or_insert((snapshot.node.as_str(), *t));
+                last_seen.insert(snapshot.uid.as_str(), *t);
             }
             _ => {}
         }
     }
+    // A reboot no fence made: not inside any fence of that machine (its power cycle and its
+    // recovery's power on), with a little slack for the observer's poll.
+    let spans: Vec<(&str, f64, f64)> = first_seen
+        .iter()
+        .map(|(uid, (node, first))| (*node, *first, last_seen[uid] + REBOOT_SLACK_S))
+        .collect();
+    let unfenced_reboots: Vec<(&str, f64)> = reboots
+        .into_iter()
+        .filter(|(m, b)| {
+            !spans
+                .iter()
+                .any(|(n, from, to)| n == m && from <= b && b <= to)
+        })
+        .collect();
     let mut out = Vec::new();
     for (uid, (node, seen)) in first_seen {
         let caused = events.iter().any(|((_, m), (fault, applied, healed))| {
             *m == node && may_silence(fault) && *applied <= seen && seen <= healed + CAUSE_WINDOW_S
-        });
+        }) || unfenced_reboots
+            .iter()
+            .any(|(m, b)| *m == node && *b <= seen && seen <= b + CAUSE_WINDOW_S);
         if !caused {
             let near: Vec<String> = events
                 .iter()
@@ -562,6 +590,70 @@ mod tests {
         let mut out = cut_m0(0, cut, 1.0);
         out.extend_from_slice(h);
         out
+    }
+
+    #[test]
+    fn a_reboot_the_lab_saw_outside_every_fence_is_a_cause_and_a_fence_s_own_is_not() {
+        let only = |v: Vec<Violation>| -> Vec<&'static str> {
+            v.into_iter()
+                .map(|v| v.check)
+                .filter(|c| *c == "fence-without-cause")
+                .collect()
+        };
+        let boot = |t: f64, machine: &str| Record::Boot {
+            t,
+            machine: machine.into(),
+            boot: Some(format!("boot-{t}")),
+        };
+        let phase = |t: f64, uid: &str| {
+            let mut snap = snapshot();
+            snap.uid = uid.into();
+            Record::Phase {
+                t,
+                phase: "Pending".into(),
+                message: String::new(),
+                snapshot: snap,
+                boot_before: None,
+                boot_after: None,
+            }
+        };
+        // m0's watchdog reset it (a new boot, no fence about), then m0 was fenced: a cause.
+        assert!(only(check_all(&[boot(1.0, "m0"), phase(2.0, "nf-1")])).is_empty());
+        // Another machine's reboot explains nothing; nor does one after the fence was seen,
+        // nor one long before.
+        assert_eq!(
+            only(check_all(&[boot(1.0, "m1"), phase(2.0, "nf-1")])),
+            ["fence-without-cause"]
+        );
+        assert_eq!(
+            only(check_all(&[phase(2.0, "nf-1"), boot(3.0, "m0")])),
+            ["fence-without-cause"]
+        );
+        assert_eq!(
+            only(check_all(&[
+                boot(1.0, "m0"),
+                phase(2.0 + CAUSE_WINDOW_S, "nf-1")
+            ])),
+            ["fence-without-cause"]
+        );
+        // A reboot made by an earlier fence of m0 (inside its span: its power cycle and its
+        // recovery) does not excuse the next fence of m0.
+        let late = 1.0 + CAUSE_WINDOW_S;
+        let h = [
+            boot(1.0, "m0"),
+            phase(2.0, "nf-0"),
+            boot(3.0, "m0"),
+            phase(late, "nf-0"),
+            boot(late + 2.0, "m0"),
+            phase(late + 10.0, "nf-1"),
+        ];
+        let v = check_all(&h);
+        assert_eq!(
+            only(v.clone()),
+            ["fence-without-cause"],
+            "nf-0 has a cause, nf-1 none of its own: {v:?}"
+        );
+        assert!(v[0].detail.contains("nf-1"), "{}", v[0].detail);
     }
 
     #[test]

@@ -210,6 +210,17 @@ pub enum Record {
         /// The audit record.
         record: serde_json::Value,
     },
+    /// The lab saw a machine lose its power or start a new boot (ground truth, from the lab:
+    /// the machine's power process and the boot ID its boot reported), whatever made it: a
+    /// fence, a watchdog, a PDU.
+    Boot {
+        /// Seconds since start.
+        t: f64,
+        /// The machine.
+        machine: String,
+        /// The new boot ID; `None` when the machine is off.
+        boot: Option<String>,
+    },
     /// Two incarnations of a volume-less identity were alive at once (see
     /// [`crate::presence`]).
     TwoIncarnations {

@@ -140,11 +140,23 @@ pub fn run(
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), APP_NS);
     let mut polls: u64 = 0;
     let mut beats = crate::presence::Beats::default();
+    // Each machine's boot at the last poll: a change is recorded (`Record::Boot`).
+    let mut last_boots: BTreeMap<String, Option<String>> = BTreeMap::new();
     let started = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
         // The ground truth beside what the statuses claim, sampled before and after they are
         // read, so that the two samples bracket the status.
         let before = boots(lab);
+        for (m, boot) in &before {
+            if last_boots.get(m).is_some_and(|b| b != boot) {
+                h.push(Record::Boot {
+                    t: h.t(),
+                    machine: m.clone(),
+                    boot: boot.clone(),
+                });
+            }
+        }
+        last_boots.clone_from(&before);
         if let Some(fences) = list_fences(c) {
             let after = boots(lab);
             for nf in &fences {
