@@ -94,6 +94,7 @@ fn peer_lab(
             "8s".into(),
         ],
         watchdog: false,
+        peer_check: false,
     };
     let lab = palisade_scenario::lab_with_agents(machines, false, &agents).expect("lab starts");
     let rt = rt();

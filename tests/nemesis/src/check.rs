@@ -158,7 +158,7 @@ pub fn check_so_far(history: &[Record]) -> Vec<Violation> {
     }
     out.extend(check_tokens(history));
     out.extend(check_replacements(history, skew));
-    out.extend(check_causes(history));
+    out.extend(check_causes(history, skew));
     out
 }
 
@@ -187,7 +187,7 @@ fn may_silence(fault: &Fault) -> bool {
 /// ([`Record::Boot`]) at most [`CAUSE_WINDOW_S`] before, outside every fence of that machine
 /// (a watchdog that reset it: the node really went silent, whatever made its watchdog fire). A fence after an API server or etcd outage alone (every
 /// heartbeat stale at once), after a peer cut, or of a node no fault touched is a violation.
-fn check_causes(history: &[Record]) -> Vec<Violation> {
+fn check_causes(history: &[Record], skew: ClockSkew) -> Vec<Violation> {
     // Per event and machine (a two-at-once event hits two): (fault, applied at, last heal of
     // the event at).
     let mut events: BTreeMap<(usize, &str), (&Fault, f64, f64)> = BTreeMap::new();
@@ -195,10 +195,14 @@ fn check_causes(history: &[Record]) -> Vec<Violation> {
     // Per fence UID, the last time it was observed; per machine, when the lab saw it go off or
     // boot anew.
     let mut last_seen: BTreeMap<&str, f64> = BTreeMap::new();
-    let mut reboots: Vec<(&str, f64)> = Vec::new();
+    // Per fence UID, when its controller says it was requested (its wall clock, µs).
+    let mut requested: BTreeMap<&str, i64> = BTreeMap::new();
+    let mut reboots: Vec<(&str, f64, i64)> = Vec::new();
     for r in history {
         match r {
-            Record::Boot { t, machine, .. } => reboots.push((machine.as_str(), *t)),
+            Record::Boot {
+                t, machine, at_us, ..
+            } => reboots.push((machine.as_str(), *t, *at_us)),
             Record::Fault {
                 t,
                 event,
@@ -223,6 +227,9 @@ fn check_causes(history: &[Record]) -> Vec<Violation> {
                     .entry(snapshot.uid.as_str())
                     .or_insert((snapshot.node.as_str(), *t));
                 last_seen.insert(snapshot.uid.as_str(), *t);
+                if let Some((_, at, _)) = snapshot.transitions.first() {
+                    requested.entry(snapshot.uid.as_str()).or_insert(*at);
+                }
             }
             _ => {}
         }
@@ -233,9 +240,9 @@ fn check_causes(history: &[Record]) -> Vec<Violation> {
         .iter()
         .map(|(uid, (node, first))| (*node, *first, last_seen[uid] + REBOOT_SLACK_S))
         .collect();
-    let unfenced_reboots: Vec<(&str, f64)> = reboots
+    let unfenced_reboots: Vec<(&str, f64, i64)> = reboots
         .into_iter()
-        .filter(|(m, b)| {
+        .filter(|(m, b, _)| {
             !spans
                 .iter()
                 .any(|(n, from, to)| n == m && from <= b && b <= to)
@@ -245,9 +252,16 @@ fn check_causes(history: &[Record]) -> Vec<Violation> {
     for (uid, (node, seen)) in first_seen {
         let caused = events.iter().any(|((_, m), (fault, applied, healed))| {
             *m == node && may_silence(fault) && *applied <= seen && seen <= healed + CAUSE_WINDOW_S
-        }) || unfenced_reboots
-            .iter()
-            .any(|(m, b)| *m == node && *b <= seen && seen <= b + CAUSE_WINDOW_S);
+        }) || unfenced_reboots.iter().any(|(m, b, b_us)| {
+            // Seen before the fence was requested (the observer sees a fence's first status
+            // only at its next poll, by which time the fence's own power off may be seen
+            // first): the controller's request time, moved back by the most its clock was
+            // ahead, and a second for the observer's poll.
+            let before_request = requested
+                .get(uid)
+                .is_some_and(|req| *b_us < req - skew.max_us - 1_000_000);
+            *m == node && before_request && *b <= seen && seen <= b + CAUSE_WINDOW_S
+        });
         if !caused {
             let near: Vec<String> = events
                 .iter()
@@ -600,16 +614,19 @@ mod tests {
                 .filter(|c| *c == "fence-without-cause")
                 .collect()
         };
+        // The host's and the controller's wall clocks read `t` seconds as `t * 1e6` µs here.
         let boot = |t: f64, machine: &str| Record::Boot {
             t,
             machine: machine.into(),
             boot: Some(format!("boot-{t}")),
+            at_us: (t * 1e6) as i64,
         };
-        let phase = |t: f64, uid: &str| {
+        let requested_at = |t: f64, seen: f64, uid: &str| {
             let mut snap = snapshot();
             snap.uid = uid.into();
+            snap.transitions = vec![("Pending".into(), (t * 1e6) as i64, String::new())];
             Record::Phase {
-                t,
+                t: seen,
                 phase: "Pending".into(),
                 message: String::new(),
                 snapshot: snap,
@@ -617,8 +634,9 @@ mod tests {
                 boot_after: None,
             }
         };
+        let phase = |t: f64, uid: &str| requested_at(t, t, uid);
         // m0's watchdog reset it (a new boot, no fence about), then m0 was fenced: a cause.
-        assert!(only(check_all(&[boot(1.0, "m0"), phase(2.0, "nf-1")])).is_empty());
+        assert!(only(check_all(&[boot(0.5, "m0"), phase(2.0, "nf-1")])).is_empty());
         // Another machine's reboot explains nothing; nor does one after the fence was seen,
         // nor one long before.
         assert_eq!(
@@ -640,7 +658,7 @@ mod tests {
         // recovery) does not excuse the next fence of m0.
         let late = 1.0 + CAUSE_WINDOW_S;
         let h = [
-            boot(1.0, "m0"),
+            boot(0.5, "m0"),
             phase(2.0, "nf-0"),
             boot(3.0, "m0"),
             phase(late, "nf-0"),
@@ -654,6 +672,29 @@ mod tests {
             "nf-0 has a cause, nf-1 none of its own: {v:?}"
         );
         assert!(v[0].detail.contains("nf-1"), "{}", v[0].detail);
+        // The fence's own power off, seen by the observer before its first status (requested
+        // at 20 s, off seen at 20.4 s, the status first read at 20.6 s): no cause.
+        assert_eq!(
+            only(check_all(&[
+                boot(20.4, "m0"),
+                requested_at(20.0, 20.6, "nf-1")
+            ])),
+            ["fence-without-cause"]
+        );
+        // Nor one seen within a second before the request (the observer's poll), nor one the
+        // controller's clock, stepped ahead, would place before its request.
+        assert_eq!(
+            only(check_all(&[
+                boot(19.5, "m0"),
+                requested_at(20.0, 20.6, "nf-1")
+            ])),
+            ["fence-without-cause"]
+        );
+        assert!(only(check_all(&[
+            boot(18.9, "m0"),
+            requested_at(20.0, 20.6, "nf-1")
+        ]))
+        .is_empty());
     }
 
     #[test]

@@ -220,6 +220,9 @@ pub enum Record {
         machine: String,
         /// The new boot ID; `None` when the machine is off.
         boot: Option<String>,
+        /// When the observer saw it (the host's wall clock, µs since the epoch), to compare
+        /// with the time a NodeFence was requested.
+        at_us: i64,
     },
     /// Two incarnations of a volume-less identity were alive at once (see
     /// [`crate::presence`]).

@@ -153,6 +153,7 @@ pub fn run(
                     t: h.t(),
                     machine: m.clone(),
                     boot: boot.clone(),
+                    at_us: History::now_us(),
                 });
             }
         }

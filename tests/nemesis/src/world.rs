@@ -327,6 +327,9 @@ impl World {
             // A QEMU machine has a real watchdog, and its agent arms it, as in production: a
             // hung agent gets its machine reset.
             watchdog: cfg.machine_kind == MachineKind::Qemu && !cfg.agents_without_watchdog,
+            // With the watchdog, the peer check (docs/install.md): an API server outage must
+            // not reset every machine.
+            peer_check: cfg.machine_kind == MachineKind::Qemu && !cfg.agents_without_watchdog,
             ..AgentOptions::default()
         };
         let lab = lab_of_kind(cfg.machine_kind, cfg.machines, true, &agents)?;

@@ -41,7 +41,14 @@ pub struct AgentOptions {
     /// petting it every second while it renews its Lease, and advertises it. A hung agent
     /// gets its machine reset. Namespace machines have no watchdog: [`lab_of_kind`] refuses.
     pub watchdog: bool,
+    /// The peer check (`--peer-key-file`), as docs/install.md asks wherever the watchdog is
+    /// armed: [`lab_of_kind`] writes one random key (0600) into every machine's directory,
+    /// where the supervisor waits for it before it starts the agent.
+    pub peer_check: bool,
 }
+
+/// The key file of the peer check, in a machine's directory (`$PALISADE_MACHINE_DIR`).
+pub const PEER_KEY_FILE: &str = "peer.key";
 
 /// The watchdog timeout a watchdog-backed agent sets ([`AgentOptions::watchdog`]), seconds.
 pub const AGENT_WATCHDOG_SECONDS: u32 = 6;
@@ -54,12 +61,14 @@ impl Default for AgentOptions {
             max_restart_backoff_seconds: None,
             extra_args: Vec::new(),
             watchdog: false,
+            peer_check: false,
         }
     }
 }
 
 /// The boot command of a machine that runs `palisade-node` under a supervisor loop (as a
-/// service manager would) that restarts it unless `<machine dir>/agent-stopped` exists.
+/// service manager would) that restarts it unless `<machine dir>/agent-stopped` exists (and,
+/// with the peer check, only once the key is in the machine directory).
 pub fn node_agent_command(o: &AgentOptions) -> Result<String> {
     let agent = palisade_lab::bin_path("palisade-node")?;
     let backoff = o
@@ -67,6 +76,9 @@ pub fn node_agent_command(o: &AgentOptions) -> Result<String> {
         .map(|s| format!(" --max-restart-backoff {s}s"))
         .unwrap_or_default();
     let mut extra: String = o.extra_args.iter().map(|a| format!(" {a}")).collect();
+    if o.peer_check {
+        extra.push_str(&format!(" --peer-key-file \"$D/{PEER_KEY_FILE}\""));
+    }
     if o.watchdog {
         extra.push_str(&format!(
             " --watchdog /dev/watchdog --watchdog-timeout {AGENT_WATCHDOG_SECONDS}s --watchdog-interval 1s"
@@ -76,7 +88,7 @@ pub fn node_agent_command(o: &AgentOptions) -> Result<String> {
         r#"D="$PALISADE_MACHINE_DIR"
 mkdir -p "$D/node-state"
 while true; do
-  if [ ! -e "$D/agent-stopped" ]; then
+  if [ ! -e "$D/agent-stopped" ]{wait_key}; then
     RUST_LOG=info,kube=warn '{agent}' --node-name "$PALISADE_MACHINE_NAME" --kubeconfig "$PALISADE_NODE_KUBECONFIG" \
       --address "$PALISADE_MACHINE_ADDRESS" --state-dir "$D/node-state" --image-store "$D/images" \
       --lease-duration {lease}s --renew-interval 1s --self-fence-after {fence}s{backoff}{extra} \
@@ -85,6 +97,11 @@ while true; do
   sleep 0.2
 done"#,
         agent = agent.display(),
+        wait_key = if o.peer_check {
+            format!(" && [ -e \"$D/{PEER_KEY_FILE}\" ]")
+        } else {
+            String::new()
+        },
         lease = o.lease_seconds,
         fence = o.self_fence_seconds,
     ))
@@ -117,7 +134,7 @@ pub fn lab_of_kind(
             )
         }
     };
-    Ok(Lab::start(LabConfig {
+    let lab = Lab::start(LabConfig {
         machines,
         control_plane: true,
         pdu,
@@ -125,7 +142,21 @@ pub fn lab_of_kind(
         machine_kind: kind,
         qemu,
         ..Default::default()
-    })?)
+    })?;
+    if agents.peer_check {
+        let mut key = [0u8; 48];
+        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut key)?;
+        for m in lab.machines() {
+            // Where the supervisor's `$D` points: the machine's directory, or a QEMU guest's
+            // share of it.
+            let dir = match m.kind() {
+                MachineKind::Namespace => m.dir().to_path_buf(),
+                MachineKind::Qemu => m.guest_dir(),
+            };
+            palisade_lab::write_secret(&dir.join(PEER_KEY_FILE), &key)?;
+        }
+    }
+    Ok(lab)
 }
 
 /// How the timeline names a machine kind: "a QEMU VM whose BMC is ipmi_sim" or "a set of
