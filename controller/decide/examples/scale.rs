@@ -28,6 +28,7 @@ fn main() {
         policies: vec![PolicySnapshot {
             name: "default".into(),
             spec,
+            guard_held_at: None,
         }],
         pdbs: vec![],
         nodes: (0..nodes)

@@ -213,6 +213,7 @@ mod tests {
         PolicySnapshot {
             name: name.into(),
             spec: serde_json::from_value::<FencingPolicySpec>(spec).unwrap(),
+            guard_held_at: None,
         }
     }
 

@@ -49,12 +49,33 @@ struct Candidate<'a> {
     since: Mono,
 }
 
+/// The policies whose quorum guard holds in this snapshot (too many covered nodes silent, or
+/// every zone silent), by name: the caller remembers the round as each one's
+/// [`PolicySnapshot::guard_held_at`] for the rounds that follow.
+pub fn guards_holding(s: &Snapshot) -> Vec<String> {
+    let nodes: Vec<&NodeSnapshot> = s.nodes.iter().collect();
+    s.policies
+        .iter()
+        .filter(|p| {
+            quorum_hold(
+                &p.spec,
+                &nodes,
+                s.now.mono,
+                Thresholds::from(&p.spec.detection),
+            )
+            .is_some()
+        })
+        .map(|p| p.name.clone())
+        .collect()
+}
+
 /// Decide for every node that is silent or has a pending `NodeFence`. Nodes that are Healthy
 /// and unrequested, or whose fence is already under way, get no decision. The result is sorted
 /// by node name and depends only on the snapshot (not on the order of its lists).
 ///
 /// Guarantees: no `Fence` verdict when the node's policy is paused or in dry run, when the
-/// quorum guard trips (unless a manual request overrides it), for an excluded node, or beyond
+/// quorum guard trips or tripped less than the Unhealthy threshold before the node's silence
+/// would count (unless a manual request overrides it), for an excluded node, or beyond
 /// `maxConcurrent` / `perDomain.maxConcurrent` counting the fences already in flight.
 pub fn decide(s: &Snapshot) -> Vec<Decision> {
     let mut nodes: Vec<&NodeSnapshot> = s.nodes.iter().collect();
@@ -241,6 +262,20 @@ fn gate<'a>(
             .or_insert_with(|| quorum_hold(spec, nodes, now, t));
         if let Some(reason) = guard {
             return hold(reason.clone());
+        }
+    }
+
+    // 6b. After the guard let go: silence during a control-plane outage is no evidence, so a
+    // node gets the full Unhealthy threshold from the guard's last hold.
+    if !overrides.quorum_guard {
+        if let Some(held) = policy.guard_held_at {
+            let until = unhealthy_at(node.last_heartbeat_change.max(held), t);
+            if now < until {
+                return Gate::Verdict(Verdict::Wait {
+                    until,
+                    reason: WaitReason::AfterQuorumGuard,
+                });
+            }
         }
     }
 

@@ -34,6 +34,6 @@ pub mod snapshot;
 pub mod verdict;
 
 pub use clock::{Clocks, Mono};
-pub use decide::{decide, Decision};
+pub use decide::{decide, guards_holding, Decision};
 pub use phase::{next_step, Observations, Step};
 pub use verdict::{FencePlan, HoldReason, Verdict, WaitReason};

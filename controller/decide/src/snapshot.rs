@@ -10,7 +10,7 @@ use palisade_model::nodefence::Overrides;
 use palisade_model::policy::FencingPolicySpec;
 use palisade_model::target::FenceTargetSpec;
 
-use crate::clock::Clocks;
+use crate::clock::{Clocks, Mono};
 
 /// Everything a decision round looks at.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +32,13 @@ pub struct PolicySnapshot {
     pub name: String,
     /// The spec.
     pub spec: FencingPolicySpec,
+    /// The last round in which this policy's quorum guard held ([`crate::guards_holding`]),
+    /// as the caller remembers it across rounds; `None`: not since the caller started.
+    ///
+    /// A node silent through a control-plane outage is not judged by that silence: once the
+    /// guard lets go, it gets the full Unhealthy threshold counted from this instant (its
+    /// writes could not land while the API or etcd was out).
+    pub guard_held_at: Option<Mono>,
 }
 
 /// A Node, with what the controller knows about it.

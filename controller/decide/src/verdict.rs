@@ -35,6 +35,10 @@ pub enum Verdict {
 pub enum WaitReason {
     /// The node is Suspect: silent, not yet Unhealthy.
     Suspect,
+    /// The policy's quorum guard held until recently: the node, silent through it, gets the
+    /// Unhealthy threshold counted from the guard's last hold (silence during a control-plane
+    /// outage is no evidence that the node is dead).
+    AfterQuorumGuard,
     /// The node is Unhealthy; its pods' forgiveness has not run out.
     Forgiveness {
         /// The forgiveness applied.
@@ -307,7 +311,8 @@ impl fmt::Display for HoldReason {
 }
 
 impl Verdict {
-    /// Stable metric label: `fence`, `wait_suspect`, `wait_forgiveness`, or `hold_<reason>`.
+    /// Stable metric label: `fence`, `wait_suspect`, `wait_after_quorum_guard`,
+    /// `wait_forgiveness`, or `hold_<reason>`.
     pub fn label(&self) -> String {
         match self {
             Verdict::Fence(_) => "fence".into(),
@@ -315,6 +320,10 @@ impl Verdict {
                 reason: WaitReason::Suspect,
                 ..
             } => "wait_suspect".into(),
+            Verdict::Wait {
+                reason: WaitReason::AfterQuorumGuard,
+                ..
+            } => "wait_after_quorum_guard".into(),
             Verdict::Wait {
                 reason: WaitReason::Forgiveness { .. },
                 ..
@@ -342,6 +351,12 @@ impl Verdict {
                 reason: WaitReason::Suspect,
                 ..
             } => "the node is silent (Suspect); waiting for the Unhealthy threshold".into(),
+            Verdict::Wait {
+                reason: WaitReason::AfterQuorumGuard,
+                ..
+            } => "the quorum guard held until recently (a control-plane outage): the node gets \
+                  the Unhealthy threshold counted from then"
+                .into(),
             Verdict::Wait {
                 reason:
                     WaitReason::Forgiveness {

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use palisade_decide::snapshot::{Exclusion, FenceState, PdbSnapshot, Snapshot, Tolerance};
 use palisade_decide::verdict::PlanLevel;
-use palisade_decide::{decide, HoldReason, Mono, Verdict, WaitReason};
+use palisade_decide::{decide, guards_holding, HoldReason, Mono, Verdict, WaitReason};
 use palisade_model::nodefence::{Overrides, RequestedBy};
 use palisade_model::policy::FenceWhen;
 use palisade_model::target::DeviceKind;
@@ -106,6 +106,11 @@ const CASES: &[Case] = &[
         "suspect waits",
         |s| node_mut(s, "m0").last_heartbeat_change = Mono::from_secs(NOW - 3),
         "wait_suspect",
+    ),
+    (
+        "silent through a quorum-guard hold a second ago waits its threshold from the hold",
+        |s| s.policies[0].guard_held_at = Some(Mono::from_secs(NOW - 1)),
+        "wait_after_quorum_guard",
     ),
     (
         "forgiveness not yet run out",
@@ -931,4 +936,50 @@ fn a_level_that_must_not_power_off_is_planned_storage_first() {
         persisted.levels[0].kind,
         palisade_model::nodefence::LevelKind::StorageThenReset
     );
+}
+
+/// Found by the nemesis on QEMU machines (campaign seed 20261132): the control plane stalled
+/// under load, every node went silent and the quorum guard held; the moment most nodes had
+/// renewed again it let go, and a node whose renewal was still on its way was fenced for a
+/// silence it could not help (its writes could not land). A node silent through a guard's hold
+/// now gets the full Unhealthy threshold counted from the guard's last hold.
+#[test]
+fn after_the_quorum_guard_lets_go_a_node_silent_through_it_gets_the_full_threshold() {
+    let mut s = world();
+    assert_eq!(label_of(&s, "m0"), "fence", "the baseline: m0 is dead");
+    assert!(guards_holding(&s).is_empty());
+    let mut outage = s.clone();
+    for n in ["m2", "m4"] {
+        node_mut(&mut outage, n).last_heartbeat_change = Mono::from_secs(DEAD);
+    }
+    assert_eq!(
+        guards_holding(&outage),
+        ["p"],
+        "3 of 5 silent: the guard holds"
+    );
+    assert_eq!(label_of(&outage, "m0"), "hold_quorum_lost");
+
+    // The guard held a second ago: m0 waits out the Unhealthy threshold from then.
+    s.policies[0].guard_held_at = Some(Mono::from_secs(NOW - 1));
+    assert_eq!(
+        verdict_of(&s, "m0"),
+        Some(Verdict::Wait {
+            until: Mono::from_secs(NOW - 1 + 4),
+            reason: WaitReason::AfterQuorumGuard,
+        })
+    );
+    // Still silent once the threshold has run from the hold (the others renewing): fenced.
+    s.now.mono = Mono::from_secs(NOW + 3);
+    for n in ["m1", "m2", "m3", "m4"] {
+        node_mut(&mut s, n).last_heartbeat_change = Mono::from_secs(NOW + 3);
+    }
+    assert_eq!(label_of(&s, "m0"), "fence");
+    // A node that renewed after the hold is judged by its own silence, as before.
+    s.now.mono = Mono::from_secs(NOW);
+    node_mut(&mut s, "m0").last_heartbeat_change = Mono::from_secs(NOW - 1);
+    assert_eq!(label_of(&s, "m0"), "none");
+    // A person's request that overrides the quorum guard overrides this too.
+    node_mut(&mut s, "m0").last_heartbeat_change = Mono::from_secs(DEAD);
+    node_mut(&mut s, "m0").fence = manual(|o| o.quorum_guard = true);
+    assert_eq!(label_of(&s, "m0"), "fence");
 }

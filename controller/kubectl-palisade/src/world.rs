@@ -68,6 +68,8 @@ impl World {
             .map(|p| palisade_decide::snapshot::PolicySnapshot {
                 name: p.name_any(),
                 spec: p.spec.clone(),
+                // The plugin sees one round: it cannot know when a guard last held.
+                guard_held_at: None,
             })
             .collect();
         let nodes: Vec<palisade_decide::acceptance::NodeLabels> = self

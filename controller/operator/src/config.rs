@@ -42,6 +42,7 @@ pub async fn report(ctx: &Ctx, announced: &mut Announced) {
         .map(|p| PolicySnapshot {
             name: p.name_any(),
             spec: p.spec.clone(),
+            guard_held_at: None,
         })
         .collect();
     let verdicts = acceptance::policies(&snaps, &nodes);

@@ -23,7 +23,7 @@ use palisade_decide::detector::{Heartbeat, Observed};
 use palisade_decide::snapshot::{
     Exclusion, FenceState, NodeSnapshot, PdbSnapshot, PodSnapshot, PolicySnapshot, Snapshot,
 };
-use palisade_decide::{decide, Clocks, Verdict};
+use palisade_decide::{decide, guards_holding, Clocks, Verdict};
 use palisade_model::nodefence::{NodeFenceSpec, Overrides, Phase, RequestedBy};
 use palisade_model::{FenceTarget, NodeFence};
 
@@ -313,9 +313,13 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
             .policies
             .state()
             .iter()
-            .map(|p| PolicySnapshot {
-                name: p.name_any(),
-                spec: p.spec.clone(),
+            .map(|p| {
+                let name = p.name_any();
+                PolicySnapshot {
+                    guard_held_at: ctx.guard_held.lock().get(&name).copied(),
+                    name,
+                    spec: p.spec.clone(),
+                }
             })
             .collect(),
         nodes,
@@ -330,6 +334,12 @@ async fn decide_round(
 ) -> Result<(), Error> {
     let snap = snapshot(ctx, now);
     let decisions = decide(&snap);
+    {
+        let mut held = ctx.guard_held.lock();
+        for policy in guards_holding(&snap) {
+            held.insert(policy, now.mono);
+        }
+    }
     {
         let mut v = ctx.verdicts.lock();
         v.clear();

@@ -114,6 +114,10 @@ pub struct Ctx {
     pub detector: Mutex<Detector>,
     /// The latest verdict per node, from the last tick.
     pub verdicts: Mutex<HashMap<String, Verdict>>,
+    /// Per policy, the last tick in which its quorum guard held (see
+    /// `PolicySnapshot::guard_held_at`). Lost with the process: a new leader's detector starts
+    /// every node's clock afresh anyway.
+    pub guard_held: Mutex<HashMap<String, Mono>>,
     /// When a heartbeat *change* (not a first sighting) was last observed, per node.
     pub changed_at: Mutex<HashMap<String, Mono>>,
     /// Each node's current streak of timely Lease writes (the healthy majority a
@@ -148,6 +152,7 @@ impl Ctx {
             metrics: metrics::Metrics::default(),
             detector: Mutex::new(Detector::new()),
             verdicts: Mutex::new(HashMap::new()),
+            guard_held: Mutex::new(HashMap::new()),
             changed_at: Mutex::new(HashMap::new()),
             streaks: Mutex::new(palisade_decide::majority::Streaks::new()),
             advertised: Mutex::new(HashMap::new()),

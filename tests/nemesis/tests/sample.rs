@@ -44,12 +44,20 @@ fn config(seed: u64, events: usize, name: &str, machine_kind: MachineKind) -> Co
     }
 }
 
+/// The two campaigns run one after the other, not side by side: TCG guests beside a second lab
+/// on a 2-core machine are starved for seconds at a time (measured: load 10, Lease renewals
+/// missed every 20 s), and a node that cannot renew for the Unhealthy threshold is silent and
+/// fenced, with no fault of the schedule behind it (`fence-without-cause`). That is the
+/// machine's limit, not a finding; the campaigns' own faults are what they test.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A new seed each run (from the clock), or `PALISADE_NEMESIS_SEED` to replay one. Safety is
 /// asserted; liveness (writers writing again within the bound) is reported, not asserted: on a
 /// loaded machine a random schedule may need longer to settle, which is not a safety finding,
 /// and the fixed-seed sample asserts it.
 #[test]
 fn a_short_new_seed_campaign_keeps_at_most_one() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let seed = std::env::var("PALISADE_NEMESIS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -88,6 +96,7 @@ fn a_short_new_seed_campaign_keeps_at_most_one() {
 
 #[test]
 fn a_short_fixed_seed_campaign_keeps_at_most_one_and_loses_no_acknowledged_write() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cfg = config(SEED, EVENTS, "nemesis-sample", MachineKind::Qemu);
     let events = schedule::generate_only(
         SEED,

@@ -37,6 +37,7 @@ pub fn policy(name: &str, spec: FencingPolicySpec) -> PolicySnapshot {
     PolicySnapshot {
         name: name.into(),
         spec,
+        guard_held_at: None,
     }
 }
 
