@@ -127,6 +127,17 @@ impl Machine {
         self.dir.join("guest")
     }
 
+    /// The host path of the directory the machine's command sees as `$PALISADE_MACHINE_DIR`:
+    /// the machine's directory for a namespace machine, its guest directory (mounted at
+    /// `/machine`) for a QEMU machine. Where a command's own files (a supervisor's log, a key
+    /// it waits for) are put and read from the host.
+    pub fn command_dir(&self) -> PathBuf {
+        match self.kind {
+            MachineKind::Namespace => self.dir.clone(),
+            MachineKind::Qemu => self.guest_dir(),
+        }
+    }
+
     /// The SMBIOS system UUID the lab gave this machine (lower case). A QEMU guest reads it
     /// in `/sys/class/dmi/id/product_uuid`.
     pub fn system_uuid(&self) -> &str {

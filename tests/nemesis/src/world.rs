@@ -678,13 +678,9 @@ impl World {
             self.storage.proc.log.clone(),
         ];
         for m in self.lab.machines() {
-            // The supervisor writes in the machine's directory: a QEMU guest's is its share.
-            let home = match m.kind() {
-                MachineKind::Namespace => m.dir().to_path_buf(),
-                MachineKind::Qemu => m.guest_dir(),
-            };
+            // The supervisor writes its log in the machine's command directory.
             let _ = std::fs::copy(
-                home.join("agent.log"),
+                m.command_dir().join("agent.log"),
                 dir.join(format!("{}-agent.log", m.name())),
             );
             if m.kind() == MachineKind::Qemu {

@@ -147,13 +147,8 @@ pub fn lab_of_kind(
         let mut key = [0u8; 48];
         std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut key)?;
         for m in lab.machines() {
-            // Where the supervisor's `$D` points: the machine's directory, or a QEMU guest's
-            // share of it.
-            let dir = match m.kind() {
-                MachineKind::Namespace => m.dir().to_path_buf(),
-                MachineKind::Qemu => m.guest_dir(),
-            };
-            palisade_lab::write_secret(&dir.join(PEER_KEY_FILE), &key)?;
+            // Where the supervisor's `$D` points.
+            palisade_lab::write_secret(&m.command_dir().join(PEER_KEY_FILE), &key)?;
         }
     }
     Ok(lab)
