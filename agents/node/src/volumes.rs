@@ -460,12 +460,17 @@ mod tests {
 
     #[test]
     fn projected_items_are_written_and_escapes_refused() {
-        let d = tempfile::tempdir().unwrap();
+        // The volume sits one level inside a directory this test owns, so an escape would
+        // land where only this test looks (never in the shared /tmp).
+        let root = tempfile::tempdir().unwrap();
+        let d = root.path().join("volume");
+        std::fs::create_dir(&d).unwrap();
+        let d = d.as_path();
         let mut data = BTreeMap::new();
         data.insert("a".to_string(), b"1".to_vec());
         data.insert("b".to_string(), b"2".to_vec());
-        write_files("v", d.path(), &select(data.clone(), None)).unwrap();
-        assert_eq!(std::fs::read(d.path().join("b")).unwrap(), b"2");
+        write_files("v", d, &select(data.clone(), None)).unwrap();
+        assert_eq!(std::fs::read(d.join("b")).unwrap(), b"2");
         let item = |path: &str| {
             vec![k8s_openapi::api::core::v1::KeyToPath {
                 key: "a".into(),
@@ -473,18 +478,22 @@ mod tests {
                 mode: None,
             }]
         };
-        write_files("v", d.path(), &select(data.clone(), Some(&item("sub/x")))).unwrap();
-        assert_eq!(std::fs::read(d.path().join("sub/x")).unwrap(), b"1");
+        write_files("v", d, &select(data.clone(), Some(&item("sub/x")))).unwrap();
+        assert_eq!(std::fs::read(d.join("sub/x")).unwrap(), b"1");
         // Rewritten in place (a rotated token): the new content, no temporary file left.
         let mut newer = data.clone();
         newer.insert("a".into(), b"3".to_vec());
-        write_files("v", d.path(), &select(newer, Some(&item("sub/x")))).unwrap();
-        assert_eq!(std::fs::read(d.path().join("sub/x")).unwrap(), b"3");
-        assert_eq!(std::fs::read_dir(d.path().join("sub")).unwrap().count(), 1);
+        write_files("v", d, &select(newer, Some(&item("sub/x")))).unwrap();
+        assert_eq!(std::fs::read(d.join("sub/x")).unwrap(), b"3");
+        assert_eq!(std::fs::read_dir(d.join("sub")).unwrap().count(), 1);
         for bad in ["../x", "/etc/passwd", "a/../../x", "./", ""] {
-            let e = write_files("v", d.path(), &select(data.clone(), Some(&item(bad))));
+            let e = write_files("v", d, &select(data.clone(), Some(&item(bad))));
             assert!(e.is_err(), "{bad:?} refused");
         }
-        assert!(!d.path().parent().unwrap().join("x").exists());
+        let escaped: Vec<_> = std::fs::read_dir(root.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(escaped, ["volume"], "nothing written beside the volume");
     }
 }
