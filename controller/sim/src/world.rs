@@ -27,7 +27,7 @@ use palisade_decide::phase::{clean_proof, NodePod, ObjectRef, Observations, Peer
 use palisade_decide::snapshot::{
     FenceState, NodeSnapshot, PodSnapshot, PolicySnapshot, Snapshot, Tolerance,
 };
-use palisade_decide::{decide, next_step, Clocks, Mono, Verdict};
+use palisade_decide::{decide, guards_holding, next_step, Clocks, Mono, Verdict};
 use palisade_model::advertise::{Advertisement, MemberSet, PeerCheck, SelfFenceScope, Watchdog};
 use palisade_model::nodefence::{
     Evidence, EvidenceKind, LevelKind, NodeFenceSpec, NodeFenceStatus, Phase, PlannedDevice,
@@ -75,8 +75,9 @@ pub enum Bug {
     /// not it answers the fence's recovery challenge (an inventory taken before the release
     /// counts). Rare by nature (see [`Bug::RECORDED`]).
     IgnoreChallenge,
-    /// The old rule of seed 3210097: a boot ID that differs from the one recorded at the fence
-    /// is the clean proof on its own, whenever that boot began.
+    /// The old rule found at seed 3210097 (recorded at seed 4000404 since the simulated
+    /// controller remembers its quorum guard's holds): a boot ID that differs from the one
+    /// recorded at the fence is the clean proof on its own, whenever that boot began.
     BootIdAlone,
     /// The old rule of seeds 3537759 and 3978628: judge the healthy majority's streaks on the
     /// controller's wall clock (a step back revives streaks that ended).
@@ -124,7 +125,7 @@ impl Bug {
     /// after millions of schedules), each with a schedule seed that breaks at-most-one with it
     /// (and must not without it).
     pub const RECORDED: [(Bug, u64); 4] = [
-        (Bug::BootIdAlone, 3_210_097),
+        (Bug::BootIdAlone, 4_000_404),
         (Bug::IgnoreChallenge, 3_348_633),
         (Bug::WallClockStreaks, 3_537_759),
         (Bug::WallClockStreaks, 3_978_628),
@@ -288,6 +289,8 @@ struct Controller {
     advertised: HashMap<String, Advertisement>,
     changed_at: HashMap<String, Mono>,
     streaks: Streaks,
+    /// The last tick in which the policy's quorum guard held (as the operator remembers it).
+    guard_held_at: Option<Mono>,
 }
 
 /// A leader frozen between its last leadership check and a device command.
@@ -453,6 +456,7 @@ impl<'s> World<'s> {
                 advertised: HashMap::new(),
                 changed_at: HashMap::new(),
                 streaks: Streaks::new(),
+                guard_held_at: None,
             },
             freeze_trap: None,
             frozen: None,
@@ -1204,6 +1208,7 @@ impl<'s> World<'s> {
             advertised: HashMap::new(),
             changed_at: HashMap::new(),
             streaks: Streaks::new(),
+            guard_held_at: None,
         };
     }
 
@@ -1351,6 +1356,9 @@ impl<'s> World<'s> {
             .into_iter()
             .map(|d| (d.node, d.verdict))
             .collect();
+        if !guards_holding(&snapshot).is_empty() {
+            self.ctl.guard_held_at = Some(clocks.mono);
+        }
         for (node, v) in &verdicts {
             let Some(i) = self.machines.iter().position(|m| &m.name == node) else {
                 continue;
@@ -1474,10 +1482,7 @@ impl<'s> World<'s> {
             policies: vec![PolicySnapshot {
                 name: "sim".into(),
                 spec: self.policy.clone(),
-                // Not yet modelled: the simulated controller behaves as one that never saw its
-                // quorum guard hold. The rule only delays fences; the schedules recorded with
-                // the bugs they found depend on the timing without it.
-                guard_held_at: None,
+                guard_held_at: self.ctl.guard_held_at,
             }],
             nodes,
             pdbs: vec![],
