@@ -323,9 +323,8 @@ mod tests {
 
     #[test]
     fn a_history_reads_back_as_it_was_written() {
-        let dir = std::env::temp_dir().join(format!("nemesis-history-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("history.jsonl");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
         let h = History::create(&path).unwrap();
         h.push(Record::Fault {
             t: 1.5,
@@ -343,6 +342,5 @@ mod tests {
             detail: "healed".into(),
         });
         assert_eq!(read(&path).unwrap(), h.records());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

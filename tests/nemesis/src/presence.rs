@@ -281,7 +281,8 @@ mod tests {
 
     #[test]
     fn beats_are_read_from_the_shared_directory_and_judged_per_identity() {
-        let shared = std::env::temp_dir().join(format!("beats-test-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        let shared = tmp.path().to_path_buf();
         let dir = beat_dir(&shared, "v0");
         std::fs::create_dir_all(&dir).unwrap();
         let clock = std::cell::Cell::new(0.0);
@@ -312,7 +313,6 @@ mod tests {
             Some(2),
             "both incarnations named: {found:?}"
         );
-        std::fs::remove_dir_all(&shared).unwrap();
     }
 
     #[test]
