@@ -16,6 +16,9 @@ fi
 say "installing dependencies"
 bash hack/install-deps.sh
 
+say "the README and the book: links, table of contents, length"
+bash hack/check-docs.sh
+
 say "cargo fmt --check"
 cargo fmt --all -- --check
 
