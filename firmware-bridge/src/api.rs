@@ -35,6 +35,49 @@ pub const FENCING_TOKEN: &str = "fencing-token";
 /// Response header set when a response is replayed from the idempotency cache.
 pub use palisade_fence::bridge::REPLAYED;
 
+/// The `error` code of a refused stale fencing token (HTTP 409).
+pub const STALE_FENCING_TOKEN: &str = "stale_fencing_token";
+
+/// The body of a `409 stale_fencing_token` refusal:
+/// `{"error": "stale_fencing_token", "message": ..., "token": N, "seen_token": F}`.
+///
+/// Guarantees: `seen_token` is the target's durable token floor when the request was refused,
+/// a JSON integer, never only words in `message` (the message is for people and may change);
+/// `token` is the refused request's token, and `token < seen_token`.
+///
+/// Assumptions: a client reads the floor from `seen_token` alone; a refusal without it (a bridge
+/// older than this field) says nothing about the floor, and the client treats it as "refused,
+/// floor unknown" (the controller steps down without raising its floor), never as a number
+/// found in the message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StaleTokenRefusal {
+    /// Always [`STALE_FENCING_TOKEN`].
+    pub error: String,
+    /// Why, for people.
+    pub message: String,
+    /// The refused request's fencing token.
+    pub token: u64,
+    /// The highest token the target has seen (its floor).
+    pub seen_token: u64,
+}
+
+impl StaleTokenRefusal {
+    /// The refusal of `token` on `target`, whose floor is `floor`.
+    pub fn new(target: &str, token: u64, floor: u64) -> Self {
+        Self {
+            error: STALE_FENCING_TOKEN.into(),
+            message: format!("stale fencing token {token}: target {target} has already seen token {floor} from a newer controller; refusing to act"),
+            token,
+            seen_token: floor,
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_else(|_| json!({ "error": STALE_FENCING_TOKEN }))
+    }
+}
+
 /// The authenticated client of a request.
 pub type Client = Extension<Arc<ClientIdentity>>;
 
@@ -416,7 +459,12 @@ impl AuditCtx<'_> {
     }
 
     async fn reject(&self, status: StatusCode, code: &str, message: String) -> Response {
-        let body = json!({ "error": code, "message": message });
+        self.reject_with(status, code, json!({ "error": code, "message": message }))
+            .await
+    }
+
+    /// [`Self::reject`] with a body that carries typed fields beside `error` and `message`.
+    async fn reject_with(&self, status: StatusCode, code: &str, body: Value) -> Response {
         let resp = (status, Json(body.clone())).into_response();
         self.record(code, status, &body, resp).await
     }
@@ -584,10 +632,10 @@ async fn mutate(
                 "bridge_stale_token_rejections_total",
                 &[("target", &target)],
             );
-            let msg = format!("stale fencing token {token}: target {target} has already seen token {floor} from a newer controller; refusing to act");
+            let refusal = StaleTokenRefusal::new(&target, token, floor);
             tracing::warn!(client = %id.name(), target, token, floor, "stale fencing token refused");
             return ctx
-                .reject(StatusCode::CONFLICT, "stale_fencing_token", msg)
+                .reject_with(StatusCode::CONFLICT, STALE_FENCING_TOKEN, refusal.body())
                 .await;
         }
         Ok(Err(e)) => {

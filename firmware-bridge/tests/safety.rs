@@ -20,6 +20,13 @@ async fn stale_fencing_token_is_refused_and_equal_token_is_allowed() {
     assert!(e.to_string().contains("stale fencing token 6"), "{e}");
     assert!(e.to_string().contains("already seen token 7"), "{e}");
     assert!(!e.is_retryable());
+    // The floor is a typed field of the refusal, never only words in its message.
+    let palisade_fence::bridge::ClientError::Api { body, .. } = &e else {
+        panic!("not an API refusal: {e}")
+    };
+    assert_eq!(body["error"], "stale_fencing_token", "{body}");
+    assert_eq!(body["seen_token"].as_u64(), Some(7), "{body}");
+    assert_eq!(body["token"].as_u64(), Some(6), "{body}");
     assert_eq!(h.exec.action_count(), 1, "the stale request must not act");
     // Equal token: the same leader acting again.
     let r = c.power("m0", PowerAction::On, 7, "c", None).await.unwrap();
