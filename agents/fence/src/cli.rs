@@ -100,20 +100,58 @@ pub fn normalize(name: &str) -> String {
     }
 }
 
-/// Parses `name=value` lines (stdin). Blank lines and `#` comments are skipped.
-pub fn parse_stdin(text: &str) -> BTreeMap<String, String> {
+/// Options read but not listed in the metadata: what Pacemaker's fencer adds on its own
+/// (`nodename`, `nodeid`), `help` and `version`, and the older names of `shell_timeout` and
+/// `retry_on`.
+const UNLISTED: [&str; 6] = [
+    "nodename",
+    "nodeid",
+    "help",
+    "version",
+    "exchange_timeout",
+    "retries",
+];
+
+/// Every option name `palisade-fence` reads (after [`normalize`]): the metadata's parameters
+/// and [`UNLISTED`].
+pub fn known_options() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = PARAMETERS.iter().map(|p| p.0).collect();
+    v.extend_from_slice(&UNLISTED);
+    v
+}
+
+/// Refuses an option name that is not in [`known_options`]: a misspelt `power_timout` must
+/// not leave the default in force.
+fn check_known(name: &str, given_as: &str) -> Result<(), CliError> {
+    let known = known_options();
+    if known.contains(&name) {
+        return Ok(());
+    }
+    Err(CliError::Invalid(format!(
+        "{} (see -o metadata)",
+        crate::spelling::unknown_as("option", given_as, name, &known)
+    )))
+}
+
+/// Parses `name=value` lines (stdin). Blank lines and `#` comments are skipped; an unknown
+/// option name is an error (fence-agents only warns; a typo here would change what a fence
+/// does).
+pub fn parse_stdin(text: &str) -> Result<BTreeMap<String, String>, CliError> {
     let mut out = BTreeMap::new();
     for line in text.lines() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        match line.split_once('=') {
-            Some((k, v)) => out.insert(normalize(k), v.trim().to_string()),
-            None => out.insert(normalize(line), "1".to_string()),
+        let (raw, value) = match line.split_once('=') {
+            Some((k, v)) => (k.trim(), v.trim().to_string()),
+            None => (line, "1".to_string()),
         };
+        let name = normalize(raw);
+        check_known(&name, raw)?;
+        out.insert(name, value);
     }
-    out
+    Ok(out)
 }
 
 /// Parses long options (`--name=value`, `--name value`, or `--flag`) and the short options
@@ -156,6 +194,7 @@ pub fn parse_args(args: &[String]) -> Result<BTreeMap<String, String>, CliError>
         } else {
             return Err(CliError::Invalid(format!("unexpected argument {a}")));
         };
+        check_known(&name, a.split('=').next().unwrap_or(a))?;
         let value = match inline {
             Some(v) => v,
             None if FLAGS.contains(&name.as_str()) => "1".to_string(),
@@ -469,163 +508,200 @@ impl Invocation {
             target: Some(target),
             credentials,
             options,
-            cycle: o.get("method").map(String::as_str) == Some("cycle"),
+            cycle: match o.get("method").map(String::as_str) {
+                None | Some("onoff") => false,
+                Some("cycle") => true,
+                Some(m) => {
+                    return Err(CliError::Invalid(format!(
+                        "bad method {m} (onoff or cycle)"
+                    )))
+                }
+            },
             verbose,
         })
     }
 }
 
+/// The parameters of the metadata: name, type, default, description. Every option
+/// `palisade-fence` reads is here or in [`UNLISTED`].
+const PARAMETERS: &[(&str, &str, &str, &str)] = &[
+    ("action", "string", "reboot", "Fencing action"),
+    (
+        "agent",
+        "string",
+        "",
+        "Backend: ipmilan, apc_snmp or redfish (default: redfish if systems_uri is given, apc_snmp if a plug is given)",
+    ),
+    (
+        "ip",
+        "string",
+        "",
+        "IP address or hostname of the fencing device",
+    ),
+    (
+        "ipport",
+        "integer",
+        "623",
+        "Port (UDP 623 for IPMI, UDP 161 for SNMP, TCP 443 for Redfish)",
+    ),
+    (
+        "username",
+        "string",
+        "",
+        "Login name (IPMI user, or SNMPv3 user)",
+    ),
+    (
+        "password",
+        "string",
+        "",
+        "Login password or SNMPv3 auth passphrase (stdin only)",
+    ),
+    ("password_file", "string", "", "File holding the password"),
+    (
+        "password_script",
+        "string",
+        "",
+        "Script that prints the password",
+    ),
+    ("lanplus", "boolean", "1", "Use IPMI 2.0 RMCP+ (always on)"),
+    (
+        "cipher",
+        "string",
+        "",
+        "IPMI cipher suite (default: negotiate 17, then 3)",
+    ),
+    (
+        "allow_weak_cipher_suites",
+        "boolean",
+        "0",
+        "Allow IPMI cipher suites 0, 1, 2",
+    ),
+    (
+        "system_guid",
+        "string",
+        "",
+        "IPMI: refuse to act unless the BMC reports this system GUID (Get System GUID)",
+    ),
+    (
+        "cipher_probe_timeout",
+        "second",
+        "0.1",
+        "IPMI: the least time to wait for Get Channel Cipher Suites; the wait grows with the BMC's measured round trip, up to shell_timeout",
+    ),
+    ("method", "string", "onoff", "Reboot method: onoff or cycle"),
+    (
+        "plug",
+        "string",
+        "",
+        "PDU outlet number(s), comma separated; Redfish: the system's Id, Name or UUID",
+    ),
+    ("ssl", "boolean", "1", "Redfish: use HTTPS (always on)"),
+    (
+        "ssl_insecure",
+        "boolean",
+        "0",
+        "Redfish: do not verify the BMC certificate (insecure; logged)",
+    ),
+    (
+        "ssl_ca_file",
+        "string",
+        "",
+        "Redfish: PEM file of the CA that issued the BMC certificate",
+    ),
+    (
+        "ssl_fingerprint",
+        "string",
+        "",
+        "Redfish: SHA-256 fingerprint of the BMC certificate",
+    ),
+    (
+        "systems_uri",
+        "string",
+        "",
+        "Redfish: URI of the ComputerSystem (default: the only one)",
+    ),
+    (
+        "system_uuid",
+        "string",
+        "",
+        "Redfish: refuse to act unless the system reports this UUID",
+    ),
+    (
+        "redfish_auth",
+        "string",
+        "auto",
+        "Redfish: auto (a session when offered, else Basic), session or basic",
+    ),
+    (
+        "pdu_profile",
+        "string",
+        "auto",
+        "PDU profile: auto (from sysObjectID, the default), apc, apc-rpdu, cyberpower",
+    ),
+    ("community", "string", "private", "SNMP community"),
+    ("community_file", "string", "", "File holding the SNMP community"),
+    (
+        "community_script",
+        "string",
+        "",
+        "Script that prints the SNMP community",
+    ),
+    ("snmp_version", "string", "1", "SNMP version: 1, 2c, 3"),
+    (
+        "snmp_auth_prot",
+        "string",
+        "MD5",
+        "SNMPv3 auth protocol: MD5, SHA, SHA256",
+    ),
+    (
+        "snmp_sec_level",
+        "string",
+        "noAuthNoPriv",
+        "SNMPv3 security level",
+    ),
+    (
+        "snmp_priv_prot",
+        "string",
+        "AES",
+        "SNMPv3 privacy protocol: AES",
+    ),
+    (
+        "snmp_priv_passwd",
+        "string",
+        "",
+        "SNMPv3 privacy passphrase",
+    ),
+    (
+        "snmp_priv_passwd_file",
+        "string",
+        "",
+        "File holding the SNMPv3 privacy passphrase",
+    ),
+    (
+        "snmp_priv_passwd_script",
+        "string",
+        "",
+        "Script that prints the SNMPv3 privacy passphrase",
+    ),
+    (
+        "power_timeout",
+        "second",
+        "20",
+        "Seconds to wait for the device to report the new state",
+    ),
+    (
+        "shell_timeout",
+        "second",
+        "0.5",
+        "Seconds to wait for one answer before retransmitting",
+    ),
+    ("retry_on", "integer", "3", "Retransmissions per exchange"),
+    ("verbose", "boolean", "0", "Verbose mode"),
+];
+
 /// The metadata XML (`-o metadata`), in the fence-agents format.
 pub fn metadata() -> String {
-    let params: &[(&str, &str, &str, &str)] = &[
-        ("action", "string", "reboot", "Fencing action"),
-        (
-            "agent",
-            "string",
-            "",
-            "Backend: ipmilan, apc_snmp or redfish (default: redfish if systems_uri is given, apc_snmp if a plug is given)",
-        ),
-        (
-            "ip",
-            "string",
-            "",
-            "IP address or hostname of the fencing device",
-        ),
-        (
-            "ipport",
-            "integer",
-            "623",
-            "Port (UDP 623 for IPMI, UDP 161 for SNMP, TCP 443 for Redfish)",
-        ),
-        (
-            "username",
-            "string",
-            "",
-            "Login name (IPMI user, or SNMPv3 user)",
-        ),
-        (
-            "password",
-            "string",
-            "",
-            "Login password or SNMPv3 auth passphrase (stdin only)",
-        ),
-        ("password_file", "string", "", "File holding the password"),
-        (
-            "password_script",
-            "string",
-            "",
-            "Script that prints the password",
-        ),
-        ("lanplus", "boolean", "1", "Use IPMI 2.0 RMCP+ (always on)"),
-        (
-            "cipher",
-            "string",
-            "",
-            "IPMI cipher suite (default: negotiate 17, then 3)",
-        ),
-        (
-            "allow_weak_cipher_suites",
-            "boolean",
-            "0",
-            "Allow IPMI cipher suites 0, 1, 2",
-        ),
-        (
-            "system_guid",
-            "string",
-            "",
-            "IPMI: refuse to act unless the BMC reports this system GUID (Get System GUID)",
-        ),
-        ("method", "string", "onoff", "Reboot method: onoff or cycle"),
-        (
-            "plug",
-            "string",
-            "",
-            "PDU outlet number(s), comma separated; Redfish: the system's Id, Name or UUID",
-        ),
-        ("ssl", "boolean", "1", "Redfish: use HTTPS (always on)"),
-        (
-            "ssl_insecure",
-            "boolean",
-            "0",
-            "Redfish: do not verify the BMC certificate (insecure; logged)",
-        ),
-        (
-            "ssl_ca_file",
-            "string",
-            "",
-            "Redfish: PEM file of the CA that issued the BMC certificate",
-        ),
-        (
-            "ssl_fingerprint",
-            "string",
-            "",
-            "Redfish: SHA-256 fingerprint of the BMC certificate",
-        ),
-        (
-            "systems_uri",
-            "string",
-            "",
-            "Redfish: URI of the ComputerSystem (default: the only one)",
-        ),
-        (
-            "system_uuid",
-            "string",
-            "",
-            "Redfish: refuse to act unless the system reports this UUID",
-        ),
-        (
-            "redfish_auth",
-            "string",
-            "auto",
-            "Redfish: auto (a session when offered, else Basic), session or basic",
-        ),
-        (
-            "pdu_profile",
-            "string",
-            "auto",
-            "PDU profile: auto (from sysObjectID, the default), apc, apc-rpdu, cyberpower",
-        ),
-        ("community", "string", "private", "SNMP community"),
-        ("snmp_version", "string", "1", "SNMP version: 1, 2c, 3"),
-        (
-            "snmp_auth_prot",
-            "string",
-            "MD5",
-            "SNMPv3 auth protocol: MD5, SHA, SHA256",
-        ),
-        (
-            "snmp_sec_level",
-            "string",
-            "noAuthNoPriv",
-            "SNMPv3 security level",
-        ),
-        (
-            "snmp_priv_prot",
-            "string",
-            "AES",
-            "SNMPv3 privacy protocol: AES",
-        ),
-        (
-            "snmp_priv_passwd",
-            "string",
-            "",
-            "SNMPv3 privacy passphrase",
-        ),
-        (
-            "power_timeout",
-            "second",
-            "20",
-            "Seconds to wait for the device to report the new state",
-        ),
-        (
-            "shell_timeout",
-            "second",
-            "0.5",
-            "Seconds to wait for one answer before retransmitting",
-        ),
-        ("retry_on", "integer", "3", "Retransmissions per exchange"),
-        ("verbose", "boolean", "0", "Verbose mode"),
-    ];
+    let params = PARAMETERS;
     let mut x = String::from(
         "<?xml version=\"1.0\" ?>\n<resource-agent name=\"palisade-fence\" shortdesc=\"Fence agent for IPMI 2.0 (RMCP+) and Redfish BMCs and SNMP switched PDUs\">\n<longdesc>palisade-fence powers machines off through their IPMI or Redfish BMC or switched PDU outlets and reports a fence only after the device reports the power off.</longdesc>\n<vendor-url>https://palisade.dev</vendor-url>\n<parameters>\n",
     );
@@ -667,7 +743,7 @@ mod tests {
     fn stdin_in_fence_ipmilan_style_resolves_to_an_ipmi_target() {
         let o = parse_stdin(
             "# from stonithd\naction=status\nipaddr=127.0.0.1\nipport=6230\nlogin=admin\npasswd=s3cret\nlanplus=1\ncipher=3\n",
-        );
+        ).unwrap();
         let inv = Invocation::resolve(&o, &no_env).unwrap();
         assert_eq!(inv.action, Action::Status);
         let Some(Target::Ipmi(t)) = inv.target else {
@@ -684,7 +760,8 @@ mod tests {
     fn stdin_in_fence_apc_snmp_style_resolves_to_a_pdu_target() {
         let o = parse_stdin(
             "action=off\nip=127.0.0.1\nipport=1161\nport=2,3\ncommunity=private\nsnmp_version=2c\n",
-        );
+        )
+        .unwrap();
         let inv = Invocation::resolve(&o, &no_env).unwrap();
         let Some(Target::Pdu(t)) = inv.target else {
             panic!()
@@ -724,7 +801,7 @@ mod tests {
         let fp = "ab".repeat(32);
         let o = parse_stdin(&format!(
             "agent=fence_redfish\naction=off\nip=127.0.0.1\nipport=8443\nusername=admin\npassword=pw\nssl=1\nssl_fingerprint={fp}\nsystems_uri=/redfish/v1/Systems/1\nplug=node-a\n"
-        ));
+        )).unwrap();
         let inv = Invocation::resolve(&o, &no_env).unwrap();
         let Some(Target::Redfish(t)) = inv.target else {
             panic!()
@@ -735,20 +812,22 @@ mod tests {
         assert_eq!(t.tls, crate::target::RedfishTls::Fingerprint([0xab; 32]));
         assert_eq!(inv.credentials.password.unwrap().expose(), "pw");
         // No pin and no explicit ssl_insecure: refused, never an insecure default.
-        let o = parse_stdin("agent=redfish\nip=bmc\nusername=a\npassword=p\n");
+        let o = parse_stdin("agent=redfish\nip=bmc\nusername=a\npassword=p\n").unwrap();
         assert!(Invocation::resolve(&o, &no_env).is_err());
-        let o = parse_stdin("agent=redfish\nip=bmc\nusername=a\npassword=p\nssl_insecure\n");
+        let o =
+            parse_stdin("agent=redfish\nip=bmc\nusername=a\npassword=p\nssl_insecure\n").unwrap();
         let inv = Invocation::resolve(&o, &no_env).unwrap();
         let Some(Target::Redfish(t)) = inv.target else {
             panic!()
         };
         assert_eq!((t.port, t.tls), (443, crate::target::RedfishTls::Insecure));
         let o =
-            parse_stdin("agent=redfish\nip=bmc\nusername=a\npassword=p\nssl=0\nssl_insecure=1\n");
+            parse_stdin("agent=redfish\nip=bmc\nusername=a\npassword=p\nssl=0\nssl_insecure=1\n")
+                .unwrap();
         assert!(Invocation::resolve(&o, &no_env).is_err(), "no plain HTTP");
         let o = parse_stdin(
             "ip=bmc\nusername=a\npassword=p\nsystems_uri=/redfish/v1/Systems/x\nssl_ca_file=/ca.pem\n",
-        );
+        ).unwrap();
         assert!(matches!(
             Invocation::resolve(&o, &no_env).unwrap().target,
             Some(Target::Redfish(_))
@@ -761,5 +840,104 @@ mod tests {
         assert!(m.contains("<action name=\"validate-all\" />"));
         assert!(m.contains("name=\"snmp_priv_passwd\""));
         assert!(m.starts_with("<?xml"));
+    }
+
+    #[test]
+    fn a_misspelt_long_option_is_an_error_naming_it() {
+        let args: Vec<String> = ["--ip", "bmc", "--power-timout", "60"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let e = parse_args(&args).unwrap_err().to_string();
+        assert!(e.contains("unknown option \"--power-timout\""), "{e}");
+        assert!(e.contains("did you mean power_timeout?"), "{e}");
+        assert!(e.contains("valid: "), "{e}");
+        assert!(e.contains("shell_timeout"), "the list: {e}");
+        let e = parse_args(&["--power-timout=60".to_string()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"--power-timout\""), "{e}");
+    }
+
+    #[test]
+    fn a_misspelt_stdin_option_is_an_error_naming_it() {
+        let e = parse_stdin(
+            "action=off
+ip=bmc
+power_timout=60
+",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown option \"power_timout\""), "{e}");
+        assert!(e.contains("did you mean power_timeout?"), "{e}");
+        let e = parse_stdin(
+            "action=off
+ip=bmc
+system_giud=x
+",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("did you mean system_guid?"), "{e}");
+        let e = parse_stdin(
+            "ip=bmc
+ssl_secure
+",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown option \"ssl_secure\""), "{e}");
+    }
+
+    #[test]
+    fn what_pacemaker_sends_and_the_old_aliases_are_accepted() {
+        let o = parse_stdin(
+            "action=off
+nodename=node-a
+nodeid=3
+port=node-a
+ipaddr=bmc
+login=a
+passwd=p
+udpport=623
+agent=ipmilan
+exchange_timeout=1
+retries=2
+",
+        )
+        .unwrap();
+        assert!(Invocation::resolve(&o, &no_env).is_ok());
+        for name in known_options() {
+            assert!(parse_stdin(&format!("{name}=1\n")).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn every_option_read_is_in_the_metadata_or_the_unlisted_few() {
+        let m = metadata();
+        for (name, ..) in PARAMETERS {
+            assert!(m.contains(&format!("name=\"{name}\"")), "{name}");
+        }
+        assert!(m.contains("name=\"cipher_probe_timeout\""));
+        let names: Vec<&str> = known_options();
+        let mut dedup = names.clone();
+        dedup.sort_unstable();
+        dedup.dedup();
+        assert_eq!(dedup.len(), names.len(), "no name listed twice");
+    }
+
+    #[test]
+    fn a_misspelt_reboot_method_is_an_error() {
+        let o = parse_stdin(
+            "ip=bmc
+login=a
+passwd=p
+method=cylce
+",
+        )
+        .unwrap();
+        let e = Invocation::resolve(&o, &no_env).unwrap_err().to_string();
+        assert!(e.contains("bad method cylce"), "{e}");
     }
 }

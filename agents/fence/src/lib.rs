@@ -29,6 +29,7 @@ pub mod planted;
 pub mod power;
 pub mod redfish;
 pub mod secret;
+mod spelling;
 pub mod target;
 pub mod verify;
 

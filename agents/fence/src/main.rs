@@ -34,7 +34,7 @@ fn run() -> anyhow::Result<i32> {
         std::io::stdin()
             .read_to_string(&mut text)
             .context("reading options from stdin")?;
-        cli::parse_stdin(&text)
+        cli::parse_stdin(&text)?
     } else {
         Default::default()
     };

@@ -1,14 +1,20 @@
 //! Fencing targets addressed by URL. Credentials never go in the URL: they come separately in
 //! [`crate::Credentials`].
 //!
-//! - `ipmi://user@host[:port][?cipher=17|3&allow_weak_cipher_suites=true]` (port 623)
+//! - `ipmi://user@host[:port][?cipher=17|3&allow_weak_cipher_suites=true&guid=G]` (port 623)
 //! - `snmp+pdu://[v3user@]host[:port]/outlet/N[,M...][?profile=apc&version=2c]` (port 161);
-//!   for v3: `version=3&auth=sha&priv=aes` (authPriv SHA + AES-128 is the default).
-//! - `bridge://host:port/target-id`: a target of a firmware-bridge (see [`crate::bridge`]).
+//!   for v3: `version=3&auth=sha&priv=aes&sec_level=authPriv` (authPriv SHA + AES-128 is the
+//!   default).
+//! - `bridge://host:port/target-id`: a target of a firmware-bridge (see [`crate::bridge`]); no
+//!   query keys.
 //! - `redfish+https://user@host[:port][/redfish/v1/Systems/ID][?system=ID&uuid=U]` (port 443)
-//!   with exactly one TLS trust: `ca_file=/path/ca.pem`, `fingerprint=<SHA-256 of the BMC
-//!   certificate>` or, only when asked for, `ssl_insecure=true`; `auth=session|basic` (default:
-//!   a session when the BMC has a SessionService, else Basic). See [`crate::redfish`].
+//!   with exactly one TLS trust: `ca_file=/path/ca.pem`, `ca=secret`, `fingerprint=<SHA-256 of
+//!   the BMC certificate>` or, only when asked for, `ssl_insecure=true`; `auth=session|basic`
+//!   (default: a session when the BMC has a SessionService, else Basic). See [`crate::redfish`].
+//!
+//! A query key that is not in the scheme's list ([`IPMI_KEYS`], [`PDU_KEYS`],
+//! [`REDFISH_KEYS`]), a key given twice, a fragment, or a boolean that is not `true`/`false`
+//! (`1`/`0`, `yes`/`no`) is an error: a misspelt `?giud=` must not silently drop a pin.
 
 use std::fmt;
 
@@ -183,6 +189,56 @@ fn bad(url: &str, why: impl fmt::Display) -> FenceError {
     FenceError::Config(format!("target {url}: {why}"))
 }
 
+/// The query keys of `ipmi://` URLs.
+pub const IPMI_KEYS: &[&str] = &["cipher", "allow_weak_cipher_suites", "guid"];
+/// The query keys of `snmp+pdu://` URLs.
+pub const PDU_KEYS: &[&str] = &["profile", "version", "auth", "sec_level", "priv"];
+/// The query keys of `redfish+https://` URLs.
+pub const REDFISH_KEYS: &[&str] = &[
+    "ca",
+    "ca_file",
+    "fingerprint",
+    "ssl_insecure",
+    "auth",
+    "system",
+    "uuid",
+];
+
+/// The query of `url`, refusing keys outside `valid`, keys given twice and fragments.
+fn strict_query(
+    s: &str,
+    url: &url::Url,
+    valid: &[&str],
+) -> Result<Vec<(String, String)>, FenceError> {
+    if url.fragment().is_some() {
+        return Err(bad(s, "a fragment (#...) is not part of a target URL"));
+    }
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (k, v) in url.query_pairs() {
+        if !valid.contains(&k.as_ref()) {
+            let what = format!("query key of {}://", url.scheme());
+            return Err(bad(s, crate::spelling::unknown(&what, &k, valid)));
+        }
+        if out.iter().any(|(n, _)| *n == k) {
+            return Err(bad(s, format!("query key {k:?} given twice")));
+        }
+        out.push((k.into_owned(), v.into_owned()));
+    }
+    Ok(out)
+}
+
+/// A boolean query value: absent is `false`; anything but true/false, 1/0, yes/no is an error.
+fn strict_bool(s: &str, key: &str, v: Option<&str>) -> Result<bool, FenceError> {
+    match v.map(str::to_ascii_lowercase).as_deref() {
+        None | Some("false" | "0" | "no") => Ok(false),
+        Some("true" | "1" | "yes") => Ok(true),
+        Some(other) => Err(bad(
+            s,
+            format!("{key}={other}: not a boolean (true or false)"),
+        )),
+    }
+}
+
 impl Target {
     /// Parses a target URL.
     pub fn parse(s: &str) -> Result<Self, FenceError> {
@@ -196,7 +252,13 @@ impl Target {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_string();
-        let query: Vec<(String, String)> = url.query_pairs().into_owned().collect();
+        let valid: &[&str] = match url.scheme() {
+            "ipmi" => IPMI_KEYS,
+            "snmp+pdu" => PDU_KEYS,
+            "redfish+https" => REDFISH_KEYS,
+            _ => &[],
+        };
+        let query = strict_query(s, &url, valid)?;
         let get = |k: &str| query.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         match url.scheme() {
             "ipmi" => {
@@ -205,12 +267,15 @@ impl Target {
                 }
                 let cipher = match get("cipher") {
                     None | Some("auto") => None,
-                    Some(c) => Some(c.parse::<u8>().map_err(|e| bad(s, e))?),
+                    Some(c) => Some(c.parse::<u8>().map_err(|_| {
+                        bad(s, format!("cipher={c}: not a suite number (17, 3) or auto"))
+                    })?),
                 };
-                let allow_weak_cipher_suites = matches!(
+                let allow_weak_cipher_suites = strict_bool(
+                    s,
+                    "allow_weak_cipher_suites",
                     get("allow_weak_cipher_suites"),
-                    Some("true") | Some("1") | Some("yes")
-                );
+                )?;
                 let system_guid = match get("guid") {
                     None => None,
                     Some(g) => {
@@ -522,5 +587,62 @@ mod tests {
             "ca=secret is one trust among the others"
         );
         assert!(Target::parse("redfish+https://a@bmc?ca=/etc/ca.pem").is_err());
+    }
+
+    #[test]
+    fn a_misspelt_guid_key_is_an_error_not_a_dropped_pin() {
+        let e = Target::parse("ipmi://admin@127.0.0.1:6230?giud=00112233445566778899aabbccddeeff")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown query key of ipmi:// \"giud\""), "{e}");
+        assert!(e.contains("did you mean guid?"), "{e}");
+        assert!(
+            e.contains("valid: allow_weak_cipher_suites, cipher, guid"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_scheme_refuses_unknown_query_keys() {
+        for (url, key) in [
+            ("ipmi://a@bmc?ciper=3", "ciper"),
+            ("snmp+pdu://pdu/outlet/1?profle=apc", "profle"),
+            (
+                "snmp+pdu://pdu/outlet/1?version=3&security=authPriv",
+                "security",
+            ),
+            ("redfish+https://a@bmc?ssl_insecure=1&uid=x", "uid"),
+            ("redfish+https://a@bmc?ca_file=/ca.pem&plug=node-a", "plug"),
+        ] {
+            let e = Target::parse(url).unwrap_err().to_string();
+            assert!(e.contains("unknown query key of"), "{url}: {e}");
+            assert!(e.contains(&format!("\"{key}\"")), "{url}: {e}");
+            assert!(e.contains("; valid: "), "{url}: {e}");
+        }
+        assert!(Target::parse("bridge://h:1/m0?guid=x").is_err());
+    }
+
+    #[test]
+    fn a_key_given_twice_a_fragment_or_a_bad_boolean_is_an_error() {
+        let e = Target::parse(
+            "ipmi://a@bmc?guid=00112233445566778899aabbccddeeff&guid=ffeeddccbbaa99887766554433221100",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("\"guid\" given twice"), "{e}");
+        assert!(Target::parse("ipmi://a@bmc#guid=x").is_err());
+        let e = Target::parse("ipmi://a@bmc?allow_weak_cipher_suites=sure")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a boolean"), "{e}");
+        let Target::Ipmi(t) = Target::parse("ipmi://a@bmc?allow_weak_cipher_suites=false").unwrap()
+        else {
+            panic!()
+        };
+        assert!(!t.allow_weak_cipher_suites);
+        let e = Target::parse("ipmi://a@bmc?cipher=strong")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cipher=strong: not a suite number"), "{e}");
     }
 }

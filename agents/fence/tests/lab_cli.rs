@@ -203,3 +203,29 @@ fn metadata_and_validate_all_follow_the_conventions() {
         "weak cipher suites are refused unless allowed"
     );
 }
+
+#[test]
+fn a_misspelt_option_fails_before_anything_is_sent_and_names_the_option() {
+    // No device listens here: the typo must be refused before any exchange is attempted.
+    let out = ours("action=status\nip=127.0.0.1\nipport=9\nlogin=a\npasswd=p\npower_timout=60\n");
+    assert_eq!(code(&out), 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown option \"power_timout\""), "{err}");
+    assert!(err.contains("did you mean power_timeout?"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_palisade-fence"))
+        .args(["-o", "status", "--ip", "127.0.0.1", "--power-timout", "60"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown option \"--power-timout\""), "{err}");
+}
+
+#[test]
+fn the_metadata_documents_every_option_the_cli_reads() {
+    let out = ours("action=metadata\n");
+    assert_eq!(code(&out), 0);
+    let xml = String::from_utf8_lossy(&out.stdout);
+    assert!(xml.contains("name=\"cipher_probe_timeout\""), "{xml}");
+    assert!(xml.contains("name=\"community_file\""), "{xml}");
+}

@@ -49,7 +49,11 @@ impl Target {
         for (k, v) in url.query_pairs() {
             match k.as_ref() {
                 "profile" => profile = v.into_owned(),
-                other => return Err(invalid(&format!("unknown query parameter {other:?}"))),
+                other => {
+                    return Err(invalid(&format!(
+                        "unknown query parameter {other:?}; valid: profile"
+                    )))
+                }
             }
         }
         Ok(Target {
@@ -96,7 +100,12 @@ mod tests {
     fn refuses_wrong_scheme_credentials_and_unknown_params() {
         assert!(Target::parse("https://127.0.0.1:8443/").is_err());
         assert!(Target::parse("storagefw+https://u:p@127.0.0.1:8443/").is_err());
-        assert!(Target::parse("storagefw+https://127.0.0.1:8443/?token=x").is_err());
+        let e = Target::parse("storagefw+https://127.0.0.1:8443/?profle=lab").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("unknown query parameter \"profle\"; valid: profile"),
+            "{e}"
+        );
         assert!(Target::parse("not a url").is_err());
     }
 }
