@@ -952,6 +952,100 @@ impl NodeFenceStatus {
     }
 }
 
+/// Annotation a person sets on a `NodeFence` to confirm, after checking the machine, that none
+/// of the released pods runs there any more. It stands in for the positive proof recovery
+/// otherwise waits for (DESIGN §5.4), for that one fence only.
+///
+/// Its value is the UID of the `NodeFence` it confirms, optionally followed by a colon and who
+/// checked what (`<uid>: alice, host rebooted from its console`); [`confirm_clean_value`] writes
+/// it, [`confirmed_clean_for`] reads it.
+pub const ANNOTATION_CONFIRM_CLEAN: &str = "palisade.dev/confirm-clean";
+
+/// The [`ANNOTATION_CONFIRM_CLEAN`] value confirming the fence whose UID is `uid` clean, with a
+/// note saying who checked what (may be empty).
+pub fn confirm_clean_value(uid: &str, note: &str) -> String {
+    let note = note.trim();
+    if note.is_empty() {
+        uid.to_string()
+    } else {
+        format!("{uid}: {note}")
+    }
+}
+
+/// Whether the [`ANNOTATION_CONFIRM_CLEAN`] value `value` confirms the fence whose UID is `uid`;
+/// if so, the note after the UID (possibly empty).
+///
+/// Guarantees: only a value whose UID part (all of it before the first `:`, trimmed) is exactly
+/// `uid` confirms, and an empty `uid` confirms nothing. A value naming another fence (an
+/// annotation copied from an older NodeFence for the same node, whose released pods are not
+/// this fence's), or a bare legacy value (`yes`, `checked by alice`), confirms nothing: a
+/// confirmation vouches for the pods one fence released, never for whichever fence reads it.
+///
+/// Assumptions: Kubernetes UIDs contain no `:` and no whitespace.
+pub fn confirmed_clean_for<'a>(value: &'a str, uid: &str) -> Option<&'a str> {
+    let (head, note) = value.split_once(':').unwrap_or((value, ""));
+    (!uid.is_empty() && head.trim() == uid).then(|| note.trim())
+}
+
+#[cfg(test)]
+mod confirm_clean_tests {
+    use super::*;
+
+    const UID: &str = "3f6c1a52-8d0e-4b1f-9a57-0c2de1b1a001";
+    const OLDER: &str = "0b9e77aa-1c42-4d1d-8f0f-55e3c2d7b002";
+
+    #[test]
+    fn a_confirmation_counts_only_for_the_fence_whose_uid_it_names() {
+        let cases: &[(&str, &str, Option<&str>)] = &[
+            (UID, UID, Some("")),
+            (
+                "3f6c1a52-8d0e-4b1f-9a57-0c2de1b1a001: alice, rebooted",
+                UID,
+                Some("alice, rebooted"),
+            ),
+            (
+                "  3f6c1a52-8d0e-4b1f-9a57-0c2de1b1a001 :  bob ",
+                UID,
+                Some("bob"),
+            ),
+            // Another (older) fence's confirmation, copied or left behind.
+            (OLDER, UID, None),
+            ("0b9e77aa-1c42-4d1d-8f0f-55e3c2d7b002: alice", UID, None),
+            // Legacy, unbound values.
+            ("yes", UID, None),
+            ("checked by alice", UID, None),
+            ("true", UID, None),
+            ("", UID, None),
+            // A UID inside the note, or a prefix of it, is not a binding.
+            ("alice: 3f6c1a52-8d0e-4b1f-9a57-0c2de1b1a001", UID, None),
+            ("3f6c1a52-8d0e-4b1f-9a57-0c2de1b1a001 checked", UID, None),
+            ("3f6c1a52", UID, None),
+            // A fence without a UID (never stored) is confirmed by nothing.
+            ("", "", None),
+            (": alice", "", None),
+        ];
+        for (value, uid, want) in cases {
+            assert_eq!(
+                confirmed_clean_for(value, uid),
+                *want,
+                "{value:?} for {uid:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_written_value_reads_back_for_its_fence_only() {
+        let v = confirm_clean_value(UID, " alice, host rebooted ");
+        assert_eq!(v, format!("{UID}: alice, host rebooted"));
+        assert_eq!(confirmed_clean_for(&v, UID), Some("alice, host rebooted"));
+        assert_eq!(confirmed_clean_for(&v, OLDER), None);
+        assert_eq!(
+            confirmed_clean_for(&confirm_clean_value(UID, ""), UID),
+            Some("")
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
