@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use palisade_model::advertise::PeerCheck;
 use palisade_node::cgroup::Hierarchies;
 use palisade_node::metrics::Metrics;
 use palisade_node::node::{self, NodeConfig};
@@ -106,8 +107,9 @@ struct Args {
     /// The peer-check port, on --address, the same on every node.
     #[arg(long, default_value_t = 10260)]
     peer_port: u16,
-    /// Vouch to a peer only after this long without a Lease write of our own (between
-    /// --renew-interval and --self-fence-after; default: a third of the way). The controller
+    /// Vouch to a peer only after this long without a Lease write of our own (at least 4 s
+    /// plus two --renew-interval, and shorter than --self-fence-after; default: a third of the
+    /// way from --renew-interval to --self-fence-after, raised to that floor). The controller
     /// counts a node healthy only within this minus 4 s of its writes.
     #[arg(long, value_parser = parse_duration)]
     peer_vouch_after: Option<Duration>,
@@ -156,8 +158,17 @@ impl Args {
         }
         if self.peer_key_file.is_some() {
             let a = self.vouch_after();
-            if a <= self.renew_interval || a >= self.self_fence_after {
-                bail!("--peer-vouch-after must be longer than --renew-interval and shorter than --self-fence-after");
+            let floor = PeerCheck::min_vouch_after(self.renew_interval);
+            if a < floor {
+                bail!(
+                    "--peer-vouch-after {a:?} is too short: the controller counts a node healthy only within --peer-vouch-after minus four clock skews of its writes, so below {floor:?} (4s plus two --renew-interval) it could never see a healthy majority and would never trust a self-fence"
+                );
+            }
+            if a >= self.self_fence_after {
+                bail!(
+                    "--peer-vouch-after {a:?} must be shorter than --self-fence-after {:?} (peers must be able to vouch before this node self-fences); with the peer check, --self-fence-after must be above {floor:?}",
+                    self.self_fence_after
+                );
             }
             if self.peer_answer_valid <= self.peer_poll_interval {
                 bail!("--peer-answer-valid must be longer than --peer-poll-interval");
@@ -172,10 +183,14 @@ impl Args {
 
 impl Args {
     /// The vouch delay: as given, or a third of the way from the renew interval to the
-    /// self-fence timeout.
+    /// self-fence timeout, and never below [`PeerCheck::min_vouch_after`] (the shortest one the
+    /// controller can count healthy nodes with: a shorter default made every peer-checked
+    /// self-fence wait for a healthy majority that the controller could never see).
     fn vouch_after(&self) -> Duration {
         self.peer_vouch_after.unwrap_or_else(|| {
-            self.renew_interval + (self.self_fence_after.saturating_sub(self.renew_interval)) / 3
+            let third = self.renew_interval
+                + (self.self_fence_after.saturating_sub(self.renew_interval)) / 3;
+            third.max(PeerCheck::min_vouch_after(self.renew_interval))
         })
     }
 
@@ -626,4 +641,60 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Args {
+        let mut argv = vec![
+            "palisade-node",
+            "--node-name",
+            "n0",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--address",
+            "127.0.0.1",
+            "--lease-duration",
+            "10s",
+            "--renew-interval",
+            "1s",
+            "--peer-key-file",
+            "/nonexistent/peer.key",
+        ];
+        argv.extend_from_slice(extra);
+        Args::try_parse_from(argv).expect("flags parse")
+    }
+
+    /// Issue 38: with `--self-fence-after 8s` the default vouch delay was 3.3 s, which leaves
+    /// the controller no window to count any node healthy: every peer-checked self-fence then
+    /// waited for a healthy majority until its budget ran out.
+    #[test]
+    fn the_default_vouch_delay_leaves_the_controller_a_healthy_window() {
+        let a = args(&["--self-fence-after", "8s"]);
+        assert_eq!(a.vouch_after(), Duration::from_secs(6));
+        assert_eq!(
+            PeerCheck::healthy_window(a.vouch_after()),
+            Duration::from_secs(2)
+        );
+        // The validation gets past the peer check (it stops at the missing kubeconfig).
+        let e = a.validate().unwrap_err().to_string();
+        assert!(e.contains("--kubeconfig"), "{e}");
+    }
+
+    #[test]
+    fn a_vouch_delay_the_controller_cannot_use_is_refused_with_the_floor() {
+        let e = args(&["--self-fence-after", "8s", "--peer-vouch-after", "3s"])
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("too short") && e.contains("6s"), "{e}");
+        // A self-fence timeout with no room above the floor is refused too.
+        let e = args(&["--self-fence-after", "5s"])
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--self-fence-after"), "{e}");
+    }
 }

@@ -391,6 +391,12 @@ fn self_fence_level(
         };
         return Err(why.into());
     };
+    // A peer check whose vouch delay leaves the controller no window to count the node's
+    // peers healthy (agents share one configuration) could never earn trust: say so now
+    // instead of waiting out the fence's budget for a healthy majority that cannot appear.
+    if let Some(why) = ad.peer_check.as_ref().and_then(|p| p.unusable_window()) {
+        return Err(why);
+    }
     let scope = match ad.scope {
         Some(palisade_model::advertise::SelfFenceScope::All) => Coverage::All,
         _ => Coverage::Stateful,

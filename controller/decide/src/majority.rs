@@ -36,8 +36,9 @@ use palisade_model::advertise::MemberSet;
 
 use crate::clock::{Clocks, Mono};
 
-/// The largest wall-clock difference assumed between any node and the controller.
-pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(1);
+/// The largest wall-clock difference assumed between any node and the controller (one
+/// constant for the controller and the node agents, in the model crate).
+pub use palisade_model::advertise::MAX_CLOCK_SKEW;
 /// A write observed later than this after its `renewTime` stamp does not count as healthy
 /// (it is indistinguishable from a node whose clock is behind).
 pub const MAX_OBSERVATION_DELAY: Duration = Duration::from_secs(3);
@@ -59,7 +60,7 @@ fn add(t: Timestamp, d: Duration) -> Timestamp {
 /// check (it never vouches, so any window is safe for it).
 pub fn window(vouch_after: Option<Duration>, default: Duration) -> Duration {
     match vouch_after {
-        Some(a) => a.saturating_sub(MAX_CLOCK_SKEW * 4),
+        Some(a) => palisade_model::advertise::PeerCheck::healthy_window(a),
         None => default,
     }
 }

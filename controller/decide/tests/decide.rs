@@ -657,6 +657,32 @@ fn self_fence_plan_trusts_after_timeout_plus_margin() {
     assert!(matches!(plan.levels[0], PlanLevel::Hardware { .. }));
 }
 
+/// Issue 38: agents whose peer check vouched after 3.3 s (the old default with
+/// `--self-fence-after 8s`) left the controller a healthy window of zero, so the fence waited
+/// for a healthy majority until its budget ran out. Such a self-fence is held, with a reason
+/// that says what to change.
+#[test]
+fn a_peer_check_that_leaves_no_healthy_window_earns_no_trust_and_says_why() {
+    let mut s = world();
+    s.policies[0].spec.trust_self_fence.enabled = true;
+    let n = node_mut(&mut s, "m0");
+    n.fence_target = None;
+    n.advertisement = advertised(8, Some(6));
+    let peer = |vouch_ms: u64| palisade_model::advertise::PeerCheck {
+        vouch_after: Duration::from_millis(vouch_ms),
+        answer_valid: Duration::from_secs(10),
+        members: None,
+    };
+    node_mut(&mut s, "m0").advertisement.peer_check = Some(peer(3_333));
+    let Some(Verdict::Hold(HoldReason::SelfFenceNotTrusted { why })) = verdict_of(&s, "m0") else {
+        panic!("expected a hold, got {:?}", verdict_of(&s, "m0"))
+    };
+    assert!(why.contains("--peer-vouch-after"), "{why}");
+    // A vouch delay that leaves a window plans the self-fence as before.
+    node_mut(&mut s, "m0").advertisement.peer_check = Some(peer(6_000));
+    assert!(matches!(verdict_of(&s, "m0"), Some(Verdict::Fence(_))));
+}
+
 #[test]
 fn highest_priority_pods_are_fenced_first_when_limited() {
     let mut s = world();

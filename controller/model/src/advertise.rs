@@ -157,6 +157,48 @@ pub struct PeerCheck {
     pub members: Option<MemberSet>,
 }
 
+/// The largest wall-clock difference assumed between any node and the controller. The
+/// controller's healthy-majority arithmetic (`palisade_decide::majority`) and the node agent's
+/// peer-check configuration both read it here, so the two can never disagree on it.
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(1);
+
+impl PeerCheck {
+    /// The window within which the controller counts a node that vouches after `vouch_after`
+    /// healthy between two of its Lease writes: `vouch_after` minus four clock skews (see
+    /// `palisade_decide::majority`). Zero when `vouch_after` is within the skews: then no write
+    /// ever extends a streak and such a node is never counted healthy.
+    pub fn healthy_window(vouch_after: Duration) -> Duration {
+        vouch_after.saturating_sub(MAX_CLOCK_SKEW * 4)
+    }
+
+    /// The shortest vouch delay an agent renewing every `renew_interval` may use: one that
+    /// leaves the controller a window of two renew intervals, so that a healthy node (one late
+    /// renewal included) keeps counting toward the healthy majority a peer-checked self-fence
+    /// is trusted against.
+    ///
+    /// Guarantees: for any `vouch_after` at least this, [`PeerCheck::healthy_window`] is at
+    /// least twice `renew_interval`. Below it, the controller could rarely or never see a
+    /// healthy majority, and a trusted self-fence would wait until its budget ran out.
+    pub fn min_vouch_after(renew_interval: Duration) -> Duration {
+        MAX_CLOCK_SKEW * 4 + renew_interval * 2
+    }
+
+    /// Why the controller can never count a node with this peer check healthy between its
+    /// writes (its window is zero), in words an operator can act on; `None` when it can.
+    pub fn unusable_window(&self) -> Option<String> {
+        Self::healthy_window(self.vouch_after).is_zero().then(|| {
+            format!(
+                "its peer check vouches after {:.1}s, within the controller's allowance of four clock skews ({}s): \
+                 no node running it can ever be counted healthy, so no peer-checked self-fence could be trusted; \
+                 run the node agents with --peer-vouch-after of at least 4s plus two renew intervals \
+                 (and --self-fence-after above it)",
+                self.vouch_after.as_secs_f64(),
+                (MAX_CLOCK_SKEW * 4).as_secs()
+            )
+        })
+    }
+}
+
 /// What one renewal advertises.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Advertisement {
@@ -328,6 +370,22 @@ mod tests {
         kv.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_vouch_delay_within_the_clock_skews_leaves_no_healthy_window() {
+        let pc = |s: f64| PeerCheck {
+            vouch_after: Duration::from_secs_f64(s),
+            answer_valid: Duration::from_secs(10),
+            members: None,
+        };
+        // The agent's old default with --self-fence-after 8s and --renew-interval 1s.
+        assert!(pc(1.0 + 7.0 / 3.0).unusable_window().is_some());
+        assert!(pc(4.0).unusable_window().is_some());
+        assert!(pc(4.5).unusable_window().is_none());
+        let min = PeerCheck::min_vouch_after(Duration::from_secs(1));
+        assert_eq!(min, Duration::from_secs(6));
+        assert_eq!(PeerCheck::healthy_window(min), Duration::from_secs(2));
     }
 
     #[test]

@@ -330,6 +330,15 @@ impl World {
             // With the watchdog, the peer check (docs/install.md): an API server outage must
             // not reset every machine.
             peer_check: cfg.machine_kind == MachineKind::Qemu && !cfg.agents_without_watchdog,
+            // The peer check needs a vouch delay of at least 4 s plus two renew intervals
+            // (the controller's clock-skew allowance), and the self-fence after it.
+            self_fence_seconds: if cfg.machine_kind == MachineKind::Qemu
+                && !cfg.agents_without_watchdog
+            {
+                8.0
+            } else {
+                AgentOptions::default().self_fence_seconds
+            },
             ..AgentOptions::default()
         };
         let lab = lab_of_kind(cfg.machine_kind, cfg.machines, true, &agents)?;
