@@ -11,6 +11,8 @@
 //!   node (`Fence(plan)`, `Wait(until)`, `Hold(reason)`), with every safety gate (policy,
 //!   exclusions, quorum, all-zones-down, forgiveness and PDB urgency, limits, priority, the
 //!   self-fence trust rule, cooldown, dry run);
+//! - [`escalation`]: which finished fences count toward a node's cooldown and escalation
+//!   limit (not those that ended before fencing began);
 //! - [`convert`]: pure conversions from cached Kubernetes objects (Node, Lease, Pod, PVC, PDB)
 //!   to the snapshot types;
 //! - [`guard`]: the last checks before a fence starts (never the leader's own node, limits
@@ -26,6 +28,7 @@ pub mod clock;
 pub mod convert;
 pub mod decide;
 pub mod detector;
+pub mod escalation;
 pub mod guard;
 pub mod majority;
 pub mod phase;

@@ -146,6 +146,8 @@ pub fn phase_of(f: &NodeFence) -> Phase {
     f.status.as_ref().map(|s| s.phase).unwrap_or(Phase::Pending)
 }
 
+/// The node's fence state for the decision, and the end times of its finished fences that
+/// count toward the cooldown and escalation limit ([`palisade_decide::escalation::counted_end`]).
 fn fence_state(
     fences: &[Arc<NodeFence>],
     node: &str,
@@ -161,13 +163,12 @@ fn fence_state(
             Phase::Fencing | Phase::Fenced | Phase::Releasing => FenceState::InFlight,
             Phase::Released | Phase::Recovering => FenceState::Settled,
             Phase::Done | Phase::Failed => {
-                let end = f
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.transitions.last())
-                    .map(|t| t.at.0)
-                    .or_else(|| f.metadata.creation_timestamp.as_ref().map(|t| t.0));
-                past.extend(end);
+                // Only fences that may have acted count toward the cooldown and the escalation
+                // limit: a cancelled one (benign flap) must not hold a later, real fence.
+                past.extend(palisade_decide::escalation::counted_end(
+                    f.status.as_ref(),
+                    f.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                ));
                 continue;
             }
         };
@@ -542,5 +543,52 @@ mod tests {
         assert_eq!(s, FenceState::Pending { manual: None });
         let (s, _) = fence_state(&[mk(Some(Phase::Released))], "other");
         assert_eq!(s, FenceState::None);
+    }
+
+    #[test]
+    fn fences_that_ended_before_fencing_began_are_not_past_fences() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let at = |s: i64| k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + s).unwrap();
+        let mk = |path: &[Phase]| {
+            let mut f = NodeFence::new(
+                "x",
+                NodeFenceSpec {
+                    node_name: "n".into(),
+                    reason: String::new(),
+                    requested_by: RequestedBy::Controller,
+                    overrides: Overrides::default(),
+                },
+            );
+            f.status = Some(palisade_model::NodeFenceStatus {
+                phase: *path.last().unwrap(),
+                transitions: path
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| palisade_model::nodefence::Transition {
+                        phase: *p,
+                        at: MicroTime(at(i as i64)),
+                        message: String::new(),
+                    })
+                    .collect(),
+                ..Default::default()
+            });
+            Arc::new(f)
+        };
+        use Phase::*;
+        // Benign flaps: requests cancelled because the node renewed again, one superseded.
+        let flaps = [
+            mk(&[Pending, Done]),
+            mk(&[Pending, Done]),
+            mk(&[Pending, Failed]),
+        ];
+        let (s, past) = fence_state(&flaps, "n");
+        assert_eq!(s, FenceState::None);
+        assert!(past.is_empty(), "cancelled fences count: {past:?}");
+        // A real fence counts, from when it ended.
+        let real = mk(&[
+            Pending, Fencing, Fenced, Releasing, Released, Recovering, Done,
+        ]);
+        let (_, past) = fence_state(&[flaps[0].clone(), real], "n");
+        assert_eq!(past, vec![at(6)]);
     }
 }
