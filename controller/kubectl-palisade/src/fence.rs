@@ -99,3 +99,53 @@ pub async fn cancel(c: &Client, name: &str) -> anyhow::Result<u8> {
         Err(e) => Err(e.into()),
     }
 }
+
+/// Confirms, for one NodeFence, that none of the pods it released runs on the machine any more
+/// (after a person checked it): writes `palisade.dev/confirm-clean: <uid>: <note>` on it.
+///
+/// Guarantees: the confirmation names the NodeFence's UID, so it vouches for that fence's
+/// released pods only; the controller ignores it on any other fence of the node (a later one
+/// released other pods). Refused (exit 3) unless the fence has released (`Released` or
+/// `Recovering`): before that there is nothing to confirm.
+pub async fn confirm_clean(c: &Client, name: &str, note: &str) -> anyhow::Result<u8> {
+    use palisade_model::nodefence::{confirm_clean_value, ANNOTATION_CONFIRM_CLEAN};
+    let api: Api<NodeFence> = Api::all(c.clone());
+    let Some(f) = api.get_opt(name).await? else {
+        anyhow::bail!("no NodeFence named {name:?}");
+    };
+    let phase = f.status.as_ref().map_or(Phase::Pending, |s| s.phase);
+    if !matches!(phase, Phase::Released | Phase::Recovering) {
+        eprintln!(
+            "refused: nodefence/{name} is {}: only a fence that released pods (Released or Recovering) waits for a confirmation",
+            phase.as_str()
+        );
+        return Ok(crate::REFUSED);
+    }
+    let Some(uid) = f.metadata.uid.clone() else {
+        anyhow::bail!("nodefence/{name} has no UID");
+    };
+    let value = confirm_clean_value(&uid, note);
+    // The UID in the patch is a precondition: a NodeFence recreated under the same name meanwhile
+    // is not confirmed by mistake.
+    let patch = serde_json::json!({
+        "metadata": { "uid": uid, "annotations": { ANNOTATION_CONFIRM_CLEAN: value } }
+    });
+    match api
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => {
+            println!("nodefence/{name} confirmed clean ({ANNOTATION_CONFIRM_CLEAN}: {value})");
+            Ok(0)
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            eprintln!("refused: nodefence/{name} was replaced while confirming; look again with `kubectl palisade timeline {name}`");
+            Ok(crate::REFUSED)
+        }
+        Err(e) => Err(e.into()),
+    }
+}

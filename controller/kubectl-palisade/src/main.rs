@@ -4,6 +4,8 @@
 //!   decisions and pods on silent nodes;
 //! - `explain NODE`: why Palisade did or did not fence a node, guard by guard;
 //! - `fence NODE --reason ...` (and `--wait`), `cancel NODEFENCE`;
+//! - `confirm-clean NODEFENCE --note ...`: a person's confirmation, bound to that fence's UID,
+//!   that none of the pods it released runs on the machine any more;
 //! - `timeline NODEFENCE [--svg FILE] [--png FILE]`: a fence's story, to the millisecond;
 //! - `delete-pod NAMESPACE/POD` (or `delete pod POD -n NAMESPACE --force`): the safe force deletion: only when the pod's node is fenced
 //!   (verified, and the fence covers the pod), or with `--confirm` after a warning that says what
@@ -85,6 +87,15 @@ enum Command {
     Cancel {
         /// The NodeFence.
         nodefence: String,
+    },
+    /// Confirm, after checking the machine, that none of the pods a NodeFence released runs
+    /// there any more (binds the confirmation to that NodeFence's UID).
+    ConfirmClean {
+        /// The NodeFence.
+        nodefence: String,
+        /// Who checked what (for example "alice: host rebooted from its console").
+        #[arg(long)]
+        note: String,
     },
     /// A NodeFence's story: phases, device attempts, evidence, releases, recovery.
     Timeline {
@@ -188,6 +199,9 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             .await
         }
         Command::Cancel { nodefence } => fence::cancel(&client, &nodefence).await,
+        Command::ConfirmClean { nodefence, note } => {
+            fence::confirm_clean(&client, &nodefence, &note).await
+        }
         Command::Timeline {
             nodefence,
             svg,
