@@ -1,5 +1,11 @@
 //! Get Channel Authentication Capabilities (App 0x38, IPMI 2.0 section 22.13): asked before
-//! a session to learn whether the BMC speaks IPMI v2.0 / RMCP+.
+//! every session to learn whether the BMC speaks IPMI v2.0 / RMCP+.
+//!
+//! It goes out in IPMI v1.5 framing ([`GetChannelAuthCapabilities::v15_datagram`]), as
+//! ipmitool sends it: pyghmi-based BMCs (virtualbmc) keep a session per client address and
+//! port, never expire it, and forget a stale one only when this request arrives from that
+//! address. Without it, a client whose source port repeats (NAT, relays, port reuse) lands in
+//! the previous client's session.
 
 use crate::command::Command;
 use crate::error::{need, DecodeError};
@@ -31,6 +37,14 @@ pub struct AuthCapabilities {
     pub v15_auth_types: u8,
     /// Anonymous login (null user, null password) is enabled.
     pub anonymous_login: bool,
+}
+
+impl GetChannelAuthCapabilities {
+    /// The whole pre-session datagram: RMCP, an IPMI v1.5 session header with auth type none,
+    /// session sequence 0 and session ID 0, then the request with sequence number `rq_seq`.
+    pub fn v15_datagram(&self, rq_seq: u8) -> Vec<u8> {
+        crate::session::encode_v15(0, 0, &self.request(rq_seq).encode())
+    }
 }
 
 impl Command for GetChannelAuthCapabilities {
@@ -89,5 +103,50 @@ mod tests {
             GetChannelAuthCapabilities::parse(&[0x01, 0x15, 0x14, 0x00, 0, 0, 0, 0]).unwrap();
         assert!(!v15_only.ipmi_v2 && v15_only.ipmi_v15);
         assert!(GetChannelAuthCapabilities::parse(&[1, 2]).is_err());
+    }
+
+    #[test]
+    fn golden_v15_datagram_is_what_ipmitool_sends_first() {
+        let d = GetChannelAuthCapabilities {
+            channel: CURRENT_CHANNEL,
+            privilege: Privilege::Administrator,
+        }
+        .v15_datagram(0);
+        assert_eq!(
+            d,
+            vec![
+                0x06, 0x00, 0xff, 0x07, // RMCP: version, reserved, no ack, class IPMI
+                0x00, // auth type none: IPMI v1.5 framing
+                0x00, 0x00, 0x00, 0x00, // session sequence
+                0x00, 0x00, 0x00, 0x00, // session ID
+                0x09, // message length
+                0x20, 0x18, 0xc8, 0x81, 0x00, 0x38, 0x8e, 0x04, 0xb5,
+            ]
+        );
+    }
+
+    #[test]
+    fn golden_v15_answer_decodes_to_the_capabilities() {
+        // An answer as ipmi_sim sends it: v1.5 framing, rqSeq echoed, completion code 0,
+        // channel 1, auth types none/MD2/MD5/password + extended bit, v1.5 + v2.0.
+        let datagram = [
+            0x06, 0x00, 0xff, 0x07, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0x10, // headers, length 16
+            0x81, 0x1c, 0x63, 0x20, 0x00, 0x38, 0x00, // rsp header, cmd, cc 0
+            0x01, 0x97, 0x04, 0x03, 0x00, 0x00, 0x00, 0x00, 0x09, // data, checksum
+        ];
+        let p = crate::session::decode(&datagram, None).unwrap();
+        assert!(!p.authenticated && !p.encrypted);
+        let r = crate::message::Response::decode(&p.payload).unwrap();
+        let req = GetChannelAuthCapabilities {
+            channel: CURRENT_CHANNEL,
+            privilege: Privilege::Administrator,
+        }
+        .request(0);
+        assert!(r.answers(&req));
+        let caps = crate::command::parse_response::<GetChannelAuthCapabilities>(&r).unwrap();
+        let crate::command::Outcome::Ok(caps) = caps else {
+            panic!("{caps:?}")
+        };
+        assert!(caps.ipmi_v2 && caps.ipmi_v15 && caps.channel == 1);
     }
 }

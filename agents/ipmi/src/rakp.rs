@@ -43,6 +43,19 @@ pub enum HandshakeError {
     /// The BMC echoed a session ID or tag that is not ours.
     #[error("{0}: session ID or message tag mismatch")]
     Mismatch(&'static str),
+    /// The BMC accepted Open Session with the algorithms of another suite than the one
+    /// proposed, instead of refusing it (pyghmi-based BMCs answer with suite 3 whatever is
+    /// asked), and the caller does not allow that suite.
+    #[error(
+        "Open Session: proposed cipher suite {proposed}, the BMC answered with the algorithms of {} instead of refusing",
+        match answered { Some(id) => format!("suite {id}"), None => "no known suite".to_string() }
+    )]
+    SuiteSubstituted {
+        /// The suite we proposed.
+        proposed: u8,
+        /// The suite whose algorithms the BMC chose, when they form a known suite.
+        answered: Option<u8>,
+    },
     /// The user name is longer than 16 bytes.
     #[error("user name longer than {MAX_USERNAME_LEN} bytes")]
     UsernameTooLong,
@@ -412,9 +425,35 @@ impl Handshake {
         .encode()
     }
 
-    /// Accepts the Open Session Response payload.
+    /// Accepts the Open Session Response payload. An answer with another suite's algorithms
+    /// is a [`HandshakeError::SuiteSubstituted`].
     pub fn accept_open_session(&mut self, payload: &[u8]) -> Result<(), HandshakeError> {
-        let r = OpenSessionResponse::decode(payload)?;
+        self.accept_open_session_allowing(payload, &|_| false)
+    }
+
+    /// Like [`Handshake::accept_open_session`], but when the BMC answers with the algorithms
+    /// of another suite that `allow` accepts, the handshake continues with that suite (the
+    /// keys, auth codes and [`Established`] are then those of the answered suite).
+    ///
+    /// Guarantees: a suite `allow` refuses is never used; the substitution is an error.
+    pub fn accept_open_session_allowing(
+        &mut self,
+        payload: &[u8],
+        allow: &dyn Fn(CipherSuite) -> bool,
+    ) -> Result<(), HandshakeError> {
+        let r = match OpenSessionResponse::decode(payload) {
+            // Valid framing, but algorithms that form no known suite.
+            Err(DecodeError::InvalidField {
+                what: "algorithm combination",
+                ..
+            }) => {
+                return Err(HandshakeError::SuiteSubstituted {
+                    proposed: self.suite.id,
+                    answered: None,
+                })
+            }
+            r => r?,
+        };
         if r.tag != self.tag || r.status == 0 && r.console_session_id != self.console_sid {
             return Err(HandshakeError::Mismatch("Open Session"));
         }
@@ -424,8 +463,15 @@ impl Handshake {
                 code: r.status,
             });
         }
-        if r.suite != Some(self.suite) {
-            return Err(HandshakeError::Mismatch("Open Session suite"));
+        match r.suite {
+            Some(s) if s == self.suite => {}
+            Some(s) if allow(s) => self.suite = s,
+            answered => {
+                return Err(HandshakeError::SuiteSubstituted {
+                    proposed: self.suite.id,
+                    answered: answered.map(|s| s.id),
+                })
+            }
         }
         self.bmc_sid = r.bmc_session_id;
         Ok(())
@@ -593,8 +639,20 @@ mod tests {
 
     /// Plays the BMC side with the public helper functions.
     fn bmc_side(suite: CipherSuite, password: &[u8]) -> Result<Established, HandshakeError> {
+        bmc_side_answering(suite, suite, password, &|_| false)
+    }
+
+    /// Plays a BMC that accepts Open Session with `answered`'s algorithms whatever was
+    /// `proposed`, and then uses `answered`.
+    fn bmc_side_answering(
+        proposed: CipherSuite,
+        answered: CipherSuite,
+        password: &[u8],
+        allow: &dyn Fn(CipherSuite) -> bool,
+    ) -> Result<Established, HandshakeError> {
+        let suite = answered;
         let mut hs = Handshake::new(
-            suite,
+            proposed,
             b"admin",
             b"secret",
             Privilege::Administrator,
@@ -609,9 +667,9 @@ mod tests {
             max_privilege: 4,
             console_session_id: req.console_session_id,
             bmc_session_id: 0xb0b0b0b0,
-            suite: Some(req.suite),
+            suite: Some(answered),
         };
-        hs.accept_open_session(&resp.encode())?;
+        hs.accept_open_session_allowing(&resp.encode(), allow)?;
         let r1 = Rakp1::decode(&hs.rakp1())?;
         assert_eq!(r1.role, 0x14);
         let kuid = user_key(password);
@@ -697,5 +755,53 @@ mod tests {
             0
         )
         .is_err());
+    }
+
+    #[test]
+    fn a_bmc_answering_with_another_suite_is_named_as_such_not_as_a_tag_mismatch() {
+        let (s17, s3) = (
+            CipherSuite::from_id(17).unwrap(),
+            CipherSuite::from_id(3).unwrap(),
+        );
+        let err = bmc_side_answering(s17, s3, b"secret", &|_| false).unwrap_err();
+        assert_eq!(
+            err,
+            HandshakeError::SuiteSubstituted {
+                proposed: 17,
+                answered: Some(3)
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "Open Session: proposed cipher suite 17, the BMC answered with the algorithms of suite 3 instead of refusing"
+        );
+        assert!(!err.is_auth_refusal());
+    }
+
+    #[test]
+    fn an_allowed_substituted_suite_completes_the_handshake_with_its_own_keys() {
+        let (s17, s3) = (
+            CipherSuite::from_id(17).unwrap(),
+            CipherSuite::from_id(3).unwrap(),
+        );
+        let est = bmc_side_answering(s17, s3, b"secret", &|s| s.id == 3).unwrap();
+        assert_eq!(est.keys.suite().id, 3);
+        assert_eq!(est.bmc_session_id, 0xb0b0b0b0);
+    }
+
+    #[test]
+    fn a_substituted_suite_the_caller_refuses_is_never_used() {
+        let (s3, s2) = (
+            CipherSuite::from_id(3).unwrap(),
+            CipherSuite::from_id(2).unwrap(),
+        );
+        let err = bmc_side_answering(s3, s2, b"secret", &|s| !s.is_weak()).unwrap_err();
+        assert_eq!(
+            err,
+            HandshakeError::SuiteSubstituted {
+                proposed: 3,
+                answered: Some(2)
+            }
+        );
     }
 }

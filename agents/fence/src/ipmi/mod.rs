@@ -4,12 +4,20 @@
 //! - `transport`: UDP exchanges with per-exchange timeout and bounded retransmission;
 //! - `session`: negotiation, Open Session + RAKP, commands, Close Session (always).
 //!
-//! Cipher negotiation: ask Get Channel Cipher Suites with a short timeout (`ipmi_sim` never
-//! answers), prefer 17, accept 3, and refuse 0/1/2 (and the other suites without integrity or
+//! Every session starts, as ipmitool's do, with Get Channel Authentication Capabilities in
+//! IPMI v1.5 framing ([`session::hello`]): it checks the BMC speaks RMCP+, clears a stale
+//! session of our address and port on pyghmi-based BMCs, and measures the round trip.
+//!
+//! Cipher negotiation: ask Get Channel Cipher Suites (`ipmi_sim` never answers) for at least
+//! `cipher_probe_timeout` and up to four measured round trips (at most the exchange timeout),
+//! prefer 17, accept 3, and refuse 0/1/2 (and the other suites without integrity or
 //! confidentiality) unless `allow_weak_cipher_suites` is set. When the BMC does not list its
 //! suites, try 17 then 3 (then weak ones only if allowed); a BMC rejects an unsupported suite
-//! at Open Session at once, so the fallback costs one round trip. The result is cached per
-//! device.
+//! at Open Session at once, so the fallback costs one round trip. A BMC that accepts Open
+//! Session with another suite's algorithms instead of refusing (pyghmi answers with suite 3)
+//! is followed only to a suite we would have tried ourselves and only when no suite is
+//! configured; anything else is refused with a message that says so. The result is cached
+//! per device.
 
 pub(crate) mod session;
 pub(crate) mod transport;
@@ -25,7 +33,7 @@ use palisade_ipmi::set_session_privilege_level::SetSessionPrivilegeLevel;
 use palisade_ipmi::{CipherSuite, Privilege};
 use parking_lot::Mutex;
 
-use self::session::{list_cipher_suites, OpenError, Session, SessionParams};
+use self::session::{hello, list_cipher_suites, probe_timeout, OpenError, Session, SessionParams};
 use self::transport::Transport;
 use crate::device::{Credentials, DeviceOptions, PowerDevice};
 use crate::error::FenceError;
@@ -98,17 +106,43 @@ impl IpmiDevice {
             .is_some_and(|s| !s.is_weak() || self.target.allow_weak_cipher_suites)
     }
 
+    /// The suites we try, in order of preference: 17, 3, then the weak ones when allowed.
+    fn order(&self) -> Vec<u8> {
+        let mut order: Vec<u8> = PREFERRED.to_vec();
+        if self.target.allow_weak_cipher_suites {
+            order.extend_from_slice(&WEAK_ORDER);
+        }
+        order
+    }
+
+    /// Whether a BMC that answers Open Session with `suite`'s algorithms may be followed:
+    /// only when no suite is configured, and only to a suite we would try ourselves.
+    fn may_substitute(&self, suite: CipherSuite) -> bool {
+        self.target.cipher.is_none()
+            && self.order().contains(&suite.id)
+            && self.acceptable(suite.id)
+    }
+
     /// Opens a session, negotiating the suite the first time.
     async fn open(&self, privilege: Privilege) -> Result<Session, FenceError> {
         let t = Transport::connect(&self.target.host, self.target.port, &self.name).await?;
+        let rtt = hello(
+            &t,
+            privilege,
+            self.params.exchange_timeout,
+            self.params.attempts,
+        )
+        .await?;
         let candidates: Vec<u8> = match self.negotiated_suite() {
             Some(id) => vec![id],
             None => {
-                let offered = list_cipher_suites(&t, self.options.cipher_probe_timeout).await?;
-                let mut order: Vec<u8> = PREFERRED.to_vec();
-                if self.target.allow_weak_cipher_suites {
-                    order.extend_from_slice(&WEAK_ORDER);
-                }
+                let wait = probe_timeout(
+                    self.options.cipher_probe_timeout,
+                    rtt,
+                    self.params.exchange_timeout,
+                );
+                let offered = list_cipher_suites(&t, wait).await?;
+                let order = self.order();
                 match offered {
                     Some(offered) => {
                         let c: Vec<u8> = order
@@ -130,7 +164,7 @@ impl IpmiDevice {
         let mut rejected = Vec::new();
         for id in candidates {
             let suite = CipherSuite::from_id(id).expect("candidates are known suites");
-            match Session::open(&t, suite, &self.params).await {
+            match Session::open(&t, suite, &self.params, &|s| self.may_substitute(s)).await {
                 Ok(mut s) => {
                     *self.negotiated.lock() = Some(s.suite());
                     if privilege > Privilege::User {
@@ -148,6 +182,9 @@ impl IpmiDevice {
                     return Ok(s);
                 }
                 Err(OpenError::SuiteRejected) => rejected.push(id),
+                Err(OpenError::SuiteSubstituted { answered }) => {
+                    return Err(self.substitution_refused(id, answered))
+                }
                 Err(OpenError::Fatal(e)) => return Err(e),
             }
         }
@@ -155,6 +192,26 @@ impl IpmiDevice {
             device: self.name.clone(),
             offered: rejected,
         })
+    }
+
+    /// The error for a BMC that answered a proposal of suite `proposed` with the algorithms
+    /// of `answered` instead of refusing, when we may not follow it: says which and why.
+    fn substitution_refused(&self, proposed: u8, answered: Option<u8>) -> FenceError {
+        let why = match (answered, self.target.cipher) {
+            (None, _) => "its algorithms form no known suite".to_string(),
+            (Some(a), Some(c)) => format!("suite {a} is not the configured cipher={c}"),
+            (Some(a), None) if !self.acceptable(a) => format!(
+                "suite {a} is weak (no integrity or confidentiality); set allow_weak_cipher_suites to use it"
+            ),
+            (Some(a), None) => format!("suite {a} is not one Palisade negotiates"),
+        };
+        let answered = answered.map_or("an unknown suite".to_string(), |a| format!("suite {a}"));
+        FenceError::DeviceRefused {
+            device: self.name.clone(),
+            detail: format!(
+                "Open Session: proposed cipher suite {proposed}, the BMC answered with the algorithms of {answered} instead of refusing; not used: {why}"
+            ),
+        }
     }
 
     /// When the target pins a system GUID: reads it in session `s` and refuses on a mismatch.
@@ -335,5 +392,6 @@ fn unreachable_evidence(name: &str) -> Result<VerifiedOff, FenceError> {
     })
 }
 
-/// Default timeout of the Get Channel Cipher Suites probe.
+/// Default least wait for the Get Channel Cipher Suites probe (`cipher_probe_timeout`); the
+/// wait grows to four measured round trips, up to the exchange timeout.
 pub const CIPHER_PROBE_TIMEOUT: Duration = Duration::from_millis(100);

@@ -1,10 +1,12 @@
-//! One RMCP+ session with a BMC: cipher negotiation, Open Session + RAKP, privilege, IPMI
-//! commands with sequence numbers and retransmission, and Close Session (always, also when
-//! the session is dropped on an error path or by a cancelled future).
+//! One RMCP+ session with a BMC: the IPMI v1.5 Get Channel Authentication Capabilities that
+//! starts every session (as ipmitool does), cipher negotiation, Open Session + RAKP,
+//! privilege, IPMI commands with sequence numbers and retransmission, and Close Session
+//! (always, also when the session is dropped on an error path or by a cancelled future).
 
 use std::time::Duration;
 
 use palisade_ipmi::command::{parse_response, Command, Outcome};
+use palisade_ipmi::get_channel_auth_capabilities::{GetChannelAuthCapabilities, CURRENT_CHANNEL};
 use palisade_ipmi::get_channel_cipher_suites::{parse_suite_ids, GetChannelCipherSuites};
 use palisade_ipmi::message::Response;
 use palisade_ipmi::open_session::is_algorithm_rejection;
@@ -30,7 +32,12 @@ fn handshake_error(device: &str, e: HandshakeError) -> FenceError {
             device: device.to_string(),
             detail: e.to_string(),
         }
-    } else if matches!(e, HandshakeError::Decode(_) | HandshakeError::Mismatch(_)) {
+    } else if matches!(
+        e,
+        HandshakeError::Decode(_)
+            | HandshakeError::Mismatch(_)
+            | HandshakeError::SuiteSubstituted { .. }
+    ) {
         FenceError::Protocol {
             device: device.to_string(),
             detail: e.to_string(),
@@ -70,6 +77,72 @@ pub(crate) async fn presession<C: Command>(
         device: t.device().to_string(),
         detail: e.to_string(),
     })
+}
+
+/// Get Channel Authentication Capabilities in IPMI v1.5 framing: what ipmitool sends before
+/// every session. Returns the time the answered exchange took (a round trip, or more when a
+/// retransmission was needed), which sizes the cipher-suite probe.
+///
+/// Guarantees: a BMC that answers with a completion code, or without IPMI v2.0 (RMCP+)
+/// support on the channel, is refused here, before any session is opened.
+///
+/// Assumptions: every IPMI 2.0 BMC answers this request in v1.5 framing (the specification
+/// requires it; ipmitool fails without it). pyghmi-based BMCs (virtualbmc) also use it to
+/// forget a stale session of the same client address and port: without it, a client whose
+/// source port repeats lands in the previous client's session.
+pub(crate) async fn hello(
+    t: &Transport,
+    privilege: Privilege,
+    timeout: Duration,
+    attempts: u32,
+) -> Result<Duration, FenceError> {
+    let cmd = GetChannelAuthCapabilities {
+        channel: CURRENT_CHANNEL,
+        privilege,
+    };
+    let req = cmd.request(0);
+    let started = tokio::time::Instant::now();
+    let resp = t
+        .exchange(
+            "Get Channel Authentication Capabilities",
+            timeout,
+            attempts,
+            || cmd.v15_datagram(0),
+            |d| match session::decode(d, None).and_then(|p| Response::decode(&p.payload)) {
+                Ok(r) if r.answers(&req) => Verdict::Accept(r),
+                Ok(_) => Verdict::Ignore,
+                Err(e) => Verdict::Garbage(e.to_string()),
+            },
+        )
+        .await?;
+    let took = started.elapsed();
+    let refused = |detail: String| FenceError::DeviceRefused {
+        device: t.device().to_string(),
+        detail,
+    };
+    match parse_response::<GetChannelAuthCapabilities>(&resp) {
+        Ok(Outcome::Ok(caps)) if caps.ipmi_v2 => Ok(took),
+        Ok(Outcome::Ok(_)) => Err(refused(
+            "Get Channel Authentication Capabilities: the BMC does not offer IPMI v2.0 (RMCP+) on this channel".into(),
+        )),
+        Ok(Outcome::CompletionCode(cc)) => Err(refused(format!(
+            "Get Channel Authentication Capabilities: completion code {cc:#04x} ({})",
+            cc_text(cc)
+        ))),
+        Err(e) => Err(FenceError::Protocol {
+            device: t.device().to_string(),
+            detail: format!("Get Channel Authentication Capabilities: {e}"),
+        }),
+    }
+}
+
+/// How long to wait for Get Channel Cipher Suites: at least `configured`, four times the
+/// round trip [`hello`] just measured, and at most the exchange timeout (unless `configured`
+/// is longer). A fixed 100 ms gave up on every BMC 150 ms away.
+pub(crate) fn probe_timeout(configured: Duration, rtt: Duration, exchange: Duration) -> Duration {
+    configured
+        .max(rtt.saturating_mul(4))
+        .min(exchange.max(configured))
 }
 
 /// Asks the BMC which suites it supports. `None` if it does not answer within `timeout`
@@ -122,16 +195,24 @@ pub(crate) struct Session {
 pub(crate) enum OpenError {
     /// The BMC does not support this suite: try the next one.
     SuiteRejected,
+    /// The BMC accepted with the algorithms of `answered` (None: no known suite) instead of
+    /// refusing, and that suite may not be followed.
+    SuiteSubstituted {
+        /// The suite whose algorithms the BMC chose.
+        answered: Option<u8>,
+    },
     /// Anything else.
     Fatal(FenceError),
 }
 
 impl Session {
-    /// Opens a session with `suite`.
+    /// Opens a session with `suite`, or with the suite whose algorithms the BMC answers with
+    /// instead when `allow` accepts it (see [`Handshake::accept_open_session_allowing`]).
     pub(crate) async fn open(
         t: &Transport,
         suite: CipherSuite,
         p: &SessionParams,
+        allow: &(dyn Fn(CipherSuite) -> bool + Sync),
     ) -> Result<Self, OpenError> {
         let device = t.device().to_string();
         let console_sid = rand::random::<u32>() | 1;
@@ -158,10 +239,13 @@ impl Session {
             )
             .await
             .map_err(OpenError::Fatal)?;
-        match hs.accept_open_session(&resp) {
+        match hs.accept_open_session_allowing(&resp, allow) {
             Ok(()) => {}
             Err(HandshakeError::Status { code, .. }) if is_algorithm_rejection(code) => {
                 return Err(OpenError::SuiteRejected)
+            }
+            Err(HandshakeError::SuiteSubstituted { answered, .. }) => {
+                return Err(OpenError::SuiteSubstituted { answered })
             }
             Err(e) => return Err(OpenError::Fatal(handshake_error(&device, e))),
         }
@@ -361,5 +445,31 @@ pub(crate) fn cc_text(cc: u8) -> &'static str {
         0xd5 => "not supported in present state",
         0x81..=0x85 => "privilege or session error",
         _ => "unspecified",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cipher_probe_waits_for_a_slow_bmc_within_the_exchange_timeout() {
+        let ms = Duration::from_millis;
+        for (configured, rtt, exchange, want) in [
+            // Loopback: the configured floor.
+            (ms(100), ms(1), ms(500), ms(100)),
+            // 150 ms away: four round trips, capped by the exchange timeout.
+            (ms(100), ms(150), ms(500), ms(500)),
+            (ms(100), ms(150), ms(2000), ms(600)),
+            // A configured probe longer than the exchange timeout is honoured.
+            (ms(800), ms(1), ms(500), ms(800)),
+            (ms(100), ms(60), ms(500), ms(240)),
+        ] {
+            assert_eq!(
+                probe_timeout(configured, rtt, exchange),
+                want,
+                "{configured:?} {rtt:?} {exchange:?}"
+            );
+        }
     }
 }
