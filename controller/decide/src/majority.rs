@@ -221,6 +221,22 @@ impl Streaks {
     }
 }
 
+impl Streaks {
+    /// The members of `members` counted healthy at `now` (a current streak), in name order:
+    /// what an operator needs to see when a peer-checked self-fence waits for a majority.
+    pub fn healthy_among<'a>(&self, members: &'a BTreeSet<String>, now: Mono) -> Vec<&'a str> {
+        members
+            .iter()
+            .filter(|m| {
+                self.nodes.get(*m).is_some_and(|s| {
+                    s.last + s.window >= now && s.first + MAX_CLOCK_SKEW * 2 <= now
+                })
+            })
+            .map(String::as_str)
+            .collect()
+    }
+}
+
 /// The Node sets the controller has seen, by [`MemberSet`], newest last (at most
 /// [`MemberHistory::CAPACITY`]): a silent node's peer check counts the set it advertised, which
 /// may be an older one than today's Node list.
@@ -312,6 +328,18 @@ mod tests {
         for x in from..=to {
             s.observe(node, t(x), at(x * 1000 + 100), A, DEF);
         }
+    }
+
+    #[test]
+    fn the_healthy_members_are_those_a_majority_would_count() {
+        let mut s = Streaks::new();
+        renew(&mut s, "a", 0, 20);
+        renew(&mut s, "b", 0, 10);
+        let members: BTreeSet<String> = ["a", "b", "c"].iter().map(|x| x.to_string()).collect();
+        assert_eq!(s.healthy_among(&members, m(20)), vec!["a"]);
+        assert_eq!(s.healthy_among(&members, m(12)), vec!["a", "b"]);
+        assert_eq!(s.majority_since_among(&members, m(12)), Some(m(2)));
+        assert_eq!(s.majority_since_among(&members, m(20)), None);
     }
 
     #[test]

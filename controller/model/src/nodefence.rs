@@ -247,7 +247,9 @@ pub struct NodeFenceStatus {
     /// The plan recorded when fencing started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<FencePlan>,
-    /// The last decision verdict while Pending (why it waits or holds).
+    /// The last decision verdict while Pending (why it waits or holds); while a self-fence
+    /// level waits in Fencing, what it waits for (labels `fencing_wait_*`), which a
+    /// `BudgetExceeded` failure then names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<VerdictRecord>,
     /// Conclusion of each level tried, in order.

@@ -152,6 +152,58 @@ fn peer_trust(
     }
 }
 
+/// The prefix of the verdict labels a fence records while its self-fence level waits.
+const FENCING_WAIT: &str = "fencing_wait_";
+
+/// What a self-fence level waits for, as a verdict label and a message an operator can act on
+/// (recorded in the status once per label, and named when the fence's budget runs out).
+fn fencing_wait(
+    ctx: &Ctx,
+    node: &str,
+    why: &WaitFor,
+    until: Option<Timestamp>,
+    advertised: &Advertisement,
+) -> (String, String) {
+    if *why == WaitFor::SelfFence {
+        let at = until.map_or_else(|| "an unknown time".to_string(), |t| t.to_string());
+        return (
+            format!("{FENCING_WAIT}self_fence"),
+            format!("waiting out node {node}'s self-fence: trusted at {at} (its self-fence timeout, watchdog timeout and the policy's margin after the last renewal this controller saw, on its own clock)"),
+        );
+    }
+    let label = format!("{FENCING_WAIT}healthy_majority");
+    let Some(peer) = advertised.peer_check else {
+        return (
+            label,
+            format!("waiting for a healthy majority for node {node}'s self-fence"),
+        );
+    };
+    let members = peer
+        .members
+        .and_then(|m| ctx.members.lock().get(m).cloned());
+    let Some(members) = members else {
+        return (label, format!("waiting for a healthy majority: node {node}'s peer check counts a Node set this controller never saw, so its self-fence earns no trust (fence it through a FenceTarget level, or confirm it is off and create a NodeFence by hand)"));
+    };
+    let healthy: Vec<String> = ctx
+        .streaks
+        .lock()
+        .healthy_among(&members, ctx.now().mono)
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let window = palisade_model::advertise::PeerCheck::healthy_window(peer.vouch_after);
+    (
+        label,
+        format!(
+            "waiting for a healthy majority: node {node} runs a peer check, so its self-fence is trusted only after this controller has seen a strict majority of the {n} Nodes it counts ({all}) renew without a break (need {need}; healthy now: [{healthy}]); a node counts healthy only while its Lease writes follow each other within {window:?} (--peer-vouch-after minus 4 s)",
+            n = members.len(),
+            all = members.iter().cloned().collect::<Vec<_>>().join(", "),
+            need = members.len() / 2 + 1,
+            healthy = healthy.join(", "),
+        ),
+    )
+}
+
 /// Whether starting `nf` now would exceed the policy's `maxConcurrent` or its per-domain
 /// limit, counted from a fresh LIST of NodeFences (the decision counted from the cache, which
 /// can lag behind fences another worker just started).
@@ -260,16 +312,26 @@ fn older_sibling(ctx: &Ctx, nf: &NodeFence) -> Option<String> {
         .map(|(_, _, name)| name)
 }
 
-/// Annotation a person sets on a `NodeFence` to confirm, after checking the machine, that none
-/// of the released pods runs there any more (the value says who and how); it stands in for the
-/// positive proof recovery otherwise waits for.
-pub const ANNOTATION_CONFIRM_CLEAN: &str = "palisade.dev/confirm-clean";
+pub use palisade_model::nodefence::ANNOTATION_CONFIRM_CLEAN;
 
+/// A person's confirmation that this fence's released pods are gone, as the clean proof's
+/// text; `None` unless the annotation names this `NodeFence`'s UID
+/// ([`palisade_model::nodefence::confirmed_clean_for`]).
+///
+/// Guarantees: a confirmation left for another (older) fence of the node, or a bare legacy
+/// value, never stands in for this fence's proof; it is logged as ignored.
 fn confirmed_clean(nf: &NodeFence) -> Option<String> {
-    nf.annotations()
-        .get(ANNOTATION_CONFIRM_CLEAN)
-        .filter(|v| !v.trim().is_empty())
-        .map(|v| format!("confirmed by a person ({ANNOTATION_CONFIRM_CLEAN}: {v})"))
+    let value = nf.annotations().get(ANNOTATION_CONFIRM_CLEAN)?;
+    let uid = nf.metadata.uid.as_deref().unwrap_or_default();
+    match palisade_model::nodefence::confirmed_clean_for(value, uid) {
+        Some(_) => Some(format!(
+            "confirmed by a person for this fence ({ANNOTATION_CONFIRM_CLEAN}: {value})"
+        )),
+        None => {
+            tracing::warn!(nodefence = %nf.name_any(), uid, value = %value, "{ANNOTATION_CONFIRM_CLEAN} ignored: its value must start with this NodeFence's UID (`<uid>: who checked what`)");
+            None
+        }
+    }
 }
 
 /// How long after a fence (or a request) a heartbeat change must be observed to count as the
@@ -826,6 +888,21 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                         }
                         return Ok(true);
                     }
+                    if matches!(why, WaitFor::SelfFence | WaitFor::HealthyMajority) {
+                        let (label, message) = fencing_wait(ctx, &node, &why, until, &advertised);
+                        if status.verdict.as_ref().map(|r| &r.label) != Some(&label) {
+                            status.verdict = Some(VerdictRecord {
+                                label: label.clone(),
+                                message: message.clone(),
+                                at: MicroTime(wall),
+                            });
+                            persist(&api, &nf, status, &label).await?;
+                            if why == WaitFor::HealthyMajority {
+                                event(ctx, &nf, Kind::Warning, "WaitingForHealthyMajority", &message).await;
+                            }
+                        }
+                        return Ok(true);
+                    }
                     if let (WaitFor::Verdict(label), Some(v)) = (&why, verdict.as_ref()) {
                         if status.verdict.as_ref().map(|r| &r.label) != Some(label) {
                             status.verdict = Some(VerdictRecord {
@@ -1016,6 +1093,19 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                                 .collect::<Vec<_>>()
                                 .join("; ")
                         ),
+                        // What the fence was waiting for when its budget ran out, in words
+                        // an operator can act on (recorded by the wait itself).
+                        FailureReason::BudgetExceeded => match status
+                            .verdict
+                            .as_ref()
+                            .filter(|v| v.label.starts_with(FENCING_WAIT))
+                        {
+                            Some(v) => format!(
+                                "fence of node {node} failed: BudgetExceeded while {}",
+                                v.message
+                            ),
+                            None => format!("fence of node {node} failed: BudgetExceeded"),
+                        },
                         other => format!("fence of node {node} failed: {}", other.as_str()),
                     };
                     status
@@ -1240,4 +1330,38 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod confirmed_clean_tests {
+    use super::*;
+
+    fn fence(uid: &str, confirm: Option<&str>) -> NodeFence {
+        let spec = palisade_model::nodefence::NodeFenceSpec {
+            node_name: "m0".into(),
+            reason: String::new(),
+            requested_by: Default::default(),
+            overrides: Default::default(),
+        };
+        let mut nf = NodeFence::new("m0-1", spec);
+        nf.metadata.uid = Some(uid.to_string());
+        if let Some(v) = confirm {
+            nf.annotations_mut()
+                .insert(ANNOTATION_CONFIRM_CLEAN.to_string(), v.to_string());
+        }
+        nf
+    }
+
+    #[test]
+    fn only_a_confirmation_naming_this_fence_stands_in_for_its_clean_proof() {
+        let uid = "3f6c1a52-8d0e-4b1f-9a57-0c2de1b1a001";
+        assert!(confirmed_clean(&fence(uid, Some(&format!("{uid}: alice")))).is_some());
+        assert!(confirmed_clean(&fence(uid, Some(uid))).is_some());
+        // An older fence's confirmation, a legacy bare value, nothing.
+        let older = "0b9e77aa-1c42-4d1d-8f0f-55e3c2d7b002: alice";
+        assert_eq!(confirmed_clean(&fence(uid, Some(older))), None);
+        assert_eq!(confirmed_clean(&fence(uid, Some("checked by alice"))), None);
+        assert_eq!(confirmed_clean(&fence(uid, None)), None);
+        assert_eq!(confirmed_clean(&fence("", Some(": alice"))), None);
+    }
 }
