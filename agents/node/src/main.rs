@@ -377,21 +377,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         args.lease_duration,
         tokio::time::Instant::now(),
     ));
-    {
-        let mut rx = renew_rx.clone();
-        let dir = args.state_dir.clone();
-        tokio::spawn(async move {
-            while rx.changed().await.is_ok() {
-                let dir = dir.clone();
-                let at = std::time::SystemTime::now();
-                match tokio::task::spawn_blocking(move || node::record_renewal(&dir, at)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::warn!(error = %e, "cannot record the Lease renewal"),
-                    Err(e) => tracing::warn!(error = %e, "cannot record the Lease renewal"),
-                }
-            }
-        });
-    }
+    // Each renewal is recorded as of its send, not its answer.
+    tokio::spawn(node::record_renewals(
+        renew_rx.clone(),
+        args.state_dir.clone(),
+    ));
     // The peer check: the write clock the lease loop stamps, the server that answers peers,
     // and the poller that publishes how long a majority excuses us.
     let writes = palisade_node::peer::WriteClock::new();

@@ -550,6 +550,39 @@ pub fn record_renewal(
     std::fs::rename(tmp, state_dir.join(RENEWED_FILE))
 }
 
+/// The wall-clock time of the monotonic instant `sent`, read at the monotonic `now` and the
+/// wall-clock `wall_now` (taken together). An instant after `now` maps to `wall_now`.
+pub fn wall_time_of(
+    sent: Instant,
+    now: Instant,
+    wall_now: std::time::SystemTime,
+) -> std::time::SystemTime {
+    wall_now
+        .checked_sub(now.saturating_duration_since(sent))
+        .unwrap_or(std::time::UNIX_EPOCH)
+}
+
+/// Records every renewal `renewed` reports in `state_dir` ([`record_renewal`]) until the sender
+/// is dropped.
+///
+/// Guarantees: each record is stamped with the time the renewal's request was *sent* (the
+/// instant the lease loop reports), never the time its answer arrived or the time it is
+/// written: a restarted agent's self-fence clock ([`initial_renewal`]) then starts no later
+/// than the controller's wait for it, which counts from a renewal it could only have observed
+/// after the send.
+pub async fn record_renewals(mut renewed: watch::Receiver<Instant>, state_dir: std::path::PathBuf) {
+    while renewed.changed().await.is_ok() {
+        let sent = *renewed.borrow_and_update();
+        let at = wall_time_of(sent, Instant::now(), std::time::SystemTime::now());
+        let dir = state_dir.clone();
+        match tokio::task::spawn_blocking(move || record_renewal(&dir, at)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot record the Lease renewal"),
+            Err(e) => tracing::warn!(error = %e, "cannot record the Lease renewal"),
+        }
+    }
+}
+
 /// How long ago (at `now`) the last recorded renewal was; `None` if none was ever recorded.
 /// A record in the future (the wall clock stepped back) counts as infinitely old: the safe side.
 pub fn renewal_age(state_dir: &std::path::Path, now: std::time::SystemTime) -> Option<Duration> {
@@ -867,6 +900,36 @@ mod tests {
             Some(Duration::MAX),
             "a record from the future is treated as stale"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_recorded_renewal_is_as_old_as_its_send_not_its_answer() {
+        let d = tempfile::tempdir().unwrap();
+        let (tx, rx) = watch::channel(Instant::now());
+        let recorder = tokio::spawn(record_renewals(rx, d.path().to_owned()));
+        let sent = Instant::now();
+        // The API server answers the renewal 30 s after it was sent.
+        tokio::time::advance(Duration::from_secs(30)).await;
+        tx.send_replace(sent);
+        drop(tx);
+        recorder.await.unwrap();
+        let age = renewal_age(d.path(), std::time::SystemTime::now()).expect("recorded");
+        assert!(
+            age >= Duration::from_secs(30),
+            "the record must date from the send, 30 s before the answer: {age:?}"
+        );
+    }
+
+    #[test]
+    fn a_send_instant_maps_to_the_wall_clock_of_its_time() {
+        let now = Instant::now();
+        let wall = std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let sent = now.checked_sub(Duration::from_millis(2_500)).unwrap();
+        assert_eq!(
+            wall_time_of(sent, now, wall),
+            wall - Duration::from_millis(2_500)
+        );
+        assert_eq!(wall_time_of(now + Duration::from_secs(1), now, wall), wall);
     }
 
     #[tokio::test(start_paused = true)]
