@@ -408,6 +408,9 @@ struct Script {
     system_redirect: Option<String>,
     /// The system resource never answers.
     system_hangs: bool,
+    /// The serving certificate is a self-signed CA certificate (`openssl req -x509`)
+    /// instead of a self-signed end-entity certificate.
+    self_signed_ca: bool,
 }
 
 impl Default for Script {
@@ -419,6 +422,7 @@ impl Default for Script {
             system_body: None,
             system_redirect: None,
             system_hangs: false,
+            self_signed_ca: false,
         }
     }
 }
@@ -439,6 +443,7 @@ struct Fake {
     addr: SocketAddr,
     seen: Arc<Mutex<Seen>>,
     fingerprint: [u8; 32],
+    cert_pem: String,
 }
 
 impl Fake {
@@ -452,11 +457,13 @@ impl Fake {
 
 async fn fake_bmc(script: Script) -> Fake {
     let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    if script.self_signed_ca {
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    }
+    let cert = params.self_signed(&key).unwrap();
     let fingerprint = fingerprint_of_der(cert.der());
+    let cert_pem = cert.pem();
     let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
@@ -514,6 +521,7 @@ async fn fake_bmc(script: Script) -> Fake {
         addr,
         seen,
         fingerprint,
+        cert_pem,
     }
 }
 
@@ -952,6 +960,42 @@ async fn a_certificate_that_does_not_match_its_pin_gets_no_credentials() {
     };
     assert_eq!(found, &format_fingerprint(&bmc.fingerprint));
     bmc.seen(|s| assert!(s.requests.is_empty(), "{:?}", s.requests));
+}
+
+#[tokio::test]
+async fn a_self_signed_ca_certificate_is_accepted_as_its_own_ca_file() {
+    // What `openssl req -x509` makes: a self-signed certificate with CA:TRUE, served as the
+    // BMC's certificate and given as ssl_ca_file (webpki alone says CaUsedAsEndEntity).
+    let bmc = fake_bmc(Script {
+        self_signed_ca: true,
+        ..Default::default()
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("bmc.pem");
+    std::fs::write(&ca, &bmc.cert_pem).unwrap();
+    let mut t = bmc.target();
+    t.tls = RedfishTls::CaFile(ca.clone());
+    assert_eq!(
+        device(t.clone(), PASSWORD, short()).status().await.unwrap(),
+        PowerState::On
+    );
+    // The exact certificate is trusted, not its name: the host name is still checked.
+    let mut wrong_name = t.clone();
+    wrong_name.host = "localhost".into();
+    let e = device(wrong_name, PASSWORD, short())
+        .status()
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), "identity_mismatch", "{e}");
+    // Another self-signed CA certificate in the file is no trust for this one.
+    let other = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    std::fs::write(&ca, other.cert.pem()).unwrap();
+    let e = device(t, PASSWORD, short()).status().await.unwrap_err();
+    assert_eq!(e.kind(), "identity_mismatch", "{e}");
+    let text = e.to_string();
+    assert!(!text.contains("pinned the pinned"), "{text}");
+    assert!(text.contains(&ca.display().to_string()), "{text}");
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -76,6 +77,20 @@ pub fn format_fingerprint(digest: &[u8; 32]) -> String {
         .map(|b| format!("{b:02X}"))
         .collect::<Vec<_>>()
         .join(":")
+}
+
+/// What `trust` pins, to complete "pinned ..., the device reports ..." in identity errors.
+pub(crate) fn describe(trust: &RedfishTls) -> String {
+    match trust {
+        RedfishTls::CaFile(path) => format!("the CA in {}", path.display()),
+        RedfishTls::CaPem(_) | RedfishTls::CaFromSecret => {
+            "the CA in the device Secret's caBundle".into()
+        }
+        RedfishTls::Fingerprint(fp) => {
+            format!("certificate fingerprint {}", format_fingerprint(fp))
+        }
+        RedfishTls::Insecure => "nothing (ssl_insecure)".into(),
+    }
 }
 
 /// The SHA-256 fingerprint of a DER certificate.
@@ -164,17 +179,115 @@ impl ServerCertVerifier for PinnedVerifier {
     }
 }
 
-/// The root store of the PEM certificates in `pem` (from `source`); at least one.
-fn roots(pem: &[u8], source: &str) -> Result<RootCertStore, String> {
-    let mut roots = RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(pem) {
-        let c = c.map_err(|e| format!("{source}: {e}"))?;
-        roots.add(c).map_err(|e| format!("{source}: {e}"))?;
-    }
-    if roots.is_empty() {
+/// The PEM certificates in `pem` (from `source`); at least one.
+fn ca_certificates(pem: &[u8], source: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{source}: {e}"))?;
+    if certs.is_empty() {
         return Err(format!("{source}: holds no PEM certificate"));
     }
-    Ok(roots)
+    Ok(certs)
+}
+
+/// Trusts the certificates of a CA file (or of a Secret's caBundle) as webpki does: chain to
+/// one of them, validity dates and host name checked. And one case webpki refuses: the
+/// server presents, byte for byte, a CA certificate of the file as its own certificate. That
+/// is a self-signed certificate that is its own CA, what `openssl req -x509` makes and curl
+/// accepts; webpki says `CaUsedAsEndEntity`.
+///
+/// Guarantees: that exception trusts only the exact certificate the operator put in the
+/// file (like a fingerprint pin), only after webpki found its validity dates good (it checks
+/// them before the CA flag), and still checks the host name; the TLS handshake signature is
+/// checked with the certificate's key as always, so the server holds its private key.
+#[derive(Debug)]
+struct CaVerifier {
+    webpki: Arc<WebPkiServerVerifier>,
+    anchors: Vec<CertificateDer<'static>>,
+}
+
+impl CaVerifier {
+    fn new(
+        anchors: Vec<CertificateDer<'static>>,
+        source: &str,
+        provider: Arc<CryptoProvider>,
+    ) -> Result<Self, String> {
+        let mut roots = RootCertStore::empty();
+        for c in &anchors {
+            roots.add(c.clone()).map_err(|e| format!("{source}: {e}"))?;
+        }
+        let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .map_err(|e| format!("{source}: {e}"))?;
+        Ok(Self { webpki, anchors })
+    }
+}
+
+/// Whether rustls' refusal is webpki's `CaUsedAsEndEntity` (rustls has no variant of its own
+/// for it and carries webpki's error inside `Other`).
+fn is_ca_used_as_end_entity(e: &rustls::Error) -> bool {
+    matches!(
+        e,
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(o))
+            if format!("{o:?}").contains("CaUsedAsEndEntity")
+    )
+}
+
+impl ServerCertVerifier for CaVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self.webpki.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        ) {
+            Err(e)
+                if is_ca_used_as_end_entity(&e)
+                    && self
+                        .anchors
+                        .iter()
+                        .any(|a| a.as_ref() == end_entity.as_ref()) =>
+            {
+                let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
+                rustls::client::verify_server_name(&cert, server_name)?;
+                tracing::debug!(
+                    "the server presents a self-signed CA certificate of the CA file: trusted as that exact certificate"
+                );
+                Ok(ServerCertVerified::assertion())
+            }
+            r => r,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
 }
 
 /// Builds the rustls configuration for `trust`. TLS 1.2 stays enabled: most BMCs (and
@@ -184,15 +297,25 @@ pub(crate) fn client_config(trust: &RedfishTls) -> Result<ClientConfig, String> 
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS protocol versions: {e}"))?;
+    let ca = |pem: &[u8], source: &str| -> Result<Arc<CaVerifier>, String> {
+        let anchors = ca_certificates(pem, source)?;
+        Ok(Arc::new(CaVerifier::new(
+            anchors,
+            source,
+            provider.clone(),
+        )?))
+    };
     let mut cfg = match trust {
         RedfishTls::CaFile(path) => {
             let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
             builder
-                .with_root_certificates(roots(&pem, &path.display().to_string())?)
+                .dangerous()
+                .with_custom_certificate_verifier(ca(&pem, &path.display().to_string())?)
                 .with_no_client_auth()
         }
         RedfishTls::CaPem(pem) => builder
-            .with_root_certificates(roots(pem.as_bytes(), "the Secret's caBundle")?)
+            .dangerous()
+            .with_custom_certificate_verifier(ca(pem.as_bytes(), "the Secret's caBundle")?)
             .with_no_client_auth(),
         RedfishTls::CaFromSecret => return Err(
             "ca=secret: the caBundle of the device's Secret was not supplied (a bug in the caller)"

@@ -84,6 +84,8 @@ pub(crate) struct Http {
     request_timeout: Duration,
     retries: u32,
     insecure: bool,
+    /// What the BMC's certificate is pinned to, for identity errors ("the CA in /ca.pem").
+    trust: String,
 }
 
 impl Http {
@@ -130,6 +132,7 @@ impl Http {
             request_timeout,
             retries,
             insecure: matches!(trust, RedfishTls::Insecure),
+            trust: super::tls::describe(trust),
         })
     }
 
@@ -297,7 +300,7 @@ impl Http {
         if let Some(found) = super::tls::certificate_refusal(e) {
             return FenceError::IdentityMismatch {
                 device: self.device.clone(),
-                expected: "the pinned TLS certificate (ca_file or fingerprint)".into(),
+                expected: self.trust.clone(),
                 found,
             };
         }
