@@ -65,7 +65,10 @@ pub enum FenceError {
         offered: Vec<u8>,
     },
     /// The command was accepted but the device did not report the expected state in time.
-    #[error("{device}: not verified: expected {expected}, last reported {last:?} after {after:?}")]
+    #[error(
+        "{device}: not verified: expected {expected}, last reported {} after {after:?}",
+        match last { Some(s) => s.to_string(), None => "nothing (every read failed)".to_string() }
+    )]
     NotVerified {
         /// Device description.
         device: String,
@@ -134,6 +137,29 @@ impl FenceError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn not_verified_names_the_last_state_as_a_word() {
+        let e = FenceError::NotVerified {
+            device: "bmc".into(),
+            expected: PowerState::Off,
+            last: Some(PowerState::On),
+            after: Duration::from_secs(20),
+        };
+        assert_eq!(
+            e.to_string(),
+            "bmc: not verified: expected off, last reported on after 20s"
+        );
+        let e = FenceError::NotVerified {
+            device: "bmc".into(),
+            expected: PowerState::Off,
+            last: None,
+            after: Duration::from_secs(20),
+        };
+        assert!(e
+            .to_string()
+            .contains("last reported nothing (every read failed)"));
+    }
 
     #[test]
     fn only_transient_failures_are_retryable() {

@@ -9,7 +9,7 @@
 //!
 //! Exit codes: 0 success (status: on), 1 failure, 2 status off.
 
-use std::io::Read;
+use std::io::{IsTerminal, Read};
 
 use anyhow::Context;
 use palisade_fence::cli::{self, Action, Invocation, EXIT_ERROR, EXIT_OFF, EXIT_OK};
@@ -19,11 +19,25 @@ fn main() {
     let code = match run() {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("Failed: {e:#}");
+            eprintln!("Failed: {}", message(&e));
             EXIT_ERROR
         }
     };
     std::process::exit(code);
+}
+
+/// The error and its causes, each cause only when its text is not already in the message:
+/// the library errors print their source inline, and `{:#}` would print it twice.
+fn message(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !out.contains(&c) {
+            out.push_str(": ");
+            out.push_str(&c);
+        }
+    }
+    out
 }
 
 fn run() -> anyhow::Result<i32> {
@@ -46,6 +60,8 @@ fn run() -> anyhow::Result<i32> {
     let inv = Invocation::resolve(&opts, &|k| std::env::var(k).ok())?;
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Pacemaker logs our stderr: colour codes only for a person at a terminal.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(if inv.verbose { "debug" } else { "warn" })
         .init();
     if inv.action == Action::Metadata {
@@ -122,4 +138,24 @@ async fn act(inv: &Invocation, device: &Device) -> anyhow::Result<i32> {
         }
         Action::Metadata | Action::ValidateAll => EXIT_OK,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_is_printed_once() {
+        let e = anyhow::Error::new(palisade_fence::FenceError::Unreachable {
+            device: "ipmi://a@bmc:623".into(),
+            source: std::io::Error::other("connection refused"),
+        })
+        .context("status");
+        let m = message(&e);
+        assert_eq!(m.matches("connection refused").count(), 1, "{m}");
+        assert!(
+            m.starts_with("status: ipmi://a@bmc:623: unreachable"),
+            "{m}"
+        );
+    }
 }

@@ -204,8 +204,10 @@ async fn poll_until(
     let deadline = tokio::time::Instant::from_std(commanded.mono) + policy.timeout;
     let mut polls = 0u32;
     let mut last = None;
+    let mut final_poll = false;
     loop {
-        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let started = tokio::time::Instant::now();
+        let remaining = deadline.saturating_duration_since(started);
         polls += 1;
         match tokio::time::timeout(remaining, probe.probe()).await {
             Ok(Ok(state)) => {
@@ -219,14 +221,22 @@ async fn poll_until(
             Ok(Err(e)) => tracing::debug!(device, error = %e, "status poll failed"),
             Err(_) => {}
         }
-        let next = tokio::time::Instant::now() + policy.interval;
-        if next >= deadline {
-            return Err(FenceError::NotVerified {
-                device: device.to_string(),
-                expected,
-                last,
-                after: commanded.mono.elapsed(),
-            });
+        let now = tokio::time::Instant::now();
+        // The latest start for a read that takes as long as this one and still ends by the
+        // deadline: polling goes on up to the deadline, not up to one interval before it.
+        let latest = deadline.checked_sub(now - started).unwrap_or(now);
+        let mut next = now + policy.interval;
+        if next > latest {
+            if final_poll || latest <= now {
+                return Err(FenceError::NotVerified {
+                    device: device.to_string(),
+                    expected,
+                    last,
+                    after: commanded.mono.elapsed(),
+                });
+            }
+            final_poll = true;
+            next = latest;
         }
         tokio::time::sleep_until(next).await;
     }
@@ -383,6 +393,70 @@ mod tests {
             }
             other => panic!("unexpected {other}"),
         }
+    }
+
+    /// A machine that powers off `off_after` its creation, read by a status request that
+    /// takes `took`.
+    struct SlowMachine {
+        born: tokio::time::Instant,
+        off_after: Duration,
+        took: Duration,
+    }
+
+    #[async_trait::async_trait]
+    impl StatusProbe for SlowMachine {
+        async fn probe(&mut self) -> Result<PowerState, FenceError> {
+            let asked = tokio::time::Instant::now();
+            tokio::time::sleep(self.took).await;
+            Ok(if asked - self.born >= self.off_after {
+                PowerState::Off
+            } else {
+                PowerState::On
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn polling_goes_on_up_to_the_deadline_not_one_interval_before_it() {
+        // Reads at 0 and 0.6 s see on; the machine is off from 1.0 s; the interval would put
+        // the next read at 1.2 s, the deadline: a last read at 1.1 s still ends by then.
+        let mut probe = SlowMachine {
+            born: tokio::time::Instant::now(),
+            off_after: Duration::from_millis(1000),
+            took: Duration::from_millis(100),
+        };
+        let policy = VerifyPolicy {
+            timeout: Duration::from_millis(1200),
+            interval: Duration::from_millis(500),
+        };
+        let ev = verify_off("d", Commanded::now(), &mut probe, policy)
+            .await
+            .unwrap();
+        assert_eq!(ev.polls(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_machine_that_stays_on_is_given_up_at_the_deadline_not_before_it() {
+        let policy = VerifyPolicy {
+            timeout: Duration::from_millis(1200),
+            interval: Duration::from_millis(500),
+        };
+        let mut probe = SlowMachine {
+            born: tokio::time::Instant::now(),
+            off_after: Duration::from_secs(3600),
+            took: Duration::from_millis(100),
+        };
+        let t0 = tokio::time::Instant::now();
+        let err = verify_off("d", Commanded::now(), &mut probe, policy)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), "not_verified", "{err}");
+        // Virtual time: the last read ended at the deadline.
+        assert!(
+            t0.elapsed() >= Duration::from_millis(1200),
+            "{:?}",
+            t0.elapsed()
+        );
     }
 
     #[test]
