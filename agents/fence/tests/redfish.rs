@@ -429,6 +429,8 @@ impl Default for Script {
 
 #[derive(Default, Debug)]
 struct Seen {
+    /// Requests for the system resource left unanswered (`system_hangs`).
+    hung: usize,
     /// "METHOD path auth" where auth is none, basic or token.
     requests: Vec<String>,
     created: Vec<String>,
@@ -499,6 +501,7 @@ async fn fake_bmc(script: Script) -> Fake {
                     return;
                 };
                 if script.system_hangs && path == SYSTEM {
+                    seen.lock().hung += 1;
                     tokio::time::sleep(Duration::from_secs(3600)).await;
                 }
                 let (status, extra, body) =
@@ -947,6 +950,29 @@ async fn a_bmc_that_never_answers_is_a_timeout_and_the_session_is_still_closed()
         assert!(s.resets.is_empty());
         assert_eq!(s.deleted.len(), 1);
     });
+}
+
+#[tokio::test]
+async fn a_hung_bmc_fails_within_power_timeout_and_says_how_long_it_waited() {
+    let bmc = fake_bmc(Script {
+        system_hangs: true,
+        ..Default::default()
+    })
+    .await;
+    // exchange 5 s x 3 attempts: before, each request could take 15 s and be tried 3 times.
+    let opts = options(Duration::from_secs(2));
+    let e = device(bmc.target(), PASSWORD, opts)
+        .status()
+        .await
+        .unwrap_err();
+    let FenceError::Timeout { after, .. } = &e else {
+        panic!("{e}")
+    };
+    // One request, bounded by power_timeout; no retry that would end past it.
+    bmc.seen(|s| assert_eq!(s.hung, 1));
+    // The message says the time really waited.
+    assert!(*after >= Duration::from_secs(2), "{e}");
+    assert!(e.to_string().contains(&format!("{after:?}")), "{e}");
 }
 
 #[tokio::test]

@@ -22,7 +22,8 @@
 //! [`FenceError::NotVerified`].
 //!
 //! Timing: each HTTP request is bounded by `exchange_timeout × (retries + 1)`, but never less
-//! than [`MIN_REQUEST_TIMEOUT`] (a BMC's web server is slow to handshake); status polls are at
+//! than [`MIN_REQUEST_TIMEOUT`] (a BMC's web server is slow to handshake) and never more than
+//! `power_timeout`, which also bounds the retries of a read; status polls are at
 //! least [`MIN_POLL_INTERVAL`] apart, whatever the verify policy says, so as not to hammer the
 //! BMC.
 
@@ -100,10 +101,14 @@ impl RedfishDevice {
             .password
             .clone()
             .ok_or_else(|| FenceError::Config(format!("{name}: no password given")))?;
+        // power_timeout bounds every request and the retries of each read, so a hung BMC
+        // fails in the time the operator gave, not in (retries + 1) x MIN_REQUEST_TIMEOUT.
+        let budget = options.verify.timeout.max(Duration::from_millis(1));
         let request_timeout = options
             .exchange_timeout
             .saturating_mul(options.retries.saturating_add(1))
-            .max(MIN_REQUEST_TIMEOUT);
+            .max(MIN_REQUEST_TIMEOUT)
+            .min(budget);
         let http = Http::new(
             &name,
             &target.host,
@@ -111,6 +116,7 @@ impl RedfishDevice {
             &target.tls,
             request_timeout,
             options.retries,
+            budget,
         )?;
         if target.tls == RedfishTls::Insecure {
             tracing::warn!(device = %name, "ssl_insecure: this BMC's TLS certificate will NOT be verified");

@@ -86,10 +86,13 @@ pub(crate) struct Http {
     insecure: bool,
     /// What the BMC's certificate is pinned to, for identity errors ("the CA in /ca.pem").
     trust: String,
+    /// The operation budget (`power_timeout`) that bounds retries.
+    budget: Duration,
 }
 
 impl Http {
-    /// Builds the client (nothing is sent).
+    /// Builds the client (nothing is sent). Each request is bounded by `request_timeout`, and
+    /// retries by `budget`.
     pub(crate) fn new(
         device: &str,
         host: &str,
@@ -97,6 +100,7 @@ impl Http {
         trust: &RedfishTls,
         request_timeout: Duration,
         retries: u32,
+        budget: Duration,
     ) -> Result<Self, FenceError> {
         let config = |e: String| FenceError::Config(format!("{device}: {e}"));
         let host = if host.contains(':') {
@@ -133,6 +137,7 @@ impl Http {
             retries,
             insecure: matches!(trust, RedfishTls::Insecure),
             trust: super::tls::describe(trust),
+            budget,
         })
     }
 
@@ -241,8 +246,12 @@ impl Http {
 
     /// GETs a resource as JSON, retrying transport failures (not HTTP errors) up to the
     /// device's retry count.
+    ///
+    /// Guarantees: retries stop once another whole request would end past the operation
+    /// budget (`power_timeout`), and a timeout reports the time really spent over all attempts.
     pub(crate) async fn get_json(&self, uri: &str, auth: &Auth) -> Result<Value, FenceError> {
         let mut attempt = 0;
+        let started = tokio::time::Instant::now();
         loop {
             match self.send_ok(Method::GET, uri, auth, None).await {
                 Ok(r) => {
@@ -255,9 +264,25 @@ impl Http {
                     }
                     return Ok(v);
                 }
-                Err(e) if e.is_retryable() && attempt < self.retries => {
+                Err(e)
+                    if e.is_retryable()
+                        && attempt < self.retries
+                        && started.elapsed() + self.request_timeout <= self.budget =>
+                {
                     attempt += 1;
                     tracing::debug!(device = %self.device, error = %e, attempt, "retrying GET");
+                }
+                Err(FenceError::Timeout {
+                    device, operation, ..
+                }) => {
+                    return Err(FenceError::Timeout {
+                        device,
+                        operation: match attempt {
+                            0 => operation,
+                            n => format!("{operation} ({} attempts)", n + 1),
+                        },
+                        after: started.elapsed(),
+                    })
                 }
                 Err(e) => return Err(e),
             }
