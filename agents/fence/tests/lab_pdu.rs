@@ -128,6 +128,30 @@ fn list_names_the_outlets() {
 }
 
 #[test]
+fn list_shows_the_outlet_names_the_pdu_exposes_in_every_profile() {
+    let lab = lab(2, true, 1);
+    let rt = rt();
+    let outlets = lab.machines()[0].outlets().to_vec();
+    let other = lab.machines()[1].outlets()[0];
+    for profile in ["apc", "apc-rpdu", "cyberpower", "auto"] {
+        let plugs = rt
+            .block_on(pdu(&lab, &outlets, profile, Snmp::V2c).list())
+            .unwrap();
+        // Every outlet of the PDU, not only the configured ones, under the PDU's own names.
+        assert!(
+            plugs.iter().any(|(n, _)| *n == other.to_string()),
+            "{profile}: {plugs:?}"
+        );
+        for (n, name) in &plugs {
+            assert!(
+                !name.is_empty() && *name != format!("Outlet {n}"),
+                "{profile}: outlet {n} is listed as {name:?}, not by the PDU's name: {plugs:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn pdu_profile_auto_reads_sys_object_id_and_says_what_it_chose() {
     // The lab's PDU reports an APC rack PDU's sysObjectID (.1.3.6.1.4.1.318.1.3.4.5): the
     // agent reads it (once) and drives the rPDU tables, as fence_apc_snmp does.

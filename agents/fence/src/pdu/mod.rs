@@ -429,28 +429,41 @@ impl PowerDevice for PduDevice {
         self.outlet_state(self.target.outlets[0]).await.map(|_| ())
     }
 
+    /// The outlets the PDU exposes: a walk of the profile's name column, or of its status
+    /// column (named "Outlet N") when the MIB has no names. Only a PDU that answers neither
+    /// walk gets the configured outlets back.
     async fn list(&self) -> Result<Vec<(String, String)>, FenceError> {
-        let Some(names) = self.profile().await?.names else {
+        let profile = self.profile().await?;
+        let (column, named) = match profile.names {
+            Some(names) => (names, true),
+            None => (profile.status, false),
+        };
+        let mut out = Vec::new();
+        let mut cursor = column.to_vec();
+        // Bounded walk of the column.
+        for _ in 0..256 {
+            match self.request(Op::GetNext(&cursor)).await? {
+                Answer::Next(oid, text)
+                    if oid.len() == column.len() + 1 && oid.starts_with(column) =>
+                {
+                    let n = oid[column.len()];
+                    let name = match text {
+                        Some(t) if named && !t.is_empty() => t,
+                        _ => format!("Outlet {n}"),
+                    };
+                    out.push((n.to_string(), name));
+                    cursor = oid;
+                }
+                _ => break,
+            }
+        }
+        if out.is_empty() {
             return Ok(self
                 .target
                 .outlets
                 .iter()
                 .map(|o| (o.to_string(), format!("Outlet {o}")))
                 .collect());
-        };
-        let mut out = Vec::new();
-        let mut cursor = names.to_vec();
-        // Bounded walk of the name column.
-        for _ in 0..256 {
-            match self.request(Op::GetNext(&cursor)).await? {
-                Answer::Next(oid, text)
-                    if oid.len() == names.len() + 1 && oid.starts_with(names) =>
-                {
-                    out.push((oid[names.len()].to_string(), text.unwrap_or_default()));
-                    cursor = oid;
-                }
-                _ => break,
-            }
         }
         Ok(out)
     }

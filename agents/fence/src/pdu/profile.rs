@@ -49,7 +49,8 @@ pub const APC_RPDU: Profile = Profile {
     description: "APC PowerNet rPDUOutletControl (.1.3.6.1.4.1.318.1.1.12.3.3.1.1.4.N)",
     control: &[1, 3, 6, 1, 4, 1, 318, 1, 1, 12, 3, 3, 1, 1, 4],
     status: &[1, 3, 6, 1, 4, 1, 318, 1, 1, 12, 3, 5, 1, 1, 4],
-    names: None,
+    // rPDUOutletControlOutletName.
+    names: Some(&[1, 3, 6, 1, 4, 1, 318, 1, 1, 12, 3, 3, 1, 1, 2]),
     cmd_on: 1,
     cmd_off: 2,
     cmd_reboot: 3,
@@ -63,7 +64,8 @@ pub const CYBERPOWER: Profile = Profile {
     description: "CyberPower ePDU (.1.3.6.1.4.1.3808.1.1.3.3.3.1.1.4.N)",
     control: &[1, 3, 6, 1, 4, 1, 3808, 1, 1, 3, 3, 3, 1, 1, 4],
     status: &[1, 3, 6, 1, 4, 1, 3808, 1, 1, 3, 3, 5, 1, 1, 4],
-    names: None,
+    // ePDUOutletControlOutletName.
+    names: Some(&[1, 3, 6, 1, 4, 1, 3808, 1, 1, 3, 3, 3, 1, 1, 2]),
     cmd_on: 1,
     cmd_off: 2,
     cmd_reboot: 3,
