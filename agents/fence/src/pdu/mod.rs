@@ -188,6 +188,19 @@ impl PduDevice {
                 device: self.name.clone(),
                 source: std::io::Error::other(format!("{what}: {e:?}")),
             },
+            // An agent that refuses our security level answers with an unencrypted Report
+            // (usmStatsUnsupportedSecLevels), which the decoder, expecting our level, cannot
+            // read: say what that usually means instead of the decoder's word.
+            snmp2::Error::AsnWrongType if self.target.version == SnmpVersion::V3 => {
+                FenceError::DeviceRefused {
+                    device: self.name.clone(),
+                    detail: format!(
+                        "{what}: the agent's SNMPv3 answer is not at security level {:?}: it refuses that level for user {:?} (usmStatsUnsupportedSecLevels); check snmp_sec_level / sec_level against the agent's user",
+                        self.target.v3_level,
+                        self.target.v3_user.as_deref().unwrap_or(""),
+                    ),
+                }
+            }
             other => FenceError::Protocol {
                 device: self.name.clone(),
                 detail: format!("{what}: {other:?}"),
@@ -489,3 +502,41 @@ fn snmp_status_text(s: u32) -> &'static str {
 
 /// Default SNMP exchange timeout used by the CLI.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(version: SnmpVersion) -> PduDevice {
+        let target = PduTarget {
+            host: "127.0.0.1".into(),
+            port: 161,
+            outlets: vec![1],
+            profile: "apc".into(),
+            version,
+            v3_user: Some("fencer".into()),
+            v3_auth: SnmpAuthProtocol::Sha1,
+            v3_level: SnmpSecurityLevel::AuthPriv,
+        };
+        let creds = Credentials {
+            community: Some(crate::Secret::new("c")),
+            v3_auth_password: Some(crate::Secret::new("a-long-passphrase")),
+            v3_priv_password: Some(crate::Secret::new("a-long-passphrase")),
+            ..Default::default()
+        };
+        PduDevice::new(target, &creds, DeviceOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn an_snmpv3_security_level_refusal_is_named_as_such() {
+        let e = device(SnmpVersion::V3).snmp_error("get", snmp2::Error::AsnWrongType);
+        assert_eq!(e.kind(), "device_refused", "{e}");
+        let m = e.to_string();
+        assert!(m.contains("refuses that level for user \"fencer\""), "{m}");
+        assert!(m.contains("AuthPriv"), "{m}");
+        assert!(!m.contains("AsnWrongType"), "{m}");
+        // In v2c the decoder's word stays: no security level is involved.
+        let e = device(SnmpVersion::V2c).snmp_error("get", snmp2::Error::AsnWrongType);
+        assert_eq!(e.kind(), "protocol", "{e}");
+    }
+}
