@@ -5,6 +5,8 @@
 //!
 //! - [`acceptance`]: whether each policy and target is accepted (the same rules decide uses),
 //!   reported as soon as they change;
+//! - [`budget`]: when a fence phase's time budget runs out (on the wall clock and on the
+//!   controller's monotonic clock, so a clock step never fails a fence mid-phase);
 //! - [`detector`]: per-node Healthy / Suspect / Unhealthy from the controller's own monotonic
 //!   observations of heartbeat *changes* ([`clock::Mono`]), never from node clocks;
 //! - [`mod@decide`]: from a cluster [`snapshot::Snapshot`] to one typed [`verdict::Verdict`] per
@@ -24,6 +26,7 @@
 //! the result with the `palisade-model` status methods, and asks again.
 
 pub mod acceptance;
+pub mod budget;
 pub mod clock;
 pub mod convert;
 pub mod decide;

@@ -91,6 +91,11 @@ pub struct Observations<'a> {
     /// The oldest *other* unfinished `NodeFence` for the same node, if it is older than this
     /// one (by creation time, then name): then this one is superseded.
     pub older_sibling: Option<String>,
+    /// How long this controller process has seen the fence in its current phase, on its
+    /// monotonic clock (since it first read the status in that phase); `None` when the caller
+    /// does not track it (then the phase's budget runs on the wall clock alone). See
+    /// [`crate::budget::exceeded`].
+    pub phase_seen_for: Option<std::time::Duration>,
 }
 
 /// The healthy-majority bound on trusting a self-fence, from the node's peer check (see
@@ -425,10 +430,10 @@ pub fn next_step(spec: &NodeFenceSpec, status: &NodeFenceStatus, obs: &Observati
     if status.fencing_token != Some(obs.token) {
         return Step::RecordToken(obs.token);
     }
-    if let Some(deadline) = status.deadline() {
-        if obs.now.wall > deadline {
-            return Step::Fail(FailureReason::BudgetExceeded);
-        }
+    // The budget runs on the wall clock and on this process's monotonic clock: a step of the
+    // wall clock never fails a fence mid-phase.
+    if crate::budget::exceeded(status, obs.now, obs.phase_seen_for) {
+        return Step::Fail(FailureReason::BudgetExceeded);
     }
     if phase == Phase::Fencing {
         return fencing(status, obs);

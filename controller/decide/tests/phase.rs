@@ -105,6 +105,8 @@ struct World {
     taint: bool,
     node_uid: Option<String>,
     older_sibling: Option<String>,
+    /// When this controller process first saw the fence in its current phase (monotonic).
+    phase_seen_since: Option<Mono>,
     recovery: Recovery,
     verdict: Option<Verdict>,
 }
@@ -129,6 +131,7 @@ impl World {
             taint: false,
             node_uid: Some("uid-m0".into()),
             older_sibling: None,
+            phase_seen_since: None,
             recovery: Recovery {
                 power_on: true,
                 untaint_when: UntaintWhen::NodeReady,
@@ -166,6 +169,7 @@ impl World {
             taint_present: self.taint,
             node_uid: self.node_uid.clone(),
             older_sibling: self.older_sibling.clone(),
+            phase_seen_for: self.phase_seen_since.map(|c| self.clocks().mono.since(c)),
         }
     }
 }
@@ -562,6 +566,81 @@ fn budgets_exceeded_fail_the_fence() {
         Step::RunLevel { .. }
     ));
     w.now = 91;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Fail(FailureReason::BudgetExceeded)
+    );
+}
+
+/// Drives a fence (PDU + storage level verified) until it is Releasing, entered at `wall(0)`.
+fn releasing_world() -> (NodeFenceSpec, NodeFenceStatus, World) {
+    let sp = spec(RequestedBy::Controller);
+    let mut st = created();
+    let mut w = World::new();
+    while st.phase != Phase::Releasing {
+        let step = next_step(&sp, &st, &w.obs());
+        apply(&step, &mut st, &mut w, &|l| l == 1);
+    }
+    assert_eq!(st.entered_at(), Some(wall(0)));
+    (sp, st, w)
+}
+
+/// A forward step of the controller's wall clock (NTP, a mis-set clock) must not fail a fence
+/// mid-release: the budget also runs on this process's monotonic clock, from when it first saw
+/// the phase.
+#[test]
+fn a_forward_wall_clock_step_never_fails_a_fence_mid_release() {
+    let (sp, st, mut w) = releasing_world();
+    // Releasing's budget is 300 s; this process saw the phase begin.
+    w.phase_seen_since = Some(w.clocks().mono);
+    w.now = 10;
+    w.wall_step = 3600;
+    assert_ne!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Fail(FailureReason::BudgetExceeded),
+        "the wall clock says an hour passed, the monotonic clock 10 s"
+    );
+    w.now = 300;
+    assert_ne!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Fail(FailureReason::BudgetExceeded)
+    );
+    w.now = 301;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Fail(FailureReason::BudgetExceeded),
+        "the whole budget ran on both clocks"
+    );
+}
+
+/// The monotonic budget never makes the wall deadline shorter, and a process that first saw
+/// the phase late (a new leader) counts the whole budget from then.
+#[test]
+fn the_budget_ends_when_both_clocks_say_so() {
+    let (sp, st, mut w) = releasing_world();
+    w.phase_seen_since = Some(w.clocks().mono);
+    // The wall clock stepped back: 400 s watched, the wall clock reads 300 s.
+    w.now = 400;
+    w.wall_step = -100;
+    assert_ne!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Fail(FailureReason::BudgetExceeded)
+    );
+    w.now = 401;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Fail(FailureReason::BudgetExceeded)
+    );
+    // A new leader first reads the status 200 s into the phase.
+    w.wall_step = 0;
+    w.now = 200;
+    w.phase_seen_since = Some(w.clocks().mono);
+    w.now = 500;
+    assert_ne!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Fail(FailureReason::BudgetExceeded)
+    );
+    w.now = 501;
     assert_eq!(
         next_step(&sp, &st, &w.obs()),
         Step::Fail(FailureReason::BudgetExceeded)

@@ -612,6 +612,32 @@ fn seen_token(message: &str) -> Option<i64> {
         .ok()
 }
 
+/// How long this process has seen `nf` in `phase`, on its monotonic clock: since the first
+/// call for the fence's UID in that phase (a new phase starts the count again); `None` for a
+/// fence without a UID. The phase's budget runs on it as well as on the wall clock
+/// ([`palisade_decide::budget::exceeded`]), so a wall-clock step never fails a fence.
+///
+/// Guarantees: never longer than the time since this process first read the fence in
+/// `phase`, hence never longer than the fence has truly been in it. A restarted process or a
+/// new leader starts from zero (a longer budget, never a shorter one).
+fn phase_seen_for(ctx: &Ctx, nf: &NodeFence, phase: Phase) -> Option<std::time::Duration> {
+    static FIRST_SEEN: std::sync::LazyLock<
+        parking_lot::Mutex<std::collections::HashMap<String, (Phase, palisade_decide::Mono)>>,
+    > = std::sync::LazyLock::new(Default::default);
+    let uid = nf.metadata.uid.as_deref().filter(|u| !u.is_empty())?;
+    let now = ctx.now().mono;
+    let mut seen = FIRST_SEEN.lock();
+    if phase.is_terminal() {
+        seen.remove(uid);
+        return Some(std::time::Duration::ZERO);
+    }
+    let entry = seen.entry(uid.to_string()).or_insert((phase, now));
+    if entry.0 != phase {
+        *entry = (phase, now);
+    }
+    Some(now.since(entry.1))
+}
+
 /// Drives one `NodeFence` until it waits, finishes, or we lose leadership.
 async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
     let api: Api<NodeFence> = Api::all(ctx.client.clone());
@@ -776,6 +802,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 .get(&StoreRef::new(&node))
                 .and_then(|n| n.metadata.uid.clone()),
             older_sibling: older_sibling(ctx, &nf),
+            phase_seen_for: phase_seen_for(ctx, &nf, status.phase),
         };
         let step = next_step(&nf.spec, &status, &obs);
         let label = step.label();

@@ -1655,6 +1655,8 @@ impl<'s> World<'s> {
             taint_present: self.tainted[i],
             node_uid: Some(format!("uid-{name}")),
             older_sibling: None,
+            // Budgets on the wall clock alone, as the recorded schedules were found with.
+            phase_seen_for: None,
         }
     }
 
