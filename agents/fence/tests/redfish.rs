@@ -411,6 +411,9 @@ struct Script {
     /// The serving certificate is a self-signed CA certificate (`openssl req -x509`)
     /// instead of a self-signed end-entity certificate.
     self_signed_ca: bool,
+    /// Error answers carry no Content-Length and end with a bare TCP close, without TLS
+    /// close_notify (as some BMC web servers do).
+    abrupt_errors: bool,
 }
 
 impl Default for Script {
@@ -423,6 +426,7 @@ impl Default for Script {
             system_redirect: None,
             system_hangs: false,
             self_signed_ca: false,
+            abrupt_errors: false,
         }
     }
 }
@@ -506,16 +510,26 @@ async fn fake_bmc(script: Script) -> Fake {
                 }
                 let (status, extra, body) =
                     respond(&script, &mut seen.lock(), &method, &path, &headers, &body);
-                let mut head = format!(
-                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
-                    body.len()
-                );
+                let abrupt = script.abrupt_errors && status >= 400;
+                let mut head = if abrupt {
+                    format!("HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nConnection: close\r\n")
+                } else {
+                    format!(
+                        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
+                        body.len()
+                    )
+                };
                 for (k, v) in extra {
                     head.push_str(&format!("{k}: {v}\r\n"));
                 }
                 head.push_str("\r\n");
                 let _ = tls.write_all(head.as_bytes()).await;
                 let _ = tls.write_all(&body).await;
+                if abrupt {
+                    let _ = tls.flush().await;
+                    let _ = tls.get_mut().0.shutdown().await;
+                    return;
+                }
                 let _ = tls.shutdown().await;
             });
         }
@@ -950,6 +964,22 @@ async fn a_bmc_that_never_answers_is_a_timeout_and_the_session_is_still_closed()
         assert!(s.resets.is_empty());
         assert_eq!(s.deleted.len(), 1);
     });
+}
+
+#[tokio::test]
+async fn a_404_ended_without_close_notify_is_reported_as_the_404() {
+    let bmc = fake_bmc(Script {
+        abrupt_errors: true,
+        ..Default::default()
+    })
+    .await;
+    let mut t = bmc.target();
+    t.systems_uri = Some("/redfish/v1/Systems/missing".into());
+    let e = device(t, PASSWORD, short()).status().await.unwrap_err();
+    let m = e.to_string();
+    assert!(m.contains("HTTP 404"), "{m}");
+    assert!(m.contains("no such resource"), "{m}");
+    assert!(!m.to_lowercase().contains("close_notify"), "{m}");
 }
 
 #[tokio::test]

@@ -220,6 +220,13 @@ impl Http {
                     body.extend_from_slice(&c);
                 }
                 Ok(None) => break,
+                // An error answer whose body ends in a bare close (no length, no TLS
+                // close_notify, as some BMC web servers send a 404): the status is the news,
+                // not the way the connection ended.
+                Err(e) if !status.is_success() => {
+                    tracing::debug!(device = %self.device, request = %what, status = status.as_u16(), error = %super::chain(&e), "error answer ended abruptly");
+                    break;
+                }
                 Err(e) => return Err(self.transport_error(&what, &e)),
             }
         }
