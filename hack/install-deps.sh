@@ -185,5 +185,24 @@ else
   say "sushy-tools $("$SUSHY_VENV/bin/pip" show sushy-tools 2>/dev/null | awk '/^Version:/{print $2}') installed in $SUSHY_VENV"
 fi
 
+# An independent IPMI BMC for palisade-fence's tests (agents/fence/tests/pyghmi.rs): pyghmi
+# (PyPI), the base of virtualbmc, in its own virtualenv in the cache, built and marked
+# complete like sushy-tools' above.
+PYGHMI_VERSION=1.6.19
+PYGHMI_VENV="$CACHE_DIR/pyghmi-$PYGHMI_VERSION"
+if [ -f "$PYGHMI_VENV/.palisade-complete" ] && [ -x "$PYGHMI_VENV/bin/python" ]; then
+  say "pyghmi $PYGHMI_VERSION cached in $PYGHMI_VENV"
+else
+  say "installing pyghmi $PYGHMI_VERSION from PyPI into $PYGHMI_VENV"
+  rm -rf "$PYGHMI_VENV"
+  python3 -m venv "$PYGHMI_VENV"
+  nice -n 19 "$PYGHMI_VENV/bin/pip" install --quiet --disable-pip-version-check \
+    "pyghmi==$PYGHMI_VERSION"
+  "$PYGHMI_VENV/bin/python" -c 'import pyghmi.ipmi.bmc' \
+    || { say "pyghmi installed but does not import"; exit 1; }
+  touch "$PYGHMI_VENV/.palisade-complete"
+  say "pyghmi $PYGHMI_VERSION installed in $PYGHMI_VENV"
+fi
+
 "$K8S_BIN_DIR/kube-apiserver" --version
 say "done"
