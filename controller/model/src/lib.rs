@@ -19,6 +19,7 @@ pub mod acceptance;
 pub mod advertise;
 pub mod cel;
 pub mod duration;
+pub mod identity;
 pub mod nodefence;
 pub mod policy;
 pub mod target;

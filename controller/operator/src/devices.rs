@@ -128,12 +128,62 @@ async fn secret_for(ctx: &Ctx, node: &str, url: &str) -> Result<BTreeMap<String,
 /// A direct power device for `url`, whose verification (status polls after a command) may take
 /// the device's whole `budget` (its `timeoutSeconds`): a chassis that is slow to report off is
 /// verified within what the operator allowed, not within the fence crate's default.
+/// The machine identity the Node `node` reports (its SMBIOS system UUID), when it is one that
+/// can be compared ([`palisade_model::identity::normalize_uuid`]); `None` for a Node that
+/// reports none, or its name.
+fn node_identity(ctx: &Ctx, node: &str) -> Option<String> {
+    ctx.cache
+        .nodes
+        .get(&kube::runtime::reflector::ObjectRef::new(node))
+        .and_then(|n| Some(n.status.as_ref()?.node_info.as_ref()?.system_uuid.clone()))
+        .and_then(|u| palisade_model::identity::normalize_uuid(&u))
+}
+
+/// Pins a direct BMC target to the machine `expected` names (the Node's system UUID): an IPMI
+/// BMC must answer Get System GUID, a Redfish system must report `UUID`, with that identity
+/// before anything is read or commanded through it (identity by default, DESIGN §5 rule 10).
+///
+/// Guarantees: with `expected`, the target never acts unpinned: a URL without a pin gets
+/// `expected`, and a URL pin that names another machine is refused here, with nothing sent.
+/// Without `expected` (a Node that reports no comparable UUID), the target is left as its URL
+/// says. PDU outlets have no identity to read and are left as they are.
+fn pin_identity(
+    url: &str,
+    target: &mut Target,
+    expected: Option<&str>,
+) -> Result<(), AttemptError> {
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    let pin = match target {
+        Target::Ipmi(t) => &mut t.system_guid,
+        Target::Redfish(r) => &mut r.system_uuid,
+        Target::Pdu(_) | Target::Bridge(_) => return Ok(()),
+    };
+    match pin {
+        None => {
+            *pin = Some(expected.to_string());
+            Ok(())
+        }
+        Some(p) if palisade_model::identity::same_machine(p, expected) => Ok(()),
+        Some(p) => Err(AttemptError::Fence(
+            palisade_fence::FenceError::IdentityMismatch {
+                device: palisade_model::target::redact_url(url),
+                expected: format!("the Node's system UUID {expected}"),
+                found: format!("the device URL pins {p}, another machine; nothing sent"),
+            },
+        )),
+    }
+}
+
 fn power_device(
     url: &str,
     secret: &BTreeMap<String, String>,
     budget: Duration,
+    expected: Option<&str>,
 ) -> Result<Device, AttemptError> {
     let mut target = Target::parse(url)?;
+    pin_identity(url, &mut target, expected)?;
     if let Target::Redfish(r) = &mut target {
         // `ca=secret`: the BMC's CA is the Secret's caBundle, not a file on this host.
         let ca = secret.get("caBundle").map(String::as_str);
@@ -354,7 +404,8 @@ async fn warm_reset(ctx: &Ctx, node: &str, d: &PlannedDevice, token: i64) -> Act
     match DeviceScheme::of(&d.url) {
         Some(DeviceScheme::Ipmi | DeviceScheme::Redfish) if d.kind == DeviceKind::Power => {
             let secret = secret_for(ctx, node, &d.url).await?;
-            let device = power_device(&d.url, &secret, budget_of(d))?;
+            let expected = node_identity(ctx, node);
+            let device = power_device(&d.url, &secret, budget_of(d), expected.as_deref())?;
             still_leading(ctx, token)?;
             let sent = bounded(budget_of(d), "reset acknowledgement", async {
                 device.warm_reset().await
@@ -414,7 +465,8 @@ async fn act(
             Some(DeviceScheme::Ipmi | DeviceScheme::SnmpPdu | DeviceScheme::Redfish),
         ) => {
             let secret = secret_for(ctx, node, &d.url).await?;
-            let device = power_device(&d.url, &secret, budget_of(d))?;
+            let expected = node_identity(ctx, node);
+            let device = power_device(&d.url, &secret, budget_of(d), expected.as_deref())?;
             still_leading()?;
             if !fence {
                 let v = bounded(budget, "power on", async { device.on().await }).await?;
@@ -720,7 +772,8 @@ pub async fn probe(
                 format!("storage {:?}", fw.status(&n).await?)
             }
             _ => {
-                let dev = power_device(&d.url, &secret, budget)?;
+                let expected = node_identity(ctx, node);
+                let dev = power_device(&d.url, &secret, budget, expected.as_deref())?;
                 format!("power {:?}", dev.status().await?)
             }
         })

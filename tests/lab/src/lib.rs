@@ -290,10 +290,15 @@ impl Lab {
         };
         for index in 0..config.machines {
             let name = format!("m{index}");
+            // As on real hardware, the BMC reports the machine's own SMBIOS UUID as its system
+            // GUID, in the SMBIOS byte order (first three fields little-endian); a fencer
+            // compares it with the Node's systemUUID before any power action.
+            let system_uuid = random_uuid();
+            let bmc_guid = smbios_swapped(&system_uuid);
             let machine = Machine {
                 kind: config.machine_kind,
-                system_uuid: random_uuid(),
-                bmc_guid: random_uuid(),
+                system_uuid,
+                bmc_guid,
                 lab_id: self.id.clone(),
                 index,
                 netns: format!("pl{}-{name}", self.id),
@@ -809,6 +814,23 @@ where
     });
     rx.recv()
         .expect("the lab runtime stopped while a task was running")
+}
+
+/// `uuid` (8-4-4-4-12) with its first three fields byte-swapped: the other encoding of the
+/// same 16 bytes, which BMCs use for the system GUID.
+pub fn smbios_swapped(uuid: &str) -> String {
+    let h: String = uuid.chars().filter(|c| *c != '-').collect();
+    let b = |i: usize| &h[2 * i..2 * i + 2];
+    let order = [3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15];
+    let s: String = order.iter().map(|&i| b(i)).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &s[0..8],
+        &s[8..12],
+        &s[12..16],
+        &s[16..20],
+        &s[20..32]
+    )
 }
 
 /// A random (version 4) UUID, lower case, 8-4-4-4-12.

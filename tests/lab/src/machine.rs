@@ -144,7 +144,8 @@ impl Machine {
         &self.system_uuid
     }
 
-    /// The GUID the lab configured in this machine's BMC (lower case, 8-4-4-4-12 hex), as a
+    /// The GUID the lab configured in this machine's BMC: its SMBIOS UUID in the SMBIOS byte order
+    /// (lower case, 8-4-4-4-12 hex, see [`crate::smbios_swapped`]), as a
     /// fencer reads it over IPMI.
     pub fn bmc_guid(&self) -> &str {
         &self.bmc_guid

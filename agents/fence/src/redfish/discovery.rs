@@ -297,7 +297,12 @@ pub(crate) async fn discover(
         }
     };
     if let Some(pinned) = &target.system_uuid {
-        if system.uuid.as_deref() != Some(pinned.as_str()) {
+        // Case-insensitive: a UUID is its 16 bytes, whatever case the BMC prints them in.
+        if !system
+            .uuid
+            .as_deref()
+            .is_some_and(|u| u.trim().eq_ignore_ascii_case(pinned))
+        {
             return Err(FenceError::IdentityMismatch {
                 device: device.to_string(),
                 expected: format!("system UUID {pinned}"),
