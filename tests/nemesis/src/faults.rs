@@ -144,6 +144,24 @@ fn apply_fault(
             world.lab.heal(i)?;
             h.push(heal("link and control plane restored".into()));
         }
+        Fault::CutHealCut {
+            first_ms,
+            heal_ms,
+            hold_ms,
+            ..
+        } => {
+            h.push(fault(format!(
+                "ControlPlane for {first_ms} ms, healed {heal_ms} ms, ControlPlane again for {hold_ms} ms"
+            )));
+            world.lab.partition(i, Cut::ControlPlane)?;
+            sleep_ms(*first_ms);
+            world.lab.heal(i)?;
+            sleep_ms(*heal_ms);
+            world.lab.partition(i, Cut::ControlPlane)?;
+            sleep_ms(*hold_ms);
+            world.lab.heal(i)?;
+            h.push(heal("link and control plane restored".into()));
+        }
         Fault::Flap {
             cycles,
             cut_ms,

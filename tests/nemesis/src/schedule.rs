@@ -55,6 +55,20 @@ pub enum Fault {
         /// How long.
         hold_ms: u64,
     },
+    /// The machine is cut off the control plane past the Unhealthy threshold, healed for a
+    /// moment (long enough for one renewal to land), then cut again and held (issue 38: a
+    /// node whose watchdog resets it in the second cut must still be released on its trusted
+    /// self-fence). QEMU machines only, drawn only when named (`--only cut-heal-cut`).
+    CutHealCut {
+        /// Whom.
+        target: Target,
+        /// The first cut.
+        first_ms: u64,
+        /// The healed moment.
+        heal_ms: u64,
+        /// The second cut.
+        hold_ms: u64,
+    },
     /// Cut and heal repeatedly, each cut shorter than the policy's Unhealthy threshold.
     Flap {
         /// Whom.
@@ -275,6 +289,7 @@ impl Fault {
             Fault::CutAll { .. } => "cut-all",
             Fault::CutControlPlane { .. } => "cut-control-plane",
             Fault::Flap { .. } => "flap",
+            Fault::CutHealCut { .. } => "cut-heal-cut",
             Fault::AgentKill { .. } => "agent-kill",
             Fault::AgentStop { .. } => "agent-stop",
             Fault::AgentRestart { .. } => "agent-restart",
@@ -313,6 +328,7 @@ impl Fault {
             Fault::CutAll { .. }
             | Fault::CutControlPlane { .. }
             | Fault::Flap { .. }
+            | Fault::CutHealCut { .. }
             | Fault::AgentKill { .. }
             | Fault::AgentStop { .. }
             | Fault::AgentRestart { .. }
@@ -337,6 +353,7 @@ impl Fault {
             Fault::CutAll { target, .. }
             | Fault::CutControlPlane { target, .. }
             | Fault::Flap { target, .. }
+            | Fault::CutHealCut { target, .. }
             | Fault::AgentKill { target }
             | Fault::AgentStop { target, .. }
             | Fault::AgentRestart { target }
@@ -436,14 +453,26 @@ const CLASSES: &[(&str, u32)] = &[
 /// [`CLASSES`] so a namespace campaign's schedule is the same as before they existed.
 const QEMU_CLASSES: &[(&str, u32)] = &[("machine-clock-step", 2)];
 
+/// Classes for QEMU machines that a campaign draws only when named (`only`): adding them to
+/// the default draw would change every recorded seed's schedule.
+const OPT_IN_QEMU_CLASSES: &[(&str, u32)] = &[("cut-heal-cut", 2)];
+
 /// The names of every fault class the nemesis can draw, on any kind of machine.
 pub fn classes() -> impl Iterator<Item = &'static str> {
-    CLASSES.iter().chain(QEMU_CLASSES).map(|(c, _)| *c)
+    CLASSES
+        .iter()
+        .chain(QEMU_CLASSES)
+        .chain(OPT_IN_QEMU_CLASSES)
+        .map(|(c, _)| *c)
 }
 
 /// Whether machines of `kind` can take faults of `class`.
 pub fn class_fits(class: &str, kind: MachineKind) -> bool {
-    kind == MachineKind::Qemu || !QEMU_CLASSES.iter().any(|(c, _)| *c == class)
+    kind == MachineKind::Qemu
+        || !QEMU_CLASSES
+            .iter()
+            .chain(OPT_IN_QEMU_CLASSES)
+            .any(|(c, _)| *c == class)
 }
 
 /// The classes, with their weights, a campaign on machines of `kind` draws from.
@@ -486,11 +515,18 @@ pub fn generate_only(
     kind: MachineKind,
 ) -> Vec<Event> {
     let fitting = classes_for(kind);
-    let drawn: Vec<(&str, u32)> = fitting
+    let mut drawn: Vec<(&str, u32)> = fitting
         .iter()
         .filter(|(c, _)| only.is_empty() || only.iter().any(|o| o == c))
         .copied()
         .collect();
+    if kind == MachineKind::Qemu {
+        drawn.extend(
+            OPT_IN_QEMU_CLASSES
+                .iter()
+                .filter(|(c, _)| only.iter().any(|o| o == c)),
+        );
+    }
     let drawn = if drawn.is_empty() { fitting } else { drawn };
     let mut rng = StdRng::seed_from_u64(seed);
     let total: u32 = drawn.iter().map(|(_, w)| w).sum();
@@ -536,6 +572,13 @@ fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault
         "cut-control-plane" => Fault::CutControlPlane {
             target,
             hold_ms: cut_hold,
+        },
+        "cut-heal-cut" => Fault::CutHealCut {
+            target,
+            first_ms: rng.gen_range(5_000..=7_000),
+            heal_ms: rng.gen_range(1_000..=2_000),
+            // Past the agent's self-fence (8 s), its watchdog (6 s) and the controller's wait.
+            hold_ms: rng.gen_range(22_000..=25_000),
         },
         "flap" => Fault::Flap {
             target,
@@ -738,6 +781,40 @@ mod tests {
     }
 
     #[test]
+    fn cut_heal_cut_is_drawn_on_qemu_machines_only_when_named() {
+        let classes_of = |only: &[String], kind| -> std::collections::BTreeSet<&'static str> {
+            generate_only(7, 400, 3, 1, only, kind)
+                .iter()
+                .flat_map(|e| match &e.fault {
+                    Fault::TwoAtOnce { first, second, .. } => vec![first.class(), second.class()],
+                    f => vec![f.class()],
+                })
+                .collect()
+        };
+        // The default draws (and so every recorded seed) never hold it.
+        assert!(!classes_of(&[], MachineKind::Qemu).contains("cut-heal-cut"));
+        let only = vec!["cut-heal-cut".to_string()];
+        assert_eq!(
+            classes_of(&only, MachineKind::Qemu),
+            ["cut-heal-cut"].into_iter().collect()
+        );
+        assert!(classes().any(|c| c == "cut-heal-cut"));
+        assert!(!class_fits("cut-heal-cut", MachineKind::Namespace));
+        for e in generate_only(3, 20, 3, 1, &only, MachineKind::Qemu) {
+            let Fault::CutHealCut {
+                first_ms,
+                heal_ms,
+                hold_ms,
+                ..
+            } = e.fault
+            else {
+                panic!("{:?}", e.fault)
+            };
+            assert!(first_ms > 4_000 && heal_ms >= 1_000 && hold_ms <= 25_000);
+        }
+    }
+
+    #[test]
     fn machine_clock_steps_are_drawn_for_qemu_machines_only() {
         let drawn = |kind| -> std::collections::BTreeSet<&'static str> {
             generate_only(11, 400, 5, 2, &[], kind)
@@ -808,7 +885,7 @@ mod tests {
                 .iter()
                 .map(|e| e.fault.class())
                 .collect();
-        for c in classes() {
+        for c in classes().filter(|c| !OPT_IN_QEMU_CLASSES.iter().any(|(o, _)| o == c)) {
             assert!(drawn.contains(c), "class {c} never drawn");
         }
     }
