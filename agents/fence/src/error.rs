@@ -97,8 +97,12 @@ pub enum FenceError {
     StaleFencingToken {
         /// Device description.
         device: String,
-        /// What the bridge said (includes the token and the floor).
+        /// What the bridge said, for people.
         detail: String,
+        /// The target's token floor, from the refusal's typed `seen_token` field; `None` when
+        /// the bridge did not send it (a bridge older than the field). Never read from
+        /// `detail`.
+        seen_token: Option<u64>,
     },
     /// The configuration is invalid (bad URL, missing credential, unknown profile).
     #[error("invalid configuration: {0}")]

@@ -60,6 +60,7 @@ fn main() -> anyhow::Result<()> {
         token: 7,
         at: MicroTime(t(400)?),
         message: "chassis power off accepted".into(),
+        seen_token: None,
     });
     st.record_level_verified(
         0,

@@ -445,6 +445,27 @@ pub struct DeviceAttempt {
     /// Details (error text, device reply).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// For a [`AttemptOutcome::StaleToken`] refusal by the firmware-bridge: the target's token
+    /// floor, from the refusal's typed `seen_token` field; `None` when the refusal did not say
+    /// (a bridge older than the field, or this controller's own leadership check). Read it
+    /// through [`DeviceAttempt::token_floor`].
+    ///
+    /// Never persisted (not part of the CRD): a refused step persists nothing, so the floor
+    /// only travels from the device call to the leader's token floor, in memory.
+    #[serde(skip)]
+    pub seen_token: Option<i64>,
+}
+
+impl DeviceAttempt {
+    /// The token floor this attempt proves: for a stale-token refusal whose typed floor is
+    /// above the refused token, that floor; otherwise `None`, "refused, no floor".
+    ///
+    /// Guarantees: never below or equal to `self.token`, never from the attempt's message, and
+    /// `None` for any attempt that is not a stale-token refusal.
+    pub fn token_floor(&self) -> Option<i64> {
+        self.seen_token
+            .filter(|f| self.outcome == AttemptOutcome::StaleToken && *f > self.token)
+    }
 }
 
 /// Device actions.
@@ -987,6 +1008,43 @@ pub fn confirm_clean_value(uid: &str, note: &str) -> String {
 pub fn confirmed_clean_for<'a>(value: &'a str, uid: &str) -> Option<&'a str> {
     let (head, note) = value.split_once(':').unwrap_or((value, ""));
     (!uid.is_empty() && head.trim() == uid).then(|| note.trim())
+}
+
+#[cfg(test)]
+mod token_floor_tests {
+    use super::*;
+
+    #[test]
+    fn only_a_stale_refusal_with_a_typed_floor_above_its_token_raises_the_floor() {
+        let at = MicroTime(Timestamp::from_second(1_800_000_000).unwrap());
+        let attempt = |outcome, seen_token, message: &str| DeviceAttempt {
+            level: 0,
+            device: "bridge://127.0.0.1:1/m0".into(),
+            action: DeviceAction::PowerOff,
+            outcome,
+            token: 6,
+            at: at.clone(),
+            message: message.into(),
+            seen_token,
+        };
+        use AttemptOutcome::*;
+        let english = "stale fencing token 6: target m0 has already seen token 99";
+        let cases = [
+            (StaleToken, Some(7), "", Some(7)),
+            (StaleToken, None, english, None),
+            (StaleToken, Some(6), "", None),
+            (StaleToken, Some(-1), "", None),
+            (Failed, Some(7), english, None),
+            (Succeeded, Some(7), "", None),
+        ];
+        for (outcome, seen, message, want) in cases {
+            assert_eq!(
+                attempt(outcome, seen, message).token_floor(),
+                want,
+                "{outcome:?} {seen:?} {message:?}"
+            );
+        }
+    }
 }
 
 #[cfg(test)]

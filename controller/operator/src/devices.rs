@@ -316,6 +316,17 @@ impl AttemptError {
         }
     }
 
+    /// The bridge's token floor, from the typed field of its stale-token refusal (`None`
+    /// otherwise, and when the bridge did not send it).
+    fn seen_token(&self) -> Option<i64> {
+        match self {
+            Self::Fence(palisade_fence::FenceError::StaleFencingToken { seen_token, .. }) => {
+                seen_token.and_then(|t| i64::try_from(t).ok())
+            }
+            _ => None,
+        }
+    }
+
     /// The message for the status, the Event and the log: the whole source chain, and for a
     /// power device the kind of failure (`auth_refused`, `stale_fencing_token` …).
     fn message(&self) -> String {
@@ -634,9 +645,9 @@ async fn drive(
                 .instrument(span.clone())
                 .await
         };
-        let (outcome, message, evidence) = match acted {
-            Ok((m, e)) => (AttemptOutcome::Succeeded, m, e),
-            Err(e) => (e.outcome(), e.message(), None),
+        let (outcome, message, evidence, seen_token) = match acted {
+            Ok((m, e)) => (AttemptOutcome::Succeeded, m, e, None),
+            Err(e) => (e.outcome(), e.message(), None, e.seen_token()),
         };
         span.record("outcome", tracing::field::debug(outcome));
         tracing::info!(node, level, device = %d.url, ?action, ?outcome, %message, "device attempt");
@@ -648,6 +659,7 @@ async fn drive(
             token,
             at: now(),
             message: message.clone(),
+            seen_token,
         });
         if resetting {
             if outcome == AttemptOutcome::StaleToken {
@@ -810,8 +822,16 @@ mod tests {
         let stale = AttemptError::from(FenceError::StaleFencingToken {
             device: "bridge://127.0.0.1:1/m0".into(),
             detail: "token 1 is below 2".into(),
+            seen_token: Some(2),
         });
         assert_eq!(stale.outcome(), AttemptOutcome::StaleToken);
+        assert_eq!(stale.seen_token(), Some(2));
+        let old_bridge = AttemptError::from(FenceError::StaleFencingToken {
+            device: "bridge://127.0.0.1:1/m0".into(),
+            detail: "stale fencing token 1: target m0 has already seen token 2".into(),
+            seen_token: None,
+        });
+        assert_eq!(old_bridge.seen_token(), None, "never read from the words");
         assert!(
             stale.message().ends_with("(stale_fencing_token)"),
             "{}",

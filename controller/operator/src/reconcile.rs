@@ -569,10 +569,13 @@ fn boot_id(ctx: &Ctx, node: &str) -> Option<String> {
 }
 
 /// Whether an attempt was refused for a stale token. If so, nothing of the step is persisted;
-/// the refusal raises the leader's token floor (to the bridge's floor when it says it), so
-/// this replica steps down and the next term starts above every token already used: a
-/// controller that restarted from scratch (its leader Lease deleted) recovers on its own
-/// instead of failing every fence against the bridge.
+/// the refusal raises the leader's token floor (to the bridge's floor when its refusal carries
+/// it as a typed field, [`palisade_model::nodefence::DeviceAttempt::token_floor`]), so this
+/// replica steps down and the next term starts above every token already used: a controller
+/// that restarted from scratch (its leader Lease deleted) recovers on its own instead of
+/// failing every fence against the bridge. A refusal without a typed floor (an older bridge)
+/// counts as "refused, no floor": the replica steps down, its floor raised to its own token
+/// only, and no number is ever read from the refusal's words.
 async fn stale_token(
     ctx: &Ctx,
     nf: &NodeFence,
@@ -585,7 +588,7 @@ async fn stale_token(
     else {
         return false;
     };
-    let floor = seen_token(&refused.message).unwrap_or(token).max(token);
+    let floor = refused.token_floor().unwrap_or(token).max(token);
     tracing::warn!(nodefence = %nf.name_any(), token, floor, message = %refused.message, "fencing token refused as stale; persisting nothing, re-electing above it");
     event(
         ctx,
@@ -601,15 +604,6 @@ async fn stale_token(
     ctx.leader.raise_floor(floor);
     ctx.leader.resign();
     true
-}
-
-/// The newer token a bridge's refusal names ("... has already seen token N ...").
-fn seen_token(message: &str) -> Option<i64> {
-    let rest = message.split("already seen token ").nth(1)?;
-    rest.split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// How long this process has seen `nf` in `phase`, on its monotonic clock: since the first

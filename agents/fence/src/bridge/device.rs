@@ -277,11 +277,13 @@ fn map_error(device: &str, e: ClientError) -> FenceError {
             status,
             code,
             message,
+            body,
             ..
         } => match (status, code.as_str()) {
             (409, "stale_fencing_token") => FenceError::StaleFencingToken {
                 device,
                 detail: message,
+                seen_token: body.get("seen_token").and_then(serde_json::Value::as_u64),
             },
             (401 | 403, _) => FenceError::AuthRefused {
                 device,
@@ -421,6 +423,35 @@ mod tests {
         let b = fresh_idempotency_key("off");
         assert_ne!(a, b);
         assert!(a.starts_with("palisade-off-") && a.len() <= 128);
+    }
+
+    #[test]
+    fn a_stale_token_refusal_carries_the_bridge_floor_only_from_its_typed_field() {
+        let refusal = |body: serde_json::Value| {
+            ClientError::Api {
+            url: "u".into(),
+            status: 409,
+            code: "stale_fencing_token".into(),
+            message: "stale fencing token 6: target m0 has already seen token 99 from a newer controller; refusing to act".into(),
+            body,
+        }
+        };
+        let floor = |e: FenceError| match e {
+            FenceError::StaleFencingToken { seen_token, .. } => seen_token,
+            other => panic!("not a stale token: {other}"),
+        };
+        let typed =
+            serde_json::json!({"error": "stale_fencing_token", "token": 6, "seen_token": 7});
+        assert_eq!(floor(map_error("d", refusal(typed))), Some(7));
+        // An older bridge says the floor only in words: unknown, never the number in the text.
+        let english = serde_json::json!({"error": "stale_fencing_token", "message": "... already seen token 99 ..."});
+        assert_eq!(floor(map_error("d", refusal(english))), None);
+        let garbage = serde_json::json!({"error": "stale_fencing_token", "seen_token": "99"});
+        assert_eq!(floor(map_error("d", refusal(garbage))), None);
+        assert_eq!(
+            floor(map_error("d", refusal(serde_json::Value::Null))),
+            None
+        );
     }
 
     #[test]
