@@ -113,7 +113,7 @@ const UNLISTED: [&str; 6] = [
 ];
 
 /// Every option name `palisade-fence` reads (after [`normalize`]): the metadata's parameters
-/// and [`UNLISTED`].
+/// and `UNLISTED`.
 pub fn known_options() -> Vec<&'static str> {
     let mut v: Vec<&'static str> = PARAMETERS.iter().map(|p| p.0).collect();
     v.extend_from_slice(&UNLISTED);

@@ -5,7 +5,7 @@
 //! - `session`: negotiation, Open Session + RAKP, commands, Close Session (always).
 //!
 //! Every session starts, as ipmitool's do, with Get Channel Authentication Capabilities in
-//! IPMI v1.5 framing ([`session::hello`]): it checks the BMC speaks RMCP+, clears a stale
+//! IPMI v1.5 framing (`session::hello`): it checks the BMC speaks RMCP+, clears a stale
 //! session of our address and port on pyghmi-based BMCs, and measures the round trip.
 //!
 //! Cipher negotiation: ask Get Channel Cipher Suites (`ipmi_sim` never answers) for at least
