@@ -91,8 +91,22 @@ impl PowerOff {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FenceDevice {
-    /// Address, for example `ipmi://10.0.0.5:623`, `snmp+pdu://pdu1:161/outlets/3,4`,
-    /// `storagefw+https://storage:8443/nodes/m0`, or `bridge://fw-bridge.mgmt:8443/rack1-m0`.
+    /// Address of the device; its scheme picks the agent. Grammar (a query key not listed for
+    /// its scheme, a key given twice, a `#fragment` or a malformed value is refused: a misspelt
+    /// key never silently drops a setting; reference: `docs/reference/device-urls.md`):
+    ///
+    /// - `ipmi://USER@HOST[:PORT][?cipher=17|3|auto][&allow_weak_cipher_suites=true|false][&guid=GUID]`:
+    ///   an IPMI 2.0 RMCP+ BMC (UDP 623). `cipher`: a fixed suite (default: negotiate 17, then
+    ///   3; suites 0-2 need `allow_weak_cipher_suites=true`). `guid`: the system GUID the BMC
+    ///   must report before any command (default: the Node's `systemUUID`, when it has one).
+    /// - `snmp+pdu://[V3USER@]HOST[:PORT]/outlet/N[,M...][?profile=auto|apc|apc-rpdu|cyberpower][&version=1|2c|3][&auth=md5|sha|sha256][&sec_level=noAuthNoPriv|authNoPriv|authPriv][&priv=aes]`:
+    ///   switched PDU outlets over SNMP (UDP 161); off means every listed outlet off.
+    /// - `redfish+https://USER@HOST[:PORT][/redfish/v1/Systems/ID][?system=ID|NAME|UUID][&uuid=UUID][&auth=auto|session|basic]`
+    ///   with exactly one TLS trust: `ca=secret` (the Secret's `caBundle`), `ca_file=PATH`,
+    ///   `fingerprint=SHA256` or `ssl_insecure=true`. `uuid`: the UUID the system must report
+    ///   (default: the Node's `systemUUID`, when it has one).
+    /// - `storagefw+https://HOST[:PORT][/PREFIX][?profile=NAME]`: a storage firewall.
+    /// - `bridge://HOST:PORT/TARGET-ID`: a firmware-bridge target; no user, no query keys.
     ///
     /// A URL never carries credentials: a `user:password@` part is refused by the schema and by
     /// [`FenceTargetSpec::validate`] (they belong in `credentialsSecretRef`). A bare user name
