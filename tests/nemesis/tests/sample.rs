@@ -151,3 +151,35 @@ fn a_short_fixed_seed_campaign_keeps_at_most_one_and_loses_no_acknowledged_write
         outcome.report
     );
 }
+
+/// Issue 38 on the nemesis: the QEMU world without fence devices (a trusted, watchdog-backed
+/// self-fence is the only fence), two `cut-heal-cut` events (a control-plane cut past the
+/// threshold, a moment healed, cut again and held). Every cut node must be released on its
+/// self-fence and every writer write again; before the fix (a vouch delay that left the
+/// controller no healthy window) each fence ended `BudgetExceeded` and nothing was released.
+#[test]
+fn a_flapping_node_without_fence_devices_is_released_on_its_self_fence() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cfg = config(38, 2, "nemesis-cut-heal-cut", MachineKind::Qemu);
+    cfg.writers = 1;
+    cfg.no_fence_devices = true;
+    cfg.only = vec!["cut-heal-cut".into()];
+    let outcome = run(&cfg).expect("the campaign runs to its verdict");
+    println!("{}", outcome.report);
+    assert!(outcome.safe(), "violations:\n{}", outcome.report);
+    assert!(
+        outcome.live,
+        "a writer was not writing again after the last heal:\n{}",
+        outcome.report
+    );
+    let records = history::read(&outcome.history).expect("the history parses");
+    let releases = records
+        .iter()
+        .filter(|r| matches!(r, Record::Release { .. }))
+        .count();
+    assert!(
+        releases > 0,
+        "no pod was released on a self-fence\n{}",
+        outcome.report
+    );
+}
