@@ -30,8 +30,9 @@ pub fn normalize_uuid(s: &str) -> Option<String> {
     ))
 }
 
-/// `uuid` (canonical) with its first three fields byte-swapped.
-fn swapped(uuid: &str) -> String {
+/// `uuid` (canonical, [`normalize_uuid`]) with its first three fields byte-swapped: the other
+/// encoding of the same 16 bytes.
+pub fn swapped(uuid: &str) -> String {
     let hex: String = uuid.chars().filter(|c| *c != '-').collect();
     let b: Vec<&str> = (0..16).map(|i| &hex[2 * i..2 * i + 2]).collect();
     let order = [3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15];

@@ -819,18 +819,7 @@ where
 /// `uuid` (8-4-4-4-12) with its first three fields byte-swapped: the other encoding of the
 /// same 16 bytes, which BMCs use for the system GUID.
 pub fn smbios_swapped(uuid: &str) -> String {
-    let h: String = uuid.chars().filter(|c| *c != '-').collect();
-    let b = |i: usize| &h[2 * i..2 * i + 2];
-    let order = [3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15];
-    let s: String = order.iter().map(|&i| b(i)).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &s[0..8],
-        &s[8..12],
-        &s[12..16],
-        &s[16..20],
-        &s[20..32]
-    )
+    palisade_model::identity::swapped(uuid)
 }
 
 /// A random (version 4) UUID, lower case, 8-4-4-4-12.

@@ -120,25 +120,7 @@ fn a_short_fixed_seed_campaign_keeps_at_most_one_and_loses_no_acknowledged_write
             "the sample's schedule must draw {class}: {events:?}"
         );
     }
-    let outcome = run(&cfg).expect("the campaign runs to its verdict");
-    println!("{}", outcome.report);
-    assert!(outcome.safe(), "violations:\n{}", outcome.report);
-    assert!(
-        outcome.live,
-        "a writer was not writing again after the last heal:\n{}",
-        outcome.report
-    );
-    // The history on disk is the one judged: reading it back gives the same verdict.
-    let records = history::read(&outcome.history).expect("the history parses");
-    let releases = records
-        .iter()
-        .filter(|r| matches!(r, Record::Release { .. }))
-        .count();
-    assert!(
-        releases > 0,
-        "no pod was released: the campaign exercised no fence\n{}",
-        outcome.report
-    );
+    let (outcome, records) = run_safe_live_and_released(&cfg);
     assert!(check_all(&records).is_empty(), "{}", outcome.report);
     // The guest's clock really moved: its control loop answered with the stepped time.
     assert!(
@@ -164,7 +146,14 @@ fn a_flapping_node_without_fence_devices_is_released_on_its_self_fence() {
     cfg.writers = 1;
     cfg.no_fence_devices = true;
     cfg.only = vec!["cut-heal-cut".into()];
-    let outcome = run(&cfg).expect("the campaign runs to its verdict");
+    run_safe_live_and_released(&cfg);
+}
+
+/// Runs the campaign and asserts its verdict: no violation, every writer writing again after
+/// the last heal, and at least one pod released (a fence was exercised). Returns the outcome
+/// and the history read back from disk (the one judged: reading it gives the same verdict).
+fn run_safe_live_and_released(cfg: &Config) -> (palisade_nemesis::Outcome, Vec<Record>) {
+    let outcome = run(cfg).expect("the campaign runs to its verdict");
     println!("{}", outcome.report);
     assert!(outcome.safe(), "violations:\n{}", outcome.report);
     assert!(
@@ -179,7 +168,8 @@ fn a_flapping_node_without_fence_devices_is_released_on_its_self_fence() {
         .count();
     assert!(
         releases > 0,
-        "no pod was released on a self-fence\n{}",
+        "no pod was released: the campaign exercised no fence\n{}",
         outcome.report
     );
+    (outcome, records)
 }
