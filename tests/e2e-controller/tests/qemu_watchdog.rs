@@ -25,7 +25,7 @@ use kube::Api;
 use palisade_lab::process::alive;
 use palisade_lab::{Lab, LabConfig, MachineKind, QemuConfig, WatchdogAction};
 use palisade_model::advertise::{WATCHDOG_NOWAYOUT, WATCHDOG_TIMEOUT};
-use palisade_model::nodefence::{EvidenceKind, Phase};
+use palisade_model::nodefence::Phase;
 use parking_lot::Mutex;
 use serde_json::json;
 
@@ -142,16 +142,7 @@ fn a_frozen_agent_is_powered_off_by_its_watchdog_before_the_controller_trusts_it
         },
     );
     let releasing = phase_at(&nf, Phase::Releasing).unwrap();
-    let evidence: Vec<EvidenceKind> = nf
-        .status
-        .iter()
-        .flat_map(|s| &s.evidence)
-        .map(|e| e.kind)
-        .collect();
-    assert!(
-        evidence.contains(&EvidenceKind::SelfFenceTimeout),
-        "released on the self-fence: {evidence:?}"
-    );
+    assert_released_on_self_fence(&nf);
     watcher.join().unwrap();
     let gone = gone.lock().expect("the watchdog powered the VM off");
     eprintln!("VM gone at {gone}, release began at {releasing}");

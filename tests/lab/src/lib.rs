@@ -827,15 +827,9 @@ fn random_uuid() -> String {
     let mut b: [u8; 16] = rand::random();
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    // Never all zeros or all ones: the version and variant bits are set.
+    palisade_model::identity::normalize_uuid(&hex).unwrap_or(hex)
 }
 
 /// Fails with a clear message if `tool` is not on the PATH.

@@ -344,6 +344,9 @@ impl World {
         let lab = lab_of_kind(cfg.machine_kind, cfg.machines, true, &agents)?;
         let cluster = Cluster::connect(&lab)?;
         cluster.wait_nodes_ready(&lab)?;
+        if agents.peer_check {
+            palisade_scenario::wait_full_peer_sets(&lab, &cluster.client, &cluster.rt)?;
+        }
         let writers: Vec<String> = (0..cfg.writers).map(|k| format!("w{k}")).collect();
         let volumes: Vec<&str> = writers.iter().map(String::as_str).collect();
         let mut storage = Storage::start(&lab, &volumes)?;

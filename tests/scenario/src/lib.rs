@@ -200,6 +200,32 @@ pub fn wait_nodes_ready(lab: &Lab, c: &Client, rt: &tokio::runtime::Runtime) -> 
     Ok(())
 }
 
+/// Waits until every machine's agent advertises a peer check over all the lab's machines.
+///
+/// The controller judges a silent node's excuse against the member set it advertised, and only
+/// a set the controller has seen counts. An agent that listed its peers before every machine
+/// had registered advertises a smaller set until it lists them again (every 60 s): one that a
+/// controller started later never saw, so its self-fence earns no trust until then (a known
+/// limit, docs/install.md). Scenarios that rely on a trusted self-fence wait for this first.
+pub fn wait_full_peer_sets(lab: &Lab, c: &Client, rt: &tokio::runtime::Runtime) -> Result<()> {
+    use palisade_model::advertise::{MemberSet, PEER_MEMBERS};
+    let all = MemberSet::of(lab.machines().iter().map(|m| m.name()));
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(c.clone(), "kube-node-lease");
+    for m in lab.machines() {
+        eventually(
+            &format!("{} advertises a peer check over every machine", m.name()),
+            Duration::from_secs(120),
+            || {
+                let l = rt.block_on(leases.get_opt(m.name())).ok()??;
+                let set = l.metadata.annotations?.get(PEER_MEMBERS)?.clone();
+                (MemberSet::parse(&set) == Some(all)).then_some(())
+            },
+        )?;
+    }
+    Ok(())
+}
+
 /// Creates a namespace and waits for its default ServiceAccount token.
 pub fn namespace(c: &Client, rt: &tokio::runtime::Runtime, name: &str) -> Result<()> {
     let api: Api<Namespace> = Api::all(c.clone());

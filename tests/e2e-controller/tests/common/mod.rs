@@ -580,3 +580,17 @@ pub fn db_replaced_elsewhere(
             .then_some(p)
     })
 }
+
+/// Asserts that `nf`'s verified evidence is a trusted self-fence (`SelfFenceTimeout`).
+pub fn assert_released_on_self_fence(nf: &NodeFence) {
+    let evidence: Vec<palisade_model::nodefence::EvidenceKind> = nf
+        .status
+        .iter()
+        .flat_map(|s| &s.evidence)
+        .map(|e| e.kind)
+        .collect();
+    assert!(
+        evidence.contains(&palisade_model::nodefence::EvidenceKind::SelfFenceTimeout),
+        "released on the self-fence: {evidence:?}"
+    );
+}
