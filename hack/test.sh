@@ -7,6 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 say() { printf '[test] %s\n' "$*"; }
+# A clean run gains nothing from incremental caches, and they doubled the target directory
+# (a CI run once filled the disk): build without them, and say how much disk the build uses.
+export CARGO_INCREMENTAL=0
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "hack/test.sh must run as root: the lab creates network and PID namespaces" >&2
@@ -32,6 +35,7 @@ say "building binaries and tests"
 cargo build --workspace --bins --tests --quiet
 # The benchmark binaries live behind features: build them too, so they cannot rot.
 cargo build --quiet -p palisade-fence -p palisade-node --features bench --bins
+say "disk: target $(du -sh target 2>/dev/null | cut -f1), free $(df -h --output=avail . | tail -1 | tr -d ' ')"
 
 # Each lab test brings up its own lab (several run side by side); two at a time suits 2 cores.
 # The node agent's and the controller's end-to-end scenarios run one test at a time per lane
