@@ -207,18 +207,13 @@ fn fencing_wait(
 /// Whether starting `nf` now would exceed the policy's `maxConcurrent` or its per-domain
 /// limit, counted from a fresh LIST of NodeFences (the decision counted from the cache, which
 /// can lag behind fences another worker just started).
-async fn at_limit(
+fn at_limit(
     ctx: &Ctx,
-    api: &Api<NodeFence>,
+    all: &[NodeFence],
     nf: &NodeFence,
     policy: &palisade_model::FencingPolicySpec,
-) -> Result<Option<String>, Error> {
-    let all = api
-        .list(&Default::default())
-        .await
-        .map_err(|e| Error::kube("listing NodeFences before starting a fence", e))?;
+) -> Option<String> {
     let in_flight: Vec<&NodeFence> = all
-        .items
         .iter()
         .filter(|f| f.name_any() != nf.name_any())
         .filter(|f| {
@@ -243,10 +238,17 @@ async fn at_limit(
         .filter(|f| domain_of(&f.spec.node_name) == ours)
         .count();
     let per = usize::try_from(policy.limits.per_domain.max_concurrent).unwrap_or(0);
-    Ok(
-        palisade_decide::guard::start_limit(in_flight.len(), max, &ours, in_domain, per)
-            .map(|why| why.to_string()),
-    )
+    palisade_decide::guard::start_limit(in_flight.len(), max, &ours, in_domain, per)
+        .map(|why| why.to_string())
+}
+
+/// Every `NodeFence`, read from the API server (not the watch cache), for the start gate.
+async fn fresh_fences(api: &Api<NodeFence>) -> Result<Vec<NodeFence>, Error> {
+    Ok(api
+        .list(&Default::default())
+        .await
+        .map_err(|e| Error::kube("listing NodeFences before starting a fence", e))?
+        .items)
 }
 
 /// Whether a self-fence may be trusted or released on in this phase: then the node's heartbeat
@@ -292,6 +294,16 @@ async fn fresh_marker(ctx: &Ctx, node: &str) -> Result<Option<String>, Error> {
 /// fences created in the same second are otherwise ordered by name alone, which must not let a
 /// new request displace the one already fencing.
 fn older_sibling(ctx: &Ctx, nf: &NodeFence) -> Option<String> {
+    older_among(ctx.cache.fences.state().iter().map(|f| &**f), nf)
+}
+
+/// The sibling of `nf` among `fences` that acts instead of it, by the order of
+/// [`older_sibling`]. The decision reads the watch cache; the start gate reads the API again
+/// ([`fresh_fences`]) so that a sibling the cache has not seen yet cannot start beside this one.
+fn older_among<'a>(
+    fences: impl IntoIterator<Item = &'a NodeFence>,
+    nf: &NodeFence,
+) -> Option<String> {
     let key = |f: &NodeFence| {
         (
             crate::detect::phase_of(f) == Phase::Pending,
@@ -300,13 +312,11 @@ fn older_sibling(ctx: &Ctx, nf: &NodeFence) -> Option<String> {
         )
     };
     let ours = key(nf);
-    ctx.cache
-        .fences
-        .state()
+    fences
         .into_iter()
         .filter(|f| f.spec.node_name == nf.spec.node_name && f.name_any() != nf.name_any())
         .filter(|f| !crate::detect::phase_of(f).is_terminal())
-        .map(|f| key(&f))
+        .map(key)
         .filter(|k| *k < ours)
         .min()
         .map(|(_, _, name)| name)
@@ -965,11 +975,18 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                         return Ok(true);
                     }
                     let _gate = ctx.start_gate.lock().await;
-                    if let Some(p) = policy.as_ref() {
-                        if let Some(why) = at_limit(ctx, &api, &nf, p).await? {
-                            tracing::info!(nodefence = name, %why, "not starting: limit reached (counted from the API)");
-                            return Ok(true);
-                        }
+                    // Under the gate, from the API (the decision read the watch cache, which
+                    // may not hold a sibling created a moment ago): an older unfinished fence
+                    // of this node, or a limit reached, and this one does not start. The next
+                    // round, once the cache holds the sibling, supersedes it.
+                    let fresh = fresh_fences(&api).await?;
+                    if let Some(older) = older_among(&fresh, &nf) {
+                        tracing::info!(nodefence = name, %older, "not starting: an older unfinished fence of the node exists (read from the API)");
+                        return Ok(true);
+                    }
+                    if let Some(why) = policy.as_ref().and_then(|p| at_limit(ctx, &fresh, &nf, p)) {
+                        tracing::info!(nodefence = name, %why, "not starting: limit reached (counted from the API)");
+                        return Ok(true);
                     }
                     let levels: Vec<String> = plan.levels.iter().map(|l| l.name.clone()).collect();
                     status.plan = Some(plan);
@@ -1384,5 +1401,50 @@ mod confirmed_clean_tests {
         assert_eq!(confirmed_clean(&fence(uid, Some("checked by alice"))), None);
         assert_eq!(confirmed_clean(&fence(uid, None)), None);
         assert_eq!(confirmed_clean(&fence("", Some(": alice"))), None);
+    }
+}
+
+#[cfg(test)]
+mod start_gate_tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn fence(name: &str, node: &str, created: i64, phase: Option<Phase>) -> NodeFence {
+        let spec = palisade_model::nodefence::NodeFenceSpec {
+            node_name: node.into(),
+            reason: String::new(),
+            requested_by: Default::default(),
+            overrides: Default::default(),
+        };
+        let mut nf = NodeFence::new(name, spec);
+        nf.metadata.creation_timestamp = Some(Time(
+            k8s_openapi::jiff::Timestamp::from_second(created).expect("a valid time"),
+        ));
+        if let Some(p) = phase {
+            let mut st = NodeFenceStatus::default();
+            st.phase = p;
+            nf.status = Some(st);
+        }
+        nf
+    }
+
+    #[test]
+    fn the_gate_finds_an_older_sibling_the_cache_did_not_hold() {
+        let ours = fence("m0-b", "m0", 200, None);
+        // The cache held only this fence; the API holds an older one of the same node.
+        assert_eq!(older_among([&ours], &ours), None);
+        let older = fence("m0-a", "m0", 100, None);
+        let fresh = vec![older.clone(), ours.clone()];
+        assert_eq!(older_among(&fresh, &ours).as_deref(), Some("m0-a"));
+        // One that started already comes first, even if younger; finished ones and other
+        // nodes' fences never count.
+        let started = fence("m0-c", "m0", 300, Some(Phase::Fencing));
+        assert_eq!(
+            older_among([&older, &started], &ours).as_deref(),
+            Some("m0-c")
+        );
+        let done = fence("m0-d", "m0", 50, Some(Phase::Done));
+        let other = fence("m1-a", "m1", 10, Some(Phase::Fencing));
+        assert_eq!(older_among([&done, &other, &ours], &ours), None);
     }
 }
