@@ -2,6 +2,8 @@
 //! through the runtime, the others over the network) and acting on their verdicts. A startup
 //! probe gates the others; a failed liveness or startup probe kills the container (with that
 //! probe's grace period, if it has one) so that it restarts; readiness only flips `ready`.
+//! A self-fence that begins during such a kill does not wait for that grace period: it KILLs
+//! at once and fences the pod (see `termination.rs`, `Worker::kill_container`).
 
 use tokio::time::Instant;
 
@@ -112,7 +114,7 @@ impl Worker {
                     "Killing",
                     format!("Container {name} failed {kind:?} probe, will be restarted"),
                 );
-                self.kill_container(i, reason, None, None).await;
+                self.kill_container(i, reason, None).await;
             }
         }
     }
@@ -133,7 +135,10 @@ mod tests {
     use serde_json::json;
     use tokio::time::Instant;
 
-    use crate::pod_worker::testing::{condition, container, pod, ready_flags, until, Harness};
+    use crate::pod_worker::testing::{
+        condition, container, pod, ready_flags, until, Harness, CLAIM,
+    };
+    use crate::pod_worker::{FenceState, TICK};
     use crate::runtime::fake::{ExecScript, Script};
 
     fn secs(s: u64) -> Duration {
@@ -194,6 +199,61 @@ mod tests {
             })
         })
         .await;
+    }
+
+    /// Issue 32 item 15: a self-fence that begins while a liveness probe's kill waits out the
+    /// probe's grace period KILLs at once; it does not wait for that grace period.
+    #[tokio::test(start_paused = true)]
+    async fn a_self_fence_does_not_wait_for_a_liveness_kill_grace_period() {
+        let h = Harness::new();
+        h.runtime.script(
+            "db",
+            Script {
+                ignores_term: true,
+                ..Default::default()
+            },
+        );
+        h.runtime.exec_script("alive", exits_with(1));
+        let mut db = container("db");
+        db["livenessProbe"] = json!({
+            "exec": {"command": ["alive"]},
+            "periodSeconds": 1, "failureThreshold": 1, "terminationGracePeriodSeconds": 60,
+        });
+        let _w = h.spawn(&pod(json!({
+            "terminationGracePeriodSeconds": 60,
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": CLAIM}}],
+            "containers": [db],
+        })));
+        until("probe kill under way", || {
+            !h.runtime.signals("db", Signal::SIGTERM).is_empty()
+        })
+        .await;
+        let term = h.runtime.signals("db", Signal::SIGTERM)[0];
+        tokio::time::sleep(secs(5)).await;
+        h.fence.send_replace(FenceState {
+            active: true,
+            all_pods: false,
+        });
+        let fenced = Instant::now();
+        until("db killed", || !h.runtime.kills("db").is_empty()).await;
+
+        let kills = h.runtime.kills("db");
+        assert!(
+            kills[0] < term + secs(60),
+            "killed at the fence, not at the end of the probe's grace period"
+        );
+        assert!(
+            kills[0] - fenced <= TICK,
+            "killed within one tick of the fence"
+        );
+        tokio::time::sleep(secs(120)).await;
+        assert_eq!(
+            h.runtime.starts("db").len(),
+            1,
+            "not restarted while fenced"
+        );
+        let status = h.sink.last_status().expect("status");
+        assert_eq!(status.reason.as_deref(), Some("SelfFenced"));
     }
 
     #[tokio::test(start_paused = true)]

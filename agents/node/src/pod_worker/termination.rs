@@ -296,15 +296,21 @@ impl Worker {
             .await;
     }
 
-    /// `killContainer`: preStop, TERM (or the stop signal), KILL at the deadline, and every
-    /// remaining process of the container after that. `kill_by` is the pod-level hard
-    /// deadline (a shrunk grace period), if any.
+    /// `killContainer` for one container of a running pod (a failed liveness or startup
+    /// probe): preStop, TERM (or the stop signal), KILL at the deadline, and every remaining
+    /// process of the container after that.
+    ///
+    /// Guarantees: the kill follows the self-fence ([`Worker::follow_fence`]). A self-fence
+    /// that is active for this pod when the kill starts, or becomes active while its preStop
+    /// hook runs or its grace period runs out, KILLs at once (hook abandoned, no stop signal),
+    /// and the pod is then fenced at once ([`Worker::self_fence`]: every container KILLed,
+    /// none restarted until the API confirms the pod). A self-fence never waits for a probe's
+    /// grace period.
     pub(super) async fn kill_container(
         &mut self,
         i: usize,
         reason: KillReason,
         override_seconds: Option<i64>,
-        kill_by: Option<watch::Receiver<KillBy>>,
     ) {
         let Some(id) = self.ctrs[i].id.clone() else {
             return;
@@ -326,7 +332,27 @@ impl Worker {
             metrics: self.ctx.metrics.clone(),
         };
         let stop_signal = self.stop_signal(&spec);
-        kill_one(&k, &id, &spec, plan, override_seconds, stop_signal, kill_by).await;
+        // Issue 32 item 15: the kill used to run outside the self-fence, so a fence that began
+        // meanwhile waited for the probe's whole grace period.
+        let (kill_by, rx) = watch::channel(KillBy::default());
+        self.follow_fence(&kill_by);
+        let mut fence = Some(self.ctx.fence.clone());
+        let kill = kill_one(
+            &k,
+            &id,
+            &spec,
+            plan,
+            override_seconds,
+            stop_signal,
+            Some(rx),
+        );
+        self.follow(kill, &kill_by, &mut fence, &mut None, None)
+            .await;
+        if kill_by.borrow().fenced {
+            // Recorded as fenced, not as a probe kill, and nothing restarts.
+            self.self_fence().await;
+            return;
+        }
         let exit = self.ctx.runtime.exit_status(&id).ok().flatten();
         let (code, signal, at) =
             exit.map(|e| (e.code, e.signal, e.finished_at))
