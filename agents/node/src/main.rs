@@ -372,6 +372,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
             );
         }
     }
+    // While self-fenced, sweep the runtime too: workers fence only the pods they run, and an
+    // agent restarted within --self-fence-after while cut off runs none (issue 32 item 11).
+    tokio::spawn(palisade_node::self_fence::sweep_while_fenced(
+        ctx.runtime.clone(),
+        ctx.store.clone(),
+        fence_rx.clone(),
+        metrics.clone(),
+        palisade_node::self_fence::SWEEP_PERIOD,
+    ));
     let (renew_tx, renew_rx) = tokio::sync::watch::channel(node::initial_renewal(
         last_renewal,
         args.lease_duration,

@@ -59,6 +59,12 @@ pub struct PodRecord {
     pub fenced: bool,
     /// Containers by name.
     pub containers: BTreeMap<String, ContainerRecord>,
+    /// Whether the pod uses a PersistentVolumeClaim (what puts it in a `Stateful` self-fence's
+    /// scope), as its worker read it from the pod; `None` in records written before the field
+    /// existed. The runtime-level self-fence sweep ([`crate::self_fence`]) reads it for
+    /// containers no worker fences; anything but `Some(false)` counts as in scope.
+    #[serde(default)]
+    pub uses_pvc: Option<bool>,
 }
 
 /// The state directory.
@@ -147,6 +153,7 @@ mod tests {
             phase: WorkerPhase::Terminating,
             fenced: true,
             containers: BTreeMap::new(),
+            uses_pvc: Some(true),
         };
         rec.containers.insert(
             "c".into(),
@@ -163,5 +170,12 @@ mod tests {
         s.remove("u1").unwrap();
         assert!(s.all().is_empty());
         s.remove("u1").unwrap();
+    }
+
+    #[test]
+    fn a_record_written_before_uses_pvc_existed_reads_as_unknown() {
+        let old = r#"{"uid":"u1","namespace":"ns","name":"p","phase":"Syncing","fenced":false,"containers":{}}"#;
+        let rec: PodRecord = serde_json::from_str(old).unwrap();
+        assert_eq!(rec.uses_pvc, None);
     }
 }

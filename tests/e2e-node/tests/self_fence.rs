@@ -227,6 +227,42 @@ fn an_agent_restarted_while_partitioned_with_a_stale_lease_kills_its_containers(
     lab.heal(0).unwrap();
 }
 
+/// Issue 32 item 11: an agent restarted *within* `--self-fence-after` while cut off finds a
+/// fresh enough renewal (no start-up sweep) and never completes its first LIST (no pod
+/// worker); when its fence activates, the runtime sweep kills the PVC pod's container it
+/// adopted, and leaves the pod its records show without a claim.
+#[test]
+fn an_agent_restarted_within_self_fence_after_while_partitioned_kills_its_adopted_pvc_pods() {
+    let (lab, _rt, _c, stateful, stateless) = lab_with_two_pods("readopt", &[]);
+    stop_agent(&lab, 0);
+    lab.partition(0, Cut::ControlPlane).unwrap();
+    start_agent(&lab, 0);
+    eventually(
+        "the adopted PVC pod's container killed by the restarted agent",
+        Duration::from_secs(60),
+        || (!alive(stateful)).then_some(()),
+    );
+    let log = agent_log(&lab, 0);
+    assert!(
+        !log.contains("stale Lease at start"),
+        "the restart was meant to find a fresh renewal (no start-up sweep); the agent logged:\n{log}"
+    );
+    eventually(
+        "the agent logged the runtime sweep",
+        Duration::from_secs(30),
+        || {
+            agent_log(&lab, 0)
+                .contains("self-fence: killed containers found in the runtime")
+                .then_some(())
+        },
+    );
+    assert!(
+        alive(stateless),
+        "the pod recorded without a PVC keeps running"
+    );
+    lab.heal(0).unwrap();
+}
+
 /// A pod already terminating (a long grace period, SIGTERM ignored) is killed by the
 /// self-fence, not left to run out its grace period.
 #[test]

@@ -172,6 +172,7 @@ mod tests {
                 },
             )]
             .into(),
+            uses_pvc: Some(false),
         }
     }
 

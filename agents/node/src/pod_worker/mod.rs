@@ -272,14 +272,17 @@ impl Worker {
     fn new(ctx: Arc<Ctx>, mut pod: Pod, record: Option<PodRecord>) -> Self {
         normalize_sidecars(&mut pod);
         let pref = PodRef::of(&pod);
-        let rec = record.unwrap_or_else(|| PodRecord {
+        let mut rec = record.unwrap_or_else(|| PodRecord {
             uid: pref.uid.clone(),
             namespace: pref.namespace.clone(),
             name: pref.name.clone(),
             phase: WorkerPhase::Syncing,
             fenced: false,
             containers: Default::default(),
+            uses_pvc: None,
         });
+        // Saved with the record (first thing the worker does), for the runtime-level sweep.
+        rec.uses_pvc = Some(volumes::uses_pvc(&pod));
         let spec = pod.spec.clone().unwrap_or_default();
         let mut ctrs = Vec::new();
         let specs = spec
