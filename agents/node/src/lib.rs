@@ -21,7 +21,9 @@
 //!   [`server`] serves `/metrics` and `/healthz`;
 //!   [`self_fence`] kills fence-eligible containers straight from the runtime;
 //!   [`watchdog`] pets a hardware watchdog while the Lease is renewed, and
-//!   [`watchdog_device`] sets its timeout and `nowayout` and reads them back;
+//!   [`watchdog_device`] sets its timeout and `nowayout`, reads them back and determines what
+//!   its expiry does; [`virt`] detects whether the machine is virtual (which a hypervisor can
+//!   pause);
 //!   [`grpc_health`] is the gRPC health-check client of grpc probes, and [`probe_outcome`]
 //!   the outcome type every probe action returns;
 //! - [`peer`] asks the other nodes, when the Lease cannot be renewed, whether they lost the API
@@ -50,6 +52,7 @@ pub mod shim;
 pub mod source;
 pub mod state;
 pub mod status;
+pub mod virt;
 pub mod volumes;
 pub mod watchdog;
 pub mod watchdog_device;

@@ -456,6 +456,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (mgr_tx, mgr_rx) = tokio::sync::mpsc::channel(4);
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let watchdog_state = Arc::new(parking_lot::Mutex::new(None::<Armed>));
+    // Whether a hypervisor could pause this machine (freezing its watchdog and clocks), and
+    // what the watchdog's expiry does: both advertised, both read once (neither changes while
+    // the agent runs; softdog's parameters are read-only).
+    let virtualization = palisade_node::virt::detect(&palisade_node::virt::Roots::host());
+    tracing::info!(virtualization = virtualization.as_str(), "machine detected");
+    let mut watchdog_expiry = None::<watchdog_device::Expiry>;
     let watchdog = match &args.watchdog {
         Some(path) => {
             let dev = palisade_node::watchdog::open(path)?;
@@ -463,6 +469,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
             // kernel reports back; a watchdog that cannot be armed so is still petted (it is
             // running), but never advertised, so the controller never trusts it.
             let ctl = watchdog_device::Linux::new(&dev, path, Path::new("/sys/class/watchdog"));
+            let expiry = watchdog_device::expiry(
+                &watchdog_device::ExpiryRoots {
+                    device: ctl.sysfs_dir(),
+                    sys: Path::new("/sys"),
+                    proc: Path::new("/proc"),
+                },
+                &virtualization,
+            );
+            tracing::info!(device = %path.display(), driver = ?expiry.driver, action = expiry.action.as_str(), "watchdog expiry action");
+            watchdog_expiry = Some(expiry);
             match watchdog_device::arm(
                 &ctl,
                 watchdog_device::ArmRequest {
@@ -553,6 +569,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let ctx = ctx.clone();
         let challenge = challenge.clone();
         let watchdog_state = watchdog_state.clone();
+        let watchdog_expiry = watchdog_expiry.clone();
+        let virtualization = virtualization.clone();
         let after = args.self_fence_after;
         let scope = if args.self_fence_all_pods {
             palisade_model::advertise::SelfFenceScope::All
@@ -573,7 +591,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     .map(|a| palisade_model::advertise::Watchdog {
                         timeout: a.timeout,
                         nowayout: a.nowayout,
+                        action: watchdog_expiry.as_ref().map(|e| e.action),
+                        driver: watchdog_expiry.as_ref().and_then(|e| e.driver.clone()),
                     }),
+                virtualization: Some(virtualization.clone()),
                 scope: Some(scope),
                 version: Some(env!("CARGO_PKG_VERSION").to_string()),
                 boot_id: node::boot_id(),

@@ -10,10 +10,17 @@
 //!
 //! The kernel interface sits behind [`Control`] so the arming rules are tested with a fake;
 //! [`Linux`] is the real one.
+//!
+//! A watchdog is trusted for what it does, not for what it is called: [`expiry`] determines
+//! what the armed watchdog's expiry does to the machine (reset, power off, the hypervisor's
+//! choice, nothing) from its driver and the driver's parameters, and only a watchdog on the
+//! small allow-list in [`DRIVERS`] is ever reported as resetting the machine.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use palisade_model::advertise::{Virtualization, WatchdogAction};
 
 /// Errors of arming a watchdog.
 #[derive(Debug, thiserror::Error)]
@@ -160,6 +167,11 @@ impl<'a> Linux<'a> {
         }
     }
 
+    /// The device's `/sys/class/watchdog/watchdogN` directory, if found.
+    pub fn sysfs_dir(&self) -> Option<&Path> {
+        self.sysfs.as_deref()
+    }
+
     fn nowayout_file(&self) -> std::io::Result<PathBuf> {
         self.sysfs
             .as_ref()
@@ -186,6 +198,134 @@ fn sysfs_dir(sys_class: &Path, rdev: u64) -> Option<PathBuf> {
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|d| std::fs::read_to_string(d.join("dev")).is_ok_and(|s| s.trim() == want.as_str()))
+}
+
+/// How a known driver's expiry acts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverClass {
+    /// The kernel's software watchdog: a timer in the kernel itself, whose action is its
+    /// module parameters' (`soft_noboot`, `soft_panic`).
+    Softdog,
+    /// A hardware watchdog whose expiry the chipset or the firmware turns into a reset.
+    Reset,
+    /// A device a hypervisor emulates, whose expiry does what the hypervisor was told (QEMU's
+    /// `-watchdog-action` may be `reset`, `poweroff`, but also `none` or `pause`). On bare
+    /// metal the same chip resets the machine.
+    Emulated,
+}
+
+/// The drivers whose expiry action is known: the driver's name (as advertised), the
+/// `identity` strings its watchdog reports, and its class. Any other driver's action is
+/// [`WatchdogAction::Unknown`].
+///
+/// The hardware allow-list is kept small on purpose: a driver belongs there only when its
+/// expiry resets the machine without any configuration the agent cannot read. The IPMI
+/// watchdog (`ipmi_watchdog`) is not listed: it registers no `/sys/class/watchdog` entry and
+/// its action is a module parameter that may be `none`.
+pub const DRIVERS: &[(&str, &[&str], DriverClass)] = &[
+    ("softdog", &["Software Watchdog"], DriverClass::Softdog),
+    ("iTCO_wdt", &["iTCO_wdt"], DriverClass::Reset),
+    ("sp5100_tco", &["SP5100 TCO timer"], DriverClass::Reset),
+    ("wdat_wdt", &["wdat_wdt"], DriverClass::Reset),
+    ("sbsa_gwdt", &["SBSA Generic Watchdog"], DriverClass::Reset),
+    ("i6300esb", &["i6300ESB timer"], DriverClass::Emulated),
+    ("ib700wdt", &["IB700 WDT"], DriverClass::Emulated),
+    (
+        "diag288_wdt",
+        &["z Watchdog timer", "z/VM Watchdog Timer"],
+        DriverClass::Emulated,
+    ),
+    ("xen_wdt", &["Xen WatchDog"], DriverClass::Emulated),
+];
+
+/// What the armed watchdog's expiry does, and its driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expiry {
+    /// The driver's name from [`DRIVERS`], else its raw `identity` (`None`: unreadable).
+    pub driver: Option<String>,
+    /// What its expiry does.
+    pub action: WatchdogAction,
+}
+
+/// Where [`expiry`] reads: the watchdog's sysfs directory and the sysfs and procfs roots.
+#[derive(Debug, Clone)]
+pub struct ExpiryRoots<'a> {
+    /// The watchdog's `/sys/class/watchdog/watchdogN` (`None`: not found).
+    pub device: Option<&'a Path>,
+    /// The sysfs root (normally `/sys`), for module parameters.
+    pub sys: &'a Path,
+    /// The procfs root (normally `/proc`), for `sys/kernel/panic`.
+    pub proc: &'a Path,
+}
+
+fn same_name(a: &str, b: &str) -> bool {
+    let norm = |s: &str| s.trim().to_ascii_lowercase().replace('-', "_");
+    norm(a) == norm(b)
+}
+
+/// What the watchdog's expiry does on this machine (`virtualization` as detected by
+/// [`crate::virt::detect`]).
+///
+/// Guarantees: [`WatchdogAction::Reset`] only for a driver in [`DRIVERS`], identified by its
+/// `identity` or by its device's driver (`device/driver`), that is either a hardware watchdog
+/// of class [`DriverClass::Reset`], an emulated chip on a machine detected as bare metal, or
+/// softdog whose `soft_noboot` reads 0 and whose `soft_panic` reads 0 (or is absent) or
+/// `kernel.panic` is non-zero; softdog with `soft_noboot` 1 is [`WatchdogAction::None`]; an
+/// emulated chip on a machine that is or may be virtual is [`WatchdogAction::Hypervisor`];
+/// anything unreadable or unlisted is [`WatchdogAction::Unknown`]. Never
+/// [`WatchdogAction::PowerOff`] today: no listed driver powers off.
+///
+/// Assumptions: the module parameters are not changed after the agent read them (softdog's
+/// are read-only at runtime: `0444`).
+pub fn expiry(roots: &ExpiryRoots<'_>, virtualization: &Virtualization) -> Expiry {
+    let read = |p: PathBuf| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let identity = roots.device.and_then(|d| read(d.join("identity")));
+    let bound = roots.device.and_then(|d| {
+        std::fs::read_link(d.join("device/driver"))
+            .ok()
+            .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned()))
+    });
+    let known = DRIVERS.iter().find(|(name, ids, _)| {
+        let named = |s: &String| same_name(s, name) || ids.iter().any(|id| same_name(s, id));
+        identity.as_ref().is_some_and(named) || bound.as_ref().is_some_and(named)
+    });
+    let Some((name, _, class)) = known else {
+        return Expiry {
+            driver: identity.or(bound).filter(|s| !s.is_empty()),
+            action: WatchdogAction::Unknown,
+        };
+    };
+    let action = match class {
+        DriverClass::Reset => WatchdogAction::Reset,
+        DriverClass::Emulated if crate::virt::maybe_virtual(virtualization) => {
+            WatchdogAction::Hypervisor
+        }
+        DriverClass::Emulated => WatchdogAction::Reset,
+        DriverClass::Softdog => {
+            let params = roots.sys.join("module/softdog/parameters");
+            let flag = |p: &str| read(params.join(p)).map(|v| v == "1" || v == "Y");
+            match (flag("soft_noboot"), flag("soft_panic")) {
+                (Some(true), _) => WatchdogAction::None,
+                (Some(false), None | Some(false)) => WatchdogAction::Reset,
+                (Some(false), Some(true)) => {
+                    // A panic reboots only when kernel.panic is non-zero (negative: at once).
+                    match read(roots.proc.join("sys/kernel/panic")).map(|v| v.parse::<i64>()) {
+                        Some(Ok(0)) | Some(Err(_)) | None => WatchdogAction::Unknown,
+                        Some(Ok(_)) => WatchdogAction::Reset,
+                    }
+                }
+                (None, _) => WatchdogAction::Unknown,
+            }
+        }
+    };
+    Expiry {
+        driver: Some((*name).to_string()),
+        action,
+    }
 }
 
 #[allow(unsafe_code)]
@@ -378,6 +518,146 @@ mod tests {
         assert!(
             !arm(&f, req(10, false)).unwrap().nowayout,
             "an unreadable nowayout is never claimed"
+        );
+    }
+
+    struct Tree(tempfile::TempDir);
+
+    impl Tree {
+        fn new() -> Tree {
+            Tree(tempfile::tempdir().unwrap())
+        }
+        fn put(&self, rel: &str, content: &str) -> &Tree {
+            let p = self.0.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, content).unwrap();
+            self
+        }
+        fn expiry(&self, virt: &Virtualization) -> Expiry {
+            let dev = self.0.path().join("sys/class/watchdog/watchdog0");
+            let (sys, proc) = (self.0.path().join("sys"), self.0.path().join("proc"));
+            expiry(
+                &ExpiryRoots {
+                    device: Some(&dev),
+                    sys: &sys,
+                    proc: &proc,
+                },
+                virt,
+            )
+        }
+    }
+
+    const WD: &str = "sys/class/watchdog/watchdog0";
+    const SOFTDOG: &str = "sys/module/softdog/parameters";
+
+    fn kvm() -> Virtualization {
+        Virtualization::Virtual("kvm".into())
+    }
+
+    #[test]
+    fn softdog_resets_unless_soft_noboot() {
+        let t = Tree::new();
+        t.put(&format!("{WD}/identity"), "Software Watchdog\n")
+            .put(&format!("{SOFTDOG}/soft_noboot"), "0\n")
+            .put(&format!("{SOFTDOG}/soft_panic"), "0\n");
+        let e = t.expiry(&Virtualization::None);
+        assert_eq!(e.driver.as_deref(), Some("softdog"));
+        assert_eq!(e.action, WatchdogAction::Reset);
+        // Inside a VM softdog still resets the guest (the machine is judged separately).
+        assert_eq!(t.expiry(&kvm()).action, WatchdogAction::Reset);
+        t.put(&format!("{SOFTDOG}/soft_noboot"), "1\n");
+        assert_eq!(t.expiry(&Virtualization::None).action, WatchdogAction::None);
+    }
+
+    #[test]
+    fn softdog_that_panics_resets_only_when_the_kernel_reboots_on_panic() {
+        let t = Tree::new();
+        t.put(&format!("{WD}/identity"), "Software Watchdog")
+            .put(&format!("{SOFTDOG}/soft_noboot"), "0")
+            .put(&format!("{SOFTDOG}/soft_panic"), "1");
+        assert_eq!(
+            t.expiry(&Virtualization::None).action,
+            WatchdogAction::Unknown
+        );
+        t.put("proc/sys/kernel/panic", "0\n");
+        assert_eq!(
+            t.expiry(&Virtualization::None).action,
+            WatchdogAction::Unknown
+        );
+        t.put("proc/sys/kernel/panic", "10\n");
+        assert_eq!(
+            t.expiry(&Virtualization::None).action,
+            WatchdogAction::Reset
+        );
+        t.put("proc/sys/kernel/panic", "-1\n");
+        assert_eq!(
+            t.expiry(&Virtualization::None).action,
+            WatchdogAction::Reset
+        );
+    }
+
+    #[test]
+    fn softdog_with_unreadable_parameters_is_unknown() {
+        let t = Tree::new();
+        t.put(&format!("{WD}/identity"), "Software Watchdog");
+        assert_eq!(
+            t.expiry(&Virtualization::None).action,
+            WatchdogAction::Unknown
+        );
+    }
+
+    #[test]
+    fn an_emulated_watchdog_is_the_hypervisors_on_a_virtual_machine() {
+        let t = Tree::new();
+        t.put(&format!("{WD}/identity"), "i6300ESB timer\n");
+        let e = t.expiry(&kvm());
+        assert_eq!(e.driver.as_deref(), Some("i6300esb"));
+        assert_eq!(e.action, WatchdogAction::Hypervisor);
+        assert_eq!(
+            t.expiry(&Virtualization::Unknown).action,
+            WatchdogAction::Hypervisor,
+            "a machine that may be virtual"
+        );
+        assert_eq!(
+            t.expiry(&Virtualization::None).action,
+            WatchdogAction::Reset
+        );
+    }
+
+    #[test]
+    fn hardware_on_the_allow_list_resets_and_anything_else_is_unknown() {
+        let t = Tree::new();
+        t.put(&format!("{WD}/identity"), "iTCO_wdt");
+        let e = t.expiry(&Virtualization::None);
+        assert_eq!(
+            (e.driver.as_deref(), e.action),
+            (Some("iTCO_wdt"), WatchdogAction::Reset)
+        );
+        let t = Tree::new();
+        t.put(&format!("{WD}/identity"), "Acme Watchdog 9000");
+        let e = t.expiry(&Virtualization::None);
+        assert_eq!(
+            (e.driver.as_deref(), e.action),
+            (Some("Acme Watchdog 9000"), WatchdogAction::Unknown)
+        );
+        let t = Tree::new();
+        std::fs::create_dir_all(t.0.path().join(WD)).unwrap();
+        let e = t.expiry(&Virtualization::None);
+        assert_eq!((e.driver, e.action), (None, WatchdogAction::Unknown));
+    }
+
+    #[test]
+    fn the_driver_is_also_recognised_by_its_bound_device() {
+        let t = Tree::new();
+        let drv = t.0.path().join("sys/bus/pci/drivers/sp5100-tco");
+        std::fs::create_dir_all(&drv).unwrap();
+        std::fs::create_dir_all(t.0.path().join(WD).join("device")).unwrap();
+        std::os::unix::fs::symlink(&drv, t.0.path().join(WD).join("device/driver")).unwrap();
+        t.put(&format!("{WD}/identity"), "SB800 TCO");
+        let e = t.expiry(&Virtualization::None);
+        assert_eq!(
+            (e.driver.as_deref(), e.action),
+            (Some("sp5100_tco"), WatchdogAction::Reset)
         );
     }
 

@@ -367,7 +367,10 @@ fn gate<'a>(
 /// Guarantees: a level only for a node the detector itself sees Unhealthy (a manual
 /// `nodeHealth` override never earns trust: a live node has not self-fenced), and only from an
 /// advertisement observed with the node's last renewal that says an armed `nowayout` watchdog
-/// backs the self-fence; the wait counts from that renewal, on the controller's clock.
+/// known to reset or power off the machine backs the self-fence, on a machine advertised as
+/// bare metal unless the policy accepts virtual machines
+/// ([`palisade_model::advertise::Advertisement::trust`]); the wait counts from that renewal, on
+/// the controller's clock.
 fn self_fence_level(
     spec: &FencingPolicySpec,
     node: &NodeSnapshot,
@@ -379,18 +382,9 @@ fn self_fence_level(
     let ad = &node.advertisement;
     let margin =
         Duration::from_secs(u64::try_from(spec.trust_self_fence.margin_seconds).unwrap_or(0));
-    let Some(wait) = ad.trust_wait(margin) else {
-        let why = if ad.self_fence_after.is_none() {
-            "its last renewal advertised no self-fence timeout"
-        } else if ad.watchdog.is_none() {
-            "its last renewal advertised no armed hardware watchdog"
-        } else if !ad.watchdog.is_some_and(|w| w.nowayout) {
-            "its watchdog is not nowayout (a clean stop could disarm it)"
-        } else {
-            "its last renewal advertised no self-fence scope"
-        };
-        return Err(why.into());
-    };
+    let wait = ad
+        .trust(margin, spec.trust_self_fence.virtual_machines)
+        .map_err(|why| why.to_string())?;
     // A peer check whose vouch delay leaves the controller no window to count the node's
     // peers healthy (agents share one configuration) could never earn trust: say so now
     // instead of waiting out the fence's budget for a healthy majority that cannot appear.

@@ -104,8 +104,10 @@ pub enum HoldReason {
     /// No `FenceTarget` level and no trusted self-fence: nothing can fence this node.
     NoFenceTarget,
     /// No `FenceTarget` level, `trustSelfFence` is on, but the node's last observed renewal did
-    /// not advertise what trust needs (a self-fence timeout, a known scope and an armed
-    /// `nowayout` hardware watchdog), or a manual request overrides node health.
+    /// not advertise what trust needs (a self-fence timeout, a known scope, an armed `nowayout`
+    /// hardware watchdog whose expiry resets or powers off the machine, on a machine that is
+    /// not virtual unless the policy accepts virtual machines), or a manual request overrides
+    /// node health.
     SelfFenceNotTrusted {
         /// What was missing, in words.
         why: String,

@@ -11,7 +11,7 @@ use palisade_decide::snapshot::{Exclusion, FenceState, PdbSnapshot, Snapshot, To
 use palisade_decide::verdict::PlanLevel;
 use palisade_decide::{decide, guards_holding, HoldReason, Mono, Verdict, WaitReason};
 use palisade_model::nodefence::{Overrides, RequestedBy};
-use palisade_model::policy::FenceWhen;
+use palisade_model::policy::{FenceWhen, VirtualMachines};
 use palisade_model::target::DeviceKind;
 use proptest::prelude::*;
 
@@ -681,6 +681,107 @@ fn a_peer_check_that_leaves_no_healthy_window_earns_no_trust_and_says_why() {
     // A vouch delay that leaves a window plans the self-fence as before.
     node_mut(&mut s, "m0").advertisement.peer_check = Some(peer(6_000));
     assert!(matches!(verdict_of(&s, "m0"), Some(Verdict::Fence(_))));
+}
+
+/// Issue 32 item 4: a hypervisor can pause a virtual machine, freezing its watchdog and its
+/// clocks, and resume it beside its pods' replacements. By default such a machine's
+/// self-fence is held, with a reason naming what the agent detected.
+#[test]
+fn a_virtual_machines_self_fence_is_not_trusted_by_default_and_the_reason_names_the_hypervisor() {
+    use palisade_model::advertise::WatchdogAction;
+    let mut s = world();
+    s.policies[0].spec.trust_self_fence.enabled = true;
+    let n = node_mut(&mut s, "m0");
+    n.fence_target = None;
+    // A softdog that resets the guest: its own action is known, the machine is still a VM.
+    n.advertisement = advertised_vm(8, 6, "kvm");
+    if let Some(w) = n.advertisement.watchdog.as_mut() {
+        w.action = Some(WatchdogAction::Reset);
+        w.driver = Some("softdog".into());
+    }
+    let Some(Verdict::Hold(HoldReason::SelfFenceNotTrusted { why })) = verdict_of(&s, "m0") else {
+        panic!("expected a hold, got {:?}", verdict_of(&s, "m0"))
+    };
+    assert!(why.contains("machine is a kvm virtual machine"), "{why}");
+    // The operator asserts its hypervisor never pauses it and resets it on expiry.
+    s.policies[0].spec.trust_self_fence.virtual_machines = VirtualMachines::Accept;
+    assert!(matches!(verdict_of(&s, "m0"), Some(Verdict::Fence(_))));
+}
+
+/// Issue 32 item 5: an emulated watchdog (the lab's i6300esb) does what the hypervisor was
+/// told (`reset`, but also `none` or `pause`): trusted only when the policy accepts VMs.
+#[test]
+fn an_emulated_watchdog_is_trusted_only_when_the_policy_accepts_virtual_machines() {
+    let mut s = world();
+    s.policies[0].spec.trust_self_fence.enabled = true;
+    let n = node_mut(&mut s, "m0");
+    n.fence_target = None;
+    n.advertisement = advertised_vm(8, 6, "kvm");
+    // Even were it detected as bare metal, the action is the hypervisor's.
+    n.advertisement.virtualization = Some(palisade_model::advertise::Virtualization::None);
+    let Some(Verdict::Hold(HoldReason::SelfFenceNotTrusted { why })) = verdict_of(&s, "m0") else {
+        panic!("expected a hold, got {:?}", verdict_of(&s, "m0"))
+    };
+    assert!(
+        why.contains("watchdog i6300esb's expiry action is decided by the hypervisor"),
+        "{why}"
+    );
+    s.policies[0].spec.trust_self_fence.virtual_machines = VirtualMachines::Accept;
+    assert!(matches!(verdict_of(&s, "m0"), Some(Verdict::Fence(_))));
+}
+
+/// Issue 32 item 5: a watchdog known not to reset (softdog with `soft_noboot`) or not
+/// classified is never trusted, not even on a policy that accepts virtual machines.
+#[test]
+fn a_watchdog_that_never_resets_is_not_trusted_even_when_virtual_machines_are_accepted() {
+    use palisade_model::advertise::WatchdogAction;
+    for (action, words) in [
+        (
+            WatchdogAction::None,
+            "watchdog softdog's expiry does not reset the machine",
+        ),
+        (
+            WatchdogAction::Unknown,
+            "watchdog softdog's expiry action is unknown",
+        ),
+    ] {
+        let mut s = world();
+        s.policies[0].spec.trust_self_fence.enabled = true;
+        s.policies[0].spec.trust_self_fence.virtual_machines = VirtualMachines::Accept;
+        let n = node_mut(&mut s, "m0");
+        n.fence_target = None;
+        n.advertisement = advertised(8, Some(6));
+        if let Some(w) = n.advertisement.watchdog.as_mut() {
+            w.action = Some(action);
+            w.driver = Some("softdog".into());
+        }
+        let Some(Verdict::Hold(HoldReason::SelfFenceNotTrusted { why })) = verdict_of(&s, "m0")
+        else {
+            panic!("expected a hold, got {:?}", verdict_of(&s, "m0"))
+        };
+        assert!(why.contains(words), "{why}");
+    }
+}
+
+/// An agent older than issue 32 advertises neither the watchdog's action nor the machine:
+/// it is not trusted, and the reason says to upgrade it.
+#[test]
+fn an_older_agent_that_advertises_no_expiry_action_is_not_trusted() {
+    let mut s = world();
+    s.policies[0].spec.trust_self_fence.enabled = true;
+    s.policies[0].spec.trust_self_fence.virtual_machines = VirtualMachines::Accept;
+    let n = node_mut(&mut s, "m0");
+    n.fence_target = None;
+    n.advertisement = advertised(8, Some(6));
+    n.advertisement.virtualization = None;
+    if let Some(w) = n.advertisement.watchdog.as_mut() {
+        w.action = None;
+        w.driver = None;
+    }
+    let Some(Verdict::Hold(HoldReason::SelfFenceNotTrusted { why })) = verdict_of(&s, "m0") else {
+        panic!("expected a hold, got {:?}", verdict_of(&s, "m0"))
+    };
+    assert!(why.contains("upgrade the node agent"), "{why}");
 }
 
 #[test]

@@ -85,10 +85,9 @@ pub async fn run(c: &Client, controller_ns: &str) -> anyhow::Result<u8> {
                 let ad = palisade_decide::convert::advertisement(w.leases.get(&name));
                 let margin =
                     Duration::from_secs(policy.spec.trust_self_fence.margin_seconds.max(0) as u64);
-                if ad.trust_wait(margin).is_none() {
-                    bad(format!("node {name}: no FenceTarget, and its agent advertises no armed nowayout watchdog: a silent {name} will be held, never fenced"));
-                } else {
-                    println!("ok       node {name}: trusted self-fence (watchdog advertised)");
+                match ad.trust(margin, policy.spec.trust_self_fence.virtual_machines) {
+                    Err(why) => bad(format!("node {name}: no FenceTarget, and its self-fence earns no trust ({why}): a silent {name} will be held, never fenced")),
+                    Ok(_) => println!("ok       node {name}: trusted self-fence (watchdog advertised)"),
                 }
             }
             None => bad(format!(

@@ -152,10 +152,13 @@ pub async fn run(c: &Client, _controller_ns: &str, node: &str) -> anyhow::Result
             let ad = palisade_decide::convert::advertisement(w.leases.get(node));
             let margin = policy.map_or(10, |p| p.spec.trust_self_fence.margin_seconds);
             let trust = policy.is_some_and(|p| p.spec.trust_self_fence.enabled);
-            match (trust, ad.trust_wait(std::time::Duration::from_secs(margin.max(0) as u64))) {
+            let vms = policy
+                .map(|p| p.spec.trust_self_fence.virtual_machines)
+                .unwrap_or_default();
+            match (trust, ad.trust(std::time::Duration::from_secs(margin.max(0) as u64), vms)) {
                 (false, _) => println!("  fencing:     no FenceTarget, and the policy does not trust self-fencing: held (NoFencingLevel)"),
-                (true, None) => println!("  fencing:     no FenceTarget; the node's last advertisement earns no trust (no armed nowayout watchdog): held (SelfFenceNotTrusted)"),
-                (true, Some(wait)) => println!("  fencing:     trusted self-fence after {}s of silence (self-fence + watchdog + margin)", wait.as_secs()),
+                (true, Err(why)) => println!("  fencing:     no FenceTarget; the node's last advertisement earns no trust ({why}): held (SelfFenceNotTrusted)"),
+                (true, Ok(wait)) => println!("  fencing:     trusted self-fence after {}s of silence (self-fence + watchdog + margin)", wait.as_secs()),
             }
         }
     }

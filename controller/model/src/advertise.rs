@@ -4,7 +4,10 @@
 //!
 //! The controller reads the advertisement it observed with the last renewal *before* a node
 //! went silent, and trusts a self-fence only when that advertisement says a hardware watchdog
-//! is armed (with `nowayout`, so no clean stop can disarm it). Because it travels with each
+//! is armed (with `nowayout`, so no clean stop can disarm it), that its expiry resets or powers
+//! off the machine, and that the machine is not virtual (a hypervisor can pause a virtual
+//! machine, freezing its watchdog and clocks, and resume it beside its pods' replacements),
+//! unless the policy accepts virtual machines (see [`Advertisement::trust`]). Because it travels with each
 //! renewal, nothing sticky survives a restart: an agent started without a watchdog withdraws
 //! the promise at its next renewal.
 //!
@@ -18,6 +21,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use crate::policy::VirtualMachines;
+
 /// Lease annotation: seconds without a renewal after which the agent self-fences, counted from
 /// the moment the last successful renewal *request was sent*.
 pub const SELF_FENCE_AFTER: &str = "palisade.dev/self-fence-after-seconds";
@@ -25,6 +30,15 @@ pub const SELF_FENCE_AFTER: &str = "palisade.dev/self-fence-after-seconds";
 pub const WATCHDOG_TIMEOUT: &str = "palisade.dev/watchdog-timeout-seconds";
 /// Lease annotation: `"true"` when the watchdog driver is `nowayout` (cannot be disarmed).
 pub const WATCHDOG_NOWAYOUT: &str = "palisade.dev/watchdog-nowayout";
+/// Lease annotation: what the armed watchdog does when it expires, as the agent determined it
+/// (see [`WatchdogAction`]; absent: an agent that does not say, which earns no trust).
+pub const WATCHDOG_ACTION: &str = "palisade.dev/watchdog-action";
+/// Lease annotation: the armed watchdog's driver (`softdog`, `iTCO_wdt`, `i6300esb`, ...), for
+/// the reasons and for the operator; trust never rests on it.
+pub const WATCHDOG_DRIVER: &str = "palisade.dev/watchdog-driver";
+/// Lease annotation: whether the machine is virtual, as the agent detected it (see
+/// [`Virtualization`]; absent: an agent that does not say, which earns no trust).
+pub const VIRTUALIZATION: &str = "palisade.dev/virtualization";
 /// Lease annotation: which pods a self-fence kills: `all` or `stateful` (pods with a PVC).
 pub const SELF_FENCE_SCOPE: &str = "palisade.dev/self-fence-scope";
 /// Lease annotation: the agent's version.
@@ -134,12 +148,187 @@ impl SelfFenceScope {
 }
 
 /// An armed hardware watchdog, as advertised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watchdog {
     /// The timeout set on the device.
     pub timeout: Duration,
     /// Whether the driver refuses the magic close.
     pub nowayout: bool,
+    /// What its expiry does (`None`: not advertised, as by an agent older than this field).
+    pub action: Option<WatchdogAction>,
+    /// Its driver, for reasons and operators (`None`: not advertised or not identified).
+    pub driver: Option<String>,
+}
+
+/// What a watchdog's expiry does to the machine, as the node agent determined it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WatchdogAction {
+    /// The machine resets (a hardware watchdog on the allow-list, softdog without
+    /// `soft_noboot`).
+    Reset,
+    /// The machine powers off.
+    PowerOff,
+    /// An emulated watchdog on a virtual machine: the hypervisor decides (reset, power off,
+    /// but also `none` or `pause`).
+    Hypervisor,
+    /// The expiry is known not to reset the machine (softdog with `soft_noboot`, or with
+    /// `soft_panic` and `kernel.panic` 0: the machine hangs in a panic).
+    None,
+    /// The agent cannot tell (a driver not on its allow-list, an unreadable parameter).
+    Unknown,
+}
+
+impl WatchdogAction {
+    /// The annotation value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchdogAction::Reset => "reset",
+            WatchdogAction::PowerOff => "power-off",
+            WatchdogAction::Hypervisor => "hypervisor",
+            WatchdogAction::None => "none",
+            WatchdogAction::Unknown => "unknown",
+        }
+    }
+
+    /// Parses an annotation value (`None` for anything else, which reads as not advertised).
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s.trim() {
+            "reset" => WatchdogAction::Reset,
+            "power-off" => WatchdogAction::PowerOff,
+            "hypervisor" => WatchdogAction::Hypervisor,
+            "none" => WatchdogAction::None,
+            "unknown" => WatchdogAction::Unknown,
+            _ => return None,
+        })
+    }
+}
+
+/// Whether the machine is virtual, as the node agent detected it (in the manner of
+/// `systemd-detect-virt`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Virtualization {
+    /// Bare metal: no source the agent reads names a hypervisor (annotation `none`).
+    None,
+    /// A virtual machine, by the hypervisor's name (`kvm`, `qemu`, `vmware`, `xen`,
+    /// `microsoft`, `oracle`, `amazon`, `google`, `other`, ...).
+    Virtual(String),
+    /// The agent could read none of its sources (annotation `unknown`): it may be virtual.
+    Unknown,
+}
+
+impl Virtualization {
+    /// The annotation value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Virtualization::None => "none",
+            Virtualization::Virtual(kind) => kind,
+            Virtualization::Unknown => "unknown",
+        }
+    }
+
+    /// Parses an annotation value: `none`, `unknown`, or a hypervisor's name (lowercase ASCII
+    /// letters, digits, `-` and `_`); anything else reads as not advertised.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim() {
+            "none" => Some(Virtualization::None),
+            "unknown" => Some(Virtualization::Unknown),
+            kind if !kind.is_empty()
+                && kind.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
+                }) =>
+            {
+                Some(Virtualization::Virtual(kind.to_string()))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Why an advertisement earns no trust, in words an operator can act on (its `Display`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Distrust {
+    /// No self-fence timeout.
+    NoSelfFenceTimeout,
+    /// No armed watchdog.
+    NoWatchdog,
+    /// The watchdog can be disarmed by a clean stop.
+    NotNowayout,
+    /// No known scope.
+    NoScope,
+    /// The watchdog's expiry action is not advertised (an agent older than this rule).
+    NoAction,
+    /// Whether the machine is virtual is not advertised (an agent older than this rule).
+    NoVirtualization,
+    /// The watchdog is known not to reset the machine.
+    NoReset {
+        /// The driver, if advertised.
+        driver: Option<String>,
+    },
+    /// The agent cannot tell what the watchdog's expiry does.
+    UnknownAction {
+        /// The driver, if advertised.
+        driver: Option<String>,
+    },
+    /// The machine is virtual (or may be) and the policy does not accept virtual machines.
+    VirtualMachine {
+        /// What the agent detected.
+        virtualization: Virtualization,
+    },
+    /// The watchdog's expiry action is the hypervisor's and the policy does not accept
+    /// virtual machines.
+    HypervisorAction {
+        /// The driver, if advertised.
+        driver: Option<String>,
+    },
+}
+
+impl std::fmt::Display for Distrust {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let wd = |d: &Option<String>| match d {
+            Some(d) => format!("watchdog {d}"),
+            None => "its watchdog".to_string(),
+        };
+        match self {
+            Distrust::NoSelfFenceTimeout => write!(f, "its last renewal advertised no self-fence timeout"),
+            Distrust::NoWatchdog => write!(f, "its last renewal advertised no armed hardware watchdog"),
+            Distrust::NotNowayout => write!(f, "its watchdog is not nowayout (a clean stop could disarm it)"),
+            Distrust::NoScope => write!(f, "its last renewal advertised no self-fence scope"),
+            Distrust::NoAction => write!(
+                f,
+                "its last renewal advertised no watchdog expiry action (an agent older than the rule that a watchdog must be known to reset the machine): upgrade the node agent"
+            ),
+            Distrust::NoVirtualization => write!(
+                f,
+                "its last renewal did not say whether the machine is virtual (an agent older than the rule that a pausable machine is not trusted): upgrade the node agent"
+            ),
+            Distrust::NoReset { driver } => write!(
+                f,
+                "{}'s expiry does not reset the machine (softdog with soft_noboot, or soft_panic with kernel.panic 0)",
+                wd(driver)
+            ),
+            Distrust::UnknownAction { driver } => write!(
+                f,
+                "{}'s expiry action is unknown (not a driver known to reset or power off the machine)",
+                wd(driver)
+            ),
+            Distrust::VirtualMachine { virtualization } => match virtualization {
+                Virtualization::Unknown => write!(
+                    f,
+                    "the agent cannot tell whether the machine is virtual (a hypervisor could pause it, freezing its watchdog while its pods live on); set trustSelfFence.virtualMachines: Accept only if its hypervisor never pauses it"
+                ),
+                v => write!(
+                    f,
+                    "machine is a {} virtual machine (a hypervisor can pause it, freezing its watchdog while its pods live on); the policy does not accept virtual machines (trustSelfFence.virtualMachines)",
+                    v.as_str()
+                ),
+            },
+            Distrust::HypervisorAction { driver } => write!(
+                f,
+                "{}'s expiry action is decided by the hypervisor; the policy does not accept virtual machines (trustSelfFence.virtualMachines)",
+                wd(driver)
+            ),
+        }
+    }
 }
 
 /// The agent's peer check, as advertised: while its Lease cannot be renewed, the agent keeps
@@ -227,6 +416,8 @@ pub struct Advertisement {
     pub challenge: Option<String>,
     /// The peer check, if the agent runs one.
     pub peer_check: Option<PeerCheck>,
+    /// Whether the machine is virtual (`None`: not advertised, as by an older agent).
+    pub virtualization: Option<Virtualization>,
 }
 
 fn ceil_secs(d: Duration) -> u64 {
@@ -247,6 +438,13 @@ impl Advertisement {
         let watchdog = secs(a, WATCHDOG_TIMEOUT).map(|timeout| Watchdog {
             timeout,
             nowayout: a.get(WATCHDOG_NOWAYOUT).is_some_and(|v| v.trim() == "true"),
+            action: a
+                .get(WATCHDOG_ACTION)
+                .and_then(|v| WatchdogAction::parse(v)),
+            driver: a
+                .get(WATCHDOG_DRIVER)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty()),
         });
         let runtime_pods = (a.get(RUNTIME_COMPLETE).map(|v| v.trim()) == Some("true")).then(|| {
             a.get(RUNTIME_PODS)
@@ -282,6 +480,7 @@ impl Advertisement {
                     answer_valid,
                     members: a.get(PEER_MEMBERS).and_then(|v| MemberSet::parse(v)),
                 }),
+            virtualization: a.get(VIRTUALIZATION).and_then(|v| Virtualization::parse(v)),
         }
     }
 
@@ -300,11 +499,28 @@ impl Advertisement {
         );
         put(
             WATCHDOG_TIMEOUT,
-            self.watchdog.map(|w| ceil_secs(w.timeout).to_string()),
+            self.watchdog
+                .as_ref()
+                .map(|w| ceil_secs(w.timeout).to_string()),
         );
         put(
             WATCHDOG_NOWAYOUT,
-            self.watchdog.map(|w| w.nowayout.to_string()),
+            self.watchdog.as_ref().map(|w| w.nowayout.to_string()),
+        );
+        put(
+            WATCHDOG_ACTION,
+            self.watchdog
+                .as_ref()
+                .and_then(|w| w.action)
+                .map(|a| a.as_str().to_string()),
+        );
+        put(
+            WATCHDOG_DRIVER,
+            self.watchdog.as_ref().and_then(|w| w.driver.clone()),
+        );
+        put(
+            VIRTUALIZATION,
+            self.virtualization.as_ref().map(|v| v.as_str().to_string()),
         );
         put(SELF_FENCE_SCOPE, self.scope.map(|s| s.as_str().to_string()));
         put(AGENT_VERSION, self.version.clone());
@@ -344,21 +560,60 @@ impl Advertisement {
     }
 
     /// How long after the last renewal the controller may count the node as self-fenced, or
-    /// `None` when the advertisement does not earn trust.
+    /// why the advertisement does not earn trust under a policy whose
+    /// `trustSelfFence.virtualMachines` is `vms`.
     ///
-    /// Guarantees: `Some` only with a self-fence timeout, an armed `nowayout` watchdog and a
-    /// known scope; the wait is the self-fence timeout plus the watchdog timeout plus `margin`,
-    /// so that even an agent that hangs right after its last renewal (and so never kills
-    /// anything) is reset by its watchdog before the wait ends.
+    /// Guarantees: `Ok` only with a self-fence timeout, an armed `nowayout` watchdog, a known
+    /// scope, a watchdog whose expiry action is advertised as reset or power off and a machine
+    /// advertised as bare metal; or, when `vms` is [`VirtualMachines::Accept`], on a machine
+    /// advertised as virtual or undetermined, also with a watchdog whose action is the
+    /// hypervisor's. Never for an advertisement that says nothing about the action or the
+    /// machine (an older agent), nor for a watchdog known not to reset or not classified. The
+    /// wait is the self-fence timeout plus the watchdog timeout plus `margin`, so that even an
+    /// agent that hangs right after its last renewal (and so never kills anything) is reset by
+    /// its watchdog before the wait ends.
     ///
     /// Assumptions: the agent stops petting the watchdog no later than its self-fence timeout
-    /// after the last renewal it sent, and the watchdog resets the machine within its timeout
-    /// of the last pet.
-    pub fn trust_wait(&self, margin: Duration) -> Option<Duration> {
-        let after = self.self_fence_after?;
-        let wd = self.watchdog.filter(|w| w.nowayout)?;
-        self.scope?;
-        Some(after + wd.timeout + margin)
+    /// after the last renewal it sent; the watchdog resets (or powers off) the machine within
+    /// its timeout of the last pet, which the agent's advertised action stands for on bare
+    /// metal; the machine's clocks and watchdog are never frozen while its processes survive
+    /// (true of bare metal; for a virtual machine, the operator's assertion when it accepts
+    /// them: its hypervisor never pauses it and resets it on expiry).
+    pub fn trust(&self, margin: Duration, vms: VirtualMachines) -> Result<Duration, Distrust> {
+        let after = self.self_fence_after.ok_or(Distrust::NoSelfFenceTimeout)?;
+        let wd = self.watchdog.as_ref().ok_or(Distrust::NoWatchdog)?;
+        if !wd.nowayout {
+            return Err(Distrust::NotNowayout);
+        }
+        self.scope.ok_or(Distrust::NoScope)?;
+        let action = wd.action.ok_or(Distrust::NoAction)?;
+        let virtualization = self
+            .virtualization
+            .as_ref()
+            .ok_or(Distrust::NoVirtualization)?;
+        let driver = || wd.driver.clone();
+        match action {
+            WatchdogAction::Reset | WatchdogAction::PowerOff => {}
+            WatchdogAction::None => return Err(Distrust::NoReset { driver: driver() }),
+            WatchdogAction::Unknown => return Err(Distrust::UnknownAction { driver: driver() }),
+            WatchdogAction::Hypervisor => {}
+        }
+        if vms != VirtualMachines::Accept {
+            if *virtualization != Virtualization::None {
+                return Err(Distrust::VirtualMachine {
+                    virtualization: virtualization.clone(),
+                });
+            }
+            if action == WatchdogAction::Hypervisor {
+                return Err(Distrust::HypervisorAction { driver: driver() });
+            }
+        }
+        Ok(after + wd.timeout + margin)
+    }
+
+    /// [`Advertisement::trust`]'s wait, or `None` when the advertisement earns no trust.
+    pub fn trust_wait(&self, margin: Duration, vms: VirtualMachines) -> Option<Duration> {
+        self.trust(margin, vms).ok()
     }
 }
 
@@ -388,17 +643,27 @@ mod tests {
         assert_eq!(PeerCheck::healthy_window(min), Duration::from_secs(2));
     }
 
-    #[test]
-    fn trust_needs_a_nowayout_watchdog_a_timeout_and_a_scope() {
-        let full = a(&[
+    const REFUSE: VirtualMachines = VirtualMachines::Refuse;
+    const ACCEPT: VirtualMachines = VirtualMachines::Accept;
+
+    fn bare_metal() -> BTreeMap<String, String> {
+        a(&[
             (SELF_FENCE_AFTER, "10"),
             (WATCHDOG_TIMEOUT, "5"),
             (WATCHDOG_NOWAYOUT, "true"),
+            (WATCHDOG_ACTION, "reset"),
+            (WATCHDOG_DRIVER, "iTCO_wdt"),
+            (VIRTUALIZATION, "none"),
             (SELF_FENCE_SCOPE, "all"),
-        ]);
+        ])
+    }
+
+    #[test]
+    fn trust_needs_a_nowayout_watchdog_a_timeout_and_a_scope() {
+        let full = bare_metal();
         let ad = Advertisement::from_annotations(&full);
         assert_eq!(
-            ad.trust_wait(Duration::from_secs(2)),
+            ad.trust_wait(Duration::from_secs(2), REFUSE),
             Some(Duration::from_secs(17))
         );
         for missing in [
@@ -406,26 +671,130 @@ mod tests {
             WATCHDOG_TIMEOUT,
             WATCHDOG_NOWAYOUT,
             SELF_FENCE_SCOPE,
+            WATCHDOG_ACTION,
+            VIRTUALIZATION,
         ] {
             let mut m = full.clone();
             m.remove(missing);
-            assert_eq!(
-                Advertisement::from_annotations(&m).trust_wait(Duration::ZERO),
-                None,
-                "{missing} missing must withdraw trust"
-            );
+            for vms in [REFUSE, ACCEPT] {
+                assert_eq!(
+                    Advertisement::from_annotations(&m).trust_wait(Duration::ZERO, vms),
+                    None,
+                    "{missing} missing must withdraw trust"
+                );
+            }
         }
         let mut bad = full.clone();
         bad.insert(WATCHDOG_TIMEOUT.into(), "soon".into());
         assert_eq!(
-            Advertisement::from_annotations(&bad).trust_wait(Duration::ZERO),
+            Advertisement::from_annotations(&bad).trust_wait(Duration::ZERO, REFUSE),
             None
         );
         let mut off = full;
         off.insert(WATCHDOG_NOWAYOUT.into(), "false".into());
         assert_eq!(
-            Advertisement::from_annotations(&off).trust_wait(Duration::ZERO),
+            Advertisement::from_annotations(&off).trust_wait(Duration::ZERO, REFUSE),
             None
+        );
+    }
+
+    #[test]
+    fn an_older_agent_that_says_nothing_of_action_or_machine_is_not_trusted_and_told_why() {
+        let mut m = bare_metal();
+        m.remove(WATCHDOG_ACTION);
+        let why = Advertisement::from_annotations(&m)
+            .trust(Duration::ZERO, ACCEPT)
+            .unwrap_err();
+        assert_eq!(why, Distrust::NoAction);
+        assert!(why.to_string().contains("older"), "{why}");
+        let mut m = bare_metal();
+        m.remove(VIRTUALIZATION);
+        let why = Advertisement::from_annotations(&m)
+            .trust(Duration::ZERO, ACCEPT)
+            .unwrap_err();
+        assert_eq!(why, Distrust::NoVirtualization);
+        assert!(why.to_string().contains("older"), "{why}");
+    }
+
+    /// The trust table: (action, virtualization) → trusted under Refuse, under Accept.
+    #[test]
+    fn only_a_watchdog_known_to_reset_on_bare_metal_is_trusted_unless_virtual_machines_are_accepted(
+    ) {
+        let table = [
+            ("reset", "none", true, true),
+            ("power-off", "none", true, true),
+            ("reset", "kvm", false, true),
+            ("power-off", "vmware", false, true),
+            ("reset", "unknown", false, true),
+            ("hypervisor", "kvm", false, true),
+            ("hypervisor", "none", false, true),
+            ("none", "none", false, false),
+            ("none", "kvm", false, false),
+            ("unknown", "none", false, false),
+            ("unknown", "qemu", false, false),
+        ];
+        for (action, virt, refuse, accept) in table {
+            let mut m = bare_metal();
+            m.insert(WATCHDOG_ACTION.into(), action.into());
+            m.insert(VIRTUALIZATION.into(), virt.into());
+            let ad = Advertisement::from_annotations(&m);
+            assert_eq!(
+                ad.trust(Duration::ZERO, REFUSE).is_ok(),
+                refuse,
+                "{action} on {virt}, Refuse: {:?}",
+                ad.trust(Duration::ZERO, REFUSE)
+            );
+            assert_eq!(
+                ad.trust(Duration::ZERO, ACCEPT).is_ok(),
+                accept,
+                "{action} on {virt}, Accept: {:?}",
+                ad.trust(Duration::ZERO, ACCEPT)
+            );
+        }
+    }
+
+    #[test]
+    fn the_reason_names_the_driver_and_the_hypervisor() {
+        let mut m = bare_metal();
+        m.insert(WATCHDOG_ACTION.into(), "hypervisor".into());
+        m.insert(WATCHDOG_DRIVER.into(), "i6300esb".into());
+        let why = Advertisement::from_annotations(&m)
+            .trust(Duration::ZERO, REFUSE)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            why.contains("watchdog i6300esb's expiry action is decided by the hypervisor"),
+            "{why}"
+        );
+        m.insert(VIRTUALIZATION.into(), "kvm".into());
+        let why = Advertisement::from_annotations(&m)
+            .trust(Duration::ZERO, REFUSE)
+            .unwrap_err()
+            .to_string();
+        assert!(why.contains("machine is a kvm virtual machine"), "{why}");
+        m.insert(WATCHDOG_ACTION.into(), "none".into());
+        m.insert(WATCHDOG_DRIVER.into(), "softdog".into());
+        let why = Advertisement::from_annotations(&m)
+            .trust(Duration::ZERO, ACCEPT)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            why.contains("watchdog softdog's expiry does not reset"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn malformed_action_and_virtualization_read_as_absent() {
+        for bad in ["", "reboot", "Reset"] {
+            assert_eq!(WatchdogAction::parse(bad), None, "{bad:?}");
+        }
+        for bad in ["", "KVM", "k vm", "x/y"] {
+            assert_eq!(Virtualization::parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            Virtualization::parse(" kvm "),
+            Some(Virtualization::Virtual("kvm".into()))
         );
     }
 
@@ -450,6 +819,8 @@ mod tests {
             watchdog: Some(Watchdog {
                 timeout: Duration::from_secs(6),
                 nowayout: true,
+                action: Some(WatchdogAction::Hypervisor),
+                driver: Some("i6300esb".into()),
             }),
             scope: Some(SelfFenceScope::All),
             version: Some("0.1.0".into()),
@@ -461,6 +832,7 @@ mod tests {
                 answer_valid: Duration::from_secs(3),
                 members: Some(MemberSet::of(["m0", "m1", "m2"])),
             }),
+            virtualization: Some(Virtualization::Virtual("kvm".into())),
         };
         let written: BTreeMap<String, String> = ad
             .to_annotations()

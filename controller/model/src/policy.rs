@@ -272,6 +272,41 @@ pub struct TrustSelfFence {
     #[serde(default = "default_self_fence_margin")]
     #[schemars(range(min = 0))]
     pub margin_seconds: i64,
+    /// Whether a self-fence of a virtual machine may be trusted. Default `Refuse`.
+    ///
+    /// A hypervisor can pause a virtual machine (live migration, a snapshot, `werror=stop`, a
+    /// suspended host): its watchdog and its clocks freeze with it, and once resumed its pods
+    /// run beside their replacements. So by default (`Refuse`) only a machine the agent detects
+    /// as bare metal, with a watchdog known to reset or power it off, earns trust.
+    ///
+    /// `Accept` trusts virtual machines too, and a watchdog whose expiry action the hypervisor
+    /// decides (an emulated i6300esb): the operator asserts that every VM the policy selects is
+    /// reset or powered off by its hypervisor when the watchdog expires (never `none` or
+    /// `pause`) and is never paused, or that a hypervisor-side fence is what it relies on. A
+    /// watchdog known not to reset (softdog with `soft_noboot`) or unclassified is refused
+    /// either way, and so is an agent that does not advertise the action or the machine.
+    #[serde(default)]
+    pub virtual_machines: VirtualMachines,
+}
+
+/// Whether a trusted self-fence may rest on a virtual machine (`trustSelfFence.virtualMachines`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum VirtualMachines {
+    /// Never trust the self-fence of a machine the agent detects as virtual, or cannot tell
+    /// from a virtual one, nor a watchdog whose expiry action a hypervisor decides.
+    #[default]
+    Refuse,
+    /// Trust the self-fence of virtual machines too, and a watchdog whose expiry action the
+    /// hypervisor decides (an emulated `i6300esb`, `ib700`, `diag288`, `xen_wdt`).
+    ///
+    /// By choosing this the operator asserts, for every virtual machine the policy selects,
+    /// that its hypervisor resets or powers it off when the watchdog expires (QEMU
+    /// `-watchdog-action reset` or `poweroff`, never `none` or `pause`) and never pauses it
+    /// (no live migration, snapshot, `werror=stop`/`rerror=stop` or suspended host), or that
+    /// a hypervisor-side fence (a `FenceTarget` level that powers the VM off through its
+    /// hypervisor) is what the policy really relies on. A watchdog the agent knows does not
+    /// reset (softdog with `soft_noboot`) or cannot classify is still refused.
+    Accept,
 }
 
 fn default_self_fence_margin() -> i64 {
@@ -283,6 +318,7 @@ impl Default for TrustSelfFence {
         Self {
             enabled: false,
             margin_seconds: default_self_fence_margin(),
+            virtual_machines: VirtualMachines::Refuse,
         }
     }
 }
@@ -598,6 +634,14 @@ mod tests {
         assert_eq!(spec.limits.per_domain.topology_key, DEFAULT_TOPOLOGY_KEY);
         assert_eq!(spec.fence_when, FenceWhen::StatefulOnly);
         assert!(!spec.trust_self_fence.enabled);
+        assert_eq!(
+            spec.trust_self_fence.virtual_machines,
+            VirtualMachines::Refuse
+        );
+        let accept: TrustSelfFence =
+            serde_json::from_str(r#"{"enabled": true, "virtualMachines": "Accept"}"#).unwrap();
+        assert_eq!(accept.virtual_machines, VirtualMachines::Accept);
+        assert_eq!(accept.margin_seconds, 10);
         assert!(!spec.recovery.power_on);
         assert_eq!(spec.recovery.untaint_when, UntaintWhen::NodeReady);
         assert!(!spec.paused && !spec.dry_run);

@@ -45,9 +45,16 @@ pub struct Cache {
     pub targets: Store<FenceTarget>,
     /// Node fences.
     pub fences: Store<NodeFence>,
+    /// This replica's sight of the API server, fed by the heartbeat watches (Nodes, node
+    /// Leases) and the election rounds.
+    pub sight: std::sync::Arc<crate::sight::Sight>,
 }
 
-fn spawn_reflector<K>(api: Api<K>, writer: Writer<K>) -> Store<K>
+fn spawn_reflector<K>(
+    api: Api<K>,
+    writer: Writer<K>,
+    sight: Option<std::sync::Arc<crate::sight::Sight>>,
+) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Default,
@@ -59,8 +66,19 @@ where
     tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {
-            if let Err(e) = ev {
-                tracing::warn!(error = %e, kind = %K::kind(&Default::default()), "watch error; retrying");
+            match ev {
+                Err(e) => {
+                    tracing::warn!(error = %e, kind = %K::kind(&Default::default()), "watch error; retrying");
+                    // Renewals may have been missed until the watch is back.
+                    if let Some(s) = &sight {
+                        s.lost();
+                    }
+                }
+                Ok(_) => {
+                    if let Some(s) = &sight {
+                        s.contact(std::time::Instant::now());
+                    }
+                }
             }
         }
     });
@@ -72,7 +90,7 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Default,
 {
-    spawn_reflector(api, Writer::default())
+    spawn_reflector(api, Writer::default(), None)
 }
 
 /// Finds the PDB API: `policy/v1` when served, else `policy/v1beta1` (Kubernetes < 1.21).
@@ -99,7 +117,10 @@ pub async fn discover_pdb_version(client: &Client) -> Result<String, Error> {
 
 impl Cache {
     /// Starts every reflector and waits until each has listed once.
-    pub async fn start(client: &Client) -> Result<Self, Error> {
+    pub async fn start(
+        client: &Client,
+        sight: std::sync::Arc<crate::sight::Sight>,
+    ) -> Result<Self, Error> {
         let pdb_version = discover_pdb_version(client).await?;
         let (group, version) = pdb_version.split_once('/').unwrap_or(("policy", "v1"));
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
@@ -125,11 +146,16 @@ impl Cache {
             reader
         };
         let cache = Cache {
-            nodes: spawn(Api::<Node>::all(client.clone())),
-            leases: spawn(Api::<Lease>::namespaced(
-                client.clone(),
-                NODE_LEASE_NAMESPACE,
-            )),
+            nodes: spawn_reflector(
+                Api::<Node>::all(client.clone()),
+                Writer::default(),
+                Some(sight.clone()),
+            ),
+            leases: spawn_reflector(
+                Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE),
+                Writer::default(),
+                Some(sight.clone()),
+            ),
             pods: spawn(Api::<Pod>::all(client.clone())),
             pvcs: spawn(Api::<PersistentVolumeClaim>::all(client.clone())),
             pdbs,
@@ -138,6 +164,7 @@ impl Cache {
             policies: spawn(Api::<FencingPolicy>::all(client.clone())),
             targets: spawn(Api::<FenceTarget>::all(client.clone())),
             fences: spawn(Api::<NodeFence>::all(client.clone())),
+            sight,
         };
         let ready = |what: &'static str| {
             move |r: Result<(), reflector::store::WriterDropped>| {

@@ -41,6 +41,10 @@ pub async fn run(ctx: Arc<Ctx>) {
         interval.tick().await;
         let now = ctx.now();
         observe(&ctx, now);
+        // Every replica remembers when a quorum guard held, so a standby that takes over
+        // knows what the leader knew.
+        let snap = snapshot(&ctx, now);
+        record_guards(&ctx, &snap);
         // Tokens only go up: never act below a token some NodeFence already recorded (the
         // leader Lease may have been deleted with its namespace, or restored from a backup).
         if let Some(highest) = ctx
@@ -61,7 +65,14 @@ pub async fn run(ctx: Arc<Ctx>) {
             continue;
         };
         crate::config::report(&ctx, &mut announced).await;
-        if let Err(e) = decide_round(&ctx, now, &mut reported).await {
+        if ctx.cache.sight.blind(std::time::Instant::now()) {
+            // The caches may lack renewals: no decision until sight returns (and then
+            // silence counts from its return, see crate::sight).
+            tracing::info!("no decision this round: the API server is out of sight");
+            crate::reconcile::ensure_workers(&ctx, token);
+            continue;
+        }
+        if let Err(e) = decide_round(&ctx, snap, &mut reported).await {
             tracing::warn!(error = %e, "decision round failed");
         }
         crate::reconcile::ensure_workers(&ctx, token);
@@ -307,6 +318,7 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
             }
         })
         .collect();
+    let restored = ctx.cache.sight.restored_at().map(|at| ctx.mono_of(at));
     Snapshot {
         now,
         policies: ctx
@@ -316,8 +328,11 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
             .iter()
             .map(|p| {
                 let name = p.name_any();
+                // Silence during this replica's blind spell is no evidence either: the end
+                // of its last blind spell counts as a hold (crate::sight).
+                let held = ctx.guard_held.lock().get(&name).copied();
                 PolicySnapshot {
-                    guard_held_at: ctx.guard_held.lock().get(&name).copied(),
+                    guard_held_at: held.max(restored),
                     name,
                     spec: p.spec.clone(),
                 }
@@ -328,19 +343,20 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
     }
 }
 
+/// Remembers, per policy, that its quorum guard holds in `snap` (every replica, every tick).
+fn record_guards(ctx: &Ctx, snap: &Snapshot) {
+    let mut held = ctx.guard_held.lock();
+    for policy in guards_holding(snap) {
+        held.insert(policy, snap.now.mono);
+    }
+}
+
 async fn decide_round(
     ctx: &Ctx,
-    now: Clocks,
+    snap: Snapshot,
     reported: &mut HashMap<String, String>,
 ) -> Result<(), Error> {
-    let snap = snapshot(ctx, now);
     let decisions = decide(&snap);
-    {
-        let mut held = ctx.guard_held.lock();
-        for policy in guards_holding(&snap) {
-            held.insert(policy, now.mono);
-        }
-    }
     {
         let mut v = ctx.verdicts.lock();
         v.clear();
@@ -477,7 +493,8 @@ async fn create_fence(ctx: &Ctx, node: &str, message: &str) -> Result<(), Error>
 
 /// A negative control (debug builds only, `PALISADE_PLANTED_BUGS=TrustWithoutWatchdog`): a
 /// node that advertises a self-fence timeout but no armed watchdog is taken to have a
-/// `nowayout` one, so its self-fence is trusted although nothing would reset a hung node.
+/// `nowayout` one that resets the machine, so its self-fence is trusted although nothing would
+/// reset a hung node.
 fn planted_watchdog(ad: &mut palisade_model::advertise::Advertisement) {
     use palisade_fence::planted::{active, Planted};
     if ad.watchdog.is_none()
@@ -487,6 +504,8 @@ fn planted_watchdog(ad: &mut palisade_model::advertise::Advertisement) {
         ad.watchdog = Some(palisade_model::advertise::Watchdog {
             timeout: std::time::Duration::ZERO,
             nowayout: true,
+            action: Some(palisade_model::advertise::WatchdogAction::Reset),
+            driver: Some("planted".into()),
         });
     }
 }

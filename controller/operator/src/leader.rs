@@ -207,14 +207,21 @@ impl Leadership {
     }
 
     /// Runs the election forever: acquire, renew every `renew_interval`, step down when a
-    /// renewal fails for longer than `lease_duration`.
-    pub async fn run(self, lease_duration: Duration, renew_interval: Duration) {
+    /// renewal fails for longer than `lease_duration`. Every round that reaches the API server
+    /// is a contact for `sight` (a gap between them is a blind spell).
+    pub async fn run(
+        self,
+        lease_duration: Duration,
+        renew_interval: Duration,
+        sight: Arc<crate::sight::Sight>,
+    ) {
         let mut observed: Option<(String, Instant)> = None;
         loop {
             let started = Instant::now();
             let result = self.round(lease_duration, &mut observed).await;
             if result.is_ok() {
                 *self.api_ok_at.lock() = Some(started);
+                sight.contact(std::time::Instant::now());
             }
             match result {
                 Ok(Some(token)) => {

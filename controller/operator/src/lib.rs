@@ -37,6 +37,7 @@ pub mod readiness;
 pub mod reconcile;
 pub mod release;
 pub mod server;
+pub mod sight;
 pub mod silent;
 pub mod webhook;
 
@@ -115,8 +116,8 @@ pub struct Ctx {
     /// The latest verdict per node, from the last tick.
     pub verdicts: Mutex<HashMap<String, Verdict>>,
     /// Per policy, the last tick in which its quorum guard held (see
-    /// `PolicySnapshot::guard_held_at`). Lost with the process: a new leader's detector starts
-    /// every node's clock afresh anyway.
+    /// `PolicySnapshot::guard_held_at`), recorded by every replica, leader or not. Lost with
+    /// the process: a restarted replica's detector starts every node's clock afresh anyway.
     pub guard_held: Mutex<HashMap<String, Mono>>,
     /// When a heartbeat *change* (not a first sighting) was last observed, per node.
     pub changed_at: Mutex<HashMap<String, Mono>>,
@@ -161,6 +162,11 @@ impl Ctx {
             workers: Mutex::new(HashSet::new()),
             start: Instant::now(),
         })
+    }
+
+    /// `at` on our monotonic clock (an instant before the start reads as the start).
+    pub fn mono_of(&self, at: Instant) -> Mono {
+        Mono(at.saturating_duration_since(self.start))
     }
 
     /// Both clocks now: our monotonic clock (since start) and the wall clock (for persisted

@@ -115,7 +115,12 @@ async fn main() -> anyhow::Result<()> {
             .await
             .context("installing the CRDs")?;
     }
-    let cache = cache::Cache::start(&client)
+    // Election rounds run every renew interval on every replica: three missed in a row are a
+    // blind spell (see palisade_controller::sight).
+    let sight = std::sync::Arc::new(palisade_controller::sight::Sight::new(
+        args.renew_interval.saturating_mul(3),
+    ));
+    let cache = cache::Cache::start(&client, sight.clone())
         .await
         .context("starting the caches")?;
     tracing::info!(pdb = %cache.pdb_version, "caches ready");
@@ -133,7 +138,7 @@ async fn main() -> anyhow::Result<()> {
         bridge_node: args.bridge_node.clone().filter(|n| !n.is_empty()),
     };
     let ctx = Ctx::new(client, settings, cache, leadership.clone());
-    let election = tokio::spawn(leadership.run(args.lease_duration, args.renew_interval));
+    let election = tokio::spawn(leadership.run(args.lease_duration, args.renew_interval, sight));
     let ticker = tokio::spawn(detect::run(ctx.clone()));
     tokio::spawn(palisade_controller::silent::run(ctx.clone()));
     tokio::spawn(palisade_controller::readiness::run(

@@ -194,7 +194,10 @@ fn without_working_fence(ctx: &Ctx, ready_by_node: &BTreeMap<String, bool>) -> u
                     .unwrap_or_default();
                 let margin =
                     Duration::from_secs(policy.trust_self_fence.margin_seconds.max(0) as u64);
-                policy.trust_self_fence.enabled && ad.trust_wait(margin).is_some()
+                policy.trust_self_fence.enabled
+                    && ad
+                        .trust_wait(margin, policy.trust_self_fence.virtual_machines)
+                        .is_some()
             }
         };
         if !working {

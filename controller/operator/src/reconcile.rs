@@ -144,7 +144,11 @@ fn peer_trust(
         .lock()
         .majority_since_among(&members, ctx.now().mono);
     // Without an advertised watchdog the self-fence earns no trust anyway; count none here.
-    let watchdog = advertised.watchdog.map(|w| w.timeout).unwrap_or_default();
+    let watchdog = advertised
+        .watchdog
+        .as_ref()
+        .map(|w| w.timeout)
+        .unwrap_or_default();
     match palisade_decide::majority::peer_checked_trust(since, peer.answer_valid, watchdog, margin)
     {
         Some(t) => PeerTrust::From(t),
@@ -732,7 +736,15 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 .map(|p| u64::try_from(p.trust_self_fence.margin_seconds).unwrap_or(0))
                 .unwrap_or(0),
         );
-        let self_fence_wait = advertised.trust_wait(margin);
+        // The same rule as `decide` (VMs refused unless the policy accepts them): trust is
+        // re-earned from each renewal the fence observes, never carried over from the plan.
+        let self_fence_wait = advertised.trust_wait(
+            margin,
+            policy
+                .as_ref()
+                .map(|p| p.trust_self_fence.virtual_machines)
+                .unwrap_or_default(),
+        );
         let peer_trust = peer_trust(ctx, &advertised, margin);
         let challenge = nf.metadata.uid.clone().unwrap_or_default();
         let recovering = status.phase == Phase::Recovering;
@@ -1421,9 +1433,10 @@ mod start_gate_tests {
             k8s_openapi::jiff::Timestamp::from_second(created).expect("a valid time"),
         ));
         if let Some(p) = phase {
-            let mut st = NodeFenceStatus::default();
-            st.phase = p;
-            nf.status = Some(st);
+            nf.status = Some(NodeFenceStatus {
+                phase: p,
+                ..Default::default()
+            });
         }
         nf
     }

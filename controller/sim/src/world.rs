@@ -28,7 +28,9 @@ use palisade_decide::snapshot::{
     FenceState, NodeSnapshot, PodSnapshot, PolicySnapshot, Snapshot, Tolerance,
 };
 use palisade_decide::{decide, guards_holding, next_step, Clocks, Mono, Verdict};
-use palisade_model::advertise::{Advertisement, MemberSet, PeerCheck, SelfFenceScope, Watchdog};
+use palisade_model::advertise::{
+    Advertisement, MemberSet, PeerCheck, SelfFenceScope, Virtualization, Watchdog, WatchdogAction,
+};
 use palisade_model::nodefence::{
     Evidence, EvidenceKind, LevelKind, NodeFenceSpec, NodeFenceStatus, Phase, PlannedDevice,
     ReleasedObject, RequestedBy,
@@ -690,10 +692,15 @@ impl<'s> World<'s> {
         if reaches && m.last_attempt.is_none_or(|t| now - t >= RENEW_MS) {
             let ad = Advertisement {
                 self_fence_after: Some(Duration::from_secs(cfg.self_fence_after)),
+                // The simulated machines are bare metal with a hardware watchdog that resets
+                // them (the sim cannot pause a machine: see docs/simulation.md).
                 watchdog: cfg.watchdog.filter(|_| m.watchdog_armed).map(|w| Watchdog {
                     timeout: Duration::from_secs(w),
                     nowayout: cfg.nowayout,
+                    action: Some(WatchdogAction::Reset),
+                    driver: Some("iTCO_wdt".into()),
                 }),
+                virtualization: Some(Virtualization::None),
                 scope: Some(SelfFenceScope::All),
                 version: None,
                 boot_id: Some(self.boot_id(i)),
@@ -1342,6 +1349,8 @@ impl<'s> World<'s> {
                     ad.watchdog = Some(Watchdog {
                         timeout: Duration::from_secs(1),
                         nowayout: true,
+                        action: Some(WatchdogAction::Reset),
+                        driver: None,
                     });
                 }
                 self.ctl.advertised.insert(name.clone(), ad);
@@ -1547,7 +1556,7 @@ impl<'s> World<'s> {
                     now.mono
                 };
                 let since = set.and_then(|s| self.ctl.streaks.majority_since_among(&s, judge));
-                let watchdog = advertised.watchdog.map(|w| w.timeout).unwrap_or_default();
+                let watchdog = advertised.watchdog.as_ref().map(|w| w.timeout).unwrap_or_default();
                 match peer_checked_trust(since, peer.answer_valid, watchdog, margin) {
                     Some(t) if self.bug == Some(Bug::WallClockStreaks) => {
                         PeerTrust::From(shift(t, !stepped_back))
@@ -1648,7 +1657,8 @@ impl<'s> World<'s> {
                     .map(|c| now.mono.since(c))
             },
             heartbeat_marker: fresh_or_watched,
-            self_fence_wait: advertised.trust_wait(margin),
+            self_fence_wait: advertised
+                .trust_wait(margin, self.policy.trust_self_fence.virtual_machines),
             peer_trust,
             clean_proof: clean,
             challenge_posted: self.node_challenge[i].as_deref() == Some(fence.name.as_str()),

@@ -223,11 +223,15 @@ fn trusted_self_fence(sim: &Sim<'_>, ctl: &Controller) {
     use palisade_model::advertise as ad;
     eprintln!("== scenario: trusted self-fence (no hardware level)");
     let labels = [("palisade.test/scenario", "trust")];
-    // A renewal that advertises a self-fence backed by an armed, nowayout watchdog.
+    // A renewal that advertises a self-fence backed by an armed, nowayout watchdog known to
+    // reset the machine, on bare metal (these simulated nodes stand for physical machines).
     let armed = [
         (ad::SELF_FENCE_AFTER, "8"),
         (ad::WATCHDOG_TIMEOUT, "3"),
         (ad::WATCHDOG_NOWAYOUT, "true"),
+        (ad::WATCHDOG_ACTION, "reset"),
+        (ad::WATCHDOG_DRIVER, "iTCO_wdt"),
+        (ad::VIRTUALIZATION, "none"),
         (ad::SELF_FENCE_SCOPE, "all"),
     ];
     let nodes = [

@@ -33,6 +33,8 @@ fn an_edited_node_name_fails_the_fence_and_a_second_fence_is_superseded() {
         (ad::SELF_FENCE_AFTER, "60"),
         (ad::WATCHDOG_TIMEOUT, "10"),
         (ad::WATCHDOG_NOWAYOUT, "true"),
+        (ad::WATCHDOG_ACTION, "reset"),
+        (ad::VIRTUALIZATION, "none"),
         (ad::SELF_FENCE_SCOPE, "all"),
     ];
     let nodes = [

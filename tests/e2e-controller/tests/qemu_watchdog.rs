@@ -104,7 +104,9 @@ fn a_frozen_agent_is_powered_off_by_its_watchdog_before_the_controller_trusts_it
     policy_with(
         &c,
         &rt,
-        json!({"trustSelfFence": {"enabled": true, "marginSeconds": 1}}),
+        // The guest is a QEMU VM with an emulated i6300esb: the lab sets its action to reset
+        // (or power off) and never pauses it, which is what accepting VMs asserts.
+        json!({"trustSelfFence": {"enabled": true, "marginSeconds": 1, "virtualMachines": "Accept"}}),
     );
     let _pod = running_worker(&c, &rt, "m0");
 

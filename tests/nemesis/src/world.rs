@@ -296,7 +296,8 @@ pub struct World {
 /// The campaign's FencingPolicy: fast detection, no forgiveness, nodes powered back on after
 /// release, no cooldown or escalation limit (the nemesis fences the same nodes many times).
 /// With `trust_self_fence`, a watchdog-backed self-fence is trusted 1 s after its advertised
-/// timeout (for the world without fence devices).
+/// timeout (for the world without fence devices), on virtual machines too: the lab's machines
+/// are QEMU guests whose i6300esb the lab sets to reset them and which it never pauses.
 pub fn policy_spec(trust_self_fence: bool) -> serde_json::Value {
     json!({
         "detection": {"suspectAfterSeconds": 2, "unhealthyAfterSeconds": 4},
@@ -304,7 +305,7 @@ pub fn policy_spec(trust_self_fence: bool) -> serde_json::Value {
         "fenceWhen": "Always",
         "recovery": {"powerOn": true},
         "escalation": {"cooldownSeconds": 0, "maxFencesPerWindow": 100000, "windowSeconds": 86400},
-        "trustSelfFence": {"enabled": trust_self_fence, "marginSeconds": 1},
+        "trustSelfFence": {"enabled": trust_self_fence, "marginSeconds": 1, "virtualMachines": "Accept"},
     })
 }
 

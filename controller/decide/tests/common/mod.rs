@@ -140,18 +140,42 @@ pub fn node_mut<'a>(s: &'a mut Snapshot, name: &str) -> &'a mut NodeSnapshot {
     s.nodes.iter_mut().find(|n| n.name == name).unwrap()
 }
 
-/// An advertisement as a node agent with a self-fence timeout of `after` seconds writes it,
-/// with an armed `nowayout` watchdog of `watchdog` seconds if given, and scope `all`.
+/// An advertisement as a node agent with a self-fence timeout of `after` seconds writes it on
+/// bare metal, with an armed `nowayout` watchdog of `watchdog` seconds if given (a hardware
+/// `iTCO_wdt` that resets the machine), and scope `all`.
 #[allow(dead_code)]
 pub fn advertised(after: u64, watchdog: Option<u64>) -> palisade_model::advertise::Advertisement {
-    use palisade_model::advertise::{Advertisement, SelfFenceScope, Watchdog};
+    use palisade_model::advertise::{
+        Advertisement, SelfFenceScope, Virtualization, Watchdog, WatchdogAction,
+    };
     Advertisement {
         self_fence_after: Some(std::time::Duration::from_secs(after)),
         watchdog: watchdog.map(|w| Watchdog {
             timeout: std::time::Duration::from_secs(w),
             nowayout: true,
+            action: Some(WatchdogAction::Reset),
+            driver: Some("iTCO_wdt".into()),
         }),
         scope: Some(SelfFenceScope::All),
+        virtualization: Some(Virtualization::None),
         ..Default::default()
     }
+}
+
+/// As [`advertised`], from an agent on a `kind` virtual machine (`kvm`, `qemu`, ...) whose
+/// watchdog is an emulated `i6300esb` (its expiry action is the hypervisor's).
+#[allow(dead_code)]
+pub fn advertised_vm(
+    after: u64,
+    watchdog: u64,
+    kind: &str,
+) -> palisade_model::advertise::Advertisement {
+    use palisade_model::advertise::{Virtualization, WatchdogAction};
+    let mut ad = advertised(after, Some(watchdog));
+    if let Some(w) = ad.watchdog.as_mut() {
+        w.action = Some(WatchdogAction::Hypervisor);
+        w.driver = Some("i6300esb".into());
+    }
+    ad.virtualization = Some(Virtualization::Virtual(kind.into()));
+    ad
 }
