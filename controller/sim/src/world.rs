@@ -1556,7 +1556,11 @@ impl<'s> World<'s> {
                     now.mono
                 };
                 let since = set.and_then(|s| self.ctl.streaks.majority_since_among(&s, judge));
-                let watchdog = advertised.watchdog.as_ref().map(|w| w.timeout).unwrap_or_default();
+                let watchdog = advertised
+                    .watchdog
+                    .as_ref()
+                    .map(|w| w.timeout)
+                    .unwrap_or_default();
                 match peer_checked_trust(since, peer.answer_valid, watchdog, margin) {
                     Some(t) if self.bug == Some(Bug::WallClockStreaks) => {
                         PeerTrust::From(shift(t, !stepped_back))
