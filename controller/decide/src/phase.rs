@@ -84,8 +84,22 @@ pub struct Observations<'a> {
     /// The Node carries this fence's recovery challenge now
     /// ([`palisade_model::advertise::RECOVERY_CHALLENGE`]).
     pub challenge_posted: bool,
-    /// A release taint (`palisade.dev/fenced` or out-of-service) is present on the node.
-    pub taint_present: bool,
+    /// The release taints (`palisade.dev/fenced`, out-of-service) on the Node now that this
+    /// fence added (keys, as its [`palisade_model::nodefence::ANNOTATION_RELEASE_TAINTS`] record
+    /// names them); only these are ever removed.
+    pub taints_added: Vec<String>,
+    /// The release taints on the Node now that this fence did not add (a person's, medik8s',
+    /// another fence's): never removed; an out-of-service one keeps the storage block.
+    pub taints_foreign: Vec<String>,
+    /// The node's VolumeAttachments that have not settled ([`attachment_settled`] is false),
+    /// read live while Recovering.
+    pub unsettled_attachments: Vec<ObjectRef>,
+    /// How long this controller process has watched the Node carry neither a taint of
+    /// [`Self::taints_added`] nor an out-of-service taint, on its monotonic clock (since it
+    /// first observed that, counting again whenever a taint reappears); `None` when it does not
+    /// observe that now. The [`UNTAINT_SETTLE_MARGIN`] runs on it as well as on the wall clock,
+    /// so a step of the wall clock never shortens it.
+    pub untainted_for: Option<std::time::Duration>,
     /// The UID of the Node object named by `spec.nodeName` now (`None`: no such Node).
     pub node_uid: Option<String>,
     /// The oldest *other* unfinished `NodeFence` for the same node, if it is older than this
@@ -208,6 +222,38 @@ pub enum WaitFor {
     /// Pending: no Node of this name exists; the fence fails with `NodeNotFound` at `until`
     /// unless one registers.
     NodeExists,
+    /// Recovering: the release taints this fence removed are still on the observed Node (the
+    /// controller's cache has not seen the removal yet).
+    Untaint,
+    /// Recovering: an out-of-service taint this fence did not add (its key) is on the Node; the
+    /// storage block stays while any out-of-service taint is there, since Kubernetes may still
+    /// force-delete pods and force-detach volumes because of it. Palisade never removes it.
+    ForeignOutOfService(String),
+    /// Recovering: these VolumeAttachments of the node (names) have not settled
+    /// ([`attachment_settled`]).
+    AttachmentsSettle(Vec<String>),
+    /// Recovering: the untaint was observed; the storage block stays for
+    /// [`UNTAINT_SETTLE_MARGIN`] after it, for caches that still act on the old taint.
+    UntaintMargin,
+}
+
+/// How long after the untaint was observed (and with the node's VolumeAttachments settled) the
+/// storage block stays, on the wall clock and the controller's monotonic clock: a lagging pod
+/// garbage collector or attach-detach cache can still force-delete pods or force-detach volumes
+/// after the out-of-service taint is gone (kubernetes/kubernetes #141887, #141888, #142331).
+/// It covers an informer's lag behind the Node update, not a controller that is down: the
+/// settled-attachment check is what covers a detach already under way.
+pub const UNTAINT_SETTLE_MARGIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether a VolumeAttachment of the node has settled: nothing is detaching it.
+///
+/// Unsettled means observably on its way to a detach: the object is being deleted
+/// (`deletionTimestamp` set: the attacher's finalizer holds it until the detach is done), or
+/// a detach was tried and failed (`status.detachError` set: the attach-detach controller
+/// retries it). An attachment being attached (a new pod on the rejoined node) is settled: an
+/// attach does not take a volume away from anyone.
+pub fn attachment_settled(being_deleted: bool, detach_error: bool) -> bool {
+    !being_deleted && !detach_error
 }
 
 /// How long a `NodeFence` waits in Pending for its Node to exist before it fails with
@@ -326,8 +372,13 @@ pub enum Step {
     PowerOn(Vec<PlannedDevice>),
     /// Recover: lift the storage fence on these devices (every storage device of every tried level).
     Unfence(Vec<PlannedDevice>),
-    /// Recover: remove the release taints (`palisade.dev/fenced` and out-of-service).
+    /// Recover: remove the release taints this fence added (never one it did not add), with
+    /// their record ([`palisade_model::nodefence::ANNOTATION_RELEASE_TAINTS`]), in one Node
+    /// update.
     RemoveTaint,
+    /// Recovering: the Node carries neither a release taint of this fence nor an out-of-service
+    /// taint: record when this was first observed (`status.recovery.untaintObservedAt`).
+    RecordUntaintObserved,
 }
 
 /// The taints a release puts on the fenced node ([`Step::ApplyTaint`]).
@@ -371,6 +422,7 @@ impl Step {
             Step::PowerOn(_) => "power_on",
             Step::Unfence(_) => "unfence",
             Step::RemoveTaint => "remove_taint",
+            Step::RecordUntaintObserved => "record_untaint_observed",
         }
     }
 
@@ -741,6 +793,21 @@ fn tried_devices(status: &NodeFenceStatus, kind: DeviceKind) -> Vec<PlannedDevic
     out
 }
 
+/// Recovering, in this order: the recovery challenge, power-on, the node's rejoin, the clean
+/// proof; then the untaint, and only after it settled the storage unblock; then Done.
+///
+/// Guarantees: the storage block is lifted ([`Step::Unfence`]) only when the Node is observed
+/// carrying no release taint this fence added and no out-of-service taint at all (a foreign
+/// one, which this fence never removes, keeps the block and is waited on by name), the
+/// untaint's first observation is persisted, none of the node's VolumeAttachments is
+/// unsettled, and [`UNTAINT_SETTLE_MARGIN`] has passed since that observation on the wall
+/// clock and on this process's monotonic watch. Only taints this fence recorded adding are
+/// removed ([`Step::RemoveTaint`]), and only after the clean proof.
+///
+/// Assumptions: [`Observations::untainted_for`] is reset whenever the observed Node carries
+/// such a taint again, and never exceeds the time this process has watched it without one.
+/// A foreign out-of-service taint that stays keeps the fence Recovering until the phase's
+/// budget fails it (`BudgetExceeded`), with the block still in place: a person decides.
 fn recovering(status: &NodeFenceStatus, obs: &Observations<'_>) -> Step {
     let Some(recovery) = obs.recovery else {
         return Step::Wait {
@@ -776,18 +843,65 @@ fn recovering(status: &NodeFenceStatus, obs: &Observations<'_>) -> Step {
             },
         };
     }
-    if rec.unfenced_at.is_none() {
-        let storage = tried_devices(status, DeviceKind::Storage);
-        if !storage.is_empty() {
-            return Step::Unfence(storage);
-        }
+    // The untaint first: the release taints this fence added go (or, `Manual`, a person
+    // removes them) while the storage block still holds.
+    if !obs.taints_added.is_empty() {
+        return match recovery.untaint_when {
+            UntaintWhen::NodeReady if rec.untainted_at.is_none() => Step::RemoveTaint,
+            UntaintWhen::NodeReady => Step::Wait {
+                why: WaitFor::Untaint,
+                until: None,
+            },
+            UntaintWhen::Manual => Step::Wait {
+                why: WaitFor::ManualUntaint,
+                until: None,
+            },
+        };
     }
-    match recovery.untaint_when {
-        UntaintWhen::NodeReady if obs.taint_present => Step::RemoveTaint,
-        UntaintWhen::Manual if obs.taint_present => Step::Wait {
-            why: WaitFor::ManualUntaint,
+    let storage = tried_devices(status, DeviceKind::Storage);
+    if rec.unfenced_at.is_some() || storage.is_empty() {
+        return Step::Enter(Phase::Done);
+    }
+    // Then the block stays while any out-of-service taint is on the node, whoever put it there.
+    if let Some(key) = obs
+        .taints_foreign
+        .iter()
+        .find(|k| k.as_str() == palisade_model::OUT_OF_SERVICE_TAINT_KEY)
+    {
+        return Step::Wait {
+            why: WaitFor::ForeignOutOfService(key.clone()),
             until: None,
-        },
-        UntaintWhen::NodeReady | UntaintWhen::Manual => Step::Enter(Phase::Done),
+        };
+    }
+    let Some(observed) = rec.untaint_observed_at.as_ref().map(|t| t.0) else {
+        return Step::RecordUntaintObserved;
+    };
+    if !obs.unsettled_attachments.is_empty() {
+        let mut names: Vec<String> = obs
+            .unsettled_attachments
+            .iter()
+            .map(|a| a.name.clone())
+            .collect();
+        names.sort();
+        return Step::Wait {
+            why: WaitFor::AttachmentsSettle(names),
+            until: None,
+        };
+    }
+    // Both clocks must agree the margin is over (see `self_fence_level`): the wall clock from
+    // the persisted observation, and this process's own watch, which a restarted or new leader
+    // counts again from its first look.
+    let watched = obs.untainted_for.unwrap_or_default();
+    let deadline = jiff_add(observed, UNTAINT_SETTLE_MARGIN);
+    if obs.now.wall >= deadline && watched >= UNTAINT_SETTLE_MARGIN {
+        Step::Unfence(storage)
+    } else {
+        Step::Wait {
+            why: WaitFor::UntaintMargin,
+            until: Some(deadline.max(jiff_add(
+                obs.now.wall,
+                UNTAINT_SETTLE_MARGIN.saturating_sub(watched),
+            ))),
+        }
     }
 }

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use palisade_decide::phase::{
     clean_proof, next_step, NodePod, ObjectRef, Observations, PeerTrust, ReleaseTaints, Step,
-    WaitFor,
+    WaitFor, UNTAINT_SETTLE_MARGIN,
 };
 use palisade_decide::verdict::{FencePlan, PlanLevel};
 use palisade_decide::{Clocks, HoldReason, Mono, Verdict, WaitReason};
@@ -21,6 +21,7 @@ use palisade_model::nodefence::{
 };
 use palisade_model::policy::{Recovery, UntaintWhen};
 use palisade_model::target::{DeviceKind, PowerOff};
+use palisade_model::{FENCED_TAINT_KEY as FENCED, OUT_OF_SERVICE_TAINT_KEY as OUT_OF_SERVICE};
 use proptest::prelude::*;
 
 fn spec(by: RequestedBy) -> NodeFenceSpec {
@@ -102,7 +103,15 @@ struct World {
     wall_step: i64,
     self_fence_wait: Option<Duration>,
     peer_trust: PeerTrust,
+    /// The release taints this fence added are on the Node.
     taint: bool,
+    /// Release taints on the Node that this fence did not add.
+    foreign: Vec<String>,
+    /// The node's VolumeAttachments that have not settled.
+    unsettled: Vec<ObjectRef>,
+    /// Since when the controller has watched the Node without this fence's taints and without
+    /// an out-of-service taint (monotonic), updated on every observation.
+    untainted_since: std::cell::Cell<Option<Mono>>,
     node_uid: Option<String>,
     older_sibling: Option<String>,
     /// When this controller process first saw the fence in its current phase (monotonic).
@@ -129,6 +138,9 @@ impl World {
             self_fence_wait: None,
             peer_trust: PeerTrust::NotPeerChecked,
             taint: false,
+            foreign: Vec::new(),
+            unsettled: Vec::new(),
+            untainted_since: std::cell::Cell::new(None),
             node_uid: Some("uid-m0".into()),
             older_sibling: None,
             phase_seen_since: None,
@@ -147,7 +159,18 @@ impl World {
         }
     }
 
+    /// Whether the Node carries neither this fence's taints nor an out-of-service taint.
+    fn untainted(&self) -> bool {
+        !self.taint && !self.foreign.iter().any(|k| k == OUT_OF_SERVICE)
+    }
+
     fn obs(&self) -> Observations<'_> {
+        let mono = self.clocks().mono;
+        self.untainted_since.set(if self.untainted() {
+            Some(self.untainted_since.get().unwrap_or(mono))
+        } else {
+            None
+        });
         Observations {
             now: self.clocks(),
             token: self.token,
@@ -166,7 +189,14 @@ impl World {
             clean_proof: (self.agent_clean && self.challenge)
                 .then(|| "the agent's runtime lists none of the released pods".to_string()),
             challenge_posted: self.challenge,
-            taint_present: self.taint,
+            taints_added: if self.taint {
+                vec![FENCED.to_string(), OUT_OF_SERVICE.to_string()]
+            } else {
+                Vec::new()
+            },
+            taints_foreign: self.foreign.clone(),
+            unsettled_attachments: self.unsettled.clone(),
+            untainted_for: self.untainted_since.get().map(|c| mono.since(c)),
             node_uid: self.node_uid.clone(),
             older_sibling: self.older_sibling.clone(),
             phase_seen_for: self.phase_seen_since.map(|c| self.clocks().mono.since(c)),
@@ -284,6 +314,7 @@ fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn
             w.taint = false;
             st.recovery.untainted_at = Some(MicroTime(at));
         }
+        Step::RecordUntaintObserved => st.recovery.untaint_observed_at = Some(MicroTime(at)),
     }
 }
 
@@ -310,7 +341,7 @@ fn happy_path_walks_every_phase_in_order() {
     let mut w = World::new();
     let level_ok = |l: i32| l == 1; // IPMI fails (bad credentials), PDU + storage level works.
     let mut labels = Vec::new();
-    for _ in 0..40 {
+    for _ in 0..60 {
         let step = next_step(&sp, &st, &w.obs());
         labels.push(match &step {
             Step::Enter(p) => format!("enter:{p}"),
@@ -336,6 +367,8 @@ fn happy_path_walks_every_phase_in_order() {
         apply(&step, &mut st, &mut w, &level_ok);
         w.now += 1;
     }
+    // One label per run of identical waits (the untaint margin takes several ticks).
+    labels.dedup();
     assert_eq!(
         labels,
         vec![
@@ -355,8 +388,10 @@ fn happy_path_walks_every_phase_in_order() {
             "power_on",
             "wait:Rejoin",
             "record_clean_proof",
-            "unfence",
             "remove_taint",
+            "record_untaint_observed",
+            "wait:UntaintMargin",
+            "unfence",
             "enter:Done",
             "nothing",
         ]
@@ -1286,6 +1321,227 @@ fn recovery_rules() {
     assert_eq!(next_step(&sp, &st, &w.obs()), Step::Enter(Phase::Done));
 }
 
+/// A fence verified at level 1 (PDU + storage), released, Recovering, the node back with its
+/// clean proof recorded: everything before the untaint is done.
+fn recovering_with_clean_proof(
+    untaint_when: UntaintWhen,
+) -> (NodeFenceSpec, NodeFenceStatus, World) {
+    let sp = spec(RequestedBy::Controller);
+    let mut st = created();
+    let mut w = World::new();
+    w.recovery.untaint_when = untaint_when;
+    for _ in 0..40 {
+        if st.recovery.clean_proof.is_some() {
+            break;
+        }
+        let step = next_step(&sp, &st, &w.obs());
+        if matches!(
+            step,
+            Step::Wait {
+                why: WaitFor::Rejoin,
+                ..
+            }
+        ) {
+            w.node_healthy = true;
+            w.agent_clean = true;
+        }
+        apply(&step, &mut st, &mut w, &|l| l == 1);
+        w.now += 1;
+    }
+    assert!(st.recovery.clean_proof.is_some() && st.recovery.unfenced_at.is_none());
+    assert!(w.taint, "the release taints are on the node");
+    (sp, st, w)
+}
+
+/// Steps `w` forward by `secs` seconds, one second at a time, asserting every step is a wait
+/// (never an unfence), performing none.
+fn only_waits_for(sp: &NodeFenceSpec, st: &NodeFenceStatus, w: &mut World, secs: i64) {
+    for _ in 0..secs {
+        let step = next_step(sp, st, &w.obs());
+        assert!(matches!(step, Step::Wait { .. }), "at {}: {step:?}", w.now);
+        w.now += 1;
+    }
+}
+
+#[test]
+fn the_storage_block_is_lifted_only_after_the_untaint_settled() {
+    let (sp, mut st, mut w) = recovering_with_clean_proof(UntaintWhen::NodeReady);
+    // The untaint comes first, while the block holds.
+    let step = next_step(&sp, &st, &w.obs());
+    assert_eq!(step, Step::RemoveTaint);
+    apply(&step, &mut st, &mut w, &|_| true);
+    // The controller's cache still shows the taint: wait for it, do not remove again.
+    w.taint = true;
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::Untaint,
+            until: None
+        }
+    );
+    w.taint = false;
+    let step = next_step(&sp, &st, &w.obs());
+    assert_eq!(step, Step::RecordUntaintObserved);
+    apply(&step, &mut st, &mut w, &|_| true);
+    let observed = st.recovery.untaint_observed_at.clone().unwrap().0;
+    // A VolumeAttachment of the node is still being detached: the block stays.
+    w.unsettled = vec![obj("", "csi-va-9")];
+    only_waits_for(&sp, &st, &mut w, 30);
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::AttachmentsSettle(vec!["csi-va-9".into()]),
+            until: None
+        }
+    );
+    w.unsettled.clear();
+    // Settled, and more than the margin since the untaint: unfence, then Done.
+    let step = next_step(&sp, &st, &w.obs());
+    assert!(
+        matches!(step, Step::Unfence(ref d) if d.iter().any(|d| d.kind == DeviceKind::Storage)),
+        "{step:?}"
+    );
+    assert!(wall(w.now) >= observed + UNTAINT_SETTLE_MARGIN);
+    apply(&step, &mut st, &mut w, &|_| true);
+    assert_eq!(next_step(&sp, &st, &w.obs()), Step::Enter(Phase::Done));
+}
+
+#[test]
+fn the_unfence_waits_the_margin_after_the_untaint_on_both_clocks() {
+    let (sp, mut st, mut w) = recovering_with_clean_proof(UntaintWhen::NodeReady);
+    apply(&Step::RemoveTaint, &mut st, &mut w, &|_| true);
+    apply(&Step::RecordUntaintObserved, &mut st, &mut w, &|_| true);
+    let margin = UNTAINT_SETTLE_MARGIN.as_secs() as i64;
+    // Just short of the margin: wait, until the margin's end.
+    only_waits_for(&sp, &st, &mut w, margin - 1);
+    assert!(matches!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::UntaintMargin,
+            until: Some(_)
+        }
+    ));
+    // A forward step of the wall clock does not shorten it (the monotonic watch is short; the
+    // phase's budget runs on the monotonic clock too).
+    w.phase_seen_since = Some(w.clocks().mono);
+    w.wall_step = 3600;
+    assert!(matches!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::UntaintMargin,
+            ..
+        }
+    ));
+    w.wall_step = 0;
+    w.now += 1;
+    assert!(matches!(next_step(&sp, &st, &w.obs()), Step::Unfence(_)));
+    // A new leader (no monotonic watch yet) counts the margin again from its first look.
+    let mut fresh = w;
+    fresh.untainted_since.set(None);
+    assert!(matches!(
+        next_step(&sp, &st, &fresh.obs()),
+        Step::Wait {
+            why: WaitFor::UntaintMargin,
+            ..
+        }
+    ));
+    fresh.now += margin;
+    assert!(matches!(
+        next_step(&sp, &st, &fresh.obs()),
+        Step::Unfence(_)
+    ));
+}
+
+#[test]
+fn an_out_of_service_taint_that_reappears_restarts_the_margin() {
+    let (sp, mut st, mut w) = recovering_with_clean_proof(UntaintWhen::NodeReady);
+    apply(&Step::RemoveTaint, &mut st, &mut w, &|_| true);
+    apply(&Step::RecordUntaintObserved, &mut st, &mut w, &|_| true);
+    only_waits_for(&sp, &st, &mut w, 5);
+    // Someone taints the node out-of-service again: the block stays while it is there.
+    w.foreign = vec![OUT_OF_SERVICE.to_string()];
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Wait {
+            why: WaitFor::ForeignOutOfService(OUT_OF_SERVICE.into()),
+            until: None
+        }
+    );
+    only_waits_for(&sp, &st, &mut w, 20);
+    w.foreign.clear();
+    // The wall-clock margin from the first observation is long over; the watch starts again.
+    only_waits_for(&sp, &st, &mut w, UNTAINT_SETTLE_MARGIN.as_secs() as i64);
+    assert!(matches!(next_step(&sp, &st, &w.obs()), Step::Unfence(_)));
+}
+
+#[test]
+fn a_release_taint_another_actor_put_there_is_never_removed_and_its_out_of_service_keeps_the_block()
+{
+    let (sp, mut st, mut w) = recovering_with_clean_proof(UntaintWhen::NodeReady);
+    // The node carried both taints before the fence tainted it (medik8s, a person): the fence
+    // added none of them.
+    w.taint = false;
+    w.foreign = vec![FENCED.to_string(), OUT_OF_SERVICE.to_string()];
+    for _ in 0..60 {
+        let step = next_step(&sp, &st, &w.obs());
+        assert_eq!(
+            step,
+            Step::Wait {
+                why: WaitFor::ForeignOutOfService(OUT_OF_SERVICE.into()),
+                until: None
+            }
+        );
+        w.now += 1;
+    }
+    // Its owner lifts the out-of-service taint; the foreign NoSchedule taint stays, and
+    // recovery neither removes it nor waits for it.
+    w.foreign = vec![FENCED.to_string()];
+    let mut steps = Vec::new();
+    for _ in 0..40 {
+        let step = next_step(&sp, &st, &w.obs());
+        if step == Step::Nothing {
+            break;
+        }
+        assert_ne!(step, Step::RemoveTaint);
+        steps.push(step.label());
+        apply(&step, &mut st, &mut w, &|_| true);
+        w.now += 1;
+    }
+    steps.dedup();
+    assert_eq!(
+        steps,
+        vec!["record_untaint_observed", "wait", "unfence", "enter"]
+    );
+    assert_eq!(st.phase, Phase::Done);
+    assert_eq!(w.foreign, vec![FENCED.to_string()]);
+}
+
+#[test]
+fn with_manual_untaint_the_block_stays_until_the_person_removed_the_taint_and_it_settled() {
+    let (sp, mut st, mut w) = recovering_with_clean_proof(UntaintWhen::Manual);
+    for _ in 0..30 {
+        assert_eq!(
+            next_step(&sp, &st, &w.obs()),
+            Step::Wait {
+                why: WaitFor::ManualUntaint,
+                until: None
+            }
+        );
+        w.now += 1;
+    }
+    // The person removes the taints.
+    w.taint = false;
+    let step = next_step(&sp, &st, &w.obs());
+    assert_eq!(step, Step::RecordUntaintObserved);
+    apply(&step, &mut st, &mut w, &|_| true);
+    only_waits_for(&sp, &st, &mut w, UNTAINT_SETTLE_MARGIN.as_secs() as i64);
+    assert!(matches!(next_step(&sp, &st, &w.obs()), Step::Unfence(_)));
+    assert_eq!(
+        st.recovery.untainted_at, None,
+        "the controller removed nothing"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Property: random runs never break the invariants.
 
@@ -1299,6 +1555,10 @@ enum Event {
     Leader(i64),
     /// The node's heartbeat / agent state changes.
     Node(bool, bool),
+    /// Another actor's out-of-service taint appears on (or leaves) the node.
+    Foreign(bool),
+    /// One of the node's VolumeAttachments starts (or stops) being detached.
+    Detaching(bool),
 }
 
 fn arb_event() -> impl Strategy<Value = Event> {
@@ -1307,6 +1567,8 @@ fn arb_event() -> impl Strategy<Value = Event> {
         1 => (1i64..40).prop_map(Event::Tick),
         1 => (0i64..4).prop_map(Event::Leader),
         1 => (any::<bool>(), any::<bool>()).prop_map(|(h, c)| Event::Node(h, c)),
+        1 => any::<bool>().prop_map(Event::Foreign),
+        1 => any::<bool>().prop_map(Event::Detaching),
     ]
 }
 
@@ -1366,6 +1628,20 @@ fn check_run(run: &Run) -> Result<Seen, TestCaseError> {
                 w.node_healthy = h;
                 w.agent_clean = c;
             }
+            Event::Foreign(on) => {
+                w.foreign = if on {
+                    vec![OUT_OF_SERVICE.to_string()]
+                } else {
+                    Vec::new()
+                };
+            }
+            Event::Detaching(on) => {
+                w.unsettled = if on {
+                    vec![obj("", "csi-va-2")]
+                } else {
+                    Vec::new()
+                };
+            }
             Event::Step => {
                 let before = st.clone();
                 let step = next_step(&sp, &st, &w.obs());
@@ -1392,6 +1668,25 @@ fn check_run(run: &Run) -> Result<Seen, TestCaseError> {
                 ) {
                     prop_assert_eq!(before.phase, Phase::Releasing);
                     prop_assert!(before.verified_fence().is_some());
+                }
+                // The storage block is lifted only after the untaint settled: no taint of the
+                // fence's and no out-of-service taint on the node, its attachments settled, and
+                // the margin passed since the recorded untaint on both clocks.
+                if matches!(step, Step::Unfence(_)) {
+                    let obs = w.obs();
+                    prop_assert!(w.untainted() && w.unsettled.is_empty());
+                    let observed = before.recovery.untaint_observed_at.as_ref().map(|t| t.0);
+                    prop_assert!(
+                        observed.is_some_and(|o| w.clocks().wall >= o + UNTAINT_SETTLE_MARGIN)
+                    );
+                    prop_assert!(obs
+                        .untainted_for
+                        .is_some_and(|d| d >= UNTAINT_SETTLE_MARGIN));
+                    prop_assert!(before.recovery.clean_proof.is_some());
+                }
+                // Only the fence's own taints are removed, and only after the clean proof.
+                if matches!(step, Step::RemoveTaint) {
+                    prop_assert!(w.taint && before.recovery.clean_proof.is_some());
                 }
                 // `apply` unwraps every status mutation: an illegal transition panics here.
                 apply(&step, &mut st, &mut w, &level_ok);

@@ -585,9 +585,18 @@ pub struct RecoveryProgress {
     /// When the storage fence was lifted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unfenced_at: Option<MicroTime>,
-    /// When the release taints were removed.
+    /// When the release taints this fence added were removed (by the controller; a person
+    /// removes them under `untaintWhen: Manual`, and then this stays empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub untainted_at: Option<MicroTime>,
+    /// When the controller first observed the Node carrying neither a release taint this fence
+    /// added nor any out-of-service taint (wall time, for people and for a new leader). The
+    /// storage block is lifted only a margin after it, on the wall clock and on the observing
+    /// process's monotonic clock, and once the node's VolumeAttachments have settled: a
+    /// lagging pod garbage collector or attach-detach cache can still act on the taint after
+    /// it is gone (kubernetes/kubernetes #141887, #141888, #142331).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub untaint_observed_at: Option<MicroTime>,
     /// The node's boot ID when fencing started (from its last renewal); a different boot ID
     /// observed after the verified fence proves the machine restarted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -975,6 +984,93 @@ impl NodeFenceStatus {
     }
 }
 
+/// Node annotation naming the release taints each `NodeFence` added to the Node: entries
+/// `<NodeFence UID>=<taint key>,<taint key>` separated by `;` ([`release_taints_recorded`]
+/// writes a fence's entry, [`release_taints_forgotten`] drops it, [`release_taints_added_by`]
+/// reads it).
+///
+/// A fence's entry is written in the same Node update (one compare-and-swap on the Node's
+/// resourceVersion) that adds its taints, and dropped in the same update that removes them,
+/// so the taints and the record of who added them never disagree, whichever write a crashed
+/// controller did or did not make. (A status field written before the taint would name a taint
+/// that was never added if the controller crashed before the Node update, after which someone
+/// else may add it; one written after would miss a taint that was.) A release taint the Node
+/// carried before the fence tainted it (a person's, medik8s') is not named, and that fence's
+/// recovery never removes it.
+pub const ANNOTATION_RELEASE_TAINTS: &str = "palisade.dev/release-taints";
+
+fn release_taint_entries(value: &str) -> impl Iterator<Item = (&str, &str)> {
+    value
+        .split(';')
+        .filter_map(|e| e.split_once('='))
+        .map(|(u, k)| (u.trim(), k))
+        .filter(|(u, _)| !u.is_empty())
+}
+
+/// The [`ANNOTATION_RELEASE_TAINTS`] value `value` (`None`: no annotation) with the entry of
+/// the fence whose UID is `uid` naming `keys` as well as what it named already (sorted,
+/// deduplicated); other fences' entries are kept.
+pub fn release_taints_recorded<'a>(
+    value: Option<&str>,
+    uid: &str,
+    keys: impl IntoIterator<Item = &'a str>,
+) -> String {
+    let mut ours: std::collections::BTreeSet<String> = value
+        .map(|v| release_taints_added_by(v, uid))
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    ours.extend(
+        keys.into_iter()
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(String::from),
+    );
+    let mut entries: Vec<String> = value
+        .map(|v| {
+            release_taint_entries(v)
+                .filter(|(u, _)| *u != uid)
+                .map(|(u, k)| format!("{u}={}", k.trim()))
+                .collect()
+        })
+        .unwrap_or_default();
+    entries.push(format!(
+        "{uid}={}",
+        ours.into_iter().collect::<Vec<_>>().join(",")
+    ));
+    entries.join(";")
+}
+
+/// The [`ANNOTATION_RELEASE_TAINTS`] value `value` without the entry of the fence whose UID is
+/// `uid` (`None`: no entry left, remove the annotation).
+pub fn release_taints_forgotten(value: &str, uid: &str) -> Option<String> {
+    let rest: Vec<String> = release_taint_entries(value)
+        .filter(|(u, _)| *u != uid)
+        .map(|(u, k)| format!("{u}={}", k.trim()))
+        .collect();
+    (!rest.is_empty()).then(|| rest.join(";"))
+}
+
+/// The taint keys the [`ANNOTATION_RELEASE_TAINTS`] value `value` says the fence whose UID is
+/// `uid` added (empty when no entry names it).
+///
+/// Guarantees: only the entry naming exactly `uid` counts, and an empty `uid` yields no key: a
+/// fence removes only taints it recorded adding itself.
+///
+/// Assumptions: Kubernetes UIDs contain no `=` or `;`, taint keys no `,` or `;`.
+pub fn release_taints_added_by(value: &str, uid: &str) -> Vec<String> {
+    if uid.is_empty() {
+        return Vec::new();
+    }
+    release_taint_entries(value)
+        .filter(|(u, _)| *u == uid)
+        .flat_map(|(_, keys)| keys.split(','))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(String::from)
+        .collect()
+}
+
 /// Annotation a person sets on a `NodeFence` to confirm, after checking the machine, that none
 /// of the released pods runs there any more. It stands in for the positive proof recovery
 /// otherwise waits for (DESIGN §5.4), for that one fence only.
@@ -1044,6 +1140,30 @@ mod token_floor_tests {
                 "{outcome:?} {seen:?} {message:?}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod release_taints_tests {
+    use super::*;
+
+    #[test]
+    fn the_release_taints_record_names_only_the_fence_that_wrote_it() {
+        let uid = "3f6c1a52-8d0e-4b1f-9a57-0c2de1b1a001";
+        let older = "0b9e77aa-1c42-4d1d-8f0f-55e3c2d7b002";
+        let first = release_taints_recorded(None, older, ["palisade.dev/fenced"]);
+        let v = release_taints_recorded(Some(&first), uid, ["x/b", "x/b", " "]);
+        let v = release_taints_recorded(Some(&v), uid, ["a/b"]);
+        assert_eq!(v, format!("{older}=palisade.dev/fenced;{uid}=a/b,x/b"));
+        assert_eq!(release_taints_added_by(&v, uid), vec!["a/b", "x/b"]);
+        assert_eq!(
+            release_taints_added_by(&v, older),
+            vec!["palisade.dev/fenced"]
+        );
+        assert!(release_taints_added_by(&v, "").is_empty());
+        assert!(release_taints_added_by("palisade.dev/fenced", uid).is_empty());
+        assert_eq!(release_taints_forgotten(&v, uid), Some(first.clone()));
+        assert_eq!(release_taints_forgotten(&first, older), None);
     }
 }
 

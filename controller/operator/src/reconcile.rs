@@ -646,6 +646,46 @@ fn phase_seen_for(ctx: &Ctx, nf: &NodeFence, phase: Phase) -> Option<std::time::
     Some(now.since(entry.1))
 }
 
+/// How long this process has watched `nf`'s Node, while the fence is Recovering, carry
+/// neither a release taint the fence added nor an out-of-service taint (`untainted`: it does
+/// now), on its monotonic clock: since the first such observation, counted again from zero
+/// whenever the Node is seen with such a taint again. `None` when it is not `untainted` now
+/// or the fence has no UID. The untaint margin runs on it
+/// ([`palisade_decide::phase::UNTAINT_SETTLE_MARGIN`]).
+///
+/// Guarantees: never longer than this process has watched the Node without such a taint; a
+/// restarted process or a new leader starts from zero (a longer margin, never a shorter one).
+fn untainted_for(ctx: &Ctx, nf: &NodeFence, untainted: bool) -> Option<std::time::Duration> {
+    static SINCE: std::sync::LazyLock<
+        parking_lot::Mutex<std::collections::HashMap<String, palisade_decide::Mono>>,
+    > = std::sync::LazyLock::new(Default::default);
+    let uid = nf.metadata.uid.as_deref().filter(|u| !u.is_empty())?;
+    let mut since = SINCE.lock();
+    if !untainted {
+        since.remove(uid);
+        return None;
+    }
+    let now = ctx.now().mono;
+    Some(now.since(*since.entry(uid.to_string()).or_insert(now)))
+}
+
+/// The status label and Event (reason, message) of a recovery wait on the untaint, or `None`
+/// for any other wait.
+fn untaint_wait(
+    node: &str,
+    why: &WaitFor,
+    until: Option<Timestamp>,
+) -> Option<(String, Kind, &'static str, String)> {
+    let (label, kind, reason, message) = match why {
+        WaitFor::Untaint => ("recovery_untaint", Kind::Normal, "WaitingForUntaint", format!("node {node}: the release taints this fence removed are still on the observed Node; the storage block stays")),
+        WaitFor::ForeignOutOfService(key) => ("recovery_foreign_out_of_service", Kind::Warning, "ForeignOutOfServiceTaint", format!("node {node} carries taint {key}, which this fence did not add and never removes; Kubernetes may still force-delete pods and force-detach volumes because of it, so the storage block stays until it is gone (its owner removes it)")),
+        WaitFor::AttachmentsSettle(names) => ("recovery_attachments_settle", Kind::Normal, "WaitingForAttachments", format!("node {node}: VolumeAttachment(s) {} are being deleted or detached; the storage block stays until they settle", names.join(", "))),
+        WaitFor::UntaintMargin => ("recovery_untaint_margin", Kind::Normal, "UntaintSettling", format!("node {node}: untaint observed; the storage block stays until {} ({} s margin for lagging pod-GC and attach-detach caches)", until.map(|t| t.to_string()).unwrap_or_default(), palisade_decide::phase::UNTAINT_SETTLE_MARGIN.as_secs())),
+        _ => return None,
+    };
+    Some((label.to_string(), kind, reason, message))
+}
+
 /// Drives one `NodeFence` until it waits, finishes, or we lose leadership.
 async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
     let api: Api<NodeFence> = Api::all(ctx.client.clone());
@@ -786,11 +826,28 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
         } else {
             Vec::new()
         };
-        let taint_present = ctx
-            .cache
-            .nodes
-            .get(&StoreRef::new(&node))
-            .is_some_and(|n| crate::release::has_taint(&n));
+        // The release taints on the observed Node, this fence's (its record on the Node says
+        // it added them) apart from the others'; and, while Recovering, how long this process
+        // has watched the Node carry neither kind that matters, and the attachments in flux.
+        let uid = nf.metadata.uid.clone().unwrap_or_default();
+        let observed_node = ctx.cache.nodes.get(&StoreRef::new(&node));
+        let (taints_added, taints_foreign) = observed_node
+            .as_deref()
+            .map(|n| crate::release::release_taints_on(n, &uid))
+            .unwrap_or_default();
+        let untainted = recovering
+            && observed_node.is_some()
+            && taints_added.is_empty()
+            && !taints_foreign
+                .iter()
+                .any(|k| k == palisade_model::OUT_OF_SERVICE_TAINT_KEY);
+        let untainted_for = untainted_for(ctx, &nf, untainted);
+        let unsettled_attachments = if recovering && status.recovery.untaint_observed_at.is_some() {
+            crate::release::unsettled_attachments(&ctx.client, &node).await?
+        } else {
+            Vec::new()
+        };
+        let foreign_kept = taints_foreign.clone();
         let obs = Observations {
             now: ctx.now(),
             token,
@@ -811,7 +868,10 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             peer_trust,
             clean_proof,
             challenge_posted,
-            taint_present,
+            taints_added,
+            taints_foreign,
+            unsettled_attachments,
+            untainted_for,
             node_uid: ctx
                 .cache
                 .nodes
@@ -916,6 +976,18 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                     return Ok(true);
                 }
                 Step::Wait { why, until } => {
+                    if let Some((label, kind, reason, message)) = untaint_wait(&node, &why, until) {
+                        if status.verdict.as_ref().map(|r| &r.label) != Some(&label) {
+                            status.verdict = Some(VerdictRecord {
+                                label: label.clone(),
+                                message: message.clone(),
+                                at: MicroTime(wall),
+                            });
+                            persist(&api, &nf, status, &label).await?;
+                            event(ctx, &nf, kind, reason, &message).await;
+                        }
+                        return Ok(true);
+                    }
                     if why == WaitFor::NodeExists {
                         let label = "node_not_found".to_string();
                         if status.verdict.as_ref().map(|r| &r.label) != Some(&label) {
@@ -1120,6 +1192,10 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                             status.release.attachments.len()
                         ),
                         Phase::Recovering => format!("recovering node {node}"),
+                        Phase::Done if !foreign_kept.is_empty() => format!(
+                            "node {node} recovered; release taint(s) {} stay: this fence did not add them",
+                            foreign_kept.join(", ")
+                        ),
                         Phase::Done => format!("node {node} recovered"),
                         other => format!("entered {}", other.as_str()),
                     };
@@ -1244,7 +1320,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 }
                 Step::ApplyTaint(proof, which) => {
                     ctx.leader.check(token).await?;
-                    crate::release::apply_taint(&ctx.client, &node, &proof, which).await?;
+                    crate::release::apply_taint(&ctx.client, &node, &uid, &proof, which).await?;
                     status.release.tainted_at = Some(MicroTime(now_wall()));
                     let taints = match which {
                         ReleaseTaints::OutOfService => "palisade.dev/fenced:NoSchedule and node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
@@ -1354,21 +1430,19 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 }
                 Step::RemoveTaint => {
                     ctx.leader.check(token).await?;
-                    crate::release::remove_taint(&ctx.client, &node).await?;
+                    let left = crate::release::remove_taint(&ctx.client, &node, &uid).await?;
                     status.recovery.untainted_at = Some(MicroTime(now_wall()));
-                    persist_then_tell(
-                        ctx,
-                        &api,
-                        &nf,
-                        status,
-                        label,
-                        (
-                            Kind::Normal,
-                            "Untainted",
-                            &format!("release taints removed from node {node}"),
-                        ),
-                    )
-                    .await?;
+                    let mut msg = format!("the release taints this fence added were removed from node {node}; the storage block stays until the untaint has settled");
+                    if !left.is_empty() {
+                        msg.push_str(&format!("; taint(s) {} stay: this fence did not add them", left.join(", ")));
+                    }
+                    persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal, "Untainted", &msg)).await?;
+                }
+                Step::RecordUntaintObserved => {
+                    status.recovery.untaint_observed_at = Some(MicroTime(wall));
+                    persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal,
+                        "UntaintObserved",
+                        &format!("node {node} carries no release taint of this fence and no out-of-service taint; the storage block is lifted once its VolumeAttachments have settled and {} s have passed", palisade_decide::phase::UNTAINT_SETTLE_MARGIN.as_secs()))).await?;
                 }
             }
             Ok::<bool, Error>(false)

@@ -21,7 +21,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use palisade_decide::phase::{NodePod, ObjectRef, ReleaseTaints};
-use palisade_model::nodefence::VerifiedFence;
+use palisade_model::nodefence::{
+    release_taints_added_by, release_taints_forgotten, release_taints_recorded, VerifiedFence,
+    ANNOTATION_RELEASE_TAINTS,
+};
 use palisade_model::{
     FENCED_TAINT_KEY, OUT_OF_SERVICE_TAINT_KEY, OUT_OF_SERVICE_TAINT_VALUE, POD_CONDITION_FENCED,
 };
@@ -44,9 +47,86 @@ fn is_release_taint(t: &Taint) -> bool {
     t.key == OUT_OF_SERVICE_TAINT_KEY || t.key == FENCED_TAINT_KEY
 }
 
-/// Whether `node` carries a taint a release applies (out-of-service or `palisade.dev/fenced`).
-pub fn has_taint(node: &Node) -> bool {
-    taints(node).iter().any(is_release_taint)
+/// The release taints (out-of-service, `palisade.dev/fenced`) on `node`, split into those the
+/// fence whose UID is `uid` recorded adding ([`ANNOTATION_RELEASE_TAINTS`]) and the others (a
+/// person's, medik8s', another fence's). Keys, sorted.
+pub fn release_taints_on(node: &Node, uid: &str) -> (Vec<String>, Vec<String>) {
+    let added = recorded_by(node, uid);
+    let (mut ours, mut foreign): (Vec<String>, Vec<String>) = taints(node)
+        .iter()
+        .filter(|t| is_release_taint(t))
+        .map(|t| t.key.clone())
+        .partition(|k| added.contains(k));
+    ours.sort();
+    ours.dedup();
+    foreign.sort();
+    foreign.dedup();
+    (ours, foreign)
+}
+
+fn recorded_by(node: &Node, uid: &str) -> Vec<String> {
+    node.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_RELEASE_TAINTS))
+        .map(|v| release_taints_added_by(v, uid))
+        .unwrap_or_default()
+}
+
+/// Adds the taints `which` asks for that `n` does not carry yet, and records them as added by
+/// the fence whose UID is `uid` in the same object ([`ANNOTATION_RELEASE_TAINTS`]). Returns
+/// whether `n` changed.
+///
+/// Guarantees: a taint `n` already carries (whoever put it there) is neither added nor
+/// recorded, so [`untaint_node`] never removes it; the record names exactly the taints this
+/// function added for `uid`, because both go out in one Node update.
+pub fn taint_node(n: &mut Node, uid: &str, which: ReleaseTaints) -> bool {
+    let missing: Vec<Taint> = wanted(which)
+        .into_iter()
+        .filter(|w| !taints(n).iter().any(|t| t.key == w.key))
+        .collect();
+    if missing.is_empty() {
+        return false;
+    }
+    let annotations = n.metadata.annotations.get_or_insert_with(Default::default);
+    let value = release_taints_recorded(
+        annotations
+            .get(ANNOTATION_RELEASE_TAINTS)
+            .map(String::as_str),
+        uid,
+        missing.iter().map(|t| t.key.as_str()),
+    );
+    annotations.insert(ANNOTATION_RELEASE_TAINTS.to_string(), value);
+    let spec = n.spec.get_or_insert_with(Default::default);
+    spec.taints.get_or_insert_with(Vec::new).extend(missing);
+    true
+}
+
+/// Removes from `n` the release taints the fence whose UID is `uid` recorded adding, and its
+/// record, in the same object. Returns whether `n` changed.
+///
+/// Guarantees: a taint this fence did not record adding stays, whatever its key; so does
+/// every other fence's record.
+pub fn untaint_node(n: &mut Node, uid: &str) -> bool {
+    // `taint_node` never writes an entry without a key.
+    let ours = recorded_by(n, uid);
+    if ours.is_empty() {
+        return false;
+    }
+    let Some(annotations) = n.metadata.annotations.as_mut() else {
+        return false;
+    };
+    let Some(value) = annotations.get(ANNOTATION_RELEASE_TAINTS).cloned() else {
+        return false;
+    };
+    match release_taints_forgotten(&value, uid) {
+        Some(rest) => annotations.insert(ANNOTATION_RELEASE_TAINTS.to_string(), rest),
+        None => annotations.remove(ANNOTATION_RELEASE_TAINTS),
+    };
+    if let Some(ts) = n.spec.as_mut().and_then(|s| s.taints.as_mut()) {
+        ts.retain(|t| !(is_release_taint(t) && ours.contains(&t.key)));
+    }
+    true
 }
 
 /// The taints `which` asks for.
@@ -97,26 +177,17 @@ async fn edit_node(
     }
 }
 
-/// Release 1: adds the release's taints (compare-and-swap on the Node's resourceVersion).
+/// Release 1: adds the release's taints that the Node does not carry yet, with the record
+/// that this fence (`uid`) added them, in one update ([`taint_node`]; compare-and-swap on the
+/// Node's resourceVersion).
 pub async fn apply_taint(
     client: &kube::Client,
     node: &str,
+    uid: &str,
     _proof: &VerifiedFence,
     which: ReleaseTaints,
 ) -> Result<(), Error> {
-    let edited = edit_node(client, node, "tainting", |n| {
-        let missing: Vec<Taint> = wanted(which)
-            .into_iter()
-            .filter(|w| !taints(n).iter().any(|t| t.key == w.key))
-            .collect();
-        if missing.is_empty() {
-            return false;
-        }
-        let spec = n.spec.get_or_insert_with(Default::default);
-        spec.taints.get_or_insert_with(Vec::new).extend(missing);
-        true
-    })
-    .await?;
+    let edited = edit_node(client, node, "tainting", |n| taint_node(n, uid, which)).await?;
     match edited {
         Some(_) => Ok(()),
         None => Err(Error::kube(
@@ -129,19 +200,52 @@ pub async fn apply_taint(
     }
 }
 
-/// Recover: removes the release's taints (a missing Node has none).
-pub async fn remove_taint(client: &kube::Client, node: &str) -> Result<(), Error> {
+/// Recover: removes the release taints the fence whose UID is `uid` added, and its record,
+/// in one update ([`untaint_node`]); a missing Node has none. Returns the release taints left
+/// on the Node (keys): another actor's, never removed.
+pub async fn remove_taint(
+    client: &kube::Client,
+    node: &str,
+    uid: &str,
+) -> Result<Vec<String>, Error> {
+    let mut left = Vec::new();
     edit_node(client, node, "untainting", |n| {
-        if !has_taint(n) {
-            return false;
-        }
-        if let Some(ts) = n.spec.as_mut().and_then(|s| s.taints.as_mut()) {
-            ts.retain(|t| !is_release_taint(t));
-        }
-        true
+        let changed = untaint_node(n, uid);
+        left = release_taints_on(n, uid).1;
+        changed
     })
     .await?;
-    Ok(())
+    Ok(left)
+}
+
+/// The node's VolumeAttachments that have not settled
+/// ([`palisade_decide::phase::attachment_settled`]: being deleted, or with a detach error),
+/// read live.
+pub async fn unsettled_attachments(
+    client: &kube::Client,
+    node: &str,
+) -> Result<Vec<ObjectRef>, Error> {
+    let api: Api<VolumeAttachment> = Api::all(client.clone());
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::kube("listing VolumeAttachments", e))?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|v| v.spec.node_name == node)
+        .filter(|v| {
+            !palisade_decide::phase::attachment_settled(
+                v.metadata.deletion_timestamp.is_some(),
+                v.status.as_ref().is_some_and(|s| s.detach_error.is_some()),
+            )
+        })
+        .map(|v| ObjectRef {
+            namespace: String::new(),
+            name: v.name_any(),
+            uid: v.uid().unwrap_or_default(),
+        })
+        .collect())
 }
 
 /// The recovery challenge `node` carries now
@@ -391,4 +495,77 @@ pub async fn clear_attach_record(
             )
         })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod taint_tests {
+    use super::*;
+
+    const UID: &str = "3f6c1a52-8d0e-4b1f-9a57-0c2de1b1a001";
+
+    fn node(taint_keys: &[&str]) -> Node {
+        let mut n = Node::default();
+        n.spec.get_or_insert_with(Default::default).taints = Some(
+            taint_keys
+                .iter()
+                .map(|k| Taint {
+                    key: (*k).into(),
+                    effect: "NoExecute".into(),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+        n
+    }
+
+    fn keys(n: &Node) -> Vec<&str> {
+        taints(n).iter().map(|t| t.key.as_str()).collect()
+    }
+
+    #[test]
+    fn recovery_removes_only_the_release_taints_this_fence_added() {
+        // medik8s (or a person) put the out-of-service taint there first.
+        let mut n = node(&["other/taint", OUT_OF_SERVICE_TAINT_KEY]);
+        assert!(taint_node(&mut n, UID, ReleaseTaints::OutOfService));
+        assert_eq!(
+            keys(&n),
+            vec!["other/taint", OUT_OF_SERVICE_TAINT_KEY, FENCED_TAINT_KEY]
+        );
+        assert_eq!(
+            release_taints_on(&n, UID),
+            (
+                vec![FENCED_TAINT_KEY.to_string()],
+                vec![OUT_OF_SERVICE_TAINT_KEY.to_string()]
+            )
+        );
+        // A retried taint (a crash before the status write) changes nothing.
+        assert!(!taint_node(&mut n, UID, ReleaseTaints::OutOfService));
+        // Another fence's UID removes nothing.
+        assert!(!untaint_node(
+            &mut n,
+            "0b9e77aa-1c42-4d1d-8f0f-55e3c2d7b002"
+        ));
+        assert!(untaint_node(&mut n, UID));
+        assert_eq!(keys(&n), vec!["other/taint", OUT_OF_SERVICE_TAINT_KEY]);
+        assert!(n
+            .metadata
+            .annotations
+            .as_ref()
+            .is_none_or(|a| !a.contains_key(ANNOTATION_RELEASE_TAINTS)));
+        assert_eq!(
+            release_taints_on(&n, UID),
+            (vec![], vec![OUT_OF_SERVICE_TAINT_KEY.to_string()])
+        );
+        // Removing again is a no-op.
+        assert!(!untaint_node(&mut n, UID));
+    }
+
+    #[test]
+    fn a_fence_that_added_both_taints_removes_both() {
+        let mut n = node(&[]);
+        assert!(taint_node(&mut n, UID, ReleaseTaints::OutOfService));
+        assert_eq!(release_taints_on(&n, UID).1, Vec::<String>::new());
+        assert!(untaint_node(&mut n, UID));
+        assert!(keys(&n).is_empty());
+    }
 }

@@ -23,7 +23,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use palisade_decide::detector::{Detector, Health, Heartbeat, Observed, Thresholds};
 use palisade_decide::majority::{peer_checked_trust, MemberHistory, Streaks, DEFAULT_WINDOW};
-use palisade_decide::phase::{clean_proof, NodePod, ObjectRef, Observations, PeerTrust, Step};
+use palisade_decide::phase::{
+    clean_proof, NodePod, ObjectRef, Observations, PeerTrust, Step, UNTAINT_SETTLE_MARGIN,
+};
 use palisade_decide::snapshot::{
     FenceState, NodeSnapshot, PodSnapshot, PolicySnapshot, Snapshot, Tolerance,
 };
@@ -39,6 +41,7 @@ use palisade_model::policy::FencingPolicySpec;
 use palisade_model::target::{
     DeviceKind, FenceDevice, FenceLevel, FenceTargetSpec, PowerOff, SecretRef,
 };
+use palisade_model::{FENCED_TAINT_KEY, OUT_OF_SERVICE_TAINT_KEY};
 
 use crate::faults::{DeviceMode, Fault, Fencing, Schedule};
 use crate::rng::Rng;
@@ -94,11 +97,14 @@ pub enum Bug {
     /// controller today's, whatever the node advertised (two majorities of different lists
     /// need not intersect).
     LatestListOnly,
+    /// The old recovery order: lift the storage block before removing the release taints (a
+    /// lagging pod-GC or attach-detach cache can still act on the out-of-service taint).
+    UnfenceBeforeUntaint,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 14] = [
+    pub const ALL: [Bug; 15] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -113,6 +119,7 @@ impl Bug {
         Bug::NodeWideUnblock,
         Bug::CountUnackedRenewal,
         Bug::LatestListOnly,
+        Bug::UnfenceBeforeUntaint,
     ];
 
     /// Parses a bug's name (as printed by `{:?}`).
@@ -293,6 +300,9 @@ struct Controller {
     streaks: Streaks,
     /// The last tick in which the policy's quorum guard held (as the operator remembers it).
     guard_held_at: Option<Mono>,
+    /// Per fence: since when this controller has watched its node carry neither the fence's
+    /// release taint nor another's out-of-service taint (as `reconcile.rs::untainted_for`).
+    untainted_since: HashMap<usize, Mono>,
 }
 
 /// A leader frozen between its last leadership check and a device command.
@@ -341,7 +351,14 @@ pub struct World<'s> {
     pods: Vec<Pod>,
     identities: Vec<(String, bool)>,
     fences: Vec<Fence>,
+    /// Per Node: whether it carries the release taints (`palisade.dev/fenced` and
+    /// out-of-service).
     tainted: Vec<bool>,
+    /// Per Node: the fence that added its release taints, as the Node's record of it says
+    /// (`None`: not tainted, or tainted before any fence, by another actor).
+    taint_owner: Vec<Option<usize>>,
+    /// Per Node: when its release taints were last removed (true time, ms).
+    untainted_at: Vec<Option<u64>>,
     /// Per Node: its recovery challenge annotation (the name of the fence that wrote it).
     node_challenge: Vec<Option<String>>,
     api_up: bool,
@@ -448,6 +465,8 @@ impl<'s> World<'s> {
             ],
             fences: Vec::new(),
             tainted: vec![false; s.nodes.len()],
+            taint_owner: vec![None; s.nodes.len()],
+            untainted_at: vec![None; s.nodes.len()],
             node_challenge: vec![None; s.nodes.len()],
             api_up: true,
             ctl_wall_offset_ms: 0,
@@ -459,6 +478,7 @@ impl<'s> World<'s> {
                 changed_at: HashMap::new(),
                 streaks: Streaks::new(),
                 guard_held_at: None,
+                untainted_since: HashMap::new(),
             },
             freeze_trap: None,
             frozen: None,
@@ -1216,6 +1236,7 @@ impl<'s> World<'s> {
             changed_at: HashMap::new(),
             streaks: Streaks::new(),
             guard_held_at: None,
+            untainted_since: HashMap::new(),
         };
     }
 
@@ -1403,6 +1424,7 @@ impl<'s> World<'s> {
                 }
                 let node = self.fences[f].node;
                 let verdict = verdicts.get(&self.machines[node].name).cloned();
+                self.watch_untaint(f);
                 let step = {
                     let obs = self.observations(f, verdict.as_ref());
                     next_step(&self.fences[f].spec, &self.fences[f].status, &obs)
@@ -1436,6 +1458,34 @@ impl<'s> World<'s> {
                 }
                 self.apply(f, step);
             }
+        }
+    }
+
+    /// The controller's watch of fence `f`'s untaint (`reconcile.rs::untainted_for`): since
+    /// when, while the fence is Recovering, it has seen the node without release taints.
+    fn watch_untaint(&mut self, f: usize) {
+        let i = self.fences[f].node;
+        if self.fences[f].status.phase == Phase::Recovering && !self.tainted[i] {
+            let now = self.clocks().mono;
+            self.ctl.untainted_since.entry(f).or_insert(now);
+        } else {
+            self.ctl.untainted_since.remove(&f);
+        }
+    }
+
+    /// The invariant that recovery keeps the storage block until the untaint has settled:
+    /// before fence `f`'s unblock, its node carries no release taint and lost it at least
+    /// [`UNTAINT_SETTLE_MARGIN`] ago (true time), else the promise is broken.
+    fn untaint_settled_before_unblock(&mut self, f: usize) {
+        let i = self.fences[f].node;
+        let settled = !self.tainted[i]
+            && self.untainted_at[i]
+                .is_some_and(|t| self.now >= t + UNTAINT_SETTLE_MARGIN.as_millis() as u64);
+        if !settled && self.broken_promise.is_none() {
+            self.broken_promise = Some(format!(
+                "{}: storage of m{i} unblocked before the untaint settled (tainted {}, untainted at {:?} ms, now {} ms)",
+                self.fences[f].name, self.tainted[i], self.untainted_at[i], self.now
+            ));
         }
     }
 
@@ -1666,7 +1716,19 @@ impl<'s> World<'s> {
             peer_trust,
             clean_proof: clean,
             challenge_posted: self.node_challenge[i].as_deref() == Some(fence.name.as_str()),
-            taint_present: self.tainted[i],
+            taints_added: if self.tainted[i] && self.taint_owner[i] == Some(f) {
+                vec![FENCED_TAINT_KEY.into(), OUT_OF_SERVICE_TAINT_KEY.into()]
+            } else {
+                Vec::new()
+            },
+            taints_foreign: if self.tainted[i] && self.taint_owner[i] != Some(f) {
+                vec![FENCED_TAINT_KEY.into(), OUT_OF_SERVICE_TAINT_KEY.into()]
+            } else {
+                Vec::new()
+            },
+            // No VolumeAttachments are simulated: nothing detaches.
+            unsettled_attachments: vec![],
+            untainted_for: self.ctl.untainted_since.get(&f).map(|c| now.mono.since(*c)),
             node_uid: Some(format!("uid-{name}")),
             older_sibling: None,
             // Budgets on the wall clock alone, as the recorded schedules were found with.
@@ -1841,7 +1903,11 @@ impl<'s> World<'s> {
                 self.log(format!("{name}: recovery challenge posted on m{i}"));
             }
             Step::ApplyTaint(..) => {
-                self.tainted[i] = true;
+                // A taint already there is not this fence's (and not recorded as its).
+                if !self.tainted[i] {
+                    self.tainted[i] = true;
+                    self.taint_owner[i] = Some(f);
+                }
                 self.fences[f].status.release.tainted_at = Some(MicroTime(wall));
             }
             Step::ReleasePod(_, pod) => self.release_pod(f, &pod),
@@ -1863,14 +1929,33 @@ impl<'s> World<'s> {
                 }
             }
             Step::Unfence(_) => {
+                self.untaint_settled_before_unblock(f);
                 if self.unblock_storage(f) {
                     self.fences[f].status.recovery.unfenced_at = Some(MicroTime(wall));
                     self.log(format!("{name}: storage unfenced"));
                 }
             }
             Step::RemoveTaint => {
-                self.tainted[i] = false;
+                if self.bug == Some(Bug::UnfenceBeforeUntaint)
+                    && self.fences[f].status.recovery.unfenced_at.is_none()
+                {
+                    self.untaint_settled_before_unblock(f);
+                    if self.unblock_storage(f) {
+                        self.fences[f].status.recovery.unfenced_at = Some(MicroTime(wall));
+                        self.log(format!("{name}: storage unfenced before the untaint"));
+                    }
+                }
+                // Only the taints this fence recorded adding (one Node update with the record).
+                if self.taint_owner[i] == Some(f) {
+                    self.tainted[i] = false;
+                    self.taint_owner[i] = None;
+                    self.untainted_at[i] = Some(self.now);
+                    self.log(format!("{name}: release taints removed from m{i}"));
+                }
                 self.fences[f].status.recovery.untainted_at = Some(MicroTime(wall));
+            }
+            Step::RecordUntaintObserved => {
+                self.fences[f].status.recovery.untaint_observed_at = Some(MicroTime(wall));
             }
         }
         let _ = label;
