@@ -24,7 +24,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use palisade_lab::process::alive;
 use palisade_lab::{Lab, LabConfig, MachineKind, QemuConfig, WatchdogAction};
-use palisade_model::advertise::{WATCHDOG_NOWAYOUT, WATCHDOG_TIMEOUT};
+use palisade_model::advertise::{
+    VIRTUALIZATION, WATCHDOG_ACTION, WATCHDOG_DRIVER, WATCHDOG_NOWAYOUT, WATCHDOG_TIMEOUT,
+};
 use palisade_model::nodefence::Phase;
 use parking_lot::Mutex;
 use serde_json::json;
@@ -92,10 +94,23 @@ fn a_frozen_agent_is_powered_off_by_its_watchdog_before_the_controller_trusts_it
             Some((
                 a.get(WATCHDOG_TIMEOUT)?.clone(),
                 a.get(WATCHDOG_NOWAYOUT)?.clone(),
+                a.get(WATCHDOG_ACTION)?.clone(),
+                a.get(WATCHDOG_DRIVER)?.clone(),
+                a.get(VIRTUALIZATION)?.clone(),
             ))
         },
     );
-    assert_eq!(ad, ("6".to_string(), "true".to_string()), "{ad:?}");
+    // The guest is a QEMU VM: its emulated i6300esb does what the hypervisor says, and the
+    // agent says so (a policy must accept virtual machines to trust it, below).
+    assert_eq!(
+        (&ad.0[..], &ad.1[..], &ad.2[..], &ad.3[..]),
+        ("6", "true", "hypervisor", "i6300esb"),
+        "{ad:?}"
+    );
+    assert!(
+        ad.4 != "none" && ad.4 != "unknown",
+        "the guest is detected as a virtual machine: {ad:?}"
+    );
 
     // The controller installs the CRDs.
     let _ctl = start_controller(&lab, "ctl-qemu-wd");
