@@ -121,6 +121,10 @@ struct Args {
     /// How often to ask the peers while the Lease is not renewed.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     peer_poll_interval: Duration,
+    /// How often to LIST the Nodes (the peer set) regardless of the Node watch, which relists
+    /// at once when a Node is added or deleted (at least 1s).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    peer_list_interval: Duration,
 }
 
 impl Args {
@@ -172,6 +176,9 @@ impl Args {
             }
             if self.peer_answer_valid <= self.peer_poll_interval {
                 bail!("--peer-answer-valid must be longer than --peer-poll-interval");
+            }
+            if self.peer_list_interval < Duration::from_secs(1) {
+                bail!("--peer-list-interval must be at least 1s");
             }
         }
         if !self.kubeconfig.exists() {
@@ -420,7 +427,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let book = Arc::new(palisade_node::peer::MemberBook::new(&args.node_name));
             tokio::spawn(palisade_node::peer::node_list_loop(
                 client.clone(),
-                Duration::from_secs(60),
+                args.peer_list_interval,
                 peers_tx,
             ));
             let needed: Arc<dyn Fn() -> bool + Send + Sync> = {
@@ -716,5 +723,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--self-fence-after"), "{e}");
+    }
+
+    #[test]
+    fn a_peer_list_interval_below_a_second_is_refused() {
+        let e = args(&["--self-fence-after", "8s", "--peer-list-interval", "500ms"])
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--peer-list-interval"), "{e}");
+        assert_eq!(
+            args(&["--self-fence-after", "8s"]).peer_list_interval,
+            Duration::from_secs(60)
+        );
     }
 }

@@ -70,6 +70,20 @@ fn peer_lab(
     KeyFile,
     Vec<i32>,
 ) {
+    peer_lab_with(machines, &[])
+}
+
+/// [`peer_lab`] with `extra` arguments for every agent.
+fn peer_lab_with(
+    machines: usize,
+    extra: &[&str],
+) -> (
+    palisade_lab::Lab,
+    tokio::runtime::Runtime,
+    kube::Client,
+    KeyFile,
+    Vec<i32>,
+) {
     let key = KeyFile(std::env::temp_dir().join(format!(
         "palisade-peer-{}-{machines}.key",
         std::process::id()
@@ -92,7 +106,10 @@ fn peer_lab(
             "6s".into(),
             "--peer-answer-valid".into(),
             "8s".into(),
-        ],
+        ]
+        .into_iter()
+        .chain(extra.iter().map(|a| a.to_string()))
+        .collect(),
         watchdog: false,
         peer_check: false,
     };
@@ -306,4 +323,40 @@ fn a_minority_cut_from_the_control_plane_together_self_fences() {
     }
     lab.heal(0).unwrap();
     lab.heal(1).unwrap();
+}
+
+/// An agent's advertised member set follows a Node added or deleted through its Node watch,
+/// not at its next periodic LIST (set to an hour here, so only the watch can bring the
+/// change): an agent that listed before every Node registered no longer advertises a smaller
+/// set that a later controller never saw.
+#[test]
+fn a_node_added_or_deleted_reaches_the_advertised_member_set_through_the_node_watch() {
+    use k8s_openapi::api::core::v1::Node;
+    use palisade_model::advertise::{MemberSet, PEER_MEMBERS};
+    let (_lab, rt, c, _key, _pids) = peer_lab_with(1, &["--peer-list-interval", "3600s"]);
+    let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-node-lease");
+    let advertised = || {
+        rt.block_on(leases.get_opt("m0"))
+            .ok()
+            .flatten()
+            .and_then(|l| l.metadata.annotations)
+            .and_then(|a| a.get(PEER_MEMBERS).cloned())
+            .and_then(|v| MemberSet::parse(&v))
+    };
+    let nodes: Api<Node> = Api::all(c.clone());
+    let ghost: Node = serde_json::from_value(json!({"metadata": {"name": "ghost"}})).unwrap();
+    rt.block_on(nodes.create(&PostParams::default(), &ghost))
+        .unwrap();
+    eventually(
+        "m0 advertises the added Node",
+        Duration::from_secs(120),
+        || (advertised() == Some(MemberSet::of(["m0", "ghost"]))).then_some(()),
+    );
+    rt.block_on(nodes.delete("ghost", &Default::default()))
+        .unwrap();
+    eventually(
+        "m0 advertises the set without the deleted Node",
+        Duration::from_secs(120),
+        || (advertised() == Some(MemberSet::of(["m0"]))).then_some(()),
+    );
 }
