@@ -120,6 +120,8 @@ fn a_host_that_must_not_power_off_is_fenced_at_its_storage_and_unblocked_only_af
         "storage still blocked"
     );
     assert!(waiting.recovery.powered_on_at.is_none());
+    // The release taints stay too: without the clean proof nothing is lifted.
+    assert!(waiting.recovery.untainted_at.is_none());
     assert_eq!(m0.boot_id().as_deref(), Some(first_boot.as_str()));
 
     // A person cycles the machine: it boots again with a new boot ID, and only then is the
@@ -145,4 +147,43 @@ fn a_host_that_must_not_power_off_is_fenced_at_its_storage_and_unblocked_only_af
     assert!(st.recovery.unfenced_at.is_some(), "storage unblocked");
     assert!(st.recovery.powered_on_at.is_none());
     assert_no_power_command(&st);
+    // The untaint first, and the storage block lifted only once it has settled: the release
+    // taints removed, their absence observed, then the margin, then the unblock.
+    let at = |t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime>| {
+        t.as_ref().map(|t| t.0).expect("recorded")
+    };
+    let (untainted, observed, unfenced) = (
+        at(&st.recovery.untainted_at),
+        at(&st.recovery.untaint_observed_at),
+        at(&st.recovery.unfenced_at),
+    );
+    // `palisade_decide::phase::UNTAINT_SETTLE_MARGIN` (this crate does not depend on it).
+    let margin = Duration::from_secs(10);
+    assert!(
+        untainted <= observed && observed + margin <= unfenced,
+        "untainted {untainted}, observed {observed}, unfenced {unfenced}"
+    );
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(c.clone());
+    let n = rt.block_on(nodes.get("m0")).unwrap();
+    let keys: Vec<String> = n
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.key)
+        .collect();
+    assert!(
+        !keys
+            .iter()
+            .any(|k| k == palisade_model::OUT_OF_SERVICE_TAINT_KEY
+                || k == palisade_model::FENCED_TAINT_KEY),
+        "{keys:?}"
+    );
+    assert!(
+        !n.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(palisade_model::nodefence::ANNOTATION_RELEASE_TAINTS),
+        "the fence's record of its taints goes with them"
+    );
 }
