@@ -24,6 +24,10 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// Palisade's node agent: registers the Node, renews its Lease, runs the pods bound to it as
 /// processes, and self-fences when it cannot renew its Lease.
+///
+/// The peer check is on by default and needs the cluster's shared key: create it once with
+/// `palisade-node peer-key generate /etc/palisade-node/peer.key` and copy that file to every
+/// node.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
@@ -98,12 +102,18 @@ struct Args {
     /// advertised as one the controller may trust.
     #[arg(long)]
     watchdog_allow_disarm: bool,
-    /// Enable the peer check with this shared key (a file of at least 32 secret bytes, the
-    /// same on every node): when the Lease cannot be renewed, ask the other nodes whether they
+    /// The peer check's shared key (a file of at least 32 secret bytes, the same on every
+    /// node; default /etc/palisade-node/peer.key; create it with `palisade-node peer-key
+    /// generate <file>`): when the Lease cannot be renewed, ask the other nodes whether they
     /// cannot reach the API either, and keep the pods only while a strict majority vouches so
-    /// (a control-plane outage). Off without it: every lost Lease self-fences.
+    /// (a control-plane outage). The agent refuses to start without a usable key unless
+    /// --no-peer-check is given.
     #[arg(long)]
     peer_key_file: Option<PathBuf>,
+    /// Run without the peer check: every lost Lease self-fences, so an API-server outage
+    /// longer than --self-fence-after stops every stateful pod of the cluster.
+    #[arg(long, conflicts_with = "peer_key_file")]
+    no_peer_check: bool,
     /// The peer-check port, on --address, the same on every node.
     #[arg(long, default_value_t = 10260)]
     peer_port: u16,
@@ -160,7 +170,7 @@ impl Args {
                 bail!("--watchdog {} does not exist", w.display());
             }
         }
-        if self.peer_key_file.is_some() {
+        if self.peer_key_path().is_some() {
             let a = self.vouch_after();
             let floor = PeerCheck::min_vouch_after(self.renew_interval);
             if a < floor {
@@ -189,6 +199,44 @@ impl Args {
 }
 
 impl Args {
+    /// The peer check's key file, or `None` when the peer check is off (`--no-peer-check`).
+    fn peer_key_path(&self) -> Option<PathBuf> {
+        if self.no_peer_check {
+            return None;
+        }
+        Some(
+            self.peer_key_file
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(palisade_node::peer::DEFAULT_KEY_FILE)),
+        )
+    }
+
+    /// Reads the peer check's key, or `None` when the peer check is off. A missing,
+    /// unreadable or short key is an error that says how to create the key and how to opt out:
+    /// the agent must not quietly run without the peer check.
+    fn peer_key(&self) -> anyhow::Result<Option<palisade_node::peer::PeerKey>> {
+        let Some(path) = self.peer_key_path() else {
+            return Ok(None);
+        };
+        match palisade_node::peer::PeerKey::from_file(&path) {
+            Ok(key) => Ok(Some(key)),
+            Err(e) => {
+                let given = if self.peer_key_file.is_some() {
+                    "--peer-key-file"
+                } else {
+                    "the peer check is on by default and needs its key (default path)"
+                };
+                bail!(
+                    "{given}: {e}.\n\
+                     Create the key ONCE, on one machine: palisade-node peer-key generate {p}\n\
+                     then copy that same file (mode 0600) to {p} on every node: every node must hold the SAME key (keys generated on each node differ, and peers with different keys never vouch for each other).\n\
+                     Or opt out with --no-peer-check: then every lost Lease self-fences, so an API-server outage longer than --self-fence-after stops every stateful pod of the cluster.",
+                    p = path.display()
+                )
+            }
+        }
+    }
+
     /// The vouch delay: as given, or a third of the way from the renew interval to the
     /// self-fence timeout, and never below [`PeerCheck::min_vouch_after`] (the shortest one the
     /// controller can count healthy nodes with: a shorter default made every peer-checked
@@ -224,6 +272,7 @@ fn main() -> anyhow::Result<()> {
             let dir = argv.get(2).context("shim-exec: missing directory")?;
             std::process::exit(shim::run_exec(std::path::Path::new(dir), &argv[3..]));
         }
+        Some(PEER_KEY_ARG) => return peer_key_command(&argv[1..]),
         _ => {}
     }
     let args = Args::parse();
@@ -243,10 +292,50 @@ fn main() -> anyhow::Result<()> {
             otlp: args.otlp.clone(),
         })?
     };
-    rt.block_on(run(args))
+    // Read after the telemetry is up, so that a world-readable key's warning is logged.
+    let peer_key = args.peer_key()?;
+    rt.block_on(run(args, peer_key))
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
+/// The first argument of the key commands (`palisade-node peer-key generate <file>`).
+const PEER_KEY_ARG: &str = "peer-key";
+
+/// The peer check's key.
+#[derive(Debug, Parser)]
+#[command(name = "palisade-node peer-key", bin_name = "palisade-node peer-key")]
+enum PeerKeyCommand {
+    /// Write a fresh random key to FILE (mode 0600; an existing file is never overwritten).
+    /// Run it once and copy the file to every node: the key must be the SAME everywhere.
+    Generate {
+        /// The key file to create (the agent's default is /etc/palisade-node/peer.key).
+        file: PathBuf,
+    },
+}
+
+/// Runs `palisade-node peer-key ...`; `argv[0]` is `peer-key`.
+fn peer_key_command(argv: &[String]) -> anyhow::Result<()> {
+    match PeerKeyCommand::parse_from(argv) {
+        PeerKeyCommand::Generate { file } => {
+            if let Err(e) = palisade_node::peer::generate_key_file(&file) {
+                match &e {
+                    palisade_node::peer::PeerError::KeyWrite { source, .. }
+                        if source.kind() == std::io::ErrorKind::AlreadyExists =>
+                    {
+                        bail!("{e}: an existing key is never overwritten (to replace the key, remove the file, generate a new one and copy it to every node)")
+                    }
+                    _ => return Err(e.into()),
+                }
+            }
+            println!(
+                "wrote a new peer key to {}: copy this same file (mode 0600) to every node",
+                file.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyhow::Result<()> {
     let kc = kube::config::Kubeconfig::read_from(&args.kubeconfig)
         .with_context(|| format!("read kubeconfig {}", args.kubeconfig.display()))?;
     let config =
@@ -402,12 +491,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // and the poller that publishes how long a majority excuses us.
     let writes = palisade_node::peer::WriteClock::new();
     let (excused_tx, excused_rx) = tokio::sync::watch::channel(None);
-    let peer_check = match &args.peer_key_file {
-        Some(path) => {
-            let key = Arc::new(
-                palisade_node::peer::PeerKey::from_file(path)
-                    .with_context(|| format!("--peer-key-file {}", path.display()))?,
-            );
+    let peer_check = match peer_key {
+        Some(key) => {
+            let key = Arc::new(key);
             let pcfg = args.peer_config();
             let listen = SocketAddr::new(args.address, args.peer_port);
             let listener = tokio::net::TcpListener::bind(listen)
@@ -455,6 +541,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             ))
         }
         None => {
+            tracing::warn!("peer check off (--no-peer-check): every lost Lease self-fences, so an API-server outage longer than --self-fence-after stops every stateful pod");
             drop(excused_tx);
             None
         }
@@ -578,6 +665,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let watchdog_state = watchdog_state.clone();
         let watchdog_expiry = watchdog_expiry.clone();
         let virtualization = virtualization.clone();
+        // The machine the kubelet's Node reports (`status.nodeInfo.systemUUID`), advertised
+        // so that recovery counts an answer only from the machine a fence pinned.
+        let system_uuid = node::system_uuid();
         let after = args.self_fence_after;
         let scope = if args.self_fence_all_pods {
             palisade_model::advertise::SelfFenceScope::All
@@ -605,6 +695,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 scope: Some(scope),
                 version: Some(env!("CARGO_PKG_VERSION").to_string()),
                 boot_id: node::boot_id(),
+                system_uuid: system_uuid.clone(),
                 runtime_pods: Some(answer.runtime_pods),
                 challenge: answer.challenge,
                 peer_check: peer_check.as_ref().map(|(p, book, peers)| {
@@ -723,6 +814,135 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--self-fence-after"), "{e}");
+    }
+
+    /// `args` without its `--peer-key-file`.
+    fn args_without_key(extra: &[&str]) -> Result<Args, clap::Error> {
+        let mut argv = vec![
+            "palisade-node",
+            "--node-name",
+            "n0",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--address",
+            "127.0.0.1",
+            "--lease-duration",
+            "10s",
+            "--renew-interval",
+            "1s",
+        ];
+        argv.extend_from_slice(extra);
+        Args::try_parse_from(argv)
+    }
+
+    /// Issue 32 item 18: the safe setting is the default.
+    #[test]
+    fn the_peer_check_is_on_by_default_with_the_default_key_path() {
+        let a = args_without_key(&["--self-fence-after", "8s"]).unwrap();
+        assert_eq!(
+            a.peer_key_path(),
+            Some(PathBuf::from("/etc/palisade-node/peer.key"))
+        );
+        // Its timing rules apply without any peer flag: 5 s leaves no room above the floor.
+        let e = args_without_key(&["--self-fence-after", "5s"])
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--peer-vouch-after"), "{e}");
+        let a = args(&["--self-fence-after", "8s"]);
+        assert_eq!(
+            a.peer_key_path(),
+            Some(PathBuf::from("/nonexistent/peer.key"))
+        );
+    }
+
+    #[test]
+    fn no_peer_check_turns_it_off_and_its_timing_rules_with_it() {
+        let a = args_without_key(&["--self-fence-after", "4s", "--no-peer-check"]).unwrap();
+        assert_eq!(a.peer_key_path(), None);
+        assert!(a.peer_key().unwrap().is_none());
+        let e = a.validate().unwrap_err().to_string();
+        assert!(e.contains("--kubeconfig"), "{e}");
+    }
+
+    #[test]
+    fn no_peer_check_with_a_key_file_is_refused() {
+        let e = args_without_key(&["--no-peer-check", "--peer-key-file", "/k"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict, "{e}");
+    }
+
+    /// The error names the path, the command that creates the key, that it must be the same
+    /// on every node, and the opt-out with its cost.
+    fn assert_explains_the_key(e: &str, path: &Path) {
+        for want in [
+            &path.display().to_string() as &str,
+            "palisade-node peer-key generate",
+            "SAME key",
+            "--no-peer-check",
+            "every lost Lease self-fences",
+            "API-server outage",
+        ] {
+            assert!(e.contains(want), "{want:?} missing from: {e}");
+        }
+    }
+
+    #[test]
+    fn a_missing_unreadable_or_short_key_is_refused_with_how_to_create_it_or_opt_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.key");
+        let a = args_without_key(&["--peer-key-file", &missing.display().to_string()]).unwrap();
+        let e = a.peer_key().unwrap_err().to_string();
+        assert_explains_the_key(&e, &missing);
+        assert!(e.contains("--peer-key-file"), "{e}");
+        // A directory cannot be read as a key.
+        let e = args_without_key(&["--peer-key-file", &dir.path().display().to_string()])
+            .unwrap()
+            .peer_key()
+            .unwrap_err()
+            .to_string();
+        assert_explains_the_key(&e, dir.path());
+        let short = dir.path().join("short.key");
+        std::fs::write(&short, [7u8; 31]).unwrap();
+        let e = args_without_key(&["--peer-key-file", &short.display().to_string()])
+            .unwrap()
+            .peer_key()
+            .unwrap_err()
+            .to_string();
+        assert_explains_the_key(&e, &short);
+        assert!(e.contains("31 bytes"), "{e}");
+        // The default path, in a test environment that has no key there.
+        if !Path::new(palisade_node::peer::DEFAULT_KEY_FILE).exists() {
+            let e = args_without_key(&[])
+                .unwrap()
+                .peer_key()
+                .unwrap_err()
+                .to_string();
+            assert_explains_the_key(&e, Path::new(palisade_node::peer::DEFAULT_KEY_FILE));
+        }
+    }
+
+    #[test]
+    fn a_generated_key_is_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("peer.key");
+        peer_key_command(&[
+            "peer-key".into(),
+            "generate".into(),
+            path.display().to_string(),
+        ])
+        .unwrap();
+        let a = args_without_key(&["--peer-key-file", &path.display().to_string()]).unwrap();
+        assert!(a.peer_key().unwrap().is_some());
+        // A second run leaves the key as it was.
+        let before = std::fs::read(&path).unwrap();
+        assert!(peer_key_command(&[
+            "peer-key".into(),
+            "generate".into(),
+            path.display().to_string(),
+        ])
+        .is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), before);
     }
 
     #[test]

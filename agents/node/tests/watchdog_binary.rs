@@ -63,6 +63,8 @@ current-context: x
             "127.0.0.1:0",
             "--watchdog-interval",
             "100ms",
+            // The watchdog alone: the peer check would need a key (and peers).
+            "--no-peer-check",
         ])
         .arg("--watchdog")
         .arg(&wd)

@@ -39,7 +39,7 @@ fn agent_command() -> String {
         r#"mkdir -p /var/lib/palisade-node
 RUST_LOG=info,kube=warn '{agent}' --node-name "$PALISADE_MACHINE_NAME" --kubeconfig "$PALISADE_NODE_KUBECONFIG" \
   --address "$PALISADE_MACHINE_ADDRESS" --state-dir /var/lib/palisade-node --image-store /var/lib/palisade-node/images \
-  --lease-duration 10s --renew-interval 1s --self-fence-after 4s \
+  --lease-duration 10s --renew-interval 1s --self-fence-after 4s --no-peer-check \
   --watchdog /dev/watchdog --watchdog-timeout 6s --watchdog-interval 1s \
   --metrics-addr 127.0.0.1:10255 >> /machine/agent.log 2>&1 &
 echo $! > /machine/agent.pid

@@ -43,7 +43,10 @@ pub struct AgentOptions {
     pub watchdog: bool,
     /// The peer check (`--peer-key-file`), as docs/install.md asks wherever the watchdog is
     /// armed: [`lab_of_kind`] writes one random key (0600) into every machine's directory,
-    /// where the supervisor waits for it before it starts the agent.
+    /// where the supervisor waits for it before it starts the agent. Without it the agent gets
+    /// `--no-peer-check` (the agent's default is the peer check, with a key at a path the lab
+    /// does not fill), unless [`AgentOptions::extra_args`] names `--peer-key-file` (a test's
+    /// own key) or `--no-peer-check` itself.
     pub peer_check: bool,
 }
 
@@ -76,9 +79,7 @@ pub fn node_agent_command(o: &AgentOptions) -> Result<String> {
         .map(|s| format!(" --max-restart-backoff {s}s"))
         .unwrap_or_default();
     let mut extra: String = o.extra_args.iter().map(|a| format!(" {a}")).collect();
-    if o.peer_check {
-        extra.push_str(&format!(" --peer-key-file \"$D/{PEER_KEY_FILE}\""));
-    }
+    extra.push_str(&peer_check_args(o));
     if o.watchdog {
         extra.push_str(&format!(
             " --watchdog /dev/watchdog --watchdog-timeout {AGENT_WATCHDOG_SECONDS}s --watchdog-interval 1s"
@@ -105,6 +106,20 @@ done"#,
         lease = o.lease_seconds,
         fence = o.self_fence_seconds,
     ))
+}
+
+/// The agent's peer-check flags beyond [`AgentOptions::extra_args`]: the machine's key with
+/// [`AgentOptions::peer_check`], else `--no-peer-check` unless the extra flags already say
+/// either.
+fn peer_check_args(o: &AgentOptions) -> String {
+    let names = |flag: &str| o.extra_args.iter().any(|a| a == flag);
+    if o.peer_check {
+        format!(" --peer-key-file \"$D/{PEER_KEY_FILE}\"")
+    } else if names("--peer-key-file") || names("--no-peer-check") {
+        String::new()
+    } else {
+        " --no-peer-check".into()
+    }
 }
 
 /// Starts a lab whose machines run `palisade-node`.
@@ -670,4 +685,31 @@ impl Storage {
 /// Reads a file, empty if it does not exist.
 pub fn read_or_empty(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 32 item 18: the agent runs the peer check unless told not to, so an agent the lab
+    /// starts without it must say so.
+    #[test]
+    fn an_agent_without_the_peer_check_is_told_so_explicitly() {
+        let with = |peer_check, extra: &[&str]| {
+            peer_check_args(&AgentOptions {
+                peer_check,
+                extra_args: extra.iter().map(|a| a.to_string()).collect(),
+                ..AgentOptions::default()
+            })
+        };
+        assert_eq!(with(false, &[]), " --no-peer-check");
+        assert_eq!(with(false, &["--self-fence-all-pods"]), " --no-peer-check");
+        assert_eq!(
+            with(true, &[]),
+            format!(" --peer-key-file \"$D/{PEER_KEY_FILE}\"")
+        );
+        // A test's own key, or its own opt-out, is not contradicted.
+        assert_eq!(with(false, &["--peer-key-file", "/k"]), "");
+        assert_eq!(with(false, &["--no-peer-check"]), "");
+    }
 }

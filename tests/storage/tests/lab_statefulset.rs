@@ -40,7 +40,7 @@ fn start_lab() -> Lab {
 mkdir -p "$D/node-state"
 exec '{agent}' --node-name "$PALISADE_MACHINE_NAME" --kubeconfig "$PALISADE_NODE_KUBECONFIG" \
   --address "$PALISADE_MACHINE_ADDRESS" --state-dir "$D/node-state" --image-store "$D/images" \
-  --lease-duration 7200s --renew-interval 1s --self-fence-after 3600s >> "$D/agent.log" 2>&1"#,
+  --lease-duration 7200s --renew-interval 1s --self-fence-after 3600s --no-peer-check >> "$D/agent.log" 2>&1"#,
         agent = agent.display()
     );
     Lab::start(LabConfig {

@@ -52,6 +52,13 @@ pub use server::serve;
 /// The shortest accepted [`PeerKey`], in bytes.
 pub const MIN_KEY_LEN: usize = 32;
 
+/// Where the agent reads the [`PeerKey`] when no `--peer-key-file` is given.
+pub const DEFAULT_KEY_FILE: &str = "/etc/palisade-node/peer.key";
+
+/// The random bytes in a key that [`generate_key_file`] writes (hex-encoded, so the file holds
+/// twice as many key bytes).
+pub const GENERATED_KEY_RANDOM_BYTES: usize = 32;
+
 /// Errors of the peer check.
 #[derive(Debug, thiserror::Error)]
 pub enum PeerError {
@@ -61,6 +68,15 @@ pub enum PeerError {
         /// The key file.
         path: PathBuf,
         /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A new key file could not be written (it exists already, or its directory does not).
+    #[error("writing peer key {path}: {source}")]
+    KeyWrite {
+        /// The key file.
+        path: PathBuf,
+        /// The I/O error (`AlreadyExists` when the file was there before).
         #[source]
         source: std::io::Error,
     },
@@ -174,6 +190,48 @@ impl PeerKey {
         m.update(msg);
         m.verify_slice(&tag).is_ok()
     }
+}
+
+/// Writes a fresh key file at `path`: [`GENERATED_KEY_RANDOM_BYTES`] bytes from the operating
+/// system's random source, hex-encoded, and a newline (what `openssl rand -hex 32` writes).
+///
+/// Guarantees: never replaces or follows an existing file or symlink at `path` (it is created
+/// with `O_EXCL`; an existing one is [`PeerError::KeyWrite`] with `AlreadyExists`, left as it
+/// was); the file is created with mode 0600 (the umask can only narrow it) and synced before
+/// this returns; a file whose write failed is removed, so no short key is left behind; the key
+/// reads back with [`PeerKey::from_file`].
+///
+/// Assumptions: the directory exists. Every node must get a copy of this one file: keys
+/// generated separately on each node differ, and peers with different keys never vouch for
+/// each other.
+pub fn generate_key_file(path: &Path) -> Result<(), PeerError> {
+    use rand::RngCore;
+    use std::io::Write;
+    let write_err = |source| PeerError::KeyWrite {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut secret = [0u8; GENERATED_KEY_RANDOM_BYTES];
+    rand::rngs::OsRng
+        .try_fill_bytes(&mut secret)
+        .map_err(|e| write_err(std::io::Error::other(e)))?;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(path).map_err(write_err)?;
+    let written = f
+        .write_all(format!("{}\n", hex::encode(secret)).as_bytes())
+        .and_then(|()| f.sync_all());
+    if let Err(e) = written {
+        drop(f);
+        let _ = std::fs::remove_file(path);
+        return Err(write_err(e));
+    }
+    Ok(())
 }
 
 impl fmt::Debug for PeerKey {
@@ -299,6 +357,34 @@ mod tests {
     use super::*;
 
     const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_generated_key_file_is_private_loadable_fresh_and_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.key"), dir.path().join("b.key"));
+        generate_key_file(&a).unwrap();
+        generate_key_file(&b).unwrap();
+        let text = std::fs::read_to_string(&a).unwrap();
+        assert_eq!(text.len(), 2 * GENERATED_KEY_RANDOM_BYTES + 1, "{text:?}");
+        assert!(text.ends_with('\n') && text.trim_end().bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(text, std::fs::read_to_string(&b).unwrap());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&a).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        }
+        PeerKey::from_file(&a).unwrap();
+        // An existing file, whatever it holds, is left as it was.
+        match generate_key_file(&a) {
+            Err(PeerError::KeyWrite { source, .. }) => {
+                assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists)
+            }
+            other => panic!("overwrote an existing key: {other:?}"),
+        }
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), text);
+        assert!(generate_key_file(&dir.path().join("missing/c.key")).is_err());
+    }
 
     #[test]
     fn may_vouch_only_strictly_after_vouch_after_without_writes() {
