@@ -102,6 +102,12 @@ pub struct Observations<'a> {
     pub untainted_for: Option<std::time::Duration>,
     /// The UID of the Node object named by `spec.nodeName` now (`None`: no such Node).
     pub node_uid: Option<String>,
+    /// The `status.nodeInfo.systemUUID` of that Node now (`None`: no such Node, or it reports
+    /// none). Pinned when the fence starts ([`palisade_model::nodefence::PinnedNode`]).
+    pub node_system_uuid: Option<String>,
+    /// Who gave [`Self::clean_proof`] (meaningless without one): a person's confirmation, or
+    /// the agent's answer with the machine UUID its renewal advertised.
+    pub proof_from: ProofFrom,
     /// The oldest *other* unfinished `NodeFence` for the same node, if it is older than this
     /// one (by creation time, then name): then this one is superseded.
     pub older_sibling: Option<String>,
@@ -123,6 +129,28 @@ pub enum PeerTrust {
     /// It runs one: trusted no earlier than this instant of the controller's monotonic clock
     /// ([`crate::majority::peer_checked_trust`]), whatever the wall clock reads.
     From(crate::clock::Mono),
+}
+
+/// Who gave a recovery's clean proof ([`Observations::clean_proof`]), for the machine identity
+/// check against [`palisade_model::nodefence::PinnedNode::system_uuid`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProofFrom {
+    /// A person's confirmation for this fence: no machine answered, nothing to compare.
+    Person,
+    /// The node agent's answer to the recovery challenge, from a renewal that advertised this
+    /// machine UUID ([`palisade_model::advertise::Advertisement::system_uuid`]; `None`: it
+    /// advertised none, as an older agent does).
+    Agent(Option<String>),
+}
+
+/// Where a machine identity that differs from the pinned one was seen
+/// ([`WaitFor::IdentityMismatch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdentityFrom {
+    /// The Node object's `status.nodeInfo.systemUUID` now.
+    Node,
+    /// The machine UUID advertised with the renewal that answered the recovery challenge.
+    Answer,
 }
 
 /// A pod bound to the node, as release sees it.
@@ -235,6 +263,18 @@ pub enum WaitFor {
     /// Recovering: the untaint was observed; the storage block stays for
     /// [`UNTAINT_SETTLE_MARGIN`] after it, for caches that still act on the old taint.
     UntaintMargin,
+    /// Recovering: another machine answers under the node's name. The fence pinned machine
+    /// `pinned` ([`palisade_model::nodefence::PinnedNode::system_uuid`]), and `from` shows
+    /// `found` (`None`: an answer that advertises no machine UUID, as an older agent's): no
+    /// recovery answer counts until the pinned machine gives one.
+    IdentityMismatch {
+        /// The machine UUID pinned when the fence started.
+        pinned: String,
+        /// What was seen instead.
+        found: Option<String>,
+        /// Where it was seen.
+        from: IdentityFrom,
+    },
 }
 
 /// How long after the untaint was observed (and with the node's VolumeAttachments settled) the
@@ -465,6 +505,10 @@ pub fn next_step(spec: &NodeFenceSpec, status: &NodeFenceStatus, obs: &Observati
             return Step::PinNode(palisade_model::nodefence::PinnedNode {
                 name: spec.node_name.clone(),
                 uid: obs.node_uid.clone().unwrap_or_default(),
+                system_uuid: obs
+                    .node_system_uuid
+                    .clone()
+                    .filter(|u| palisade_model::identity::normalize_uuid(u).is_some()),
             })
         }
         Some(p) if p.name != spec.node_name => return Step::Fail(FailureReason::SpecChanged),
@@ -793,6 +837,46 @@ fn tried_devices(status: &NodeFenceStatus, kind: DeviceKind) -> Vec<PlannedDevic
     out
 }
 
+/// Whether another machine than the one this fence pinned stands behind the node's name now:
+/// the Node reports another `systemUUID`, or the renewal that answered the recovery challenge
+/// advertises another machine UUID, or none.
+///
+/// Guarantees: with a pinned UUID, an agent's answer counts only when it advertises the same
+/// machine ([`palisade_model::identity::same_machine`], either byte order) and the Node
+/// reports no other machine (a Node that reports none is not a mismatch: the answer's own
+/// UUID must still match). A fence pinned without a UUID, and a person's confirmation
+/// ([`ProofFrom::Person`]), are never refused here (today's rule: the challenge alone orders
+/// the answer).
+///
+/// Assumptions: an agent advertises the UUID of the machine it runs on
+/// ([`palisade_model::advertise::SYSTEM_UUID`]), read as the kubelet reads it; two machines
+/// never share an SMBIOS UUID.
+fn other_machine(status: &NodeFenceStatus, obs: &Observations<'_>) -> Option<WaitFor> {
+    use palisade_model::identity::same_machine;
+    let pinned = status.pinned.as_ref()?.system_uuid.as_ref()?;
+    if let Some(node) = obs.node_system_uuid.as_ref().filter(|u| !u.is_empty()) {
+        if !same_machine(pinned, node) {
+            return Some(WaitFor::IdentityMismatch {
+                pinned: pinned.clone(),
+                found: Some(node.clone()),
+                from: IdentityFrom::Node,
+            });
+        }
+    }
+    match (&obs.clean_proof, &obs.proof_from) {
+        (Some(_), ProofFrom::Agent(answered))
+            if !answered.as_ref().is_some_and(|a| same_machine(pinned, a)) =>
+        {
+            Some(WaitFor::IdentityMismatch {
+                pinned: pinned.clone(),
+                found: answered.clone(),
+                from: IdentityFrom::Answer,
+            })
+        }
+        _ => None,
+    }
+}
+
 /// Recovering, in this order: the recovery challenge, power-on, the node's rejoin, the clean
 /// proof; then the untaint, and only after it settled the storage unblock; then Done.
 ///
@@ -802,7 +886,9 @@ fn tried_devices(status: &NodeFenceStatus, kind: DeviceKind) -> Vec<PlannedDevic
 /// untaint's first observation is persisted, none of the node's VolumeAttachments is
 /// unsettled, and [`UNTAINT_SETTLE_MARGIN`] has passed since that observation on the wall
 /// clock and on this process's monotonic watch. Only taints this fence recorded adding are
-/// removed ([`Step::RemoveTaint`]), and only after the clean proof.
+/// removed ([`Step::RemoveTaint`]), and only after the clean proof. An agent's answer becomes
+/// the clean proof only from the machine the fence pinned (`other_machine`): another machine
+/// under the node's name waits ([`WaitFor::IdentityMismatch`]).
 ///
 /// Assumptions: [`Observations::untainted_for`] is reset whenever the observed Node carries
 /// such a taint again, and never exceeds the time this process has watched it without one.
@@ -835,6 +921,9 @@ fn recovering(status: &NodeFenceStatus, obs: &Observations<'_>) -> Step {
         };
     }
     if rec.clean_proof.is_none() {
+        if let Some(why) = other_machine(status, obs) {
+            return Step::Wait { why, until: None };
+        }
         return match &obs.clean_proof {
             Some(p) => Step::RecordCleanProof(p.clone()),
             None => Step::Wait {

@@ -9,8 +9,8 @@ use common::wall;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use palisade_decide::phase::{
-    clean_proof, next_step, NodePod, ObjectRef, Observations, PeerTrust, ReleaseTaints, Step,
-    WaitFor, UNTAINT_SETTLE_MARGIN,
+    clean_proof, next_step, IdentityFrom, NodePod, ObjectRef, Observations, PeerTrust, ProofFrom,
+    ReleaseTaints, Step, WaitFor, UNTAINT_SETTLE_MARGIN,
 };
 use palisade_decide::verdict::{FencePlan, PlanLevel};
 use palisade_decide::{Clocks, HoldReason, Mono, Verdict, WaitReason};
@@ -83,6 +83,10 @@ fn obj(ns: &str, name: &str) -> ObjectRef {
     }
 }
 
+/// The machine `m0` (its SMBIOS system UUID), and another machine.
+const M0_UUID: &str = "4c4c4544-0042-3510-8056-b4c04f335331";
+const OTHER_UUID: &str = "4c4c4544-0043-3510-8056-b4c04f335331";
+
 /// The outside world the steps act on, as the I/O controller would see it.
 #[derive(Debug, Clone)]
 struct World {
@@ -113,6 +117,12 @@ struct World {
     /// an out-of-service taint (monotonic), updated on every observation.
     untainted_since: std::cell::Cell<Option<Mono>>,
     node_uid: Option<String>,
+    /// The Node's `status.nodeInfo.systemUUID` now.
+    node_system_uuid: Option<String>,
+    /// The machine UUID the agent's renewals advertise (with its answer).
+    answer_uuid: Option<String>,
+    /// The clean proof is a person's confirmation, not the agent's answer.
+    confirmed_by_person: bool,
     older_sibling: Option<String>,
     /// When this controller process first saw the fence in its current phase (monotonic).
     phase_seen_since: Option<Mono>,
@@ -142,6 +152,9 @@ impl World {
             unsettled: Vec::new(),
             untainted_since: std::cell::Cell::new(None),
             node_uid: Some("uid-m0".into()),
+            node_system_uuid: Some(M0_UUID.into()),
+            answer_uuid: Some(M0_UUID.into()),
+            confirmed_by_person: false,
             older_sibling: None,
             phase_seen_since: None,
             recovery: Recovery {
@@ -198,6 +211,12 @@ impl World {
             unsettled_attachments: self.unsettled.clone(),
             untainted_for: self.untainted_since.get().map(|c| mono.since(c)),
             node_uid: self.node_uid.clone(),
+            node_system_uuid: self.node_system_uuid.clone(),
+            proof_from: if self.confirmed_by_person {
+                ProofFrom::Person
+            } else {
+                ProofFrom::Agent(self.answer_uuid.clone())
+            },
             older_sibling: self.older_sibling.clone(),
             phase_seen_for: self.phase_seen_since.map(|c| self.clocks().mono.since(c)),
         }
@@ -324,6 +343,7 @@ fn created() -> NodeFenceStatus {
     st.pinned = Some(PinnedNode {
         name: "m0".into(),
         uid: "uid-m0".into(),
+        system_uuid: Some(M0_UUID.into()),
     });
     st
 }
@@ -528,6 +548,7 @@ fn a_fence_for_a_node_that_does_not_exist_fails_after_the_grace_and_only_in_pend
     st.pinned = Some(PinnedNode {
         name: "m0".into(),
         uid: String::new(),
+        system_uuid: None,
     });
     let grace = palisade_decide::phase::NODE_NOT_FOUND_GRACE.as_secs() as i64;
     assert_eq!(
@@ -1883,4 +1904,139 @@ fn a_reset_level_without_a_storage_device_fails_without_acting() {
         next_step(&sp, &st, &w.obs()),
         Step::Fail(FailureReason::NoPlan)
     );
+}
+
+/// Drives a fence verified at level 1 and released through recovery until it records its clean
+/// proof, or waits on a machine identity mismatch (then returns that wait).
+fn recover_until_proof_or_mismatch(st: &mut NodeFenceStatus, w: &mut World) -> Option<Step> {
+    let sp = spec(RequestedBy::Controller);
+    for _ in 0..40 {
+        if st.recovery.clean_proof.is_some() {
+            return None;
+        }
+        let step = next_step(&sp, st, &w.obs());
+        match &step {
+            Step::Wait {
+                why: WaitFor::IdentityMismatch { .. },
+                ..
+            } => return Some(step),
+            Step::Wait {
+                why: WaitFor::Rejoin,
+                ..
+            } => {
+                w.node_healthy = true;
+                w.agent_clean = true;
+            }
+            _ => {}
+        }
+        apply(&step, st, w, &|l| l == 1);
+        w.now += 1;
+    }
+    panic!("recovery neither recorded a proof nor refused the machine: {st:?}");
+}
+
+#[test]
+fn the_pin_records_the_machine_the_node_reports() {
+    let w = World::new();
+    assert_eq!(
+        next_step(&spec(RequestedBy::Controller), &unpinned(), &w.obs()),
+        Step::PinNode(PinnedNode {
+            name: "m0".into(),
+            uid: "uid-m0".into(),
+            system_uuid: Some(M0_UUID.into()),
+        })
+    );
+    // A Node that reports no comparable UUID (its name, all zeros) pins none.
+    for reported in [
+        Some("m0"),
+        Some("00000000-0000-0000-0000-000000000000"),
+        None,
+    ] {
+        let mut w = World::new();
+        w.node_system_uuid = reported.map(str::to_string);
+        let Step::PinNode(p) = next_step(&spec(RequestedBy::Controller), &unpinned(), &w.obs())
+        else {
+            panic!("the first step pins the node");
+        };
+        assert_eq!(p.system_uuid, None, "{reported:?}");
+    }
+}
+
+#[test]
+fn a_recovery_answer_from_another_machine_under_the_same_name_is_refused() {
+    let mut st = created();
+    let mut w = World::new();
+    w.answer_uuid = Some(OTHER_UUID.into());
+    let refused = recover_until_proof_or_mismatch(&mut st, &mut w);
+    assert_eq!(
+        refused,
+        Some(Step::Wait {
+            why: WaitFor::IdentityMismatch {
+                pinned: M0_UUID.into(),
+                found: Some(OTHER_UUID.into()),
+                from: IdentityFrom::Answer,
+            },
+            until: None,
+        })
+    );
+    assert!(st.recovery.clean_proof.is_none());
+    // The pinned machine answers (in the other byte order of the same 16 bytes): it counts.
+    w.answer_uuid = Some(palisade_model::identity::swapped(M0_UUID));
+    assert_eq!(recover_until_proof_or_mismatch(&mut st, &mut w), None);
+    assert!(st.recovery.clean_proof.is_some());
+}
+
+#[test]
+fn an_answer_that_advertises_no_machine_is_refused_when_the_fence_pinned_one() {
+    let mut st = created();
+    let mut w = World::new();
+    w.answer_uuid = None;
+    assert_eq!(
+        recover_until_proof_or_mismatch(&mut st, &mut w),
+        Some(Step::Wait {
+            why: WaitFor::IdentityMismatch {
+                pinned: M0_UUID.into(),
+                found: None,
+                from: IdentityFrom::Answer,
+            },
+            until: None,
+        })
+    );
+    assert!(st.recovery.clean_proof.is_none());
+}
+
+#[test]
+fn a_node_that_reports_another_machine_refuses_the_recovery_answer() {
+    let mut st = created();
+    let mut w = World::new();
+    // The agent still advertises the pinned machine, but the Node now reports another one.
+    w.node_system_uuid = Some(OTHER_UUID.into());
+    assert_eq!(
+        recover_until_proof_or_mismatch(&mut st, &mut w),
+        Some(Step::Wait {
+            why: WaitFor::IdentityMismatch {
+                pinned: M0_UUID.into(),
+                found: Some(OTHER_UUID.into()),
+                from: IdentityFrom::Node,
+            },
+            until: None,
+        })
+    );
+    assert!(st.recovery.clean_proof.is_none());
+}
+
+#[test]
+fn a_fence_pinned_without_a_machine_accepts_any_answer_and_a_person_needs_no_machine() {
+    // Pinned before machine identities were pinned (or a Node without one): today's rule.
+    let mut st = created();
+    st.pinned.as_mut().unwrap().system_uuid = None;
+    let mut w = World::new();
+    w.answer_uuid = None;
+    assert_eq!(recover_until_proof_or_mismatch(&mut st, &mut w), None);
+    // A person's confirmation is no machine's answer: nothing to compare.
+    let mut st = created();
+    let mut w = World::new();
+    w.answer_uuid = Some(OTHER_UUID.into());
+    w.confirmed_by_person = true;
+    assert_eq!(recover_until_proof_or_mismatch(&mut st, &mut w), None);
 }

@@ -45,6 +45,11 @@ pub const SELF_FENCE_SCOPE: &str = "palisade.dev/self-fence-scope";
 pub const AGENT_VERSION: &str = "palisade.dev/agent-version";
 /// Lease annotation: the machine's boot ID (`/proc/sys/kernel/random/boot_id`).
 pub const BOOT_ID: &str = "palisade.dev/boot-id";
+/// Lease annotation: the machine's SMBIOS system UUID as the agent reads it (what the kubelet
+/// reports as the Node's `status.nodeInfo.systemUUID`). Recovery counts an answer to its
+/// challenge only from the machine the fence pinned (see
+/// [`crate::nodefence::PinnedNode::system_uuid`]).
+pub const SYSTEM_UUID: &str = "palisade.dev/system-uuid";
 /// Lease annotation: comma-separated UIDs of the pods with at least one container (process,
 /// or state the agent has not yet confirmed dead) in the agent's runtime at this renewal.
 pub const RUNTIME_PODS: &str = "palisade.dev/runtime-pods";
@@ -401,6 +406,9 @@ pub struct Advertisement {
     pub version: Option<String>,
     /// The machine's boot ID.
     pub boot_id: Option<String>,
+    /// The machine's system UUID ([`SYSTEM_UUID`]; `None`: not advertised, as by an older
+    /// agent, which then never answers a fence that pinned one).
+    pub system_uuid: Option<String>,
     /// The runtime inventory, only when complete: every pod UID with a live container, and
     /// every pod the agent manages (it may start or restart its containers).
     pub runtime_pods: Option<BTreeSet<String>>,
@@ -468,6 +476,10 @@ impl Advertisement {
                 .get(BOOT_ID)
                 .map(|v| v.trim().to_string())
                 .filter(|v| !v.is_empty()),
+            system_uuid: a
+                .get(SYSTEM_UUID)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty()),
             runtime_pods,
             challenge: a
                 .get(CHALLENGE_ANSWERED)
@@ -525,6 +537,7 @@ impl Advertisement {
         put(SELF_FENCE_SCOPE, self.scope.map(|s| s.as_str().to_string()));
         put(AGENT_VERSION, self.version.clone());
         put(BOOT_ID, self.boot_id.clone());
+        put(SYSTEM_UUID, self.system_uuid.clone());
         put(
             RUNTIME_PODS,
             self.runtime_pods
@@ -825,6 +838,7 @@ mod tests {
             scope: Some(SelfFenceScope::All),
             version: Some("0.1.0".into()),
             boot_id: Some("b".into()),
+            system_uuid: Some("4c4c4544-0042-3510-8056-b4c04f335331".into()),
             runtime_pods: Some(["x".to_string()].into_iter().collect()),
             challenge: Some("c-1".into()),
             peer_check: Some(PeerCheck {

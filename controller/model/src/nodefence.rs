@@ -287,6 +287,16 @@ pub struct PinnedNode {
     /// The Node object's UID when pinned (empty if the Node did not exist then).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub uid: String,
+    /// The Node's `status.nodeInfo.systemUUID` when pinned, the machine this fence acts on;
+    /// absent if the Node did not exist then or reported no comparable UUID
+    /// ([`crate::identity::normalize_uuid`]).
+    ///
+    /// Guarantees (of the controller): while it is set, a recovery answer counts only from a
+    /// renewal that advertises the same machine ([`crate::identity::same_machine`] with
+    /// [`crate::advertise::Advertisement::system_uuid`]), and only while the Node reports no
+    /// other machine; a fence pinned without one keeps the older rule (any answer counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_uuid: Option<String>,
 }
 
 /// The fencing plan persisted at Pending → Fencing.

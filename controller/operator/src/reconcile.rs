@@ -669,8 +669,8 @@ fn untainted_for(ctx: &Ctx, nf: &NodeFence, untainted: bool) -> Option<std::time
     Some(now.since(*since.entry(uid.to_string()).or_insert(now)))
 }
 
-/// The status label and Event (reason, message) of a recovery wait on the untaint, or `None`
-/// for any other wait.
+/// The status label and Event (reason, message) of a recovery wait on the untaint or on the
+/// machine identity (recorded and told once per label), or `None` for any other wait.
 fn untaint_wait(
     node: &str,
     why: &WaitFor,
@@ -680,6 +680,7 @@ fn untaint_wait(
         WaitFor::Untaint => ("recovery_untaint", Kind::Normal, "WaitingForUntaint", format!("node {node}: the release taints this fence removed are still on the observed Node; the storage block stays")),
         WaitFor::ForeignOutOfService(key) => ("recovery_foreign_out_of_service", Kind::Warning, "ForeignOutOfServiceTaint", format!("node {node} carries taint {key}, which this fence did not add and never removes; Kubernetes may still force-delete pods and force-detach volumes because of it, so the storage block stays until it is gone (its owner removes it)")),
         WaitFor::AttachmentsSettle(names) => ("recovery_attachments_settle", Kind::Normal, "WaitingForAttachments", format!("node {node}: VolumeAttachment(s) {} are being deleted or detached; the storage block stays until they settle", names.join(", "))),
+        WaitFor::IdentityMismatch { pinned, found, from } => ("recovery_identity_mismatch", Kind::Warning, "IdentityMismatch", format!("node {node}: this fence pinned machine {pinned} (the Node's systemUUID when it started), but {} {}; no recovery answer counts until machine {pinned} answers (or a person confirms the node clean), so the storage block and the taints stay", match from { palisade_decide::phase::IdentityFrom::Node => "the Node now reports systemUUID", palisade_decide::phase::IdentityFrom::Answer => "the renewal that answered the recovery challenge advertises machine" }, found.as_deref().unwrap_or("none (an agent that does not advertise its machine)"))),
         WaitFor::UntaintMargin => ("recovery_untaint_margin", Kind::Normal, "UntaintSettling", format!("node {node}: untaint observed; the storage block stays until {} ({} s margin for lagging pod-GC and attach-detach caches)", until.map(|t| t.to_string()).unwrap_or_default(), palisade_decide::phase::UNTAINT_SETTLE_MARGIN.as_secs())),
         _ => return None,
     };
@@ -794,8 +795,18 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             && crate::release::challenge_on_node(&ctx.client, &node)
                 .await?
                 .is_some_and(|c| c == challenge);
+        let confirmed = if recovering {
+            confirmed_clean(&nf)
+        } else {
+            None
+        };
+        let proof_from = if confirmed.is_some() {
+            palisade_decide::phase::ProofFrom::Person
+        } else {
+            palisade_decide::phase::ProofFrom::Agent(advertised.system_uuid.clone())
+        };
         let clean_proof = if recovering {
-            confirmed_clean(&nf).or_else(|| {
+            confirmed.or_else(|| {
                 palisade_decide::phase::clean_proof(&status, &advertised, &challenge)
                     .filter(|_| !challenge.is_empty())
             })
@@ -877,6 +888,12 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 .nodes
                 .get(&StoreRef::new(&node))
                 .and_then(|n| n.metadata.uid.clone()),
+            node_system_uuid: observed_node
+                .as_deref()
+                .and_then(|n| n.status.as_ref()?.node_info.as_ref())
+                .map(|i| i.system_uuid.clone())
+                .filter(|u| !u.is_empty()),
+            proof_from,
             older_sibling: older_sibling(ctx, &nf),
             phase_seen_for: phase_seen_for(ctx, &nf, status.phase),
         };

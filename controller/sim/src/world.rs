@@ -676,6 +676,12 @@ impl<'s> World<'s> {
         }
     }
 
+    /// The machine's SMBIOS system UUID: its agent advertises it and its Node reports it
+    /// (one machine per node name: the sim never puts another machine under a name).
+    fn system_uuid(i: usize) -> String {
+        format!("5a5a0000-0000-4000-8000-{:012x}", i + 1)
+    }
+
     /// The boot ID the machine's agent advertises.
     fn boot_id(&self, i: usize) -> String {
         format!("{}-boot-{}", self.machines[i].name, self.machines[i].boot)
@@ -724,6 +730,7 @@ impl<'s> World<'s> {
                 scope: Some(SelfFenceScope::All),
                 version: None,
                 boot_id: Some(self.boot_id(i)),
+                system_uuid: Some(Self::system_uuid(i)),
                 // Taken from the runtime at this renewal, before this tick's kills.
                 runtime_pods: Some(m.containers.clone()),
                 challenge: m.challenge_read.clone(),
@@ -1730,6 +1737,8 @@ impl<'s> World<'s> {
             unsettled_attachments: vec![],
             untainted_for: self.ctl.untainted_since.get(&f).map(|c| now.mono.since(*c)),
             node_uid: Some(format!("uid-{name}")),
+            node_system_uuid: Some(Self::system_uuid(i)),
+            proof_from: palisade_decide::phase::ProofFrom::Agent(answered.system_uuid.clone()),
             older_sibling: None,
             // Budgets on the wall clock alone, as the recorded schedules were found with.
             phase_seen_for: None,
