@@ -107,12 +107,32 @@ pub enum Write {
 #[derive(Debug, Clone, Default)]
 pub struct Streaks {
     nodes: BTreeMap<String, Streak>,
+    /// The end of the controller's latest blind spell ([`Streaks::blind`]).
+    blind_until: Option<Mono>,
 }
 
 impl Streaks {
     /// No streaks.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The controller could not see the API server until `restored` (an outage, a broken
+    /// watch, the controller paused, or its start): a write it observes before `restored` plus
+    /// [`MAX_OBSERVATION_DELAY`] may have been made at any time during the blind spell, so it
+    /// ends the node's streak instead of extending it.
+    ///
+    /// Guarantees: no streak is extended or started by a write observed within
+    /// [`MAX_OBSERVATION_DELAY`] of the end of a blind spell, whatever the clocks read. The
+    /// late check alone judges lateness on the controller's wall clock, which a step back
+    /// defeats: a write made before a blind spell, first observed after it by a controller
+    /// whose clock stepped back, would otherwise look fresh and count toward a healthy
+    /// majority that never was (simulation seed 4107866).
+    ///
+    /// Assumptions: after a blind spell the controller lists the Leases afresh, so a write it
+    /// observes later than [`MAX_OBSERVATION_DELAY`] after `restored` was made after the list.
+    pub fn blind(&mut self, restored: Mono) {
+        self.blind_until = Some(self.blind_until.map_or(restored, |b| b.max(restored)));
     }
 
     /// Records a Lease write of `node` stamped `renew` (its `renewTime`), observed when the
@@ -136,7 +156,10 @@ impl Streaks {
                 return Write::Old;
             }
         }
-        if future || late {
+        let unseen = self
+            .blind_until
+            .is_some_and(|b| observed.mono < b + MAX_OBSERVATION_DELAY);
+        if future || late || unseen {
             self.nodes.remove(node);
             return Write::Untimely;
         }
@@ -461,6 +484,37 @@ mod tests {
         renew(&mut s, "b", 30, 40);
         assert_eq!(s.majority_since(1, m(44)), Some(m(32)));
         assert_eq!(s.majority_since(1, m(45)), None);
+    }
+
+    #[test]
+    fn a_write_first_seen_after_a_blind_spell_never_counts_whatever_the_clock() {
+        // a writes until 10 s; its write at 11 s is made just as the controller goes blind
+        // (an API outage) and is first observed when sight returns at 28 s, by a controller
+        // whose wall clock has stepped back 16 s (it reads 12 s): not late by the wall clock.
+        let stepped = Clocks {
+            mono: m(28),
+            wall: t(12),
+        };
+        let mut without = Streaks::new();
+        renew(&mut without, "a", 0, 10);
+        assert_eq!(
+            without.observe("a", t(11), stepped, A, DEF),
+            Write::Extended,
+            "the wall clock alone takes the old write as fresh"
+        );
+        assert!(without.majority_since(1, m(28)).is_some());
+
+        let mut s = Streaks::new();
+        renew(&mut s, "a", 0, 10);
+        s.blind(m(28));
+        assert_eq!(s.observe("a", t(11), stepped, A, DEF), Write::Untimely);
+        assert_eq!(s.majority_since(1, m(28)), None);
+        // Writes observed once the list is behind us start a new streak.
+        let later = Clocks {
+            mono: m(32),
+            wall: t(16),
+        };
+        assert_eq!(s.observe("a", t(16), later, A, DEF), Write::Started);
     }
 
     #[test]

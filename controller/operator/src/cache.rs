@@ -53,7 +53,7 @@ pub struct Cache {
 fn spawn_reflector<K>(
     api: Api<K>,
     writer: Writer<K>,
-    sight: Option<std::sync::Arc<crate::sight::Sight>>,
+    sight: Option<(std::sync::Arc<crate::sight::Sight>, &'static str)>,
 ) -> Store<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -70,13 +70,13 @@ where
                 Err(e) => {
                     tracing::warn!(error = %e, kind = %K::kind(&Default::default()), "watch error; retrying");
                     // Renewals may have been missed until the watch is back.
-                    if let Some(s) = &sight {
-                        s.lost();
+                    if let Some((s, watch)) = &sight {
+                        s.lost(watch);
                     }
                 }
                 Ok(_) => {
-                    if let Some(s) = &sight {
-                        s.contact(std::time::Instant::now());
+                    if let Some((s, watch)) = &sight {
+                        s.delivered(watch, std::time::Instant::now());
                     }
                 }
             }
@@ -149,12 +149,12 @@ impl Cache {
             nodes: spawn_reflector(
                 Api::<Node>::all(client.clone()),
                 Writer::default(),
-                Some(sight.clone()),
+                Some((sight.clone(), "Node")),
             ),
             leases: spawn_reflector(
                 Api::<Lease>::namespaced(client.clone(), NODE_LEASE_NAMESPACE),
                 Writer::default(),
-                Some(sight.clone()),
+                Some((sight.clone(), "Lease")),
             ),
             pods: spawn(Api::<Pod>::all(client.clone())),
             pvcs: spawn(Api::<PersistentVolumeClaim>::all(client.clone())),

@@ -91,6 +91,9 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
         .map(str::to_string)
         .collect();
     let mut streaks = ctx.streaks.lock();
+    if let Some(at) = ctx.cache.sight.restored_at() {
+        streaks.blind(ctx.mono_of(at));
+    }
     for n in stale {
         detector.forget(&n);
     }

@@ -155,7 +155,13 @@ impl Ctx {
             verdicts: Mutex::new(HashMap::new()),
             guard_held: Mutex::new(HashMap::new()),
             changed_at: Mutex::new(HashMap::new()),
-            streaks: Mutex::new(palisade_decide::majority::Streaks::new()),
+            // A new process saw nothing before it started: its first observations may be of
+            // writes made at any time (crate::sight).
+            streaks: Mutex::new({
+                let mut s = palisade_decide::majority::Streaks::new();
+                s.blind(Mono(std::time::Duration::ZERO));
+                s
+            }),
             advertised: Mutex::new(HashMap::new()),
             members: Mutex::new(palisade_decide::majority::MemberHistory::new()),
             start_gate: tokio::sync::Mutex::new(()),

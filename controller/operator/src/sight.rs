@@ -16,11 +16,16 @@
 //! round (every replica reads or renews the leader Lease every renew interval, so a gap
 //! between two successful rounds longer than [`Sight::max_gap`] is a blind spell, whatever
 //! its cause), and the watches that feed heartbeats (Nodes and node Leases: an error is the
-//! start of a blind spell, the next successful contact its end).
+//! start of a blind spell, and it ends only when every failed watch delivers again, not when
+//! some other request succeeds: until its relist, a watch's cache holds what it held before).
+//!
+//! The same end also bounds the healthy-majority streaks
+//! ([`palisade_decide::majority::Streaks::blind`]): a write first observed right after a blind
+//! spell may have been made at any time during it.
 //!
 //! A process that starts has seen nothing before: its detector starts every node's clock at
-//! its first sighting, which re-baselines silence the same way, so nothing needs to survive a
-//! restart.
+//! its first sighting, which re-baselines silence the same way, and its streaks start blind
+//! (see `Ctx::new`), so nothing needs to survive a restart.
 
 use std::time::{Duration, Instant};
 
@@ -43,8 +48,15 @@ pub struct Sight {
 #[derive(Debug, Default)]
 struct State {
     last_contact: Option<Instant>,
-    lost: bool,
+    /// The heartbeat watches that failed and have not delivered since.
+    lost: std::collections::BTreeSet<&'static str>,
     restored_at: Option<Instant>,
+}
+
+impl State {
+    fn restore(&mut self, at: Instant) {
+        self.restored_at = Some(self.restored_at.map_or(at, |r| r.max(at)));
+    }
 }
 
 impl Sight {
@@ -61,30 +73,42 @@ impl Sight {
         self.max_gap
     }
 
-    /// The API server answered at `at`. Ends a blind spell if one was reported, or if the
-    /// previous contact was longer than the maximum gap ago.
+    /// The API server answered at `at` (an election round, or any watch event). Ends a blind
+    /// spell if the previous contact was longer than the maximum gap ago and no heartbeat
+    /// watch is still lost.
     pub fn contact(&self, at: Instant) {
         let mut s = self.state.lock();
         let gap = s
             .last_contact
             .is_some_and(|last| at.saturating_duration_since(last) > self.max_gap);
-        if s.lost || gap {
-            s.restored_at = Some(s.restored_at.map_or(at, |r| r.max(at)));
-            s.lost = false;
+        if gap {
+            s.restore(at);
         }
         s.last_contact = Some(s.last_contact.map_or(at, |l| l.max(at)));
     }
 
-    /// A heartbeat watch failed: this replica may have missed renewals until its next
-    /// contact.
-    pub fn lost(&self) {
-        self.state.lock().lost = true;
+    /// The heartbeat watch `watch` failed: this replica may miss renewals until it delivers
+    /// again.
+    pub fn lost(&self, watch: &'static str) {
+        self.state.lock().lost.insert(watch);
     }
 
-    /// Whether a blind spell is going on (reported and not yet ended).
+    /// The heartbeat watch `watch` delivered at `at`: a contact, and the end of the blind
+    /// spell once no heartbeat watch is lost any more.
+    pub fn delivered(&self, watch: &'static str, at: Instant) {
+        let mut s = self.state.lock();
+        if s.lost.remove(watch) && s.lost.is_empty() {
+            s.restore(at);
+        }
+        drop(s);
+        self.contact(at);
+    }
+
+    /// Whether a blind spell is going on (a heartbeat watch lost, or no contact for longer
+    /// than the maximum gap).
     pub fn blind(&self, now: Instant) -> bool {
         let s = self.state.lock();
-        s.lost
+        !s.lost.is_empty()
             || s.last_contact
                 .is_some_and(|last| now.saturating_duration_since(last) > self.max_gap)
     }
@@ -130,15 +154,22 @@ mod tests {
     }
 
     #[test]
-    fn a_watch_error_makes_the_next_contact_a_restoration() {
+    fn a_watch_error_ends_only_when_every_lost_watch_delivers_again() {
         let t0 = Instant::now();
         let sight = Sight::new(3 * S);
         sight.contact(t0);
-        sight.lost();
+        sight.lost("Lease");
+        sight.lost("Node");
         assert!(sight.blind(t0 + S));
+        // The election round answers: the watches' caches are still what they were.
         sight.contact(t0 + 2 * S);
-        assert_eq!(sight.restored_at(), Some(t0 + 2 * S));
-        assert!(!sight.blind(t0 + 2 * S));
+        assert!(sight.blind(t0 + 2 * S));
+        assert_eq!(sight.restored_at(), None);
+        sight.delivered("Node", t0 + 3 * S);
+        assert!(sight.blind(t0 + 3 * S), "the Lease watch has not relisted");
+        sight.delivered("Lease", t0 + 4 * S);
+        assert_eq!(sight.restored_at(), Some(t0 + 4 * S));
+        assert!(!sight.blind(t0 + 4 * S));
     }
 
     #[test]
@@ -147,8 +178,8 @@ mod tests {
         let sight = Sight::new(3 * S);
         sight.contact(t0);
         sight.contact(t0 + 10 * S);
-        sight.lost();
-        sight.contact(t0 + 5 * S);
+        sight.lost("Lease");
+        sight.delivered("Lease", t0 + 5 * S);
         assert_eq!(sight.restored_at(), Some(t0 + 10 * S));
     }
 }

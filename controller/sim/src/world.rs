@@ -87,6 +87,10 @@ pub enum Bug {
     /// The old rule of seeds 3537759 and 3978628: judge the healthy majority's streaks on the
     /// controller's wall clock (a step back revives streaks that ended).
     WallClockStreaks,
+    /// The old rule of seed 4107866: forget the controller's blind spells (the API down, the
+    /// controller paused): silence counts through them, and a write first observed after one
+    /// extends a streak if the (stepped) wall clock says it is recent.
+    IgnoreBlindSpell,
     /// Lift every block of the node on unfence (a node-wide unblock) instead of only the
     /// fence's own hold: a deposed leader's late unblock lifts a newer fence's block.
     NodeWideUnblock,
@@ -133,7 +137,8 @@ impl Bug {
     /// Planted bugs too rare for a short random campaign to meet (the simulator found each
     /// after millions of schedules), each with a schedule seed that breaks at-most-one with it
     /// (and must not without it).
-    pub const RECORDED: [(Bug, u64); 4] = [
+    pub const RECORDED: [(Bug, u64); 5] = [
+        (Bug::IgnoreBlindSpell, 4_107_866),
         (Bug::BootIdAlone, 4_000_404),
         (Bug::IgnoreChallenge, 3_348_633),
         (Bug::WallClockStreaks, 3_537_759),
@@ -188,6 +193,9 @@ pub struct Outcome {
 }
 
 const TICK_MS: u64 = 250;
+/// The longest gap between two controller ticks that is not a blind spell (as the operator's
+/// three election rounds; an API outage is one whatever its length, as its watches fail).
+const BLIND_GAP_MS: u64 = 3_000;
 /// The leader's Lease duration: a standby takes over a leader frozen this long.
 const LEADER_LEASE_MS: u64 = 15_000;
 const RENEW_MS: u64 = 1_000;
@@ -298,8 +306,14 @@ struct Controller {
     advertised: HashMap<String, Advertisement>,
     changed_at: HashMap<String, Mono>,
     streaks: Streaks,
-    /// The last tick in which the policy's quorum guard held (as the operator remembers it).
+    /// The last tick in which the policy's quorum guard held (as the operator remembers it),
+    /// or the end of the controller's latest blind spell (as the operator's sight counts it).
     guard_held_at: Option<Mono>,
+    /// When this controller last ticked (simulated ms): a longer gap than [`BLIND_GAP_MS`] is
+    /// a blind spell.
+    last_tick: Option<u64>,
+    /// The API went down since the last tick (its watches failed): a blind spell.
+    lost_api: bool,
     /// Per fence: since when this controller has watched its node carry neither the fence's
     /// release taint nor another's out-of-service taint (as `reconcile.rs::untainted_for`).
     untainted_since: HashMap<usize, Mono>,
@@ -478,6 +492,8 @@ impl<'s> World<'s> {
                 changed_at: HashMap::new(),
                 streaks: Streaks::new(),
                 guard_held_at: None,
+                last_tick: None,
+                lost_api: false,
                 untainted_since: HashMap::new(),
             },
             freeze_trap: None,
@@ -599,7 +615,10 @@ impl<'s> World<'s> {
                 }
                 Fault::ControllerClockStep(ms) => self.ctl_wall_offset_ms += ms,
                 Fault::NodeClockStep(i, ms) => self.machines[i].clock_step_ms += ms,
-                Fault::ApiDown => self.api_up = false,
+                Fault::ApiDown => {
+                    self.api_up = false;
+                    self.ctl.lost_api = true;
+                }
                 Fault::ApiUp => self.api_up = true,
                 Fault::PowerDevice(i, m) => self.machines[i].power_mode = m,
                 Fault::StorageDevice(i, m) => self.machines[i].storage_mode = m,
@@ -1232,17 +1251,24 @@ impl<'s> World<'s> {
         self.machines[i].storage_mode != DeviceMode::Fails
     }
 
-    /// A new controller: a higher token, no memory.
+    /// A new controller: a higher token, no memory (its streaks start blind, as the
+    /// operator's `Ctx::new`).
     fn restart_controller(&mut self) {
         self.member_history = MemberHistory::new();
+        let mut streaks = Streaks::new();
+        if self.bug != Some(Bug::IgnoreBlindSpell) {
+            streaks.blind(self.clocks().mono);
+        }
         self.ctl = Controller {
             up: true,
             token: self.ctl.token + 1,
             detector: Detector::new(),
             advertised: HashMap::new(),
             changed_at: HashMap::new(),
-            streaks: Streaks::new(),
+            streaks,
             guard_held_at: None,
+            last_tick: None,
+            lost_api: false,
             untainted_since: HashMap::new(),
         };
     }
@@ -1338,6 +1364,23 @@ impl<'s> World<'s> {
 
     fn controller(&mut self) {
         let clocks = self.clocks();
+        // As the operator's sight (`sight.rs`): a gap between two ticks (the API down, the
+        // controller frozen) is a blind spell; silence counts from its end, and writes first
+        // observed right after it start no streak.
+        let blind = std::mem::take(&mut self.ctl.lost_api)
+            || self
+                .ctl
+                .last_tick
+                .is_some_and(|t| self.now.saturating_sub(t) > BLIND_GAP_MS);
+        if blind && self.bug != Some(Bug::IgnoreBlindSpell) {
+            self.ctl.streaks.blind(clocks.mono);
+            self.ctl.guard_held_at = Some(
+                self.ctl
+                    .guard_held_at
+                    .map_or(clocks.mono, |g| g.max(clocks.mono)),
+            );
+        }
+        self.ctl.last_tick = Some(self.now);
         // Observe heartbeats, through a watch that lags by up to MAX_WATCH_LAG_MS.
         let lag = self.rng.below(MAX_WATCH_LAG_MS + 1);
         let seen_at = self.now.saturating_sub(lag);
