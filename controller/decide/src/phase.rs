@@ -12,6 +12,8 @@
 //!   [`Step::RecordToken`] has persisted ours;
 //! - release steps carry a [`VerifiedFence`], which only a status with a level verified *with
 //!   evidence* can produce, so release is unreachable without a verified fence;
+//! - after a power-off proof, a release under a token follows a fresh read of the proving
+//!   power devices under that token that found them off ([`Step::RecheckPower`]);
 //! - when every level has failed the step is `Fail(AllLevelsFailed)` and nothing was released
 //!   (release begins only after Fenced);
 //! - a phase whose time budget has run out fails; terminal phases yield [`Step::Nothing`];
@@ -263,6 +265,9 @@ pub enum WaitFor {
     /// Recovering: the untaint was observed; the storage block stays for
     /// [`UNTAINT_SETTLE_MARGIN`] after it, for caches that still act on the old taint.
     UntaintMargin,
+    /// Releasing: a power device could not be read before a release; it is read again at
+    /// `until` (at most [`POWER_REREADS`] times under one token, then the fence fails).
+    PowerRecheck,
     /// Recovering: another machine answers under the node's name. The fence pinned machine
     /// `pinned` ([`palisade_model::nodefence::PinnedNode::system_uuid`]), and `from` shows
     /// `found` (`None`: an answer that advertises no machine UUID, as an older agent's): no
@@ -295,6 +300,13 @@ pub const UNTAINT_SETTLE_MARGIN: std::time::Duration = std::time::Duration::from
 pub fn attachment_settled(being_deleted: bool, detach_error: bool) -> bool {
     !being_deleted && !detach_error
 }
+
+/// How many times, under one fencing token, the power devices are read before a release while
+/// one cannot be read; then the fence fails (`PowerNotOff`): never a release on doubt.
+pub const POWER_REREADS: usize = 3;
+
+/// How long after an unreadable power re-read the next one is made.
+pub const POWER_REREAD_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long a `NodeFence` waits in Pending for its Node to exist before it fails with
 /// `NodeNotFound` (long enough for a Node that is registering, or a cache that is catching up).
@@ -419,6 +431,11 @@ pub enum Step {
     /// Recovering: the Node carries neither a release taint of this fence nor an out-of-service
     /// taint: record when this was first observed (`status.recovery.untaintObservedAt`).
     RecordUntaintObserved,
+    /// Releasing, before the first release and before the next one under a new fencing token:
+    /// read the power state of these devices (the verified level's power devices that proved
+    /// it off) and record each reading (`status.release.powerRechecks`). A read, never a
+    /// command.
+    RecheckPower(Vec<PlannedDevice>),
 }
 
 /// The taints a release puts on the fenced node ([`Step::ApplyTaint`]).
@@ -463,6 +480,7 @@ impl Step {
             Step::Unfence(_) => "unfence",
             Step::RemoveTaint => "remove_taint",
             Step::RecordUntaintObserved => "record_untaint_observed",
+            Step::RecheckPower(_) => "recheck_power",
         }
     }
 
@@ -761,7 +779,9 @@ fn returned_after_self_fence(
 /// for a node that may never return) while Kubernetes still counts it Ready. The
 /// out-of-service taint is applied only when every pod on the node is covered (on Kubernetes
 /// 1.26+ the pod garbage collector force-deletes the pods of a NotReady node with that taint,
-/// which would release uncovered pods behind the fence's back).
+/// which would release uncovered pods behind the fence's back). Every release (pod,
+/// VolumeAttachment, attach record) waits on `power_recheck`: after a power-off proof, the
+/// proving devices must have read off under the current token.
 fn releasing(status: &NodeFenceStatus, obs: &Observations<'_>, proof: VerifiedFence) -> Step {
     let coverage = proof.coverage();
     let held: std::collections::HashSet<&str> =
@@ -779,7 +799,8 @@ fn releasing(status: &NodeFenceStatus, obs: &Observations<'_>, proof: VerifiedFe
     // every pod this fence deleted.
     if let Some(r) = status.release.releasing.as_ref() {
         return match pods.iter().find(|p| p.pod.uid == r.uid) {
-            Some(p) => Step::ReleasePod(proof, p.pod.clone()),
+            Some(p) => power_recheck(status, obs, &proof)
+                .unwrap_or_else(|| Step::ReleasePod(proof, p.pod.clone())),
             None => Step::RecordReleased(ObjectRef {
                 namespace: r.namespace.clone(),
                 name: r.name.clone(),
@@ -795,8 +816,14 @@ fn releasing(status: &NodeFenceStatus, obs: &Observations<'_>, proof: VerifiedFe
         };
         return Step::ApplyTaint(proof, taints);
     }
-    if let Some(p) = pods.first() {
-        return Step::ReleasePod(proof, p.pod.clone());
+    let next = pods.first().map(|p| p.pod.clone());
+    if next.is_some() || !obs.attachments.is_empty() || !obs.attach_records.is_empty() {
+        if let Some(step) = power_recheck(status, obs, &proof) {
+            return step;
+        }
+    }
+    if let Some(p) = next {
+        return Step::ReleasePod(proof, p);
     }
     // Only once no covered pod of the node remains are attachments broken (held pods mount no
     // claim: every proof covers the pods that do).
@@ -807,6 +834,90 @@ fn releasing(status: &NodeFenceStatus, obs: &Observations<'_>, proof: VerifiedFe
         return Step::ClearAttachRecord(proof, pv.clone());
     }
     Step::Enter(Phase::Released)
+}
+
+/// The verified level's power devices whose evidence is a power off
+/// ([`palisade_model::nodefence::EvidenceKind::PowerOff`]): what a release re-reads.
+///
+/// A storage-only level, a reset level ([`LevelKind::StorageThenReset`]: its machine is
+/// meant to run again, its proof is the storage block) and a self-fence level (its proof is
+/// the trust time) have none: nothing was powered off, so there is no power state to re-read.
+fn powered_off_devices(status: &NodeFenceStatus, proof: &VerifiedFence) -> Vec<PlannedDevice> {
+    let Some(level) = usize::try_from(proof.level())
+        .ok()
+        .and_then(|i| status.plan.as_ref()?.levels.get(i))
+    else {
+        return vec![];
+    };
+    let mut out: Vec<PlannedDevice> = Vec::new();
+    for d in level.devices.iter().filter(|d| d.kind == DeviceKind::Power) {
+        let proved_off = status.evidence.iter().any(|e| {
+            e.level == proof.level()
+                && e.device == d.url
+                && e.kind == palisade_model::nodefence::EvidenceKind::PowerOff
+        });
+        if proved_off && !out.iter().any(|o| o.url == d.url) {
+            out.push(d.clone());
+        }
+    }
+    out
+}
+
+/// Before a release: the power re-read still owed under the current token, or why nothing is
+/// released; `None` when every device that proved the fence off has read `Off` under this
+/// token (or there is none).
+///
+/// Guarantees: a release (pod, attachment, attach record) under token `t` follows a re-read
+/// under `t` in which each such device read `Off` as its latest reading; so the first release
+/// of a fence, and the first after a leader change, comes after a fresh read. A device whose
+/// latest reading under `t` is `On` fails the fence (`PowerNotOff`): something powered the
+/// machine on since the verify, and no release follows. One that could not be read is read
+/// again after [`POWER_REREAD_RETRY`], at most [`POWER_REREADS`] times under one token, then
+/// the fence fails the same way: never a release on doubt.
+///
+/// Assumptions: a device's status read reflects the machine's power (the same read the verify
+/// polled); a re-read is a read and never changes the machine's power.
+fn power_recheck(
+    status: &NodeFenceStatus,
+    obs: &Observations<'_>,
+    proof: &VerifiedFence,
+) -> Option<Step> {
+    use palisade_model::nodefence::RecheckedPower;
+    let devices = powered_off_devices(status, proof);
+    if devices.is_empty() {
+        return None;
+    }
+    let ours: Vec<_> = status
+        .release
+        .power_rechecks
+        .iter()
+        .filter(|r| r.token == obs.token)
+        .collect();
+    let latest = |url: &str| ours.iter().rev().find(|r| r.device == url);
+    let mut unreadable = None;
+    for d in &devices {
+        match latest(&d.url).map(|r| (r.state, r.at.0)) {
+            None => return Some(Step::RecheckPower(devices)),
+            Some((RecheckedPower::On, _)) => return Some(Step::Fail(FailureReason::PowerNotOff)),
+            Some((RecheckedPower::Unknown, at)) => unreadable = Some(at),
+            Some((RecheckedPower::Off, _)) => {}
+        }
+    }
+    let at = unreadable?;
+    // Every re-read reads every device: one device's readings count the rounds.
+    let reads = ours.iter().filter(|r| r.device == devices[0].url).count();
+    if reads >= POWER_REREADS {
+        return Some(Step::Fail(FailureReason::PowerNotOff));
+    }
+    let again = jiff_add(at, POWER_REREAD_RETRY);
+    Some(if obs.now.wall >= again {
+        Step::RecheckPower(devices)
+    } else {
+        Step::Wait {
+            why: WaitFor::PowerRecheck,
+            until: Some(again),
+        }
+    })
 }
 
 /// Devices of `kind` in every level that was tried (concluded), deduplicated by URL.

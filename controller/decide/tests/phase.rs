@@ -17,7 +17,7 @@ use palisade_decide::{Clocks, HoldReason, Mono, Verdict, WaitReason};
 use palisade_model::advertise::Advertisement;
 use palisade_model::nodefence::{
     Coverage, Evidence, EvidenceKind, FailureReason, NodeFenceSpec, NodeFenceStatus, Phase,
-    PinnedNode, PlannedDevice, ReleasedObject, RequestedBy,
+    PinnedNode, PlannedDevice, PowerRecheck, RecheckedPower, ReleasedObject, RequestedBy,
 };
 use palisade_model::policy::{Recovery, UntaintWhen};
 use palisade_model::target::{DeviceKind, PowerOff};
@@ -123,6 +123,8 @@ struct World {
     answer_uuid: Option<String>,
     /// The clean proof is a person's confirmation, not the agent's answer.
     confirmed_by_person: bool,
+    /// What the power devices read when re-read before a release.
+    power_reads: RecheckedPower,
     older_sibling: Option<String>,
     /// When this controller process first saw the fence in its current phase (monotonic).
     phase_seen_since: Option<Mono>,
@@ -155,6 +157,7 @@ impl World {
             node_system_uuid: Some(M0_UUID.into()),
             answer_uuid: Some(M0_UUID.into()),
             confirmed_by_person: false,
+            power_reads: RecheckedPower::Off,
             older_sibling: None,
             phase_seen_since: None,
             recovery: Recovery {
@@ -334,6 +337,17 @@ fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn
             st.recovery.untainted_at = Some(MicroTime(at));
         }
         Step::RecordUntaintObserved => st.recovery.untaint_observed_at = Some(MicroTime(at)),
+        Step::RecheckPower(devices) => {
+            for d in devices {
+                st.release.power_rechecks.push(PowerRecheck {
+                    device: d.url.clone(),
+                    token: w.token,
+                    state: w.power_reads,
+                    observed: format!("{:?}", w.power_reads),
+                    at: MicroTime(at),
+                });
+            }
+        }
     }
 }
 
@@ -398,6 +412,7 @@ fn happy_path_walks_every_phase_in_order() {
             "enter:Fenced",
             "enter:Releasing",
             "apply_taint",
+            "recheck_power",
             "release_pod:db-0",
             "release_pod:web-1",
             "delete_attachment",
@@ -439,7 +454,7 @@ fn recovery_reverses_every_level_that_was_tried() {
     let sp = spec(RequestedBy::Controller);
     let mut st = created();
     let mut w = World::new();
-    for _ in 0..30 {
+    for _ in 0..40 {
         let step = next_step(&sp, &st, &w.obs());
         match &step {
             // Level 0 (IPMI) failed but may have cut power; both power devices are switched on.
@@ -741,7 +756,10 @@ fn attachments_wait_for_every_pod_to_be_released() {
     apply(&next_step(&sp, &st, &w.obs()), &mut st, &mut w, &|_| true); // Fenced
     apply(&next_step(&sp, &st, &w.obs()), &mut st, &mut w, &|_| true); // Releasing
     apply(&next_step(&sp, &st, &w.obs()), &mut st, &mut w, &|_| true); // taint
-                                                                       // A pod reappears (a stale cache); pods always go before attachments.
+    let recheck = next_step(&sp, &st, &w.obs());
+    assert!(matches!(recheck, Step::RecheckPower(_)), "{recheck:?}");
+    apply(&recheck, &mut st, &mut w, &|_| true);
+    // A pod reappears (a stale cache); pods always go before attachments.
     let s = next_step(&sp, &st, &w.obs());
     assert!(
         matches!(s, Step::ReleasePod(_, ref p) if p.name == "db-0"),
@@ -763,8 +781,8 @@ fn a_release_a_dead_leader_started_is_finished_first_and_always_recorded() {
     let sp = spec(RequestedBy::Controller);
     let mut st = fencing_status(1);
     let mut w = World::new();
-    for _ in 0..4 {
-        // level 0 verified, Fenced, Releasing, taint
+    for _ in 0..5 {
+        // level 0 verified, Fenced, Releasing, taint, power re-read
         apply(&next_step(&sp, &st, &w.obs()), &mut st, &mut w, &|_| true);
     }
     // A leader recorded its intent to release web-1, then died before (or after) deleting it.
@@ -2039,4 +2057,146 @@ fn a_fence_pinned_without_a_machine_accepts_any_answer_and_a_person_needs_no_mac
     w.answer_uuid = Some(OTHER_UUID.into());
     w.confirmed_by_person = true;
     assert_eq!(recover_until_proof_or_mismatch(&mut st, &mut w), None);
+}
+
+/// Drives a fence (verified at level 1: PDU + storage) into Releasing up to its first release
+/// decision: the taint is applied. Returns the next step.
+fn releasing_after_taint(st: &mut NodeFenceStatus, w: &mut World) -> Step {
+    let sp = spec(RequestedBy::Controller);
+    for _ in 0..20 {
+        let step = next_step(&sp, st, &w.obs());
+        if st.release.tainted_at.is_some() {
+            return step;
+        }
+        apply(&step, st, w, &|l| l == 1);
+        w.now += 1;
+    }
+    panic!("never tainted: {st:?}");
+}
+
+#[test]
+fn power_is_read_again_before_the_first_release_and_after_a_leader_change() {
+    let sp = spec(RequestedBy::Controller);
+    let mut st = created();
+    let mut w = World::new();
+    // Only the level's power device that proved it off is read (not the storage firewall).
+    assert_eq!(
+        releasing_after_taint(&mut st, &mut w),
+        Step::RecheckPower(vec![dev("snmp+pdu://pdu/1", DeviceKind::Power)])
+    );
+    let step = next_step(&sp, &st, &w.obs());
+    apply(&step, &mut st, &mut w, &|l| l == 1);
+    let Step::ReleasePod(_, first) = next_step(&sp, &st, &w.obs()) else {
+        panic!("the device read off: the release goes ahead");
+    };
+    apply(
+        &Step::ReleasePod(st.verified_fence().unwrap(), first),
+        &mut st,
+        &mut w,
+        &|_| true,
+    );
+    // Under the same token, no second read before the next release.
+    assert!(matches!(
+        next_step(&sp, &st, &w.obs()),
+        Step::ReleasePod(..)
+    ));
+    // A new leader (a higher token) reads again before its first release.
+    w.token = 2;
+    let step = next_step(&sp, &st, &w.obs());
+    assert_eq!(step, Step::RecordToken(2));
+    apply(&step, &mut st, &mut w, &|_| true);
+    assert!(matches!(
+        next_step(&sp, &st, &w.obs()),
+        Step::RecheckPower(_)
+    ));
+}
+
+#[test]
+fn a_machine_powered_on_since_the_verify_fails_the_fence_before_any_release() {
+    let sp = spec(RequestedBy::Controller);
+    let mut st = created();
+    let mut w = World::new();
+    let step = releasing_after_taint(&mut st, &mut w);
+    w.power_reads = RecheckedPower::On;
+    apply(&step, &mut st, &mut w, &|l| l == 1);
+    assert_eq!(
+        next_step(&sp, &st, &w.obs()),
+        Step::Fail(FailureReason::PowerNotOff)
+    );
+    assert!(st.release.pods.is_empty());
+}
+
+#[test]
+fn an_unreadable_power_device_is_read_again_a_few_times_then_fails_the_fence() {
+    let sp = spec(RequestedBy::Controller);
+    let mut st = created();
+    let mut w = World::new();
+    let mut step = releasing_after_taint(&mut st, &mut w);
+    w.power_reads = RecheckedPower::Unknown;
+    let mut reads = 0;
+    for _ in 0..60 {
+        match &step {
+            Step::RecheckPower(_) => reads += 1,
+            Step::Wait {
+                why: WaitFor::PowerRecheck,
+                until: Some(_),
+            } => {}
+            Step::Fail(FailureReason::PowerNotOff) => break,
+            other => panic!("never a release on an unreadable device: {other:?}"),
+        }
+        apply(&step, &mut st, &mut w, &|l| l == 1);
+        w.now += 1;
+        step = next_step(&sp, &st, &w.obs());
+    }
+    assert_eq!(step, Step::Fail(FailureReason::PowerNotOff));
+    assert_eq!(reads, palisade_decide::phase::POWER_REREADS);
+    // A device that reads off on a retry lets the release go ahead.
+    let mut st = created();
+    let mut w = World::new();
+    let step = releasing_after_taint(&mut st, &mut w);
+    w.power_reads = RecheckedPower::Unknown;
+    apply(&step, &mut st, &mut w, &|l| l == 1);
+    w.power_reads = RecheckedPower::Off;
+    w.now += palisade_decide::phase::POWER_REREAD_RETRY.as_secs() as i64;
+    let step = next_step(&sp, &st, &w.obs());
+    assert!(matches!(step, Step::RecheckPower(_)), "{step:?}");
+    apply(&step, &mut st, &mut w, &|l| l == 1);
+    assert!(matches!(
+        next_step(&sp, &st, &w.obs()),
+        Step::ReleasePod(..)
+    ));
+}
+
+#[test]
+fn no_power_is_read_again_for_a_level_that_did_not_power_off() {
+    // A storage-only level: nothing powered off, nothing to re-read.
+    let sp = spec(RequestedBy::Controller);
+    let mut w = World::new();
+    let mut p = plan();
+    if let PlanLevel::Hardware { devices, .. } = &mut p.levels[1] {
+        devices.retain(|d| d.kind == DeviceKind::Storage);
+    }
+    w.verdict = Some(Verdict::Fence(p));
+    let mut st = created();
+    assert!(matches!(
+        releasing_after_taint(&mut st, &mut w),
+        Step::ReleasePod(..)
+    ));
+    // A reset level (powerOff: Disallowed) and a self-fence level prove nothing by power.
+    let mut w = World::new();
+    w.verdict = Some(Verdict::Fence(reset_plan()));
+    let mut st = created();
+    let sp2 = spec(RequestedBy::Controller);
+    let mut step = next_step(&sp2, &st, &w.obs());
+    for _ in 0..20 {
+        if st.release.tainted_at.is_some() {
+            break;
+        }
+        apply(&step, &mut st, &mut w, &|_| true);
+        w.now += 1;
+        step = next_step(&sp2, &st, &w.obs());
+    }
+    assert!(st.release.tainted_at.is_some());
+    assert!(!matches!(step, Step::RecheckPower(_)), "{step:?}");
+    let _ = sp;
 }

@@ -62,6 +62,19 @@ pub fn marks(f: &NodeFence) -> Vec<Mark> {
             text: "node tainted".into(),
         });
     }
+    for r in &st.release.power_rechecks {
+        out.push(Mark {
+            at: r.at.0,
+            lane: "release",
+            text: format!(
+                "power re-read {} → {:?} (token {}): {}",
+                palisade_model::target::redact_url(&r.device),
+                r.state,
+                r.token,
+                r.observed
+            ),
+        });
+    }
     for (what, list) in [
         ("pod", &st.release.pods),
         ("VolumeAttachment", &st.release.attachments),

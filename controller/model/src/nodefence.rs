@@ -567,6 +567,40 @@ pub struct ReleaseProgress {
     /// fence; they stay bound to the node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held: Vec<ReleasedObject>,
+    /// Fresh reads of the verified level's power devices (a status read, never a command),
+    /// taken before the first release and again before the next release under a leader whose
+    /// fencing token differs from the last re-read's. A release needs every such device to have
+    /// read `Off` under the current token; one that read `On` fails the fence
+    /// (`PowerNotOff`), one that could not be read is read again, a few times, then fails it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub power_rechecks: Vec<PowerRecheck>,
+}
+
+/// One re-read of a power device's state before a release ([`ReleaseProgress::power_rechecks`]).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PowerRecheck {
+    /// The power device (URL, as planned).
+    pub device: String,
+    /// The fencing token of the leader that read it.
+    pub token: i64,
+    /// What it read.
+    pub state: RecheckedPower,
+    /// What the device reported, verbatim, or why it could not be read.
+    pub observed: String,
+    /// When it was read.
+    pub at: MicroTime,
+}
+
+/// What a power re-read found ([`PowerRecheck`]).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum RecheckedPower {
+    /// The device reads the machine off: the fence still holds.
+    Off,
+    /// The device reads the machine on (something powered it back on since the verify).
+    On,
+    /// The device could not be read, or read neither on nor off.
+    Unknown,
 }
 
 /// A released object.
@@ -655,6 +689,9 @@ pub enum FailureReason {
     /// No Node of the requested name existed while the fence was Pending (after a short
     /// grace); nothing was done.
     NodeNotFound,
+    /// A re-read of a power device before a release found the machine on, or could not read
+    /// it ([`ReleaseProgress::power_rechecks`]): nothing more is released.
+    PowerNotOff,
 }
 
 impl FailureReason {
@@ -670,6 +707,7 @@ impl FailureReason {
             Self::NodeReplaced => "NodeReplaced",
             Self::Superseded => "Superseded",
             Self::NodeNotFound => "NodeNotFound",
+            Self::PowerNotOff => "PowerNotOff",
         }
     }
 }

@@ -751,6 +751,65 @@ pub async fn recover(
     (run.attempts, run.failure.map_or(Ok(()), Err))
 }
 
+/// Re-reads the power state of a power device that proved a fence off, before a release
+/// ([`palisade_decide::phase::Step::RecheckPower`]): what it read, and the device's answer (or
+/// why it could not be read) in words.
+///
+/// Guarantees: a read only, never a power command; a direct BMC is pinned to the Node's system
+/// UUID as for the fence; the read is bounded by the device's budget, and anything but a
+/// clean `off` or `on` (no answer, an error, a state neither on nor off, a device that is not
+/// a power device) is `Unknown`. The caller's leadership (`token`) is checked before the read.
+pub async fn read_power(
+    ctx: &Ctx,
+    node: &str,
+    d: &PlannedDevice,
+    token: i64,
+) -> (palisade_model::nodefence::RecheckedPower, String) {
+    use palisade_fence::PowerState;
+    use palisade_model::nodefence::RecheckedPower;
+    let budget = budget_of(d);
+    let read = async {
+        ctx.leader
+            .check(token)
+            .await
+            .map_err(AttemptError::Leadership)?;
+        match (d.kind, DeviceScheme::of(&d.url)) {
+            (DeviceKind::Power, Some(DeviceScheme::Bridge)) => {
+                Ok(bridge_device(ctx, &d.url, token)?.status().await?)
+            }
+            (
+                DeviceKind::Power,
+                Some(DeviceScheme::Ipmi | DeviceScheme::SnmpPdu | DeviceScheme::Redfish),
+            ) => {
+                let secret = secret_for(ctx, node, &d.url).await?;
+                let expected = node_identity(ctx, node);
+                let device = power_device(&d.url, &secret, budget, expected.as_deref())?;
+                Ok(device.status().await?)
+            }
+            (kind, scheme) => Err(AttemptError::Unsupported(format!(
+                "no power read for a {kind:?} device with scheme {scheme:?}"
+            ))),
+        }
+    };
+    let url = palisade_model::target::redact_url(&d.url);
+    match tokio::time::timeout(budget, read).await {
+        Ok(Ok(PowerState::Off)) => (RecheckedPower::Off, format!("{url} reads power off")),
+        Ok(Ok(PowerState::On)) => (RecheckedPower::On, format!("{url} reads power ON")),
+        Ok(Ok(PowerState::Unknown)) => (
+            RecheckedPower::Unknown,
+            format!("{url} reads a power state neither on nor off"),
+        ),
+        Ok(Err(e)) => (
+            RecheckedPower::Unknown,
+            format!("{url} could not be read: {}", e.message()),
+        ),
+        Err(_) => (
+            RecheckedPower::Unknown,
+            format!("{url} could not be read: no answer within {budget:?}"),
+        ),
+    }
+}
+
 /// A readiness probe of one device: a read only (power state, storage state), never an action.
 /// Returns what the device reported, or why it could not be read.
 ///

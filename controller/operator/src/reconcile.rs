@@ -1249,6 +1249,16 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                             ),
                             None => format!("fence of node {node} failed: BudgetExceeded"),
                         },
+                        FailureReason::PowerNotOff => format!(
+                            "fence of node {node} failed: PowerNotOff: before a release its power device read on, or could not be read {} times; nothing more is released: {}",
+                            palisade_decide::phase::POWER_REREADS,
+                            status
+                                .release
+                                .power_rechecks
+                                .last()
+                                .map(|r| r.observed.as_str())
+                                .unwrap_or_default()
+                        ),
                         other => format!("fence of node {node} failed: {}", other.as_str()),
                     };
                     status
@@ -1431,6 +1441,36 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                     {
                         return Ok(true);
                     }
+                }
+                Step::RecheckPower(devices) => {
+                    use palisade_model::nodefence::{PowerRecheck, RecheckedPower};
+                    let mut read = Vec::new();
+                    for d in &devices {
+                        let (state, observed) =
+                            crate::devices::read_power(ctx, &node, d, token).await;
+                        tracing::info!(nodefence = name, node = %node, device = %palisade_model::target::redact_url(&d.url), ?state, %observed, "power re-read before release");
+                        read.push(PowerRecheck {
+                            device: d.url.clone(),
+                            token,
+                            state,
+                            observed,
+                            at: MicroTime(now_wall()),
+                        });
+                    }
+                    let said = read
+                        .iter()
+                        .map(|r| r.observed.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    let (kind, reason, msg) = if read.iter().all(|r| r.state == RecheckedPower::Off) {
+                        (Kind::Normal, "PowerRechecked", format!("node {node}: power re-read before releasing under fencing token {token}: {said}"))
+                    } else if read.iter().any(|r| r.state == RecheckedPower::On) {
+                        (Kind::Warning, "PowerOnBeforeRelease", format!("node {node} is powered on again since its fence was verified ({said}); nothing more is released and the fence fails (PowerNotOff)"))
+                    } else {
+                        (Kind::Warning, "PowerUnreadable", format!("node {node}: a power device could not be read before releasing ({said}); nothing is released on doubt: it is read again in {} s, at most {} times under fencing token {token}, then the fence fails (PowerNotOff)", palisade_decide::phase::POWER_REREAD_RETRY.as_secs(), palisade_decide::phase::POWER_REREADS))
+                    };
+                    status.release.power_rechecks.extend(read);
+                    persist_then_tell(ctx, &api, &nf, status, label, (kind, reason, &msg)).await?;
                 }
                 Step::PostChallenge => {
                     ctx.leader.check(token).await?;

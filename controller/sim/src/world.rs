@@ -2009,6 +2009,34 @@ impl<'s> World<'s> {
             Step::RecordUntaintObserved => {
                 self.fences[f].status.recovery.untaint_observed_at = Some(MicroTime(wall));
             }
+            Step::RecheckPower(devices) => {
+                use palisade_model::nodefence::{PowerRecheck, RecheckedPower};
+                // A read of the machine's power truth (a device that fails reads nothing). No
+                // planted control skips it: a leader's steps from the verify to the releases run
+                // within one tick, and no fault powers a machine on between them.
+                let state = if self.machines[i].power_mode == DeviceMode::Fails {
+                    RecheckedPower::Unknown
+                } else if self.machines[i].powered {
+                    RecheckedPower::On
+                } else {
+                    RecheckedPower::Off
+                };
+                self.log(format!("{name}: power re-read: {state:?}"));
+                let token = self.ctl.token;
+                for d in devices {
+                    self.fences[f]
+                        .status
+                        .release
+                        .power_rechecks
+                        .push(PowerRecheck {
+                            device: d.url,
+                            token,
+                            state,
+                            observed: format!("{state:?}"),
+                            at: MicroTime(wall),
+                        });
+                }
+            }
         }
         let _ = label;
     }

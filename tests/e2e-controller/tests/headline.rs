@@ -76,6 +76,23 @@ fn silent_machine_is_power_fenced_then_its_statefulset_pod_runs_elsewhere() {
         st.release.pods
     );
     assert!(st.release.attachments.iter().any(|a| a.uid == va_uid));
+    // Before the first release the BMC was read again, under the releasing token, and read off.
+    let reread = st
+        .release
+        .power_rechecks
+        .iter()
+        .find(|r| Some(r.token) == st.fencing_token && r.device.starts_with("ipmi://"))
+        .unwrap_or_else(|| panic!("a power re-read before the release: {st:?}"));
+    assert_eq!(
+        reread.state,
+        palisade_model::nodefence::RecheckedPower::Off,
+        "{reread:?}"
+    );
+    let first_release = st.release.pods.iter().map(|p| p.at.0).min().unwrap();
+    assert!(
+        reread.at.0 <= first_release,
+        "{reread:?} before {first_release}"
+    );
     assert_each_phase_once(&st);
     let nodes: Api<Node> = Api::all(c.clone());
     let n = rt.block_on(nodes.get("m0")).unwrap();
@@ -107,6 +124,7 @@ fn silent_machine_is_power_fenced_then_its_statefulset_pod_runs_elsewhere() {
         "LevelVerified",
         "Fenced",
         "Tainted",
+        "PowerRechecked",
         "PodReleased",
         "Released",
     ] {
