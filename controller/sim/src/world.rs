@@ -131,18 +131,31 @@ impl Bug {
         Bug::ALL
             .into_iter()
             .chain(Bug::RECORDED.map(|(b, _)| b))
+            .chain(Bug::COVERED)
             .find(|b| format!("{b:?}") == s)
     }
 
+    /// Old rules that a later rule also blocks: no schedule is known on which the old rule
+    /// alone breaks at-most-one any more. Kept plantable (`--bug`) for searches.
+    ///
+    /// - `BootIdAlone` (recorded at seed 4000404 until then): since recovery lifts a storage
+    ///   block only after the untaint has settled (issue 39, a 10 s margin), the false clean
+    ///   proof comes too late to matter; about 700,000 schedules with the bug planted (from
+    ///   seed 4000405) found no other. The rule stays fixed (only an inventory answering the
+    ///   recovery challenge is a clean proof) and seed 4000404 stays in the clean list.
+    /// - `IgnoreChallenge` (recorded at seed 3348633 until then): the same margin lets the node
+    ///   renew with an inventory that answers the challenge before the block is lifted, at that
+    ///   schedule; no new seed is known yet. The rule stays fixed and 3348633 stays clean.
+    pub const COVERED: [Bug; 2] = [Bug::BootIdAlone, Bug::IgnoreChallenge];
+
     /// Planted bugs too rare for a short random campaign to meet (the simulator found each
     /// after millions of schedules), each with a schedule seed that breaks at-most-one with it
-    /// (and must not without it).
-    pub const RECORDED: [(Bug, u64); 5] = [
+    /// (and must not without it). `WallClockStreaks` also broke at-most-one at seed 3978628
+    /// until the blind-spell rule (that schedule's stale writes follow an API outage, and are
+    /// now refused for that reason too); 3978628 stays in the clean list.
+    pub const RECORDED: [(Bug, u64); 2] = [
         (Bug::IgnoreBlindSpell, 4_107_866),
-        (Bug::BootIdAlone, 4_000_404),
-        (Bug::IgnoreChallenge, 3_348_633),
         (Bug::WallClockStreaks, 3_537_759),
-        (Bug::WallClockStreaks, 3_978_628),
     ];
 }
 
