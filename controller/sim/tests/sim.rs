@@ -85,7 +85,9 @@ fn a_seed_replays_the_same_history() {
 ///   (now a write first observed right after a blind spell starts no streak).
 #[test]
 fn the_schedules_that_once_broke_at_most_one_stay_clean() {
-    for seed in [3_210_097, 3_348_633, 3_537_759, 3_978_628, 4_000_404, 4_107_866] {
+    for seed in [
+        3_210_097, 3_348_633, 3_537_759, 3_978_628, 4_000_404, 4_107_866,
+    ] {
         let r = run(&Schedule::generate(seed), None);
         assert!(r.fences > 0, "seed {seed} exercises no fence");
         if let Some(v) = r.violation {
