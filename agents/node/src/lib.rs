@@ -32,6 +32,8 @@
 pub mod backoff;
 pub mod cgroup;
 pub mod env;
+#[cfg(test)]
+mod fake_tree;
 pub mod grace;
 pub mod grpc_health;
 pub mod image;

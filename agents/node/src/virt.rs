@@ -130,18 +130,9 @@ pub fn maybe_virtual(v: &Virtualization) -> bool {
 mod tests {
     use super::*;
 
-    struct Tree(tempfile::TempDir);
+    use crate::fake_tree::Tree;
 
     impl Tree {
-        fn new() -> Tree {
-            Tree(tempfile::tempdir().unwrap())
-        }
-        fn put(&self, rel: &str, content: &str) -> &Tree {
-            let p = self.0.path().join(rel);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, content).unwrap();
-            self
-        }
         fn roots(&self) -> Roots {
             Roots {
                 sys: self.0.path().join("sys"),

@@ -521,18 +521,9 @@ mod tests {
         );
     }
 
-    struct Tree(tempfile::TempDir);
+    use crate::fake_tree::Tree;
 
     impl Tree {
-        fn new() -> Tree {
-            Tree(tempfile::tempdir().unwrap())
-        }
-        fn put(&self, rel: &str, content: &str) -> &Tree {
-            let p = self.0.path().join(rel);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, content).unwrap();
-            self
-        }
         fn expiry(&self, virt: &Virtualization) -> Expiry {
             let dev = self.0.path().join("sys/class/watchdog/watchdog0");
             let (sys, proc) = (self.0.path().join("sys"), self.0.path().join("proc"));

@@ -225,6 +225,24 @@ pub async fn unsettled_attachments(
     client: &kube::Client,
     node: &str,
 ) -> Result<Vec<ObjectRef>, Error> {
+    Ok(node_attachments(client, node)
+        .await?
+        .iter()
+        .filter(|v| {
+            !palisade_decide::phase::attachment_settled(
+                v.metadata.deletion_timestamp.is_some(),
+                v.status.as_ref().is_some_and(|s| s.detach_error.is_some()),
+            )
+        })
+        .map(attachment_ref)
+        .collect())
+}
+
+/// The VolumeAttachments naming `node`, read live.
+async fn node_attachments(
+    client: &kube::Client,
+    node: &str,
+) -> Result<Vec<VolumeAttachment>, Error> {
     let api: Api<VolumeAttachment> = Api::all(client.clone());
     let list = api
         .list(&ListParams::default())
@@ -232,20 +250,17 @@ pub async fn unsettled_attachments(
         .map_err(|e| Error::kube("listing VolumeAttachments", e))?;
     Ok(list
         .items
-        .iter()
+        .into_iter()
         .filter(|v| v.spec.node_name == node)
-        .filter(|v| {
-            !palisade_decide::phase::attachment_settled(
-                v.metadata.deletion_timestamp.is_some(),
-                v.status.as_ref().is_some_and(|s| s.detach_error.is_some()),
-            )
-        })
-        .map(|v| ObjectRef {
-            namespace: String::new(),
-            name: v.name_any(),
-            uid: v.uid().unwrap_or_default(),
-        })
         .collect())
+}
+
+fn attachment_ref(v: &VolumeAttachment) -> ObjectRef {
+    ObjectRef {
+        namespace: String::new(),
+        name: v.name_any(),
+        uid: v.uid().unwrap_or_default(),
+    }
 }
 
 /// The recovery challenge `node` carries now
@@ -327,20 +342,10 @@ pub async fn attachments_on_node(
     client: &kube::Client,
     node: &str,
 ) -> Result<Vec<ObjectRef>, Error> {
-    let api: Api<VolumeAttachment> = Api::all(client.clone());
-    let list = api
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| Error::kube("listing VolumeAttachments", e))?;
-    Ok(list
-        .items
+    Ok(node_attachments(client, node)
+        .await?
         .iter()
-        .filter(|v| v.spec.node_name == node)
-        .map(|v| ObjectRef {
-            namespace: String::new(),
-            name: v.name_any(),
-            uid: v.uid().unwrap_or_default(),
-        })
+        .map(attachment_ref)
         .collect())
 }
 

@@ -64,16 +64,9 @@ fn a_straggler_silent_through_the_controllers_blind_spell_is_not_fenced() {
     std::thread::sleep(Duration::from_secs(3));
     lab.heal(1).unwrap();
 
-    let ready = |n: &str| {
-        let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(c.clone());
-        let node = rt.block_on(nodes.get(n)).ok()?;
-        node.status?
-            .conditions?
-            .into_iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-            .then_some(())
-    };
-    eventually("m1 Ready again", Duration::from_secs(60), || ready("m1"));
+    eventually("m1 Ready again", Duration::from_secs(60), || {
+        node_ready(&c, &rt, "m1")
+    });
     // Long enough for any decision taken on the blind spell to have been made.
     ctl.wait_ticks(4 * UNHEALTHY);
     let fences = fences_for(&c, &rt, "m1");

@@ -14,7 +14,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use palisade_lab::{Cut, Lab};
@@ -148,15 +148,7 @@ fn an_api_server_restart_mid_fence_is_survived_and_fences_nothing_else() {
     assert_completed_once(&lab, &nf, token);
     // The outage hid every heartbeat for as long as it lasted; once the API is back and the
     // agents renew, m1 and m2 are healthy again and were never fenced.
-    let ready = |n: &str| {
-        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(c.clone());
-        let node = rt.block_on(nodes.get(n)).ok()?;
-        node.status?
-            .conditions?
-            .into_iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-            .then_some(())
-    };
+    let ready = |n: &str| node_ready(&c, &rt, n);
     eventually("m1 and m2 Ready", Duration::from_secs(60), || {
         ready("m1").and(ready("m2"))
     });

@@ -328,6 +328,17 @@ impl Controller {
     }
 }
 
+/// `Some` once Node `name` reports Ready (read from the API).
+pub fn node_ready(c: &Client, rt: &tokio::runtime::Runtime, name: &str) -> Option<()> {
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(c.clone());
+    let node = rt.block_on(nodes.get(name)).ok()?;
+    node.status?
+        .conditions?
+        .into_iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+        .then_some(())
+}
+
 /// Every NodeFence for `node`.
 pub fn fences_for(c: &Client, rt: &tokio::runtime::Runtime, node: &str) -> Vec<NodeFence> {
     palisade_scenario::fences_for(c, rt, node)
