@@ -181,6 +181,22 @@ fn peer_lab_with(
                 .then_some(())
         },
     );
+    // Nor may the outage come before every agent knows where its peers are: a Node registers
+    // before its status carries an InternalIP, an agent does not ask a peer without one, and
+    // an agent that asks nobody self-fences (the safe side) — again a different scenario.
+    for i in 0..machines {
+        eventually(
+            &format!("m{i} knows every peer's address"),
+            Duration::from_secs(60),
+            || {
+                let log = plain(&agent_log(&lab, i));
+                let last = log.lines().rev().find(|l| l.contains("peer set changed"))?;
+                (0..machines)
+                    .all(|j| last.contains(&format!("\"m{j}@")))
+                    .then_some(())
+            },
+        );
+    }
     for i in 0..machines {
         assert!(
             plain(&agent_log(&lab, i)).contains("advertisement changed: renewing the Lease now"),
