@@ -505,7 +505,9 @@ pub enum AttemptOutcome {
     Succeeded,
     /// The device reported an error.
     Failed,
-    /// No answer within the budget.
+    /// No answer: nothing verified within the budget, the device's own exchanges timed out,
+    /// or it could not be reached at all (a dark BMC). Never evidence of anything: a device
+    /// that does not answer may have lost its power with the machine, or only its network.
     TimedOut,
     /// The device or bridge refused the fencing token as stale.
     StaleToken,
@@ -985,6 +987,31 @@ impl NodeFenceStatus {
         Ok(())
     }
 
+    /// The devices asked to power the node off that gave no answer
+    /// ([`AttemptOutcome::TimedOut`]), each once, in the order first asked.
+    ///
+    /// Guarantees: only `PowerOff` attempts count; a device that answered any later attempt
+    /// of this fence (with a refusal or a reading) is not listed. Never evidence: it names
+    /// what an operator must check, because a dark BMC may have lost its power with the
+    /// machine, or only its network.
+    pub fn dark_power_devices(&self) -> Vec<&str> {
+        let mut dark: Vec<&str> = Vec::new();
+        for a in &self.attempts {
+            if a.action != DeviceAction::PowerOff {
+                continue;
+            }
+            let here = dark.iter().position(|d| *d == a.device);
+            match (a.outcome == AttemptOutcome::TimedOut, here) {
+                (true, None) => dark.push(&a.device),
+                (false, Some(i)) => {
+                    dark.remove(i);
+                }
+                _ => {}
+            }
+        }
+        dark
+    }
+
     /// The proof that the node is fenced: a level recorded verified, with evidence for it.
     ///
     /// Guarantees: the proof's [`Coverage`] is `All` only when the level has `PowerOff`
@@ -1420,6 +1447,45 @@ mod tests {
         assert_eq!(get(&st, "Released").last_transition_time, Time(ts(5)));
         assert_eq!(get(&st, "Fenced").last_transition_time, Time(ts(3)));
         assert_eq!(st.conditions, st.derived_conditions());
+    }
+
+    #[test]
+    fn dark_power_devices_are_those_that_never_answered_a_power_off() {
+        let attempt = |device: &str, action, outcome| DeviceAttempt {
+            level: 0,
+            device: device.into(),
+            action,
+            outcome,
+            token: 1,
+            at: MicroTime(ts(1)),
+            message: String::new(),
+            seen_token: None,
+        };
+        let st = NodeFenceStatus {
+            attempts: vec![
+                attempt("ipmi://a", DeviceAction::PowerOff, AttemptOutcome::TimedOut),
+                attempt("ipmi://a", DeviceAction::PowerOff, AttemptOutcome::TimedOut),
+                attempt(
+                    "redfish://b",
+                    DeviceAction::PowerOff,
+                    AttemptOutcome::TimedOut,
+                ),
+                attempt(
+                    "redfish://b",
+                    DeviceAction::PowerOff,
+                    AttemptOutcome::Failed,
+                ),
+                attempt(
+                    "snmp+pdu://c",
+                    DeviceAction::PowerStatus,
+                    AttemptOutcome::TimedOut,
+                ),
+                attempt("storage://d", DeviceAction::Block, AttemptOutcome::TimedOut),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(st.dark_power_devices(), vec!["ipmi://a"]);
+        assert!(NodeFenceStatus::default().dark_power_devices().is_empty());
     }
 
     #[test]

@@ -304,7 +304,13 @@ impl AttemptError {
     fn outcome(&self) -> AttemptOutcome {
         use palisade_fence::FenceError;
         match self {
-            Self::TimedOut { .. } => AttemptOutcome::TimedOut,
+            // No answer at all: the budget ran out, the device's own exchanges timed out, or
+            // it could not be reached (a dark BMC: its power cut, or only its network).
+            Self::TimedOut { .. }
+            | Self::Fence(
+                palisade_fence::FenceError::Timeout { .. }
+                | palisade_fence::FenceError::Unreachable { .. },
+            ) => AttemptOutcome::TimedOut,
             // A bridge that has seen a newer token refuses: that is not a device failure but a
             // deposed (or restarted-from-scratch) leader, and is reported as such.
             Self::Fence(FenceError::StaleFencingToken { .. })
@@ -915,6 +921,17 @@ mod tests {
             budget: Duration::from_secs(20),
         };
         assert_eq!(late.outcome(), AttemptOutcome::TimedOut);
+        let dark = AttemptError::from(FenceError::Timeout {
+            device: "ipmi://127.0.0.1:1".into(),
+            operation: "get channel authentication capabilities".into(),
+            after: Duration::from_secs(5),
+        });
+        assert_eq!(dark.outcome(), AttemptOutcome::TimedOut);
+        let unreachable = AttemptError::from(FenceError::Unreachable {
+            device: "redfish://127.0.0.1:1".into(),
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        });
+        assert_eq!(unreachable.outcome(), AttemptOutcome::TimedOut);
         assert_eq!(late.message(), "no verified power off within 20s");
     }
 

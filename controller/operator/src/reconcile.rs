@@ -687,6 +687,29 @@ fn untaint_wait(
     Some((label.to_string(), kind, reason, message))
 }
 
+/// What an operator must know when a fence failed with power devices that gave no answer
+/// (`dark`, from [`palisade_model::nodefence::NodeFenceStatus::dark_power_devices`]): empty
+/// when none did.
+///
+/// Guarantees: never suggests that a dark device proves anything; names every dark device and
+/// the two ways on (another level that can prove the power off without the BMC, or a person).
+fn dark_advice(node: &str, dark: &[&str]) -> String {
+    if dark.is_empty() {
+        return String::new();
+    }
+    format!(
+        ". No answer from {}: a BMC that does not answer is no proof that node {node} is off \
+         (the machine may have lost its power, or only the BMC its network), so nothing is released on it; \
+         a later fence tries again after the cooldown, within the escalation limit. To fence without the BMC, give the \
+         node's FenceTarget a PDU or storage level; or check the machine and, once a person knows \
+         it is off, release its pods with `kubectl palisade delete-pod NAMESPACE/POD --confirm`",
+        dark.iter()
+            .map(|d| palisade_model::target::redact_url(d))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
 /// Drives one `NodeFence` until it waits, finishes, or we lose leadership.
 async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
     let api: Api<NodeFence> = Api::all(ctx.client.clone());
@@ -1228,13 +1251,14 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 Step::Fail(reason) => {
                     let msg = match reason {
                         FailureReason::AllLevelsFailed => format!(
-                            "every fencing level failed for node {node}; NOTHING was released: {}",
+                            "every fencing level failed for node {node}; NOTHING was released: {}{}",
                             status
                                 .levels
                                 .iter()
                                 .map(|l| l.message.as_str())
                                 .collect::<Vec<_>>()
-                                .join("; ")
+                                .join("; "),
+                            dark_advice(&node, &status.dark_power_devices())
                         ),
                         // What the fence was waiting for when its budget ran out, in words
                         // an operator can act on (recorded by the wait itself).
