@@ -7,7 +7,9 @@ use kube::{Api, Client, ResourceExt};
 use palisade_model::nodefence::{Overrides, Phase, RequestedBy};
 use palisade_model::{NodeFence, NodeFenceSpec};
 
-/// Creates a manual NodeFence and, with `wait`, prints each transition until it ends.
+/// Creates a manual NodeFence and, with `wait`, prints each transition until it ends: exit 0
+/// once it released the node's pods (or ended), 1 when it failed, [`crate::TIMED_OUT`] when it
+/// was still under way after `wait`.
 pub async fn request(
     c: &Client,
     node: &str,
@@ -59,7 +61,7 @@ pub async fn request(
                 "still in progress after {}s: follow it with `kubectl palisade timeline {name}`",
                 limit.as_secs()
             );
-            return Ok(0);
+            return Ok(crate::TIMED_OUT);
         }
     }
 }

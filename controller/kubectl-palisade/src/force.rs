@@ -4,8 +4,10 @@
 //! Guarantees: without `--confirm`, a pod is force-deleted only when a NodeFence for its node
 //! holds a verified fence (power off, trusted self-fence, or a storage block) that covers the
 //! pod (a storage block covers only pods with a claim); otherwise it refuses and says what may
-//! run twice. Either way, who forced it is recorded on the pod (annotation) and in an Event
-//! before the delete, which carries the pod's UID as a precondition.
+//! run twice. Either way, who forced it (the user and groups the API server reports in a
+//! SelfSubjectReview) is recorded on the pod (annotation) and in an Event before the delete,
+//! which carries the pod's UID as a precondition; when the API server does not say who the
+//! user is, nothing is deleted.
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -15,22 +17,40 @@ use kube::{Api, Client, ResourceExt};
 use palisade_model::nodefence::Coverage;
 use palisade_model::NodeFence;
 
+use crate::identity::{self, Identity};
+
 /// Annotation naming who force-deleted a pod through this command, and on what grounds.
 pub const FORCED_BY: &str = "palisade.dev/force-deleted-by";
 
-/// The user this command acts as, for the record (the local user and the kubeconfig context).
-fn who() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".into());
-    format!("{user} via kubectl-palisade")
+/// The namespace and name of the pod: `NAMESPACE/NAME`, or `NAME` in `-n NAMESPACE` (default:
+/// the context's namespace). A `NAMESPACE/` prefix that contradicts `-n` is an error.
+pub fn pod_ref<'a>(
+    arg: &'a str,
+    namespace: Option<&'a str>,
+    default_ns: &'a str,
+) -> anyhow::Result<(&'a str, &'a str)> {
+    let (ns, name) = match arg.split_once('/') {
+        Some((ns, _)) if namespace.is_some_and(|n| n != ns) => anyhow::bail!(
+            "the pod {arg:?} names namespace {ns:?}, but -n says {:?}",
+            namespace.unwrap_or_default()
+        ),
+        Some((ns, name)) => (ns, name),
+        None => (namespace.unwrap_or(default_ns), arg),
+    };
+    if ns.is_empty() || name.is_empty() || name.contains('/') {
+        anyhow::bail!("give the pod as NAMESPACE/NAME or NAME with -n NAMESPACE, got {arg:?}");
+    }
+    Ok((ns, name))
 }
 
-/// Runs the command.
-pub async fn run(c: &Client, pod_ref: &str, confirm: bool) -> anyhow::Result<u8> {
-    let Some((ns, name)) = pod_ref.split_once('/') else {
-        anyhow::bail!("give the pod as NAMESPACE/NAME, got {pod_ref:?}");
-    };
+/// What is recorded on the pod and in the Event: who (as the API server authenticated them),
+/// when, and on what grounds.
+pub fn record(who: &Identity, at: Timestamp, grounds: &str) -> String {
+    format!("{} via kubectl-palisade at {at}: {grounds}", who.describe())
+}
+
+/// Runs the command on pod `name` in namespace `ns`.
+pub async fn run(c: &Client, ns: &str, name: &str, confirm: bool) -> anyhow::Result<u8> {
     let pods: Api<Pod> = Api::namespaced(c.clone(), ns);
     let Some(pod) = pods.get_opt(name).await? else {
         anyhow::bail!("no pod {ns}/{name}");
@@ -92,7 +112,19 @@ pub async fn run(c: &Client, pod_ref: &str, confirm: bool) -> anyhow::Result<u8>
             "confirmed by a person without a verified fence".to_string()
         }
     };
-    let record = format!("{} at {}: {grounds}", who(), Timestamp::now());
+    // The record names the user the API server authenticated, or nothing is deleted: a guess
+    // (the local `$USER`) would put a name on the record that nobody verified.
+    let who = match identity::whoami(c).await {
+        Ok(who) => who,
+        Err(why) => {
+            eprintln!(
+                "refused: the API server did not say who you are, and a forced deletion records who forced it \
+                 (never a guess): {why}. Nothing was deleted"
+            );
+            return Ok(crate::REFUSED);
+        }
+    };
+    let record = record(&who, Timestamp::now(), &grounds);
     pods.patch(
         name,
         &PatchParams::default(),
@@ -149,4 +181,38 @@ pub async fn run(c: &Client, pod_ref: &str, confirm: bool) -> anyhow::Result<u8>
     pods.delete(name, &dp).await?;
     println!("pod {ns}/{name} force-deleted: {grounds}");
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pod_is_named_with_its_namespace_or_in_the_given_one() {
+        assert_eq!(pod_ref("kp/db-0", None, "default").unwrap(), ("kp", "db-0"));
+        assert_eq!(pod_ref("kp/db-0", Some("kp"), "x").unwrap(), ("kp", "db-0"));
+        assert_eq!(pod_ref("db-0", Some("kp"), "x").unwrap(), ("kp", "db-0"));
+        assert_eq!(pod_ref("db-0", None, "ctx-ns").unwrap(), ("ctx-ns", "db-0"));
+        for (arg, ns) in [
+            ("kp/db-0", Some("other")),
+            ("/db-0", None),
+            ("kp/", None),
+            ("a/b/c", None),
+        ] {
+            assert!(pod_ref(arg, ns, "default").is_err(), "{arg} -n {ns:?}");
+        }
+    }
+
+    #[test]
+    fn the_record_names_the_authenticated_user_and_groups() {
+        let who = Identity {
+            username: "palisade-admin".into(),
+            groups: vec!["system:masters".into(), "system:authenticated".into()],
+        };
+        let at: Timestamp = "2026-01-02T03:04:05Z".parse().unwrap();
+        assert_eq!(
+            record(&who, at, "node m1 is fenced"),
+            "palisade-admin (groups: system:masters, system:authenticated) via kubectl-palisade at 2026-01-02T03:04:05Z: node m1 is fenced"
+        );
+    }
 }

@@ -7,18 +7,25 @@
 //! - `confirm-clean NODEFENCE --note ...`: a person's confirmation, bound to that fence's UID,
 //!   that none of the pods it released runs on the machine any more;
 //! - `timeline NODEFENCE [--svg FILE] [--png FILE]`: a fence's story, to the millisecond;
-//! - `delete-pod NAMESPACE/POD` (or `delete pod POD -n NAMESPACE --force`): the safe force deletion: only when the pod's node is fenced
-//!   (verified, and the fence covers the pod), or with `--confirm` after a warning that says what
-//!   may run twice; who forced it is recorded;
+//! - `delete-pod NAMESPACE/POD` (or `delete pod POD -n NAMESPACE --force`): the safe force
+//!   deletion: only when the pod's node is fenced (verified, and the fence covers the pod), or
+//!   with `--confirm` after a warning that says what may run twice; who forced it (as the API
+//!   server names them) is recorded;
 //! - `check`: a preflight of the whole configuration.
 //!
-//! Exit codes: 0 done; 1 an error (unknown object, no permission, API unreachable); 2 bad usage;
-//! 3 refused (an unsafe action without `--confirm`, a cancel too late); 4 `check` found problems.
+//! Connection flags are kubectl's (`--kubeconfig`, `KUBECONFIG` as a list of files, `--context`,
+//! `--cluster`, `--user`, `-n`: [`connect`]); the read commands (`status`, `explain`,
+//! `timeline`, `check`) print `-o json|yaml` ([`output`]) of the same report as their text.
+//!
+//! Exit codes: see [`EXIT_CODES`].
 
 mod check;
+mod connect;
 mod explain;
 mod fence;
 mod force;
+mod identity;
+mod output;
 mod status;
 mod timeline;
 mod world;
@@ -28,21 +35,40 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::output::OutputArg;
+
 /// Exit code of a refused action.
 pub const REFUSED: u8 = 3;
 /// Exit code of a `check` that found problems.
 pub const PROBLEMS: u8 = 4;
+/// Exit code of a `fence --wait` whose fence was still under way at `--timeout`.
+pub const TIMED_OUT: u8 = 5;
+
+/// The exit codes, as `--help` shows them.
+pub const EXIT_CODES: &str = "\
+Exit codes:
+  0  done
+  1  an error (unknown object, no permission, API server unreachable, a fence that failed)
+  2  bad usage (unknown flag or output format)
+  3  refused (an unsafe action without --confirm, a cancel too late, a forced deletion whose
+     user the API server did not name)
+  4  check found problems
+  5  fence --wait timed out with the fence still under way";
 
 #[derive(Parser, Debug)]
 #[command(
     name = "kubectl-palisade",
     version,
-    about = "Palisade: status, explain, fence, timeline, safe force deletion"
+    about = "Palisade: status, explain, fence, timeline, safe force deletion",
+    after_help = EXIT_CODES
 )]
 struct Cli {
-    /// Kubeconfig to use (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).
-    #[arg(long, global = true, env = "KUBECONFIG")]
-    kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    connection: connect::Connection,
+    /// Namespace of a namespaced argument (the pod of `delete-pod`); default: the context's
+    /// namespace, then `default`.
+    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
+    namespace: Option<String>,
     /// Namespace of the controller (its leader Lease and credential Secrets).
     #[arg(long, global = true, default_value = "palisade-system")]
     controller_namespace: String,
@@ -53,11 +79,16 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Nodes, fences, held decisions and pods on silent nodes.
-    Status,
+    Status {
+        #[command(flatten)]
+        output: OutputArg,
+    },
     /// Why Palisade did or did not fence NODE.
     Explain {
         /// The node.
         node: String,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Request a manual fence of NODE.
     Fence {
@@ -76,7 +107,7 @@ enum Command {
         /// self-fence trust).
         #[arg(long)]
         override_node_health: bool,
-        /// Follow the fence until it ends (at most --timeout).
+        /// Follow the fence until it ends (at most --timeout; exit 5 if it is still under way).
         #[arg(long)]
         wait: bool,
         /// How long --wait follows it, in seconds.
@@ -107,10 +138,13 @@ enum Command {
         /// Also draw it as a PNG picture into FILE (rendered with `rsvg-convert`).
         #[arg(long)]
         png: Option<PathBuf>,
+        #[command(flatten)]
+        output: OutputArg,
     },
-    /// Force-delete a pod only when its node is fenced (or with --confirm).
+    /// Force-delete a pod only when its node is fenced (or with --confirm); records who did it
+    /// (the user the API server names in a SelfSubjectReview; refused when it names nobody).
     DeletePod {
-        /// NAMESPACE/NAME of the pod.
+        /// NAMESPACE/NAME of the pod, or NAME with -n NAMESPACE.
         pod: String,
         /// Delete although the node is not fenced (after reading the warning).
         #[arg(long)]
@@ -123,7 +157,10 @@ enum Command {
         what: Delete,
     },
     /// Preflight: policies, targets, the controller, trust settings.
-    Check,
+    Check {
+        #[command(flatten)]
+        output: OutputArg,
+    },
 }
 
 /// What `delete` deletes.
@@ -131,11 +168,8 @@ enum Command {
 enum Delete {
     /// Force-delete a pod only when its node is fenced (or with --confirm).
     Pod {
-        /// The pod.
+        /// The pod (in -n NAMESPACE; default: the context's namespace).
         pod: String,
-        /// Its namespace.
-        #[arg(short, long, default_value = "default")]
-        namespace: String,
         /// Required: this command only force-deletes (no grace period, no kubelet
         /// confirmation), and only what a verified fence covers unless --confirm.
         #[arg(long, required = true)]
@@ -169,11 +203,12 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<u8> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = palisade_controller::client(cli.kubeconfig.as_deref()).await?;
+    let client = connect::client(&cli.connection).await?;
     let ns = cli.controller_namespace.as_str();
+    let namespace = cli.namespace.as_deref();
     match cli.command {
-        Command::Status => status::run(&client, ns).await,
-        Command::Explain { node } => explain::run(&client, ns, &node).await,
+        Command::Status { output } => status::run(&client, ns, output).await,
+        Command::Explain { node, output } => explain::run(&client, ns, &node, output).await,
         Command::Fence {
             node,
             reason,
@@ -206,17 +241,106 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             nodefence,
             svg,
             png,
-        } => timeline::run(&client, &nodefence, svg.as_deref(), png.as_deref()).await,
-        Command::DeletePod { pod, confirm } => force::run(&client, &pod, confirm).await,
+            output,
+        } => timeline::run(&client, &nodefence, svg.as_deref(), png.as_deref(), output).await,
+        Command::DeletePod { pod, confirm } => {
+            let (pod_ns, name) = force::pod_ref(&pod, namespace, client.default_namespace())?;
+            force::run(&client, pod_ns, name, confirm).await
+        }
         Command::Delete {
             what:
                 Delete::Pod {
                     pod,
-                    namespace,
                     force: _,
                     confirm,
                 },
-        } => force::run(&client, &format!("{namespace}/{pod}"), confirm).await,
-        Command::Check => check::run(&client, ns).await,
+        } => {
+            let (pod_ns, name) = force::pod_ref(&pod, namespace, client.default_namespace())?;
+            force::run(&client, pod_ns, name, confirm).await
+        }
+        Command::Check { output } => check::run(&client, ns, output).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("kubectl-palisade").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn connection_flags_are_global_like_kubectl() {
+        let cli = parse(&[
+            "status",
+            "--context",
+            "prod",
+            "--cluster",
+            "c",
+            "--user",
+            "u",
+            "--kubeconfig",
+            "/k",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(cli.connection.context.as_deref(), Some("prod"));
+        assert_eq!(cli.connection.cluster.as_deref(), Some("c"));
+        assert_eq!(cli.connection.user.as_deref(), Some("u"));
+        assert_eq!(cli.connection.kubeconfig, Some(PathBuf::from("/k")));
+        assert!(matches!(
+            cli.command,
+            Command::Status {
+                output: OutputArg {
+                    format: Some(output::Format::Json)
+                }
+            }
+        ));
+        let cli = parse(&["-n", "kp", "delete", "pod", "web-0", "--force"]).unwrap();
+        assert_eq!(cli.namespace.as_deref(), Some("kp"));
+        let cli = parse(&["delete", "pod", "web-0", "--force", "--namespace", "kp"]).unwrap();
+        assert_eq!(cli.namespace.as_deref(), Some("kp"));
+    }
+
+    #[test]
+    fn every_read_command_takes_an_output_format_and_rejects_unknown_ones() {
+        for cmd in [
+            &["status"][..],
+            &["explain", "m1"],
+            &["timeline", "f"],
+            &["check"],
+        ] {
+            for format in ["json", "yaml"] {
+                let args: Vec<&str> = cmd.iter().copied().chain(["-o", format]).collect();
+                parse(&args).unwrap();
+            }
+            let args: Vec<&str> = cmd.iter().copied().chain(["-o", "xml"]).collect();
+            let err = parse(&args).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue);
+            assert!(
+                err.to_string().contains("[possible values: json, yaml]"),
+                "{err}"
+            );
+        }
+        assert!(parse(&["fence", "m1", "--reason", "x", "-o", "json"]).is_err());
+    }
+
+    #[test]
+    fn the_help_documents_every_exit_code() {
+        let help = Cli::command().render_long_help().to_string();
+        for code in [REFUSED, PROBLEMS, TIMED_OUT] {
+            assert!(
+                help.contains(&format!("\n  {code}  ")),
+                "{code} in:\n{help}"
+            );
+        }
     }
 }

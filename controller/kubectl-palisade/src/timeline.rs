@@ -8,7 +8,9 @@ use std::path::Path;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client};
 use palisade_model::NodeFence;
+use serde::Serialize;
 
+use crate::output::OutputArg;
 use crate::world::secs;
 
 /// One moment of the story.
@@ -120,50 +122,134 @@ pub fn marks(f: &NodeFence) -> Vec<Mark> {
     out
 }
 
+/// What `timeline` shows.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Timeline {
+    pub name: String,
+    pub node: String,
+    pub requested_by: String,
+    pub reason: String,
+    /// Time zero: the first recorded moment (RFC 3339).
+    pub start: String,
+    /// Every moment, in time order.
+    pub marks: Vec<MarkRow>,
+    /// How it failed, if it did.
+    pub failure: Option<Failure>,
+}
+
+/// One moment, as shown.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MarkRow {
+    /// When (RFC 3339).
+    pub at: String,
+    /// Seconds after `start`.
+    pub offset_seconds: f64,
+    /// `phase`, `device`, `evidence`, `release` or `recovery`.
+    pub lane: String,
+    pub text: String,
+}
+
+/// A fence's failure.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    pub phase: String,
+    pub reason: String,
+    pub message: String,
+}
+
+/// Time zero: the request's first recorded moment (creationTimestamp has whole seconds).
+fn start(f: &NodeFence, ms: &[Mark]) -> Timestamp {
+    ms.first()
+        .map(|m| m.at)
+        .or_else(|| f.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        .unwrap_or_else(Timestamp::now)
+}
+
+/// The report of NodeFence `f` whose moments are `ms`, from `t0`.
+pub fn report(f: &NodeFence, t0: Timestamp, ms: &[Mark]) -> Timeline {
+    Timeline {
+        name: f.metadata.name.clone().unwrap_or_default(),
+        node: f.spec.node_name.clone(),
+        requested_by: format!("{:?}", f.spec.requested_by),
+        reason: f.spec.reason.clone(),
+        start: t0.to_string(),
+        marks: ms
+            .iter()
+            .map(|m| MarkRow {
+                at: m.at.to_string(),
+                offset_seconds: secs(t0, m.at),
+                lane: m.lane.to_string(),
+                text: m.text.clone(),
+            })
+            .collect(),
+        failure: f
+            .status
+            .as_ref()
+            .and_then(|st| st.failure.as_ref())
+            .map(|fail| Failure {
+                phase: fail.phase.as_str().to_string(),
+                reason: fail.reason.as_str().to_string(),
+                message: fail.message.clone(),
+            }),
+    }
+}
+
+/// The report as the text `timeline` prints.
+pub fn text(t: &Timeline) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "nodefence/{}: node {}, requested by {}: {}",
+        t.name, t.node, t.requested_by, t.reason
+    );
+    for m in &t.marks {
+        let _ = writeln!(o, "{:>+9.3}s  {:<9} {}", m.offset_seconds, m.lane, m.text);
+    }
+    if let Some(fail) = &t.failure {
+        let _ = writeln!(
+            o,
+            "FAILED in {}: {} — {}",
+            fail.phase, fail.reason, fail.message
+        );
+    }
+    o
+}
+
 /// Prints the story; with `svg` and/or `png`, also draws it.
 pub async fn run(
     c: &Client,
     name: &str,
     svg: Option<&Path>,
     png: Option<&Path>,
+    out: OutputArg,
 ) -> anyhow::Result<u8> {
     let api: Api<NodeFence> = Api::all(c.clone());
     let Some(f) = api.get_opt(name).await? else {
         anyhow::bail!("no NodeFence named {name:?}");
     };
     let ms = marks(&f);
-    // Time zero: the request's first recorded moment (creationTimestamp has whole seconds).
-    let t0 = ms
-        .first()
-        .map(|m| m.at)
-        .or_else(|| f.metadata.creation_timestamp.as_ref().map(|t| t.0))
-        .unwrap_or_else(Timestamp::now);
-    println!(
-        "nodefence/{name}: node {}, requested by {:?}: {}",
-        f.spec.node_name, f.spec.requested_by, f.spec.reason
-    );
-    for m in &ms {
-        println!("{:>+9.3}s  {:<9} {}", secs(t0, m.at), m.lane, m.text);
-    }
-    if let Some(st) = &f.status {
-        if let Some(fail) = &st.failure {
-            println!(
-                "FAILED in {}: {} — {}",
-                fail.phase.as_str(),
-                fail.reason.as_str(),
-                fail.message
-            );
+    let t0 = start(&f, &ms);
+    crate::output::print(out, &report(&f, t0, &ms), text)?;
+    // With -o, standard output holds one document: the pictures are noted on standard error.
+    let noted = |path: &Path| {
+        if out.format.is_some() {
+            eprintln!("picture: {}", path.display());
+        } else {
+            println!("picture: {}", path.display());
         }
-    }
+    };
     let picture = render_svg(&f, t0, &ms);
     if let Some(path) = svg {
         std::fs::write(path, &picture)
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
-        println!("picture: {}", path.display());
+        noted(path);
     }
     if let Some(path) = png {
         to_png(&picture, path)?;
-        println!("picture: {}", path.display());
+        noted(path);
     }
     Ok(0)
 }
@@ -266,4 +352,47 @@ pub fn render_svg(f: &NodeFence, t0: Timestamp, ms: &[Mark]) -> String {
     }
     s.push_str("</svg>\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_story_is_told_in_time_order_in_text_and_json_alike() {
+        let f: NodeFence = serde_json::from_value(serde_json::json!({
+            "apiVersion": "palisade.dev/v1alpha1",
+            "kind": "NodeFence",
+            "metadata": {"name": "m1-abc"},
+            "spec": {"nodeName": "m1", "reason": "silent", "requestedBy": "Controller"},
+        }))
+        .unwrap();
+        let t0: Timestamp = "2026-01-02T03:04:05Z".parse().unwrap();
+        let later: Timestamp = "2026-01-02T03:04:06.250Z".parse().unwrap();
+        let ms = vec![
+            Mark {
+                at: t0,
+                lane: "phase",
+                text: "Pending — requested".into(),
+            },
+            Mark {
+                at: later,
+                lane: "release",
+                text: "node tainted".into(),
+            },
+        ];
+        let r = report(&f, start(&f, &ms), &ms);
+        assert_eq!(
+            text(&r),
+            "nodefence/m1-abc: node m1, requested by Controller: silent\n   +0.000s  phase     Pending — requested\n   +1.250s  release   node tainted\n"
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["requestedBy"], "Controller");
+        assert_eq!(json["start"], "2026-01-02T03:04:05Z");
+        assert_eq!(
+            json["marks"][1],
+            serde_json::json!({"at": "2026-01-02T03:04:06.25Z", "offsetSeconds": 1.25, "lane": "release", "text": "node tainted"})
+        );
+        assert_eq!(json["failure"], serde_json::Value::Null);
+    }
 }

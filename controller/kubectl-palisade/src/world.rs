@@ -1,4 +1,6 @@
-//! One read of everything the commands look at, from the API server.
+//! One read of everything the commands look at, from the API server. Pods are read only for
+//! the nodes a command asks about, one LIST per node with a `spec.nodeName` field selector, never
+//! every pod of the cluster.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +22,7 @@ pub struct World {
     pub policies: Vec<FencingPolicy>,
     pub targets: BTreeMap<String, FenceTarget>,
     pub fences: Vec<NodeFence>,
+    /// The pods of the nodes read with [`World::read_pods_on`].
     pub pods: Vec<Pod>,
     pub claims: Vec<PersistentVolumeClaim>,
     pub events: Vec<Event>,
@@ -29,15 +32,27 @@ async fn list<K>(api: Api<K>, what: &str) -> anyhow::Result<Vec<K>>
 where
     K: kube::Resource + Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
 {
+    list_with(api, &ListParams::default(), what).await
+}
+
+async fn list_with<K>(api: Api<K>, params: &ListParams, what: &str) -> anyhow::Result<Vec<K>>
+where
+    K: kube::Resource + Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+{
     Ok(api
-        .list(&ListParams::default())
+        .list(params)
         .await
         .with_context(|| format!("listing {what}"))?
         .items)
 }
 
+/// The field selector of the pods bound to `node`.
+pub fn on_node(node: &str) -> String {
+    format!("spec.nodeName={node}")
+}
+
 impl World {
-    /// Reads everything (one LIST per kind).
+    /// Reads everything but pods (one LIST per kind).
     pub async fn read(c: &Client) -> anyhow::Result<World> {
         Ok(World {
             now: Timestamp::now(),
@@ -54,10 +69,22 @@ impl World {
                 .map(|t| (t.name_any(), t))
                 .collect(),
             fences: list(Api::all(c.clone()), "NodeFences").await?,
-            pods: list(Api::all(c.clone()), "Pods").await?,
+            pods: Vec::new(),
             claims: list(Api::all(c.clone()), "PersistentVolumeClaims").await?,
             events: list(Api::namespaced(c.clone(), "default"), "Events").await?,
         })
+    }
+
+    /// Reads the pods bound to each of `nodes` (a field selector each, so the API server sends
+    /// only those).
+    pub async fn read_pods_on(&mut self, c: &Client, nodes: &[String]) -> anyhow::Result<()> {
+        for node in nodes {
+            let params = ListParams::default().fields(&on_node(node));
+            let pods = list_with(Api::<Pod>::all(c.clone()), &params, "Pods").await;
+            self.pods
+                .extend(pods.with_context(|| format!("on node {node}"))?);
+        }
+        Ok(())
     }
 
     /// Whether each policy is accepted, by name (the controller's own rules).
@@ -178,4 +205,52 @@ pub fn secs(from: Timestamp, to: Timestamp) -> f64 {
         .total(k8s_openapi::jiff::Unit::Millisecond)
         .unwrap_or(0.0)
         / 1000.0
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    /// An empty world at a fixed moment.
+    pub fn world() -> World {
+        World {
+            now: "2026-01-02T03:04:05Z".parse().unwrap(),
+            nodes: Vec::new(),
+            leases: BTreeMap::new(),
+            policies: Vec::new(),
+            targets: BTreeMap::new(),
+            fences: Vec::new(),
+            pods: Vec::new(),
+            claims: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+
+    pub fn node(name: &str) -> Node {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap()
+    }
+
+    /// The node Lease of `name`, renewed `age` seconds before `w.now`.
+    pub fn lease(w: &World, name: &str, age: f64) -> (String, Lease) {
+        let mut l: Lease =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "spec": {}}))
+                .unwrap();
+        let renewed = w.now - k8s_openapi::jiff::SignedDuration::from_secs_f64(age);
+        l.spec.as_mut().unwrap().renew_time = Some(MicroTime(renewed));
+        (name.to_string(), l)
+    }
+
+    pub fn pod(ns: &str, name: &str, node: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": ns, "name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "c"}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn pods_are_selected_by_their_node_name_field() {
+        assert_eq!(on_node("m1"), "spec.nodeName=m1");
+    }
 }

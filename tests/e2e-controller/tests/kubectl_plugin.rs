@@ -5,6 +5,12 @@
 //! order), `fence`/`cancel` request and withdraw a manual fence, and bad input gets a clear
 //! message and exit code. Plain `kubectl get` (Debian's 1.20) shows the fenced NodeFence and,
 //! while a node is silent, its pods' STATUS as `NodeSilent` (withdrawn once it renews).
+//!
+//! It behaves like kubectl: `KUBECONFIG` is a list of files merged first-wins, `--context`
+//! picks a context (whose namespace `-n` defaults to), the read commands print `-o json|yaml`,
+//! a `fence --wait` that times out exits 5, and a forced deletion records the user the API
+//! server names in a SelfSubjectReview, or is refused when it names nobody (the lab's 1.20 API
+//! server serves no SelfSubjectReview: there the refusal is what is pinned).
 
 mod common;
 
@@ -27,11 +33,16 @@ struct Out {
 }
 
 fn plugin(lab: &palisade_lab::Lab, args: &[&str]) -> Out {
+    let cp = lab.control_plane().expect("control plane");
+    plugin_with(cp.admin_kubeconfig().as_os_str(), args)
+}
+
+/// The plugin with `KUBECONFIG` set to `kubeconfig` (a list of files, as kubectl takes it).
+fn plugin_with(kubeconfig: &std::ffi::OsStr, args: &[&str]) -> Out {
     let bin = palisade_lab::bin_path("kubectl-palisade")
         .expect("build the plugin first: cargo build -p kubectl-palisade");
-    let cp = lab.control_plane().expect("control plane");
     let out = Command::new(bin)
-        .env("KUBECONFIG", cp.admin_kubeconfig())
+        .env("KUBECONFIG", kubeconfig)
         .args(args)
         .output()
         .expect("run kubectl-palisade");
@@ -48,6 +59,19 @@ fn plugin(lab: &palisade_lab::Lab, args: &[&str]) -> Out {
         o.code
     );
     o
+}
+
+/// The plugin's standard output as JSON (it was run with `-o json`).
+fn json(o: &Out) -> serde_json::Value {
+    serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", o.stdout))
+}
+
+/// Whether the API server serves SelfSubjectReview (`authentication.k8s.io/v1`, Kubernetes
+/// 1.28 and later), by its discovery document.
+fn serves_self_subject_review(c: &kube::Client, rt: &tokio::runtime::Runtime) -> bool {
+    rt.block_on(c.list_api_group_resources("authentication.k8s.io/v1"))
+        .map(|l| l.resources.iter().any(|r| r.name == "selfsubjectreviews"))
+        .unwrap_or(false)
 }
 
 #[test]
@@ -85,6 +109,37 @@ fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
     let o = plugin(&lab, &["delete-pod", "kp/nope"]);
     assert_eq!(o.code, 1);
     assert_eq!(plugin(&lab, &["timeline", "nope"]).code, 1);
+    let o = plugin(&lab, &["status", "-o", "xml"]);
+    assert_eq!(o.code, 2, "an unknown output format is bad usage");
+    assert!(
+        o.stderr.contains("[possible values: json, yaml]"),
+        "{}",
+        o.stderr
+    );
+    let o = plugin(&lab, &["status", "--context", "nope"]);
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr
+            .contains("no context \"nope\" in the kubeconfig (contexts: lab)"),
+        "{}",
+        o.stderr
+    );
+
+    // KUBECONFIG as kubectl reads it: a list, missing files skipped, the first file to set a
+    // key wins. The first file adds a context `kp` on the admin's cluster and user, with
+    // namespace kp, and makes it current; the admin file's `current-context: lab` loses.
+    let admin = lab
+        .control_plane()
+        .unwrap()
+        .admin_kubeconfig()
+        .to_path_buf();
+    let extra = lab.dir().join("kp.kubeconfig");
+    std::fs::write(
+        &extra,
+        "apiVersion: v1\nkind: Config\ncontexts:\n- name: kp\n  context:\n    cluster: lab\n    user: lab\n    namespace: kp\ncurrent-context: kp\n",
+    )
+    .unwrap();
+    let list = std::env::join_paths([lab.dir().join("missing.kubeconfig"), extra, admin]).unwrap();
 
     // check: kp-b cannot be fenced (no target, no trusted self-fence).
     let o = plugin(&lab, &["check"]);
@@ -100,6 +155,24 @@ fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
         "{}",
         o.stdout
     );
+    let o = plugin(&lab, &["check", "-o", "json"]);
+    assert_eq!(o.code, 4, "the same exit code with -o");
+    let report = json(&o);
+    let problems = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["level"] == "problem")
+        .count();
+    assert!(problems >= 1 && report["problems"] == problems, "{report}");
+    assert!(report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("node kp-b: no FenceTarget and self-fencing is not trusted")));
 
     let o = plugin(&lab, &["status"]);
     assert_eq!(o.code, 0);
@@ -108,6 +181,26 @@ fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
         "{}",
         o.stdout
     );
+    let o = plugin(&lab, &["status", "-o", "json"]);
+    assert_eq!(o.code, 0);
+    let report = json(&o);
+    let kp_a = report["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "kp-a")
+        .unwrap_or_else(|| panic!("kp-a in {report}"));
+    assert_eq!(kp_a["health"], "Healthy");
+    assert_eq!(kp_a["policies"], json!(["kp"]));
+    assert!(report["nodeFences"].is_array() && report["podsOnSilentNodes"].is_array());
+    let o = plugin(&lab, &["status", "-o", "yaml"]);
+    assert_eq!(o.code, 0);
+    let yaml: serde_json::Value = serde_yaml_ng::from_str(&o.stdout).expect("YAML");
+    assert!(yaml["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n["name"] == "kp-a"));
     let o = plugin(&lab, &["explain", "kp-b"]);
     assert_eq!(o.code, 0);
     assert!(o.stdout.contains("policy:      kp "), "{}", o.stdout);
@@ -116,6 +209,21 @@ fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
         "{}",
         o.stdout
     );
+    // The pods of one node, read with a field selector: db-0 (with its RWO claim) on kp-a,
+    // web-0 on kp-b.
+    let o = plugin(&lab, &["explain", "kp-a", "-o", "json"]);
+    assert_eq!(o.code, 0);
+    let e = json(&o);
+    assert_eq!(e["policy"]["verdict"], "selected");
+    assert_eq!(e["policy"]["name"], "kp");
+    assert_eq!(
+        e["pods"],
+        json!({"total": 1, "stateful": 1, "nothingCallsForFence": false})
+    );
+    assert_eq!(e["heartbeat"]["health"], "Healthy");
+    let o = plugin(&lab, &["explain", "kp-b", "-o", "json"]);
+    assert_eq!(json(&o)["pods"]["total"], 1);
+    assert_eq!(json(&o)["fencing"]["verdict"], "noFencingLevel");
 
     // The safe force deletion refuses on an unfenced node and deletes nothing.
     let pods: Api<Pod> = Api::namespaced(sim.c.clone(), "kp");
@@ -128,30 +236,98 @@ fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
     assert!(o.stderr.contains("two copies of kp/web-0"), "{}", o.stderr);
     let o = plugin(&lab, &["delete", "pod", "web-0", "-n", "kp"]);
     assert_eq!(o.code, 2, "--force is required: {}", o.stderr);
+    // Without -n, the namespace is the context's: kp by the merged KUBECONFIG list's current
+    // context, `default` with --context lab (whose context names none).
+    let o = plugin_with(&list, &["delete", "pod", "web-0", "--force"]);
+    assert_eq!(
+        o.code, 3,
+        "refused in the context's namespace: {}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("two copies of kp/web-0"), "{}", o.stderr);
+    let o = plugin_with(&list, &["delete-pod", "web-0", "--context", "lab"]);
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.contains("no pod default/web-0"), "{}", o.stderr);
+    let o = plugin_with(&list, &["--context", "nope", "check"]);
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr
+            .contains("no context \"nope\" in the kubeconfig (contexts: kp, lab)"),
+        "{}",
+        o.stderr
+    );
     assert!(
         rt.block_on(pods.get_opt("web-0")).unwrap().is_some(),
         "nothing deleted"
     );
-    // With --confirm it deletes and records who did it.
+    // With --confirm it deletes and records who did it, as the API server names them; an API
+    // server that names nobody (no SelfSubjectReview before Kubernetes 1.28) gets a refusal.
+    let whoami = serves_self_subject_review(&sim.c, &rt);
     let o = plugin(&lab, &["delete-pod", "kp/web-0", "--confirm"]);
-    assert_eq!(o.code, 0);
-    eventually("web-0 gone", WAIT, || {
-        rt.block_on(pods.get_opt("web-0"))
-            .unwrap()
-            .is_none()
-            .then_some(())
-    });
-    let ev = common::events(&sim.c, &rt, "kp", "web-0", "ForceDeletedUnfenced");
-    assert_eq!(ev.len(), 1, "the forced deletion is recorded");
-    assert!(ev[0]
-        .message
-        .as_deref()
-        .unwrap_or_default()
-        .contains("kubectl-palisade"));
+    if whoami {
+        assert_eq!(o.code, 0);
+        eventually("web-0 gone", WAIT, || {
+            rt.block_on(pods.get_opt("web-0"))
+                .unwrap()
+                .is_none()
+                .then_some(())
+        });
+        let ev = common::events(&sim.c, &rt, "kp", "web-0", "ForceDeletedUnfenced");
+        assert_eq!(ev.len(), 1, "the forced deletion is recorded");
+        let message = ev[0].message.as_deref().unwrap_or_default();
+        assert!(
+            message.starts_with("palisade-admin (groups: system:masters")
+                && message.contains("via kubectl-palisade"),
+            "{message}"
+        );
+    } else {
+        assert_eq!(
+            o.code, 3,
+            "refused without an authenticated name: {}",
+            o.stderr
+        );
+        assert!(
+            o.stderr.contains("the API server did not say who you are")
+                && o.stderr.contains("does not serve SelfSubjectReview")
+                && o.stderr.contains("Nothing was deleted"),
+            "{}",
+            o.stderr
+        );
+        assert!(
+            rt.block_on(pods.get_opt("web-0")).unwrap().is_some(),
+            "nothing deleted"
+        );
+        let pod = rt.block_on(pods.get("web-0")).unwrap();
+        assert!(
+            !pod.metadata
+                .annotations
+                .unwrap_or_default()
+                .contains_key("palisade.dev/force-deleted-by"),
+            "nothing recorded"
+        );
+        assert!(common::events(&sim.c, &rt, "kp", "web-0", "ForceDeletedUnfenced").is_empty());
+    }
 
     // A manual fence of a healthy node waits (held); it can be cancelled while Pending.
-    let o = plugin(&lab, &["fence", "kp-b", "--reason", "suspected"]);
-    assert_eq!(o.code, 0);
+    // `--wait` follows it; still Pending at --timeout, it exits 5.
+    let o = plugin(
+        &lab,
+        &[
+            "fence",
+            "kp-b",
+            "--reason",
+            "suspected",
+            "--wait",
+            "--timeout",
+            "2",
+        ],
+    );
+    assert_eq!(o.code, 5, "a --wait that timed out");
+    assert!(
+        o.stdout.contains("still in progress after 2s"),
+        "{}",
+        o.stdout
+    );
     let manual = eventually("the manual fence", WAIT, || {
         sim.fences("kp-b").into_iter().next()
     });
@@ -175,14 +351,24 @@ fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
     // A pod still bound to the fenced node is force-deleted without --confirm.
     sim.pod("kp", "late-0", "kp-a", &[], None);
     let o = plugin(&lab, &["delete-pod", "kp/late-0"]);
-    assert_eq!(o.code, 0, "the node is fenced (verified): deleted");
-    assert!(o.stdout.contains(&fence_name), "{}", o.stdout);
-    eventually("late-0 gone", WAIT, || {
-        rt.block_on(pods.get_opt("late-0"))
-            .unwrap()
-            .is_none()
-            .then_some(())
-    });
+    if whoami {
+        assert_eq!(o.code, 0, "the node is fenced (verified): deleted");
+        assert!(o.stdout.contains(&fence_name), "{}", o.stdout);
+        eventually("late-0 gone", WAIT, || {
+            rt.block_on(pods.get_opt("late-0"))
+                .unwrap()
+                .is_none()
+                .then_some(())
+        });
+    } else {
+        assert_eq!(o.code, 3, "fenced, but nobody to record: {}", o.stderr);
+        assert!(
+            o.stderr.contains("does not serve SelfSubjectReview"),
+            "{}",
+            o.stderr
+        );
+        assert!(rt.block_on(pods.get_opt("late-0")).unwrap().is_some());
+    }
 
     // The timeline tells the story in order, as text and as a picture.
     let svg = lab.dir().join("timeline.svg");
@@ -210,6 +396,37 @@ fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
         t.contains("evidence") && t.contains("released pod kp/db-0"),
         "{t}"
     );
+    // The same story as JSON: the marks in time order, with the picture noted on stderr only.
+    let o = plugin(
+        &lab,
+        &[
+            "timeline",
+            &fence_name,
+            "-o",
+            "json",
+            "--svg",
+            svg.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.code, 0);
+    let story = json(&o);
+    assert_eq!(story["name"], fence_name.as_str());
+    assert_eq!(story["node"], "kp-a");
+    let marks = story["marks"].as_array().unwrap();
+    let offsets: Vec<f64> = marks
+        .iter()
+        .map(|m| m["offsetSeconds"].as_f64().unwrap())
+        .collect();
+    assert!(offsets.windows(2).all(|w| w[0] <= w[1]), "{offsets:?}");
+    assert!(marks
+        .iter()
+        .any(|m| m["lane"] == "release" && m["text"] == "released pod kp/db-0"));
+    let text_marks = t
+        .lines()
+        .filter(|l| l.trim_start().starts_with('+'))
+        .count();
+    assert_eq!(marks.len(), text_marks, "one mark per line of text: {t}");
+    assert!(o.stderr.contains("picture:"), "{}", o.stderr);
     // Plain `kubectl get` (Debian's kubectl 1.20) shows the fenced state...
     let o = kubectl(&lab, &["get", "nodefences"]);
     let row = o

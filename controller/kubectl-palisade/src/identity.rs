@@ -1,0 +1,130 @@
+//! Who the API server says we are: a SelfSubjectReview (what `kubectl auth whoami` asks), so a
+//! forced deletion records the authenticated user, never a local guess such as `$USER`.
+
+use serde::Serialize;
+
+/// The versions of the SelfSubjectReview API, newest first (v1 from Kubernetes 1.28, v1beta1
+/// from 1.27, v1alpha1 from 1.26 behind a feature gate), as `kubectl auth whoami` tries them.
+pub const VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha1"];
+
+/// The authenticated user, as the API server reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Identity {
+    /// The username (for example `kubernetes-admin`, `system:serviceaccount:ns:name`).
+    pub username: String,
+    /// The groups the user is a member of.
+    pub groups: Vec<String>,
+}
+
+impl Identity {
+    /// Reads `status.userInfo` of a SelfSubjectReview response; `None` without a username.
+    pub fn from_review(review: &serde_json::Value) -> Option<Identity> {
+        let info = review.get("status")?.get("userInfo")?;
+        let username = info.get("username")?.as_str()?.to_string();
+        if username.is_empty() {
+            return None;
+        }
+        let groups = info
+            .get("groups")
+            .and_then(|g| g.as_array())
+            .map(|g| {
+                g.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(Identity { username, groups })
+    }
+
+    /// `alice (groups: ops, system:authenticated)`, as the forced deletion records it.
+    pub fn describe(&self) -> String {
+        if self.groups.is_empty() {
+            self.username.clone()
+        } else {
+            format!("{} (groups: {})", self.username, self.groups.join(", "))
+        }
+    }
+}
+
+/// Why the identity could not be established.
+#[derive(Debug)]
+pub enum Unknown {
+    /// No version of the API is served (Kubernetes before 1.26, or the alpha gate off).
+    NotServed,
+    /// The API server answered with an error (403: the user may not ask).
+    Refused(kube::Error),
+    /// The review came back without a username.
+    NoUsername,
+}
+
+impl std::fmt::Display for Unknown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unknown::NotServed => write!(
+                f,
+                "the API server does not serve SelfSubjectReview (authentication.k8s.io {}; Kubernetes 1.28 or later serves v1)",
+                VERSIONS.join(", ")
+            ),
+            Unknown::Refused(e) => write!(f, "the API server refused the SelfSubjectReview: {e}"),
+            Unknown::NoUsername => write!(f, "the SelfSubjectReview named no user"),
+        }
+    }
+}
+
+/// Asks the API server who this client is (POST `selfsubjectreviews`, newest version first).
+pub async fn whoami(c: &kube::Client) -> Result<Identity, Unknown> {
+    for version in VERSIONS {
+        let body = serde_json::json!({
+            "apiVersion": format!("authentication.k8s.io/{version}"),
+            "kind": "SelfSubjectReview",
+        });
+        let req = http::Request::post(format!(
+            "/apis/authentication.k8s.io/{version}/selfsubjectreviews"
+        ))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(body.to_string().into_bytes())
+        .map_err(|e| Unknown::Refused(kube::Error::HttpError(e)))?;
+        match c.request::<serde_json::Value>(req).await {
+            Ok(review) => return Identity::from_review(&review).ok_or(Unknown::NoUsername),
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
+            Err(e) => return Err(Unknown::Refused(e)),
+        }
+    }
+    Err(Unknown::NotServed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_review_names_the_user_and_groups() {
+        let review = serde_json::json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "SelfSubjectReview",
+            "status": {"userInfo": {
+                "username": "alice",
+                "uid": "u-1",
+                "groups": ["ops", "system:authenticated"]
+            }}
+        });
+        let id = Identity::from_review(&review).unwrap();
+        assert_eq!(id.username, "alice");
+        assert_eq!(id.describe(), "alice (groups: ops, system:authenticated)");
+    }
+
+    #[test]
+    fn a_review_without_a_username_establishes_no_identity() {
+        for review in [
+            serde_json::json!({}),
+            serde_json::json!({"status": {}}),
+            serde_json::json!({"status": {"userInfo": {"groups": ["g"]}}}),
+            serde_json::json!({"status": {"userInfo": {"username": ""}}}),
+        ] {
+            assert_eq!(Identity::from_review(&review), None, "{review}");
+        }
+        let bare = serde_json::json!({"status": {"userInfo": {"username": "bob"}}});
+        assert_eq!(Identity::from_review(&bare).unwrap().describe(), "bob");
+    }
+}
