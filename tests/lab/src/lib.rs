@@ -33,6 +33,7 @@ pub mod ports;
 pub mod process;
 pub mod qemu;
 pub mod redfish;
+pub mod redfish_quirks;
 pub mod registry;
 
 use std::collections::BTreeMap;
