@@ -12,7 +12,7 @@ use palisade_model::policy::MaxUnhealthy;
 use serde::Serialize;
 
 use crate::output::OutputArg;
-use crate::world::{age, World};
+use crate::world::{age, to_ms, World};
 
 /// What `explain` shows, guard by guard.
 #[derive(Debug, Clone, Serialize)]
@@ -319,7 +319,7 @@ pub fn report(w: &World, node: &str) -> Option<Explanation> {
         node: node.to_string(),
         policy: policy_finding,
         heartbeat: Heartbeat {
-            age_seconds: hb,
+            age_seconds: hb.map(to_ms),
             health: format!("{health:?}"),
         },
         exclusion,

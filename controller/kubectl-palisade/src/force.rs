@@ -118,8 +118,8 @@ pub async fn run(c: &Client, ns: &str, name: &str, confirm: bool) -> anyhow::Res
         Ok(who) => who,
         Err(why) => {
             eprintln!(
-                "refused: the API server did not say who you are, and a forced deletion records who forced it \
-                 (never a guess): {why}. Nothing was deleted"
+                "refused: a forced deletion records who forced it, and the API server did not say who you \
+                 are: {why}. Nothing was deleted (a guess such as $USER is never recorded)"
             );
             return Ok(crate::REFUSED);
         }

@@ -63,7 +63,7 @@ impl std::fmt::Display for Unknown {
         match self {
             Unknown::NotServed => write!(
                 f,
-                "the API server does not serve SelfSubjectReview (authentication.k8s.io {}; Kubernetes 1.28 or later serves v1)",
+                "SelfSubjectReview is not served (authentication.k8s.io {}; Kubernetes 1.28 or later serves v1)",
                 VERSIONS.join(", ")
             ),
             Unknown::Refused(e) => write!(f, "the API server refused the SelfSubjectReview: {e}"),

@@ -8,7 +8,7 @@ use palisade_model::policy::Detection;
 use serde::Serialize;
 
 use crate::output::OutputArg;
-use crate::world::{age, secs, World};
+use crate::world::{age, secs, to_ms, World};
 
 /// What `status` shows.
 #[derive(Debug, Clone, Serialize)]
@@ -123,7 +123,7 @@ pub fn report(w: &World) -> Status {
             let name = n.name_any();
             let (health, hb) = w.health(&name, &detection(w, &name));
             NodeRow {
-                heartbeat_age_seconds: hb,
+                heartbeat_age_seconds: hb.map(to_ms),
                 health: format!("{health:?}"),
                 policies: w.policies_for(n).iter().map(|p| p.name_any()).collect(),
                 target: w.targets.get(&name).map(|t| {
@@ -157,7 +157,7 @@ pub fn report(w: &World) -> Status {
                 node: f.spec.node_name.clone(),
                 phase: st.map_or("Pending", |s| s.phase.as_str()).to_string(),
                 fencing_token: st.and_then(|s| s.fencing_token),
-                age_seconds: created.map(|t| secs(t, w.now)),
+                age_seconds: created.map(|t| to_ms(secs(t, w.now))),
                 reason: st
                     .and_then(|s| {
                         s.failure

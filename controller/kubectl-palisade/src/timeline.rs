@@ -11,7 +11,7 @@ use palisade_model::NodeFence;
 use serde::Serialize;
 
 use crate::output::OutputArg;
-use crate::world::secs;
+use crate::world::{secs, to_ms};
 
 /// One moment of the story.
 #[derive(Debug, Clone)]
@@ -180,7 +180,7 @@ pub fn report(f: &NodeFence, t0: Timestamp, ms: &[Mark]) -> Timeline {
             .iter()
             .map(|m| MarkRow {
                 at: m.at.to_string(),
-                offset_seconds: secs(t0, m.at),
+                offset_seconds: to_ms(secs(t0, m.at)),
                 lane: m.lane.to_string(),
                 text: m.text.clone(),
             })

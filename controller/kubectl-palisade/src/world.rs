@@ -199,6 +199,11 @@ pub fn age(secs: f64) -> String {
     }
 }
 
+/// Seconds to the millisecond, as the reports carry them (no binary-fraction noise).
+pub fn to_ms(secs: f64) -> f64 {
+    (secs * 1000.0).round() / 1000.0
+}
+
 /// Seconds between two timestamps.
 pub fn secs(from: Timestamp, to: Timestamp) -> f64 {
     (to - from)

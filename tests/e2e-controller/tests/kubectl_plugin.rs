@@ -288,7 +288,7 @@ fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
         );
         assert!(
             o.stderr.contains("the API server did not say who you are")
-                && o.stderr.contains("does not serve SelfSubjectReview")
+                && o.stderr.contains("SelfSubjectReview is not served")
                 && o.stderr.contains("Nothing was deleted"),
             "{}",
             o.stderr
@@ -363,7 +363,7 @@ fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
     } else {
         assert_eq!(o.code, 3, "fenced, but nobody to record: {}", o.stderr);
         assert!(
-            o.stderr.contains("does not serve SelfSubjectReview"),
+            o.stderr.contains("SelfSubjectReview is not served"),
             "{}",
             o.stderr
         );
