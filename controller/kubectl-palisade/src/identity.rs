@@ -127,4 +127,83 @@ mod tests {
         let bare = serde_json::json!({"status": {"userInfo": {"username": "bob"}}});
         assert_eq!(Identity::from_review(&bare).unwrap().describe(), "bob");
     }
+
+    /// A client whose API server answers each SelfSubjectReview version with `answer(version)`
+    /// (status code and body), and the paths it was asked, in order.
+    fn api_server(
+        answer: fn(&str) -> (u16, serde_json::Value),
+    ) -> (kube::Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = asked.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let path = req.uri().path().to_string();
+            assert_eq!(req.method(), http::Method::POST);
+            log.lock().unwrap().push(path.clone());
+            let version = path
+                .strip_prefix("/apis/authentication.k8s.io/")
+                .and_then(|r| r.strip_suffix("/selfsubjectreviews"))
+                .unwrap_or("?")
+                .to_string();
+            let (code, body) = answer(&version);
+            async move {
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(body.to_string().into_bytes()))
+                        .unwrap(),
+                )
+            }
+        });
+        (kube::Client::new(service, "default"), asked)
+    }
+
+    fn status(code: u16, reason: &str) -> (u16, serde_json::Value) {
+        (
+            code,
+            serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": reason, "reason": reason, "code": code}),
+        )
+    }
+
+    fn review(version: &str) -> (u16, serde_json::Value) {
+        (
+            201,
+            serde_json::json!({"apiVersion": format!("authentication.k8s.io/{version}"),
+                "kind": "SelfSubjectReview",
+                "status": {"userInfo": {"username": format!("user-{version}"), "groups": ["g"]}}}),
+        )
+    }
+
+    #[tokio::test]
+    async fn whoami_asks_the_newest_version_first_and_falls_back_on_not_found() {
+        let (c, asked) = api_server(|v| match v {
+            "v1" => status(404, "NotFound"),
+            v => review(v),
+        });
+        let id = whoami(&c).await.unwrap();
+        assert_eq!(id.username, "user-v1beta1");
+        assert_eq!(
+            *asked.lock().unwrap(),
+            [
+                "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                "/apis/authentication.k8s.io/v1beta1/selfsubjectreviews"
+            ]
+        );
+        let (c, _) = api_server(review);
+        assert_eq!(whoami(&c).await.unwrap().describe(), "user-v1 (groups: g)");
+    }
+
+    #[tokio::test]
+    async fn an_api_server_that_names_nobody_establishes_no_identity() {
+        let (c, asked) = api_server(|_| status(404, "NotFound"));
+        assert!(matches!(whoami(&c).await, Err(Unknown::NotServed)));
+        assert_eq!(asked.lock().unwrap().len(), VERSIONS.len());
+        let (c, asked) = api_server(|_| status(403, "Forbidden"));
+        let err = whoami(&c).await.unwrap_err();
+        assert!(matches!(err, Unknown::Refused(_)), "{err}");
+        assert_eq!(asked.lock().unwrap().len(), 1, "a refusal is final");
+        let (c, _) = api_server(|_| (201, serde_json::json!({"status": {"userInfo": {}}})));
+        assert!(matches!(whoami(&c).await, Err(Unknown::NoUsername)));
+    }
 }
