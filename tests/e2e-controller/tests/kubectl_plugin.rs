@@ -444,6 +444,30 @@ fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
     eventually("kubectl shows web-1 NodeSilent", WAIT, || {
         (status_of("web-1") == "NodeSilent").then_some(())
     });
+    // The plugin's status lists it too: the pods of each silent node, read by field selector.
+    eventually("status lists web-1 on silent kp-b", WAIT, || {
+        let o = plugin(&lab, &["status", "-o", "json"]);
+        let report = json(&o);
+        let listed = report["podsOnSilentNodes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            listed
+                .iter()
+                .all(|p| p["node"] == "kp-a" || p["node"] == "kp-b"),
+            "only pods of silent nodes: {report}"
+        );
+        listed
+            .iter()
+            .any(|p| {
+                p["namespace"] == "kp"
+                    && p["name"] == "web-1"
+                    && p["node"] == "kp-b"
+                    && p["stateful"] == false
+            })
+            .then_some(())
+    });
     sim.revive("kp-b");
     eventually("kubectl shows web-1 without NodeSilent", WAIT, || {
         (status_of("web-1") == "Pending").then_some(())
