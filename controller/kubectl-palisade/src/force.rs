@@ -112,14 +112,23 @@ pub async fn run(c: &Client, ns: &str, name: &str, confirm: bool) -> anyhow::Res
             "confirmed by a person without a verified fence".to_string()
         }
     };
-    // The record names the user the API server authenticated, or nothing is deleted: a guess
-    // (the local `$USER`) would put a name on the record that nobody verified.
+    // The record names the user the API server authenticated. An API server too old to say
+    // (no SelfSubjectReview before Kubernetes 1.26) gets the local name, recorded as
+    // unverified; one that refuses to say, or names nobody, gets no deletion.
     let who = match identity::whoami(c).await {
         Ok(who) => who,
+        Err(identity::Unknown::NotServed) => {
+            let who = Identity::unverified_local();
+            eprintln!(
+                "note: this API server cannot say who you are; the record names {}",
+                who.describe()
+            );
+            who
+        }
         Err(why) => {
             eprintln!(
                 "refused: a forced deletion records who forced it, and the API server did not say who you \
-                 are: {why}. Nothing was deleted (a guess such as $USER is never recorded)"
+                 are: {why}. Nothing was deleted"
             );
             return Ok(crate::REFUSED);
         }
@@ -208,11 +217,20 @@ mod tests {
         let who = Identity {
             username: "palisade-admin".into(),
             groups: vec!["system:masters".into(), "system:authenticated".into()],
+            verified: true,
         };
         let at: Timestamp = "2026-01-02T03:04:05Z".parse().unwrap();
         assert_eq!(
             record(&who, at, "node m1 is fenced"),
             "palisade-admin (groups: system:masters, system:authenticated) via kubectl-palisade at 2026-01-02T03:04:05Z: node m1 is fenced"
         );
+        let local = Identity {
+            username: "alice".into(),
+            groups: vec![],
+            verified: false,
+        };
+        assert!(record(&local, at, "confirmed").starts_with(
+            "unverified local user alice (the API server serves no SelfSubjectReview"
+        ));
     }
 }

@@ -15,6 +15,8 @@ pub struct Identity {
     pub username: String,
     /// The groups the user is a member of.
     pub groups: Vec<String>,
+    /// Whether the API server named this user (false: a local name, recorded as unverified).
+    pub verified: bool,
 }
 
 impl Identity {
@@ -34,11 +36,38 @@ impl Identity {
                     .collect()
             })
             .unwrap_or_default();
-        Some(Identity { username, groups })
+        Some(Identity {
+            username,
+            groups,
+            verified: true,
+        })
     }
 
-    /// `alice (groups: ops, system:authenticated)`, as the forced deletion records it.
+    /// For an API server that serves no SelfSubjectReview at all (Kubernetes before 1.26):
+    /// the local user (`$USER`, else `$LOGNAME`), which [`Identity::describe`] marks unverified.
+    /// Only for that case: an API server that refuses to say, or names nobody, gets no record
+    /// and no deletion.
+    pub fn unverified_local() -> Identity {
+        let user = ["USER", "LOGNAME"]
+            .iter()
+            .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+            .unwrap_or_else(|| "(unknown)".into());
+        Identity {
+            username: user,
+            groups: Vec::new(),
+            verified: false,
+        }
+    }
+
+    /// `alice (groups: ops, system:authenticated)`, as the forced deletion records it; a
+    /// local name is recorded as `unverified local user alice (…)`.
     pub fn describe(&self) -> String {
+        if !self.verified {
+            return format!(
+                "unverified local user {} (the API server serves no SelfSubjectReview: Kubernetes before 1.26)",
+                self.username
+            );
+        }
         if self.groups.is_empty() {
             self.username.clone()
         } else {
