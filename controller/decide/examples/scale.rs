@@ -55,6 +55,7 @@ fn main() {
                             kind: DeviceKind::Power,
                             credentials_secret_ref: None,
                             timeout_seconds: 20,
+                            fences: None,
                         }],
                         power_off: Default::default(),
                     }],

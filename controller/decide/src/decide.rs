@@ -510,6 +510,7 @@ fn planned_devices(l: &palisade_model::target::FenceLevel) -> Vec<PlannedDevice>
             url: d.url.clone(),
             kind: d.kind,
             timeout_seconds: d.timeout_seconds,
+            fences: d.fences.clone(),
         })
         .collect();
     if l.power_off == palisade_model::target::PowerOff::Disallowed {

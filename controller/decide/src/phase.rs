@@ -57,9 +57,9 @@ pub struct Observations<'a> {
     /// Pods still bound to the node (not yet deleted), with whether each mounts a claim.
     pub pods_on_node: Vec<NodePod>,
     /// VolumeAttachments still naming the node.
-    pub attachments: Vec<ObjectRef>,
-    /// PVs whose attach record still names the node (`name` = PV name).
-    pub attach_records: Vec<ObjectRef>,
+    pub attachments: Vec<NodeVolume>,
+    /// Volumes the node's `status.volumesInUse` still lists (`name` = the unique volume name).
+    pub attach_records: Vec<NodeVolume>,
     /// The detector sees the node Healthy again (fresh Lease renewals observed).
     pub node_healthy: bool,
     /// When the controller observed the renewal that wrote [`Self::heartbeat_marker`], in wall
@@ -160,8 +160,49 @@ pub enum IdentityFrom {
 pub struct NodePod {
     /// The pod.
     pub pod: ObjectRef,
-    /// Whether its spec mounts a PersistentVolumeClaim (what a storage fence covers).
-    pub mounts_claim: bool,
+    /// What backs each PersistentVolumeClaim its spec mounts, read live (empty: it mounts
+    /// none). What a storage fence covers ([`VerifiedFence::covers`]).
+    pub claims: Vec<palisade_model::target::ClaimBacking>,
+}
+
+impl NodePod {
+    /// Whether its spec mounts a PersistentVolumeClaim.
+    pub fn mounts_claim(&self) -> bool {
+        !self.claims.is_empty()
+    }
+}
+
+/// A volume still tied to the node: a VolumeAttachment, or an entry of the Node's
+/// `status.volumesInUse`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NodeVolume {
+    /// The object to release (for an attach record: `name` is the unique volume name).
+    pub object: ObjectRef,
+    /// The CSI driver it belongs to (a VolumeAttachment's `spec.attacher`; the driver of a
+    /// `kubernetes.io/csi/<driver>^<handle>` volume name), if known.
+    pub driver: Option<String>,
+}
+
+impl NodeVolume {
+    /// Whether a release on `proof` may detach it or clear it, given whether a pod this fence
+    /// holds (not covered) still mounts a claim on the node.
+    ///
+    /// Guarantees: under a storage block that names what it fences, a volume is released only
+    /// when its CSI driver is named, or when no held pod on the node mounts a claim (every
+    /// claim still in use there is then one the block covers, or its pod is gone); under any
+    /// other proof, always.
+    pub fn covered(&self, proof: &VerifiedFence, held_claims: bool) -> bool {
+        match proof.storage_scope() {
+            None => true,
+            Some(scope) => {
+                !held_claims
+                    || self
+                        .driver
+                        .as_ref()
+                        .is_some_and(|d| scope.csi_drivers.iter().any(|n| n == d))
+            }
+        }
+    }
 }
 
 /// The positive proof that none of the released pods' containers exists on the node any more,
@@ -772,8 +813,8 @@ fn returned_after_self_fence(
     marker.is_none() || obs.heartbeat_marker.as_ref() != marker
 }
 
-/// Guarantees: a pod is released only when the proof's [`palisade_model::nodefence::Coverage`]
-/// covers it; every other pod is recorded as held first and never released by this fence. The
+/// Guarantees: a pod is released only when the proof covers it ([`VerifiedFence::covers`]: a
+/// storage block only the pods whose every claim is in what its devices named); every other pod is recorded as held first and never released by this fence. The
 /// node is tainted `NoSchedule` before the first release, so the replacements of released pods
 /// are not scheduled back onto the fenced node (where they would be released again, or wait
 /// for a node that may never return) while Kubernetes still counts it Ready. The
@@ -783,18 +824,27 @@ fn returned_after_self_fence(
 /// VolumeAttachment, attach record) waits on `power_recheck`: after a power-off proof, the
 /// proving devices must have read off under the current token.
 fn releasing(status: &NodeFenceStatus, obs: &Observations<'_>, proof: VerifiedFence) -> Step {
-    let coverage = proof.coverage();
     let held: std::collections::HashSet<&str> =
         status.release.held.iter().map(|h| h.uid.as_str()).collect();
-    let mut pods: Vec<&NodePod> = obs
+    let (held_pods, mut pods): (Vec<&NodePod>, Vec<&NodePod>) = obs
         .pods_on_node
         .iter()
-        .filter(|p| !held.contains(p.pod.uid.as_str()))
-        .collect();
+        .partition(|p| held.contains(p.pod.uid.as_str()));
     pods.sort();
-    if let Some(p) = pods.iter().find(|p| !coverage.covers(p.mounts_claim)) {
+    if let Some(p) = pods.iter().find(|p| !proof.covers(&p.claims)) {
         return Step::HoldPod(p.pod.clone());
     }
+    let held_claims = held_pods.iter().any(|p| p.mounts_claim());
+    let attachments: Vec<&NodeVolume> = obs
+        .attachments
+        .iter()
+        .filter(|v| v.covered(&proof, held_claims))
+        .collect();
+    let attach_records: Vec<&NodeVolume> = obs
+        .attach_records
+        .iter()
+        .filter(|v| v.covered(&proof, held_claims))
+        .collect();
     // A release a previous leader started: finish it before anything else, so the status names
     // every pod this fence deleted.
     if let Some(r) = status.release.releasing.as_ref() {
@@ -817,7 +867,7 @@ fn releasing(status: &NodeFenceStatus, obs: &Observations<'_>, proof: VerifiedFe
         return Step::ApplyTaint(proof, taints);
     }
     let next = pods.first().map(|p| p.pod.clone());
-    if next.is_some() || !obs.attachments.is_empty() || !obs.attach_records.is_empty() {
+    if next.is_some() || !attachments.is_empty() || !attach_records.is_empty() {
         if let Some(step) = power_recheck(status, obs, &proof) {
             return step;
         }
@@ -825,13 +875,13 @@ fn releasing(status: &NodeFenceStatus, obs: &Observations<'_>, proof: VerifiedFe
     if let Some(p) = next {
         return Step::ReleasePod(proof, p);
     }
-    // Only once no covered pod of the node remains are attachments broken (held pods mount no
-    // claim: every proof covers the pods that do).
-    if let Some(va) = obs.attachments.iter().min() {
-        return Step::DeleteAttachment(proof, va.clone());
+    // Only once no covered pod of the node remains are attachments broken, and only those
+    // the proof covers (a held pod's volume stays attached: [`NodeVolume::covered`]).
+    if let Some(va) = attachments.into_iter().min() {
+        return Step::DeleteAttachment(proof, va.object.clone());
     }
-    if let Some(pv) = obs.attach_records.iter().min() {
-        return Step::ClearAttachRecord(proof, pv.clone());
+    if let Some(pv) = attach_records.into_iter().min() {
+        return Step::ClearAttachRecord(proof, pv.object.clone());
     }
     Step::Enter(Phase::Released)
 }

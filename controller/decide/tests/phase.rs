@@ -9,8 +9,8 @@ use common::wall;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use palisade_decide::phase::{
-    clean_proof, next_step, IdentityFrom, NodePod, ObjectRef, Observations, PeerTrust, ProofFrom,
-    ReleaseTaints, Step, WaitFor, UNTAINT_SETTLE_MARGIN,
+    clean_proof, next_step, IdentityFrom, NodePod, NodeVolume, ObjectRef, Observations, PeerTrust,
+    ProofFrom, ReleaseTaints, Step, WaitFor, UNTAINT_SETTLE_MARGIN,
 };
 use palisade_decide::verdict::{FencePlan, PlanLevel};
 use palisade_decide::{Clocks, HoldReason, Mono, Verdict, WaitReason};
@@ -20,7 +20,7 @@ use palisade_model::nodefence::{
     PinnedNode, PlannedDevice, PowerRecheck, RecheckedPower, ReleasedObject, RequestedBy,
 };
 use palisade_model::policy::{Recovery, UntaintWhen};
-use palisade_model::target::{DeviceKind, PowerOff};
+use palisade_model::target::{ClaimBacking, DeviceKind, PowerOff, StorageScope};
 use palisade_model::{FENCED_TAINT_KEY as FENCED, OUT_OF_SERVICE_TAINT_KEY as OUT_OF_SERVICE};
 use proptest::prelude::*;
 
@@ -33,11 +33,18 @@ fn spec(by: RequestedBy) -> NodeFenceSpec {
     }
 }
 
+/// The StorageClass every storage device of these tests fences.
+const FAST: &str = "fast";
+
 fn dev(url: &str, kind: DeviceKind) -> PlannedDevice {
     PlannedDevice {
         url: url.into(),
         kind,
         timeout_seconds: 10,
+        fences: (kind == DeviceKind::Storage).then(|| StorageScope {
+            storage_classes: vec![FAST.into()],
+            csi_drivers: vec!["csi.fast".into()],
+        }),
     }
 }
 
@@ -68,10 +75,31 @@ fn plan() -> FencePlan {
     }
 }
 
+/// A pod that mounts one claim of class [`FAST`], or none.
 fn pod(ns: &str, name: &str, mounts_claim: bool) -> NodePod {
+    pod_with(ns, name, if mounts_claim { &[FAST] } else { &[] })
+}
+
+/// A pod that mounts one claim of each class in `classes`.
+fn pod_with(ns: &str, name: &str, classes: &[&str]) -> NodePod {
     NodePod {
         pod: obj(ns, name),
-        mounts_claim,
+        claims: classes
+            .iter()
+            .map(|c| ClaimBacking::Known {
+                storage_class: c.to_string(),
+                driver: None,
+                volume: None,
+            })
+            .collect(),
+    }
+}
+
+/// A volume of CSI driver `driver` tied to the node.
+fn vol(name: &str, driver: &str) -> NodeVolume {
+    NodeVolume {
+        object: obj("", name),
+        driver: Some(driver.into()),
     }
 }
 
@@ -93,8 +121,8 @@ struct World {
     now: i64,
     token: i64,
     pods: Vec<NodePod>,
-    attachments: Vec<ObjectRef>,
-    attach_records: Vec<ObjectRef>,
+    attachments: Vec<NodeVolume>,
+    attach_records: Vec<NodeVolume>,
     node_healthy: bool,
     agent_clean: bool,
     /// The Node carries the fence's recovery challenge.
@@ -138,8 +166,8 @@ impl World {
             now: 0,
             token: 1,
             pods: vec![pod("db", "db-0", true), pod("web", "web-1", false)],
-            attachments: vec![obj("", "csi-va-1")],
-            attach_records: vec![obj("", "pv-1")],
+            attachments: vec![vol("csi-va-1", "csi.fast")],
+            attach_records: vec![vol("kubernetes.io/csi/csi.fast^pv-1", "csi.fast")],
             node_healthy: false,
             agent_clean: false,
             challenge: false,
@@ -323,11 +351,11 @@ fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn
             st.release.pods.push(released(p, at));
         }
         Step::DeleteAttachment(_, a) => {
-            w.attachments.retain(|x| x != a);
+            w.attachments.retain(|x| x.object != *a);
             st.release.attachments.push(released(a, at));
         }
         Step::ClearAttachRecord(_, r) => {
-            w.attach_records.retain(|x| x != r);
+            w.attach_records.retain(|x| x.object != *r);
             st.release.attach_records.push(released(r, at));
         }
         Step::PowerOn(_) => st.recovery.powered_on_at = Some(MicroTime(at)),
@@ -1143,6 +1171,114 @@ fn a_storage_only_fence_releases_only_pods_that_mount_a_claim() {
     assert_eq!(released, vec!["db-0"]);
     assert_eq!(st.release.held.len(), 1);
     assert!(w.pods.iter().any(|p| p.pod.name == "web-1"));
+}
+
+/// A storage-only plan: the storage firewall alone, fencing class [`FAST`] (and driver
+/// `csi.fast`).
+fn storage_only(w: &mut World) {
+    let mut p = plan();
+    p.levels = vec![PlanLevel::Hardware {
+        name: "storage".into(),
+        devices: vec![dev("storagefw+https://fw/m0", DeviceKind::Storage)],
+        power_off: PowerOff::Allowed,
+    }];
+    w.verdict = Some(Verdict::Fence(p));
+}
+
+/// Issue 32, item 6: a storage block covers the claims its devices name, not every claim.
+#[test]
+fn a_storage_fence_holds_a_pod_with_a_claim_it_does_not_fence_and_keeps_its_volume_attached() {
+    let sp = spec(RequestedBy::Controller);
+    let mut w = World::new();
+    storage_only(&mut w);
+    w.pods = vec![
+        pod("db", "db-0", true),
+        // A claim on other storage (class `slow`), and one mounting both: neither is covered.
+        pod_with("nfs", "files-0", &["slow"]),
+        pod_with("mixed", "both-0", &[FAST, "slow"]),
+        // A claim whose PersistentVolumeClaim could not be read.
+        NodePod {
+            pod: obj("lost", "lost-0"),
+            claims: vec![ClaimBacking::Unknown],
+        },
+    ];
+    w.attachments = vec![vol("va-fast", "csi.fast"), vol("va-nfs", "nfs.csi.k8s.io")];
+    w.attach_records = vec![
+        vol("kubernetes.io/csi/csi.fast^pv-fast", "csi.fast"),
+        vol("kubernetes.io/csi/nfs.csi.k8s.io^pv-nfs", "nfs.csi.k8s.io"),
+    ];
+    let mut st = created();
+    let steps = release_all(&sp, &mut st, &mut w, &|_| true);
+    let released: Vec<&str> = st.release.pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(released, vec!["db-0"], "{steps:?}");
+    let mut held: Vec<&str> = st.release.held.iter().map(|p| p.name.as_str()).collect();
+    held.sort();
+    assert_eq!(held, vec!["both-0", "files-0", "lost-0"]);
+    // The held pods' volumes stay attached and in use: only the fenced driver's are released.
+    let detached: Vec<&str> = st
+        .release
+        .attachments
+        .iter()
+        .map(|a| a.name.as_str())
+        .collect();
+    assert_eq!(detached, vec!["va-fast"]);
+    let cleared: Vec<&str> = st
+        .release
+        .attach_records
+        .iter()
+        .map(|a| a.name.as_str())
+        .collect();
+    assert_eq!(cleared, vec!["kubernetes.io/csi/csi.fast^pv-fast"]);
+    assert!(w.attachments.iter().any(|v| v.object.name == "va-nfs"));
+}
+
+/// A storage scope that names only StorageClasses releases no volume while a held pod mounts
+/// a claim (a volume's class is not known from its attachment), and every volume once none
+/// does.
+#[test]
+fn volumes_of_a_class_scoped_storage_fence_are_released_only_when_no_held_pod_mounts_a_claim() {
+    for (held_claim, want) in [(true, 0), (false, 2)] {
+        let sp = spec(RequestedBy::Controller);
+        let mut w = World::new();
+        storage_only(&mut w);
+        if let Some(Verdict::Fence(p)) = w.verdict.as_mut() {
+            if let PlanLevel::Hardware { devices, .. } = &mut p.levels[0] {
+                devices[0].fences.as_mut().unwrap().csi_drivers.clear();
+            }
+        }
+        w.pods = vec![pod("db", "db-0", true)];
+        if held_claim {
+            w.pods.push(pod_with("nfs", "files-0", &["slow"]));
+        }
+        w.attachments = vec![vol("va-a", "csi.fast"), vol("va-b", "nfs.csi.k8s.io")];
+        w.attach_records = vec![];
+        let mut st = created();
+        release_all(&sp, &mut st, &mut w, &|_| true);
+        assert_eq!(st.release.pods.len(), 1);
+        assert_eq!(
+            st.release.attachments.len(),
+            want,
+            "held claim: {held_claim}"
+        );
+    }
+}
+
+/// A plan written before storage devices named what they fence: its block covers no claim.
+#[test]
+fn a_storage_device_that_named_nothing_covers_no_pod() {
+    let sp = spec(RequestedBy::Controller);
+    let mut w = World::new();
+    storage_only(&mut w);
+    if let Some(Verdict::Fence(p)) = w.verdict.as_mut() {
+        if let PlanLevel::Hardware { devices, .. } = &mut p.levels[0] {
+            devices[0].fences = None;
+        }
+    }
+    let mut st = created();
+    release_all(&sp, &mut st, &mut w, &|_| true);
+    assert!(st.release.pods.is_empty());
+    assert_eq!(st.release.held.len(), 2);
+    assert!(st.release.attachments.is_empty() && st.release.attach_records.is_empty());
 }
 
 #[test]

@@ -31,6 +31,7 @@ fn main() -> anyhow::Result<()> {
                     url: "ipmi://127.0.0.1:6230".into(),
                     kind: DeviceKind::Power,
                     timeout_seconds: 20,
+                    fences: None,
                 }],
                 trusted_after: None,
                 silent_since: None,

@@ -105,6 +105,18 @@ pub const RULES: &[Rule] = &[
     Rule {
         kind: "FenceTarget",
         path: &["spec", "levels", "[]", "devices", "[]"],
+        rule: "self.kind != 'Storage' || (has(self.fences) && ((has(self.fences.storageClasses) && size(self.fences.storageClasses) > 0) || (has(self.fences.csiDrivers) && size(self.fences.csiDrivers) > 0)))",
+        message: "a Storage device must name what it fences (fences.storageClasses or fences.csiDrivers)",
+    },
+    Rule {
+        kind: "FenceTarget",
+        path: &["spec", "levels", "[]", "devices", "[]"],
+        rule: "self.kind != 'Power' || !has(self.fences)",
+        message: "fences is for Storage devices: a power device fences the whole machine",
+    },
+    Rule {
+        kind: "FenceTarget",
+        path: &["spec", "levels", "[]", "devices", "[]"],
         rule: r"!self.url.matches('^[a-z+]+://[^/]*@') || self.url.matches('^(ipmi|redfish\\+https)://') || (self.url.startsWith('snmp+pdu://') && self.url.matches('[?&]version=3(&|$)'))",
         message: "only ipmi, redfish+https and SNMPv3 PDU URLs may name a user; credentials belong in the Secret named by credentialsSecretRef",
     },

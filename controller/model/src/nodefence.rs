@@ -396,6 +396,9 @@ pub struct PlannedDevice {
     pub kind: DeviceKind,
     /// Budget for command then verify.
     pub timeout_seconds: i64,
+    /// For a storage device: what it fences, from the FenceTarget when the plan was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fences: Option<crate::target::StorageScope>,
 }
 
 /// The last decision verdict, as shown to operators.
@@ -748,6 +751,7 @@ pub struct Transition {
 ///     level: 0,
 ///     at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
 ///     coverage: palisade_model::nodefence::Coverage::All,
+///     scope: None,
 /// };
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -755,9 +759,29 @@ pub struct VerifiedFence {
     level: i32,
     at: Timestamp,
     coverage: Coverage,
+    scope: Option<crate::target::StorageScope>,
 }
 
 impl VerifiedFence {
+    /// Whether the proof covers a pod that mounts these claims (one entry per
+    /// PersistentVolumeClaim volume; empty: it mounts none).
+    ///
+    /// Guarantees: `All` covers every pod; otherwise only a pod that mounts a claim is covered,
+    /// and, for a storage block, only when every claim it mounts is in the scope its blocking
+    /// devices named ([`crate::target::StorageScope::includes`]; an unknown claim never is).
+    pub fn covers(&self, claims: &[crate::target::ClaimBacking]) -> bool {
+        self.coverage.covers(!claims.is_empty())
+            && self
+                .scope
+                .as_ref()
+                .is_none_or(|s| claims.iter().all(|c| s.includes(c)))
+    }
+
+    /// For a storage block, what its blocking devices fence (`None` for any other proof).
+    pub fn storage_scope(&self) -> Option<&crate::target::StorageScope> {
+        self.scope.as_ref()
+    }
+
     /// What the proof covers ([`Coverage`]): `All` only with power-off evidence or a trusted
     /// self-fence advertised to kill every pod.
     pub fn coverage(&self) -> Coverage {
@@ -1041,10 +1065,23 @@ impl NodeFenceStatus {
         } else {
             Coverage::Stateful
         };
+        // A storage block covers what its devices named when the plan was made; a device
+        // that named nothing (a plan older than the field) adds nothing.
+        let scope = (coverage == Coverage::Stateful
+            && kinds.contains(&EvidenceKind::StorageBlocked))
+        .then(|| {
+            planned
+                .into_iter()
+                .flat_map(|p| &p.devices)
+                .filter(|d| d.kind == DeviceKind::Storage)
+                .filter_map(|d| d.fences.as_ref())
+                .fold(crate::target::StorageScope::default(), |a, b| a.union(b))
+        });
         Some(VerifiedFence {
             level: o.level,
             at: o.at.0,
             coverage,
+            scope,
         })
     }
 
@@ -1319,6 +1356,7 @@ mod tests {
                         url: format!("ipmi://bmc{i}"),
                         kind: DeviceKind::Power,
                         timeout_seconds: 20,
+                        fences: None,
                     }],
                     trusted_after: None,
                     silent_since: None,
@@ -1562,6 +1600,7 @@ mod proof_privacy {
             level: 0,
             at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
             coverage: palisade_model::nodefence::Coverage::All,
+            scope: None,
         };
     }
 }

@@ -130,6 +130,88 @@ pub struct FenceDevice {
     #[serde(default = "default_device_timeout")]
     #[schemars(range(min = 1, max = 600))]
     pub timeout_seconds: i64,
+    /// For a `Storage` device, required: the claims whose volumes it cuts off. A pod is
+    /// released on this device's block only when every claim it mounts is named here; any
+    /// other pod is held, and while a held pod mounts a claim only the volumes of a CSI driver
+    /// named here are detached. Not allowed on a `Power` device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fences: Option<StorageScope>,
+}
+
+/// What a storage device fences: the claims whose volumes it can cut off from a node.
+///
+/// Guarantees: [`StorageScope::includes`] is true only for a claim known to be backed by a
+/// named StorageClass or provisioner; an unknown claim (no PersistentVolumeClaim read), or one
+/// with neither field named, is never included.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StorageScope {
+    /// StorageClass names (a claim's `spec.storageClassName`). A claim bound to a
+    /// PersistentVolume without a class is named by its CSI driver instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub storage_classes: Vec<String>,
+    /// CSI driver names: a claim bound to a PersistentVolume of one of these drivers
+    /// (`spec.csi.driver`), static or provisioned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub csi_drivers: Vec<String>,
+}
+
+impl StorageScope {
+    /// Whether the scope names nothing (it then fences no claim).
+    pub fn is_empty(&self) -> bool {
+        self.storage_classes.is_empty() && self.csi_drivers.is_empty()
+    }
+
+    /// Whether a claim backed by `backing` is fenced by this scope.
+    pub fn includes(&self, backing: &ClaimBacking) -> bool {
+        match backing {
+            ClaimBacking::Unknown => false,
+            ClaimBacking::Known {
+                storage_class,
+                driver,
+                ..
+            } => {
+                (!storage_class.is_empty()
+                    && self.storage_classes.iter().any(|c| c == storage_class))
+                    || driver
+                        .as_ref()
+                        .is_some_and(|p| self.csi_drivers.iter().any(|d| d == p))
+            }
+        }
+    }
+
+    /// Both scopes' names, each once.
+    pub fn union(&self, other: &StorageScope) -> StorageScope {
+        let join = |a: &[String], b: &[String]| {
+            let mut v: Vec<String> = a.iter().chain(b).cloned().collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        StorageScope {
+            storage_classes: join(&self.storage_classes, &other.storage_classes),
+            csi_drivers: join(&self.csi_drivers, &other.csi_drivers),
+        }
+    }
+}
+
+/// What backs one claim a pod mounts, as release read it (live, not from a cache).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ClaimBacking {
+    /// The claim could not be read (deleted, or the read failed): no scope includes it.
+    Unknown,
+    /// The claim as read.
+    Known {
+        /// `spec.storageClassName` (`""` when unset or empty).
+        storage_class: String,
+        /// The CSI driver of the PersistentVolume it is bound to (`spec.csi.driver`), if it is
+        /// bound to one.
+        driver: Option<String>,
+        /// `spec.volumeName`: the PersistentVolume it is bound to, if any.
+        volume: Option<String>,
+    },
 }
 
 fn default_device_timeout() -> i64 {
@@ -251,6 +333,16 @@ pub enum TargetError {
     /// A direct device without credentials, or a bridge device with them.
     #[error("levels[{level}].devices[{device}]: {problem}")]
     Credentials {
+        /// Level index.
+        level: usize,
+        /// Device index.
+        device: usize,
+        /// What is wrong.
+        problem: &'static str,
+    },
+    /// A Storage device that names nothing it fences, or a Power device with `fences`.
+    #[error("levels[{level}].devices[{device}]: {problem}")]
+    StorageScope {
         /// Level index.
         level: usize,
         /// Device index.
@@ -446,6 +538,20 @@ impl FenceTargetSpec {
                         problem: "direct devices need credentialsSecretRef",
                     }),
                 }
+                match (d.kind, &d.fences) {
+                    (DeviceKind::Storage, Some(f)) if !f.is_empty() => {}
+                    (DeviceKind::Storage, _) => errors.push(TargetError::StorageScope {
+                        level,
+                        device,
+                        problem: "a Storage device must name what it fences (fences.storageClasses or fences.csiDrivers): a pod is released on its block only when every claim it mounts is named there",
+                    }),
+                    (DeviceKind::Power, Some(_)) => errors.push(TargetError::StorageScope {
+                        level,
+                        device,
+                        problem: "fences is for Storage devices: a power device fences the whole machine",
+                    }),
+                    (DeviceKind::Power, None) => {}
+                }
                 if !(1..=600).contains(&d.timeout_seconds) {
                     errors.push(TargetError::Timeout {
                         level,
@@ -481,7 +587,82 @@ mod tests {
             kind,
             credentials_secret_ref: creds,
             timeout_seconds: 20,
+            fences: (kind == DeviceKind::Storage).then(|| StorageScope {
+                storage_classes: vec!["fast".into()],
+                csi_drivers: vec![],
+            }),
         }
+    }
+
+    #[test]
+    fn a_storage_device_names_what_it_fences_and_a_power_device_does_not() {
+        let spec = |d: FenceDevice| FenceTargetSpec {
+            levels: vec![FenceLevel {
+                name: "l".into(),
+                devices: vec![d],
+                power_off: PowerOff::Allowed,
+            }],
+        };
+        let storage = device("storagefw+https://fw:8443", DeviceKind::Storage, secret());
+        assert_eq!(spec(storage.clone()).validate(), Ok(()));
+        for fences in [None, Some(StorageScope::default())] {
+            let e = spec(FenceDevice {
+                fences,
+                ..storage.clone()
+            })
+            .validate()
+            .unwrap_err();
+            assert!(
+                matches!(
+                    e[..],
+                    [TargetError::StorageScope {
+                        level: 0,
+                        device: 0,
+                        ..
+                    }]
+                ),
+                "{e:?}"
+            );
+            assert!(
+                e[0].to_string().contains("must name what it fences"),
+                "{}",
+                e[0]
+            );
+        }
+        let power = FenceDevice {
+            fences: storage.fences.clone(),
+            ..device("ipmi://admin@bmc", DeviceKind::Power, secret())
+        };
+        let e = spec(power).validate().unwrap_err();
+        assert!(matches!(e[..], [TargetError::StorageScope { .. }]), "{e:?}");
+    }
+
+    #[test]
+    fn a_scope_includes_only_claims_known_to_be_backed_by_what_it_names() {
+        let scope = StorageScope {
+            storage_classes: vec!["".into(), "fast".into()],
+            csi_drivers: vec!["csi.array.example".into()],
+        };
+        let claim = |class: &str, driver: Option<&str>| ClaimBacking::Known {
+            storage_class: class.into(),
+            driver: driver.map(String::from),
+            volume: None,
+        };
+        assert!(scope.includes(&claim("fast", None)));
+        // A claim without a class is named by its driver, never by an empty class name.
+        assert!(!scope.includes(&claim("", None)));
+        assert!(scope.includes(&claim("", Some("csi.array.example"))));
+        assert!(scope.includes(&claim("slow", Some("csi.array.example"))));
+        assert!(!scope.includes(&claim("slow", None)));
+        assert!(!scope.includes(&claim("slow", Some("nfs.csi.k8s.io"))));
+        assert!(!scope.includes(&ClaimBacking::Unknown));
+        assert!(!StorageScope::default().includes(&claim("fast", None)));
+        let u = scope.union(&StorageScope {
+            storage_classes: vec!["fast".into(), "gold".into()],
+            csi_drivers: vec![],
+        });
+        assert_eq!(u.storage_classes, vec!["", "fast", "gold"]);
+        assert_eq!(u.csi_drivers, vec!["csi.array.example"]);
     }
 
     #[test]
@@ -587,7 +768,8 @@ mod tests {
             "levels": [
                 {"name": "ipmi", "devices": [{"url": "ipmi://127.0.0.1:6230", "kind": "Power",
                   "credentialsSecretRef": {"name": "bmc", "namespace": "ns", "keys": {"password": "pw"}}}]},
-                {"name": "bridge", "devices": [{"url": "bridge://127.0.0.1:9443/m0", "kind": "Storage"}]}
+                {"name": "bridge", "devices": [{"url": "bridge://127.0.0.1:9443/m0", "kind": "Storage",
+                  "fences": {"storageClasses": ["fast"]}}]}
             ]
         }))
         .unwrap();

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 use palisade_model::cel::{Rule, RULES};
 use palisade_model::policy::PolicyError;
 use palisade_model::target::{
-    DeviceKind, FenceDevice, FenceLevel, PowerOff, SecretRef, TargetError,
+    DeviceKind, FenceDevice, FenceLevel, PowerOff, SecretRef, StorageScope, TargetError,
 };
 use palisade_model::{FenceTargetSpec, FencingPolicySpec, NodeFenceSpec};
 use serde_json::{json, Value};
@@ -263,6 +263,10 @@ fn cel_message_for(e: &TargetError) -> Option<&'static str> {
         TargetError::CredentialsInUrl { .. } => message_of("FenceTarget", "may name a user"),
         TargetError::NoStorageToReset { .. } => message_of("FenceTarget", "needs a Storage device"),
         TargetError::CannotReset { .. } => message_of("FenceTarget", "restarts through direct"),
+        TargetError::StorageScope { problem, .. } if problem.starts_with("a Storage device") => {
+            message_of("FenceTarget", "must name what it fences")
+        }
+        TargetError::StorageScope { .. } => message_of("FenceTarget", "fences is for Storage"),
         _ => return None,
     })
 }
@@ -318,6 +322,10 @@ fn device_rules_agree_with_validate_on_every_url_kind_and_secret() {
                     kind,
                     credentials_secret_ref: creds.clone(),
                     timeout_seconds: 20,
+                    fences: (kind == DeviceKind::Storage).then(|| StorageScope {
+                        storage_classes: vec!["fast".into()],
+                        csi_drivers: vec![],
+                    }),
                 };
                 let spec = FenceTargetSpec {
                     levels: vec![FenceLevel {
@@ -356,6 +364,10 @@ fn level_rules_for_hosts_that_must_not_power_off_agree_with_validate() {
         kind,
         credentials_secret_ref: (!url.starts_with("bridge://")).then(|| secret().unwrap()),
         timeout_seconds: 20,
+        fences: (kind == DeviceKind::Storage).then(|| StorageScope {
+            storage_classes: vec!["fast".into()],
+            csi_drivers: vec![],
+        }),
     };
     let storage = || dev("storagefw+https://fw:8443/nodes/m0", DeviceKind::Storage);
     let cases = [
@@ -389,6 +401,80 @@ fn level_rules_for_hosts_that_must_not_power_off_agree_with_validate() {
         }
     }
     // The table exercises both rules (not a vacuous agreement on "nothing refused").
+    assert_eq!(refusals, 5);
+}
+
+#[test]
+fn storage_scope_rules_agree_with_validate() {
+    let scope = |classes: &[&str], drivers: &[&str]| StorageScope {
+        storage_classes: classes.iter().map(|c| c.to_string()).collect(),
+        csi_drivers: drivers.iter().map(|c| c.to_string()).collect(),
+    };
+    let cases = [
+        (
+            "storagefw+https://fw:8443/nodes/m0",
+            DeviceKind::Storage,
+            None,
+        ),
+        (
+            "storagefw+https://fw:8443/nodes/m0",
+            DeviceKind::Storage,
+            Some(scope(&[], &[])),
+        ),
+        (
+            "storagefw+https://fw:8443/nodes/m0",
+            DeviceKind::Storage,
+            Some(scope(&[""], &[])),
+        ),
+        (
+            "storagefw+https://fw:8443/nodes/m0",
+            DeviceKind::Storage,
+            Some(scope(&[], &["csi.x"])),
+        ),
+        ("bridge://b:8443/m0", DeviceKind::Storage, None),
+        (
+            "bridge://b:8443/m0",
+            DeviceKind::Storage,
+            Some(scope(&["fast"], &[])),
+        ),
+        ("ipmi://bmc:623", DeviceKind::Power, None),
+        (
+            "ipmi://bmc:623",
+            DeviceKind::Power,
+            Some(scope(&["fast"], &[])),
+        ),
+        (
+            "bridge://b:8443/m0",
+            DeviceKind::Power,
+            Some(scope(&[], &[])),
+        ),
+    ];
+    let mut refusals = 0;
+    for (url, kind, fences) in cases {
+        let spec = FenceTargetSpec {
+            levels: vec![FenceLevel {
+                name: "l".into(),
+                devices: vec![FenceDevice {
+                    url: url.into(),
+                    kind,
+                    credentials_secret_ref: (!url.starts_with("bridge://"))
+                        .then(|| secret().unwrap()),
+                    timeout_seconds: 20,
+                    fences: fences.clone(),
+                }],
+                power_off: Default::default(),
+            }],
+        };
+        let cel = refused("FenceTarget", &json!({ "spec": spec }), None);
+        let errors = spec.validate().err().unwrap_or_default();
+        let expected: BTreeSet<_> = errors.iter().filter_map(cel_message_for).collect();
+        assert_eq!(
+            cel, expected,
+            "{url} {kind:?} {fences:?}: validate said {errors:?}"
+        );
+        refusals += cel.len();
+    }
+    // Both rules refuse something (not a vacuous agreement on "nothing refused").
     assert_eq!(refusals, 5);
 }
 

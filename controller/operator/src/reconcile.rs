@@ -24,7 +24,9 @@ use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef as StoreRef;
 use kube::{Api, ResourceExt};
 use palisade_decide::detector::{Health, Thresholds};
-use palisade_decide::phase::{NodePod, ObjectRef, Observations, ReleaseTaints, Step, WaitFor};
+use palisade_decide::phase::{
+    NodePod, NodeVolume, ObjectRef, Observations, ReleaseTaints, Step, WaitFor,
+};
 use palisade_decide::{next_step, Verdict};
 use palisade_model::advertise::Advertisement;
 use palisade_model::nodefence::{
@@ -539,6 +541,9 @@ async fn recovery_action(
     done: (&str, String),
     failed: &str,
 ) -> Result<bool, Error> {
+    if recovery_retry_at(&status, devices).is_some_and(|at| now_wall() < at) {
+        return Ok(false);
+    }
     let level = status.verified_fence().map(|v| v.level()).unwrap_or(0);
     let step = step_name(nf, token, &status);
     let (attempts, result) =
@@ -561,6 +566,39 @@ async fn recovery_action(
             Ok(false)
         }
     }
+}
+
+/// The least and the most a failed recovery action (power on, unblock) waits before it is
+/// tried again: doubling from the least after each failure.
+const RECOVERY_RETRY: (std::time::Duration, std::time::Duration) = (
+    std::time::Duration::from_secs(1),
+    std::time::Duration::from_secs(30),
+);
+
+/// When a recovery action on `devices` may be tried again: `None` when none of their recovery
+/// attempts failed; else the last failure's time plus a delay that doubles with each failure
+/// ([`RECOVERY_RETRY`]).
+///
+/// Guarantees: a BMC or storage array that keeps refusing (a power-on right after a power-off,
+/// a session limit) is asked at most about once per 30 s, and the attempts the status keeps
+/// stay bounded by the Recovering budget over that delay (not by the reconcile rate).
+fn recovery_retry_at(status: &NodeFenceStatus, devices: &[PlannedDevice]) -> Option<Timestamp> {
+    use palisade_model::nodefence::DeviceAction;
+    let failed: Vec<Timestamp> = status
+        .attempts
+        .iter()
+        .filter(|a| matches!(a.action, DeviceAction::PowerOn | DeviceAction::Unblock))
+        .filter(|a| a.outcome != AttemptOutcome::Succeeded)
+        .filter(|a| devices.iter().any(|d| d.url == a.device))
+        .map(|a| a.at.0)
+        .collect();
+    let last = failed.iter().max()?;
+    let (least, most) = RECOVERY_RETRY;
+    let doublings = u32::try_from(failed.len().saturating_sub(1))
+        .unwrap_or(u32::MAX)
+        .min(16);
+    let delay = least.saturating_mul(1 << doublings).min(most);
+    Some(*last + delay)
 }
 
 /// The node's boot ID as last known: the one its agent advertised with its latest observed
@@ -836,11 +874,11 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
         } else {
             None
         };
-        let attachments: Vec<ObjectRef> = if releasing {
+        let attachments: Vec<NodeVolume> = if releasing {
             crate::release::attachments_on_node(&ctx.client, &node)
                 .await?
                 .into_iter()
-                .filter(|v| !released_vas.contains(&v.uid))
+                .filter(|v| !released_vas.contains(&v.object.uid))
                 .collect()
         } else {
             Vec::new()
@@ -851,11 +889,11 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             .iter()
             .map(|r| r.name.clone())
             .collect();
-        let attach_records: Vec<ObjectRef> = if releasing {
+        let attach_records: Vec<NodeVolume> = if releasing {
             crate::release::attach_records(&ctx.client, &node)
                 .await?
                 .into_iter()
-                .filter(|r| !released_records.contains(&r.name))
+                .filter(|r| !released_records.contains(&r.object.name))
                 .collect()
         } else {
             Vec::new()
@@ -1614,5 +1652,84 @@ mod start_gate_tests {
         let done = fence("m0-d", "m0", 50, Some(Phase::Done));
         let other = fence("m1-a", "m1", 10, Some(Phase::Fencing));
         assert_eq!(older_among([&done, &other, &ours], &ours), None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use palisade_model::nodefence::{DeviceAction, DeviceAttempt};
+    use palisade_model::target::DeviceKind;
+
+    fn attempt(
+        device: &str,
+        action: DeviceAction,
+        outcome: AttemptOutcome,
+        s: i64,
+    ) -> DeviceAttempt {
+        DeviceAttempt {
+            level: 0,
+            device: device.into(),
+            action,
+            outcome,
+            token: 1,
+            at: MicroTime(Timestamp::from_second(1_000 + s).unwrap()),
+            message: String::new(),
+            seen_token: None,
+        }
+    }
+
+    /// Found on the lab (a Fujitsu-like BMC refusing a power-on right after a power-off): a
+    /// refused power-on was retried on every reconcile, about twice a second, each attempt
+    /// kept in the status.
+    #[test]
+    fn a_refused_recovery_action_waits_longer_after_each_failure_up_to_a_bound() {
+        let bmc = PlannedDevice {
+            url: "redfish+https://bmc".into(),
+            kind: DeviceKind::Power,
+            timeout_seconds: 20,
+            fences: None,
+        };
+        let mut st = NodeFenceStatus::default();
+        // The fence's own power-off and another device's failures do not count.
+        st.attempts.push(attempt(
+            &bmc.url,
+            DeviceAction::PowerOff,
+            AttemptOutcome::Failed,
+            0,
+        ));
+        st.attempts.push(attempt(
+            "ipmi://other",
+            DeviceAction::PowerOn,
+            AttemptOutcome::Failed,
+            0,
+        ));
+        assert_eq!(recovery_retry_at(&st, std::slice::from_ref(&bmc)), None);
+        let mut delays = Vec::new();
+        for n in 0..8 {
+            st.attempts.push(attempt(
+                &bmc.url,
+                DeviceAction::PowerOn,
+                AttemptOutcome::Failed,
+                10 * n,
+            ));
+            let at = recovery_retry_at(&st, std::slice::from_ref(&bmc)).unwrap();
+            delays.push(at.as_second() - (1_000 + 10 * n));
+        }
+        assert_eq!(delays, vec![1, 2, 4, 8, 16, 30, 30, 30]);
+    }
+
+    #[test]
+    fn dark_advice_names_every_dark_device_and_never_claims_proof() {
+        assert_eq!(dark_advice("m0", &[]), "");
+        let a = dark_advice("m0", &["ipmi://admin@10.0.0.1", "redfish+https://bmc"]);
+        for want in [
+            "ipmi://",
+            "redfish+https://bmc",
+            "no proof that node m0 is off",
+            "PDU or storage level",
+        ] {
+            assert!(a.contains(want), "{want}: {a}");
+        }
     }
 }

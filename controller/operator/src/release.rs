@@ -15,16 +15,17 @@
 //! Each function is idempotent: an object already gone (404) or already replaced by another of
 //! the same name (409 on the UID precondition) counts as released.
 
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
-use palisade_decide::phase::{NodePod, ObjectRef, ReleaseTaints};
+use palisade_decide::phase::{NodePod, NodeVolume, ObjectRef, ReleaseTaints};
 use palisade_model::nodefence::{
     release_taints_added_by, release_taints_forgotten, release_taints_recorded, VerifiedFence,
     ANNOTATION_RELEASE_TAINTS,
 };
+use palisade_model::target::ClaimBacking;
 use palisade_model::{
     FENCED_TAINT_KEY, OUT_OF_SERVICE_TAINT_KEY, OUT_OF_SERVICE_TAINT_VALUE, POD_CONDITION_FENCED,
 };
@@ -313,39 +314,104 @@ pub async fn pods_on_node(client: &kube::Client, node: &str) -> Result<Vec<NodeP
         .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
         .await
         .map_err(|e| Error::kube(format!("listing pods on {node}"), e))?;
-    Ok(list
-        .items
-        .iter()
-        .map(|p| NodePod {
+    let mut pods = Vec::with_capacity(list.items.len());
+    for p in &list.items {
+        let namespace = p.namespace().unwrap_or_default();
+        let mut claims = Vec::new();
+        for claim in claim_names(p) {
+            claims.push(claim_backing(client, &namespace, claim).await?);
+        }
+        pods.push(NodePod {
             pod: ObjectRef {
-                namespace: p.namespace().unwrap_or_default(),
+                namespace,
                 name: p.name_any(),
                 uid: p.uid().unwrap_or_default(),
             },
-            mounts_claim: mounts_claim(p),
-        })
-        .collect())
+            claims,
+        });
+    }
+    Ok(pods)
 }
 
-/// Whether the pod's spec mounts a PersistentVolumeClaim: what a storage fence, or a self-fence
-/// of scope `stateful`, covers. (A generic ephemeral volume does not count: the node agent's
-/// `stateful` self-fence does not kill such pods, so they are held on such proofs.)
-pub fn mounts_claim(p: &Pod) -> bool {
+/// The claims a pod's spec mounts (PersistentVolumeClaim volumes), by name: what a storage
+/// fence (within what its devices name), or a self-fence of scope `stateful`, covers. (A
+/// generic ephemeral volume does not count: the node agent's `stateful` self-fence does not
+/// kill such pods, so they are held on such proofs.)
+fn claim_names(p: &Pod) -> impl Iterator<Item = &str> {
     p.spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .is_some_and(|vs| vs.iter().any(|v| v.persistent_volume_claim.is_some()))
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .map(|c| c.claim_name.as_str())
 }
 
-/// VolumeAttachments naming `node`, read live.
+/// What backs claim `namespace/name`, read live (the claim, then the PersistentVolume it is
+/// bound to, for its CSI driver): a claim that does not exist is
+/// [`ClaimBacking::Unknown`] (no storage scope includes it); a failed read is an error (the
+/// release step is tried again, never taken on doubt).
+async fn claim_backing(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<ClaimBacking, Error> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    let pvc = api
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("reading claim {namespace}/{name}"), e))?;
+    let Some(spec) = pvc.map(|c| c.spec.unwrap_or_default()) else {
+        return Ok(ClaimBacking::Unknown);
+    };
+    let volume = spec.volume_name.filter(|v| !v.is_empty());
+    let driver = match &volume {
+        Some(v) => Api::<PersistentVolume>::all(client.clone())
+            .get_opt(v)
+            .await
+            .map_err(|e| Error::kube(format!("reading volume {v} of claim {namespace}/{name}"), e))?
+            .and_then(|pv| pv.spec?.csi.map(|c| c.driver)),
+        None => None,
+    };
+    Ok(ClaimBacking::Known {
+        storage_class: spec.storage_class_name.unwrap_or_default(),
+        driver,
+        volume,
+    })
+}
+
+#[cfg(test)]
+#[test]
+fn the_csi_driver_of_a_volume_in_use_is_its_name_prefix() {
+    assert_eq!(
+        csi_driver_of_volume("kubernetes.io/csi/csi.array.example^vol-1"),
+        Some("csi.array.example")
+    );
+    assert_eq!(csi_driver_of_volume("kubernetes.io/csi/^vol-1"), None);
+    assert_eq!(csi_driver_of_volume("kubernetes.io/host-path/pv-1"), None);
+    assert_eq!(csi_driver_of_volume("kubernetes.io/csi/no-handle"), None);
+}
+
+/// The CSI driver of a unique volume name as `status.volumesInUse` lists it
+/// (`kubernetes.io/csi/<driver>^<handle>`); `None` for any other volume plugin.
+pub fn csi_driver_of_volume(unique_name: &str) -> Option<&str> {
+    unique_name
+        .strip_prefix("kubernetes.io/csi/")?
+        .split_once('^')
+        .map(|(driver, _)| driver)
+        .filter(|d| !d.is_empty())
+}
+
+/// VolumeAttachments naming `node`, read live, each with its CSI driver (`spec.attacher`).
 pub async fn attachments_on_node(
     client: &kube::Client,
     node: &str,
-) -> Result<Vec<ObjectRef>, Error> {
+) -> Result<Vec<NodeVolume>, Error> {
     Ok(node_attachments(client, node)
         .await?
         .iter()
-        .map(attachment_ref)
+        .map(|v| NodeVolume {
+            object: attachment_ref(v),
+            driver: Some(v.spec.attacher.clone()).filter(|a| !a.is_empty()),
+        })
         .collect())
 }
 
@@ -440,7 +506,7 @@ pub async fn delete_attachment(
 /// use (for up to 6 minutes), so a ReadWriteOnce volume cannot follow its pod to another node
 /// while a fenced node's last status claims it. Each entry is an [`ObjectRef`] whose `name` is
 /// the volume's unique name and whose `uid` is the Node's UID (the precondition of the patch).
-pub async fn attach_records(client: &kube::Client, node: &str) -> Result<Vec<ObjectRef>, Error> {
+pub async fn attach_records(client: &kube::Client, node: &str) -> Result<Vec<NodeVolume>, Error> {
     let api: Api<Node> = Api::all(client.clone());
     let Some(n) = api
         .get_opt(node)
@@ -454,10 +520,13 @@ pub async fn attach_records(client: &kube::Client, node: &str) -> Result<Vec<Obj
         .and_then(|s| s.volumes_in_use)
         .unwrap_or_default()
         .into_iter()
-        .map(|v| ObjectRef {
-            namespace: String::new(),
-            name: v,
-            uid: uid.clone(),
+        .map(|v| NodeVolume {
+            driver: csi_driver_of_volume(&v).map(String::from),
+            object: ObjectRef {
+                namespace: String::new(),
+                name: v,
+                uid: uid.clone(),
+            },
         })
         .collect())
 }

@@ -39,7 +39,8 @@ use palisade_model::nodefence::{
 };
 use palisade_model::policy::FencingPolicySpec;
 use palisade_model::target::{
-    DeviceKind, FenceDevice, FenceLevel, FenceTargetSpec, PowerOff, SecretRef,
+    ClaimBacking, DeviceKind, FenceDevice, FenceLevel, FenceTargetSpec, PowerOff, SecretRef,
+    StorageScope,
 };
 use palisade_model::{FENCED_TAINT_KEY, OUT_OF_SERVICE_TAINT_KEY};
 
@@ -206,6 +207,8 @@ pub struct Outcome {
 }
 
 const TICK_MS: u64 = 250;
+/// The StorageClass of every claim in the world, and what its storage array fences.
+const ARRAY_CLASS: &str = "array";
 /// The longest gap between two controller ticks that is not a blind spell (as the operator's
 /// three election rounds; an API outage is one whatever its length, as its watches fail).
 const BLIND_GAP_MS: u64 = 3_000;
@@ -1350,6 +1353,10 @@ impl<'s> World<'s> {
                 keys: BTreeMap::new(),
             }),
             timeout_seconds: 10,
+            fences: (kind == DeviceKind::Storage).then(|| StorageScope {
+                storage_classes: vec![ARRAY_CLASS.into()],
+                csi_drivers: vec![],
+            }),
         };
         let power = dev(&format!("ipmi://bmc-m{i}:623"), DeviceKind::Power);
         let storage = dev("storagefw+https://array:8443/", DeviceKind::Storage);
@@ -1732,7 +1739,16 @@ impl<'s> World<'s> {
                         name: format!("{}-0", self.identities[p.identity].0),
                         uid: p.uid.clone(),
                     },
-                    mounts_claim: self.identities[p.identity].1,
+                    // Every claim of the world is on the one array its storage fences.
+                    claims: if self.identities[p.identity].1 {
+                        vec![ClaimBacking::Known {
+                            storage_class: ARRAY_CLASS.into(),
+                            driver: None,
+                            volume: None,
+                        }]
+                    } else {
+                        vec![]
+                    },
                 })
                 .collect()
         } else {

@@ -55,7 +55,7 @@ fn controller_fences_through_the_bridge_ipmi_then_pdu_and_the_audit_log_tells_th
             "bridge",
             vec![
                 json!({"url": url, "kind": "Power"}),
-                json!({"url": url, "kind": "Storage"}),
+                json!({"url": url, "kind": "Storage", "fences": palisade_scenario::lab_storage_scope()}),
             ],
         )],
     );

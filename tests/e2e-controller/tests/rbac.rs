@@ -40,6 +40,7 @@ const CLUSTER: &[&str] = &[
     "get core/persistentvolumeclaims",
     "list core/persistentvolumeclaims",
     "watch core/persistentvolumeclaims",
+    "get core/persistentvolumes",
     "delete core/pods",
     "get core/pods",
     "list core/pods",

@@ -1,7 +1,9 @@
-//! Release is never wider than the fence: a verified storage block covers only the pods that
-//! mount a claim. A volume-less StatefulSet pod on the same node may still run (it is only
-//! cut off from the storage), so it is held, `NotCoveredByFence`, never force-deleted, and
-//! no second copy of its identity starts elsewhere.
+//! Release is never wider than the fence: a verified storage block covers only the pods whose
+//! every claim is on the storage it names. A volume-less StatefulSet pod on the same node may
+//! still run (it is only cut off from the storage), so it is held, `NotCoveredByFence`, never
+//! force-deleted, and no second copy of its identity starts elsewhere. So is a pod whose claim
+//! lives on other storage (another StorageClass, which the firewall does not block): it may
+//! still write there (issue 32, item 6; it was released before the fix).
 
 mod common;
 
@@ -39,6 +41,37 @@ fn web_statefulset() -> StatefulSet {
     }))
     .unwrap()
 }
+
+/// The StatefulSet `app/files`: one replica whose claim is on storage the lab's firewall does
+/// not fence (StorageClass [`OTHER_CLASS`], a host directory).
+fn files_statefulset() -> StatefulSet {
+    serde_json::from_value(json!({
+        "metadata": {"name": "files", "namespace": "app"},
+        "spec": {
+            "replicas": 1, "serviceName": "files",
+            "selector": {"matchLabels": {"app": "files"}},
+            "template": {
+                "metadata": {"labels": {"app": "files"}},
+                "spec": {
+                    "automountServiceAccountToken": false,
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{"name": "app", "image": "host",
+                                    "command": ["/bin/sh", "-c", "exec sleep 4242422"],
+                                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]
+                }
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": OTHER_CLASS,
+                         "resources": {"requests": {"storage": "1Gi"}}}
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+/// A StorageClass the lab's storage firewall does not fence.
+const OTHER_CLASS: &str = "nfs-elsewhere";
 
 /// Whether a process of machine `i` (in its PID namespace) runs the volume-less pod's command.
 fn web_process_alive(lab: &palisade_lab::Lab, i: usize) -> bool {
@@ -98,6 +131,24 @@ fn a_storage_only_fence_holds_a_volume_less_statefulset_pod_whose_process_still_
     let sts_api: Api<StatefulSet> = Api::namespaced(c.clone(), "app");
     rt.block_on(sts_api.create(&PostParams::default(), &web_statefulset()))
         .expect("create StatefulSet");
+    // files-0's volume: a host directory of class OTHER_CLASS, bound to its claim.
+    let dir = lab.dir().join("files-pv");
+    std::fs::create_dir_all(&dir).unwrap();
+    let pv: k8s_openapi::api::core::v1::PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "files-pv"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "storageClassName": OTHER_CLASS,
+                 "claimRef": {"namespace": "app", "name": "data-files-0"},
+                 "hostPath": {"path": dir.display().to_string()}}
+    }))
+    .unwrap();
+    rt.block_on(
+        Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(c.clone())
+            .create(&PostParams::default(), &pv),
+    )
+    .expect("create files-pv");
+    rt.block_on(sts_api.create(&PostParams::default(), &files_statefulset()))
+        .expect("create StatefulSet files");
     let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
     let old = eventually("web-0 Running on m0", Duration::from_secs(120), || {
         let p = rt.block_on(pods.get_opt("web-0")).ok().flatten()?;
@@ -105,6 +156,12 @@ fn a_storage_only_fence_holds_a_volume_less_statefulset_pod_whose_process_still_
         (on_m0 && pod_phase(&p) == "Running").then_some(p)
     });
     let old_uid = old.uid().unwrap();
+    let files = eventually("files-0 Running on m0", Duration::from_secs(120), || {
+        let p = rt.block_on(pods.get_opt("files-0")).ok().flatten()?;
+        let on_m0 = p.spec.as_ref()?.node_name.as_deref() == Some("m0");
+        (on_m0 && pod_phase(&p) == "Running").then_some(p)
+    });
+    let files_uid = files.uid().unwrap();
     cordon(&c, &rt, "m1", false);
     cordon(&c, &rt, "m2", false);
     assert!(
@@ -134,6 +191,11 @@ fn a_storage_only_fence_holds_a_volume_less_statefulset_pod_whose_process_still_
     assert!(
         st.release.held.iter().any(|p| p.uid == old_uid),
         "web-0 is recorded as held"
+    );
+    assert!(
+        st.release.pods.iter().all(|p| p.uid != files_uid)
+            && st.release.held.iter().any(|p| p.uid == files_uid),
+        "files-0 mounts a claim on storage the block does not fence: held, not released"
     );
     // The node is tainted NoSchedule (no replacement may land on it), but not out-of-service
     // while an uncovered pod is bound to it.
@@ -173,6 +235,10 @@ fn a_storage_only_fence_holds_a_volume_less_statefulset_pod_whose_process_still_
     assert!(web_process_alive(&lab, 0), "web-0 still runs on m0");
     let now = rt.block_on(pods.get("web-0")).expect("web-0 still exists");
     assert_eq!(now.uid().as_deref(), Some(old_uid.as_str()));
+    let files_now = rt
+        .block_on(pods.get("files-0"))
+        .expect("files-0 still exists");
+    assert_eq!(files_now.uid().as_deref(), Some(files_uid.as_str()));
     assert_eq!(
         now.spec.as_ref().and_then(|s| s.node_name.as_deref()),
         Some("m0")

@@ -406,10 +406,15 @@ impl World {
                         "bridge",
                         vec![
                             json!({"url": url, "kind": "Power"}),
-                            json!({"url": url, "kind": "Storage"}),
+                            json!({"url": url, "kind": "Storage", "fences": palisade_scenario::lab_storage_scope()}),
                         ],
                     ),
-                    ("storage-only", vec![json!({"url": url, "kind": "Storage"})]),
+                    (
+                        "storage-only",
+                        vec![
+                            json!({"url": url, "kind": "Storage", "fences": palisade_scenario::lab_storage_scope()}),
+                        ],
+                    ),
                 ],
             )?;
         }

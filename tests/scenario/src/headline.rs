@@ -577,7 +577,8 @@ fn start_palisade(
     )?;
     for m in lab.machines() {
         let url = crate::bridge::url(&bridge_addr, m.name());
-        let mut devices = vec![json!({"url": url, "kind": "Storage"})];
+        let mut devices =
+            vec![json!({"url": url, "kind": "Storage", "fences": crate::lab_storage_scope()})];
         if !opts.storage_only {
             devices.insert(0, json!({"url": url, "kind": "Power"}));
         }

@@ -345,10 +345,15 @@ pub fn fence_target(
         "apiVersion": "palisade.dev/v1alpha1", "kind": "FenceTarget",
         "metadata": {"name": node}, "spec": {"levels": levels},
     }))?;
-    // A CRD can be Established a moment before its endpoint serves: retry briefly.
+    // A CRD can be Established a moment before its endpoint serves: retry briefly, and say
+    // what the API server last answered if it never accepts it.
+    let mut last = String::new();
     eventually("FenceTarget created", Duration::from_secs(30), || {
-        rt.block_on(api.create(&PostParams::default(), &t)).ok()
-    })?;
+        rt.block_on(api.create(&PostParams::default(), &t))
+            .map_err(|e| last = e.to_string())
+            .ok()
+    })
+    .map_err(|e| e.context(format!("the API server last answered: {last}")))?;
     Ok(())
 }
 
@@ -405,10 +410,20 @@ pub fn pod_phase(p: &k8s_openapi::api::core::v1::Pod) -> String {
 
 /// One fencing device of a FenceTarget: its URL, kind and credential Secret.
 pub fn device(url: &str, kind: &str, secret: &str) -> serde_json::Value {
-    json!({
+    let mut d = json!({
         "url": url, "kind": kind, "timeoutSeconds": 20,
         "credentialsSecretRef": {"name": secret, "namespace": SYSTEM_NS},
-    })
+    });
+    if kind == "Storage" {
+        d["fences"] = lab_storage_scope();
+    }
+    d
+}
+
+/// What a storage device on the lab fences (its `fences`): the claims bound to the lab
+/// storage's volumes (static, without a class), by their CSI driver.
+pub fn lab_storage_scope() -> serde_json::Value {
+    json!({ "csiDrivers": [palisade_labstore::attacher::DRIVER] })
 }
 
 /// The IPMI device URL of machine `i`.

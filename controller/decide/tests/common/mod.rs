@@ -62,6 +62,12 @@ pub fn target(levels: Vec<Vec<(String, DeviceKind)>>) -> FenceTargetSpec {
                             }
                         }),
                         timeout_seconds: 10,
+                        fences: (*kind == DeviceKind::Storage).then(|| {
+                            palisade_model::target::StorageScope {
+                                storage_classes: vec!["fast".into()],
+                                csi_drivers: vec![],
+                            }
+                        }),
                     })
                     .collect(),
                 power_off: Default::default(),
