@@ -29,6 +29,7 @@
 //!     command_to_verified: std::time::Duration::ZERO,
 //!     polls: 1,
 //!     bridge_evidence: None,
+//!     refusal: None,
 //! };
 //! ```
 //!
@@ -102,6 +103,7 @@ pub struct VerifiedOff {
     command_to_verified: Duration,
     polls: u32,
     bridge_evidence: Option<String>,
+    refusal: Option<String>,
 }
 
 /// Evidence that a device reported the power on after an on command. Constructed only in this
@@ -126,6 +128,7 @@ pub(crate) fn trusted_off(device: &str) -> VerifiedOff {
         command_to_verified: Duration::ZERO,
         polls: 0,
         bridge_evidence: None,
+        refusal: None,
     }
 }
 
@@ -153,6 +156,16 @@ impl VerifiedOff {
     /// For an off done through a firmware-bridge: the bridge's own evidence (JSON text).
     pub fn bridge_evidence(&self) -> Option<&str> {
         self.bridge_evidence.as_deref()
+    }
+    /// The device's refusal of the off command, when it refused it on a machine that already
+    /// read off (iDRAC 409, iLO 400): on the record beside the evidence, which is the read.
+    pub fn refusal(&self) -> Option<&str> {
+        self.refusal.as_deref()
+    }
+    /// This evidence, with the device's refusal of the command on the record.
+    pub(crate) fn refused(mut self, refusal: String) -> Self {
+        self.refusal = Some(refusal);
+        self
     }
 }
 
@@ -261,6 +274,7 @@ pub(crate) async fn verify_off(
         command_to_verified: elapsed,
         polls,
         bridge_evidence: None,
+        refusal: None,
     })
 }
 
@@ -296,6 +310,7 @@ pub(crate) fn off_from_bridge(
         command_to_verified: commanded.mono.elapsed(),
         polls: 1,
         bridge_evidence: Some(evidence.to_string()),
+        refusal: None,
     })
 }
 
@@ -491,6 +506,7 @@ mod tests {
             command_to_verified: std::time::Duration::ZERO,
             polls: 1,
             bridge_evidence: None,
+            refusal: None,
         };
         let _ = palisade_fence::verify::Commanded::now();
         use palisade_fence::verify::off_from_bridge;

@@ -494,10 +494,16 @@ async fn act(
             }
             let v = bounded(budget, "power off", async { device.off().await }).await?;
             Ok((
-                format!(
-                    "power off commanded and verified in {:?}",
-                    v.command_to_verified()
-                ),
+                match v.refusal() {
+                    None => format!(
+                        "power off commanded and verified in {:?}",
+                        v.command_to_verified()
+                    ),
+                    Some(r) => format!(
+                        "power off refused by the device ({r}), and the machine already read off: verified in {:?}",
+                        v.command_to_verified()
+                    ),
+                },
                 Some((
                     EvidenceKind::PowerOff,
                     format!(

@@ -14,8 +14,8 @@
 //!
 //! What would make it fail: an agent that takes a refused `ForceOff` as a failed fence without
 //! re-reading `PowerState` (cases 1–2: the level fails, nothing is released, the fence Fails);
-//! a refusal forgiven but not logged (cases 1–2 check the controller's log: the attempt itself
-//! says only "power off commanded and verified"); a recovery that gives up on the first refused
+//! a refusal forgiven but not on the record (cases 1–2 check the attempt and the controller's
+//! log); a recovery that gives up on the first refused
 //! power-on, or fails the fence for it (case 4: never Done, or Failed). Case 3 cannot tell an
 //! agent that trusts the 204 from one that verifies (the host really is off): it pins that a
 //! swallowed `ForceOff` on an off host is not a failure. Each case also checks that the proxy
@@ -140,8 +140,19 @@ fn redfish_fences_are_verified_through_vendor_refusals_and_recovery_retries_a_re
             "{quirk:?}: {answered:?}"
         );
         if status >= 400 {
-            // The product keeps the refusal in its log, not in the attempt (the attempt says
-            // "power off commanded and verified").
+            // The refusal is on the record: in the attempt, and in the controller's log.
+            let off = st
+                .attempts
+                .iter()
+                .find(|a| a.action == palisade_model::nodefence::DeviceAction::PowerOff)
+                .expect("a power-off attempt");
+            assert!(
+                off.message.contains("power off refused by the device")
+                    && off.message.contains(&format!("HTTP {status}"))
+                    && off.message.contains("already read off"),
+                "the attempt records the refusal: {}",
+                off.message
+            );
             let log = ctl.log_text();
             assert!(
                 log.contains("reset refused, but the system already reads off")

@@ -191,6 +191,7 @@ impl RedfishDevice {
         let policy = self.policy();
         let commanded = Commanded::now();
         let deadline = tokio::time::Instant::now() + policy.timeout;
+        let mut refusal = None;
         match reset::reset(&self.http, session, system, preferences, deadline).await {
             Ok(_) => {}
             Err(ResetError::NotSent(e)) => return Err(e),
@@ -203,6 +204,7 @@ impl RedfishDevice {
                     return Err(e);
                 }
                 tracing::info!(device = %self.name, error = %e, "reset refused, but the system already reads {want}");
+                refusal = Some(e.to_string());
             }
         }
         let mut probe = PowerProbe {
@@ -213,7 +215,12 @@ impl RedfishDevice {
         if want == PowerState::Off {
             verify::verify_off(&self.name, commanded, &mut probe, policy)
                 .await
-                .map(Evidence::Off)
+                .map(|v| {
+                    Evidence::Off(match refusal {
+                        Some(r) => v.refused(r),
+                        None => v,
+                    })
+                })
         } else {
             verify::verify_on(&self.name, commanded, &mut probe, policy)
                 .await
