@@ -5,7 +5,9 @@
 //!
 //! `before` is the nasty case: the step's action happened (a device was powered off, a pod
 //! deleted) but the `NodeFence` does not say so, and the next leader must redo it safely.
-//! Unset (the default), nothing happens. The variable is read once.
+//! Unset (the default), nothing happens. The variable is read once, and only by debug builds
+//! (the ones the crash tests run): a release build never reads it, so no environment can make
+//! a production controller abort mid-step.
 
 use std::sync::OnceLock;
 
@@ -29,6 +31,9 @@ fn parse(spec: &str) -> Option<(String, When)> {
 }
 
 fn configured() -> Option<&'static (String, When)> {
+    if cfg!(not(debug_assertions)) {
+        return None;
+    }
     static AT: OnceLock<Option<(String, When)>> = OnceLock::new();
     AT.get_or_init(|| {
         let spec = std::env::var("PALISADE_CRASH_AT").ok()?;

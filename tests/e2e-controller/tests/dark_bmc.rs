@@ -17,7 +17,7 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt};
-use palisade_lab::{Lab, PduInfo};
+use palisade_lab::Lab;
 use palisade_model::nodefence::{
     AttemptOutcome, DeviceAction, EvidenceKind, FailureReason, LevelResult, NodeFenceStatus, Phase,
 };
@@ -70,16 +70,7 @@ fn a_power_cut_at_the_pdu_is_fenced_on_the_pdus_reading_and_the_statefulset_reco
     let (lab, rt, c) = lab_ready(3, true);
     let _ctl = start_controller(&lab, "ctl-dark-pdu");
     policy(&c, &rt);
-    let info = lab.pdu().unwrap().info().clone();
-    secret(
-        &c,
-        &rt,
-        "pdu",
-        &[(
-            "community",
-            &PduInfo::secret(&info.community_rw_file).unwrap(),
-        )],
-    );
+    pdu_secret(&lab, &c, &rt);
     let bmc = bmc_device(&lab, &c, &rt);
     fence_target(
         &c,

@@ -8,7 +8,6 @@ use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt};
 use palisade_lab::Cut;
-use palisade_lab::PduInfo;
 use palisade_model::nodefence::{EvidenceKind, LevelResult, Phase};
 
 #[test]
@@ -16,17 +15,8 @@ fn bad_ipmi_credentials_fall_through_to_the_pdu_level() {
     let (lab, rt, c) = lab_ready(3, true);
     let _ctl = start_controller(&lab, "ctl-p");
     policy(&c, &rt);
-    let info = lab.pdu().unwrap().info().clone();
     secret(&c, &rt, "bmc-wrong", &[("password", "not-the-password")]);
-    secret(
-        &c,
-        &rt,
-        "pdu",
-        &[(
-            "community",
-            &PduInfo::secret(&info.community_rw_file).unwrap(),
-        )],
-    );
+    pdu_secret(&lab, &c, &rt);
     fence_target(
         &c,
         &rt,

@@ -80,6 +80,13 @@ pub fn pdu_url(lab: &Lab, i: usize) -> String {
     palisade_scenario::pdu_url(lab, i).expect("lab has a PDU")
 }
 
+/// The Secret `pdu` with the lab PDU's read-write community (what `pdu_url` devices name).
+pub fn pdu_secret(lab: &Lab, c: &Client, rt: &tokio::runtime::Runtime) {
+    let info = lab.pdu().expect("lab has a PDU").info().clone();
+    let community = palisade_lab::PduInfo::secret(&info.community_rw_file).unwrap();
+    secret(c, rt, "pdu", &[("community", &community)]);
+}
+
 /// One power device: (url, secret name).
 pub fn device(url: &str, secret: &str) -> serde_json::Value {
     palisade_scenario::device(url, "Power", secret)
