@@ -105,11 +105,14 @@ pub enum Bug {
     /// The old recovery order: lift the storage block before removing the release taints (a
     /// lagging pod-GC or attach-detach cache can still act on the out-of-service taint).
     UnfenceBeforeUntaint,
+    /// The old coverage rule (issue 32, item 6): a storage block covers every pod that mounts
+    /// a claim, also one whose claim is on storage the block does not cut.
+    IgnoreStorageScope,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 15] = [
+    pub const ALL: [Bug; 16] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -125,6 +128,7 @@ impl Bug {
         Bug::CountUnackedRenewal,
         Bug::LatestListOnly,
         Bug::UnfenceBeforeUntaint,
+        Bug::IgnoreStorageScope,
     ];
 
     /// Parses a bug's name (as printed by `{:?}`).
@@ -207,8 +211,21 @@ pub struct Outcome {
 }
 
 const TICK_MS: u64 = 250;
-/// The StorageClass of every claim in the world, and what its storage array fences.
+/// The StorageClass of the claims on the world's storage array, and what its fence names.
 const ARRAY_CLASS: &str = "array";
+/// The StorageClass of claims on other storage (an NFS share the array's fence does not cut).
+const ELSEWHERE_CLASS: &str = "nfs-elsewhere";
+
+/// What backs an identity's claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backing {
+    /// No claim.
+    None,
+    /// A claim on the storage array (what its storage fence blocks).
+    Array,
+    /// A claim on other storage, which no fence of the world blocks.
+    Elsewhere,
+}
 /// The longest gap between two controller ticks that is not a blind spell (as the operator's
 /// three election rounds; an API outage is one whatever its length, as its watches fail).
 const BLIND_GAP_MS: u64 = 3_000;
@@ -379,7 +396,7 @@ pub struct World<'s> {
     /// obey any command, tokens or not).
     floors: Vec<i64>,
     pods: Vec<Pod>,
-    identities: Vec<(String, bool)>,
+    identities: Vec<(String, Backing)>,
     fences: Vec<Fence>,
     /// Per Node: whether it carries the release taints (`palisade.dev/fenced` and
     /// out-of-service).
@@ -487,11 +504,11 @@ impl<'s> World<'s> {
             machines,
             pods: Vec::new(),
             identities: vec![
-                ("db".into(), true),
-                ("ledger".into(), true),
-                ("web".into(), false),
-                ("queue".into(), true),
-                ("cache".into(), false),
+                ("db".into(), Backing::Array),
+                ("ledger".into(), Backing::Array),
+                ("web".into(), Backing::None),
+                ("queue".into(), Backing::Elsewhere),
+                ("cache".into(), Backing::None),
             ],
             fences: Vec::new(),
             tainted: vec![false; s.nodes.len()],
@@ -1290,6 +1307,22 @@ impl<'s> World<'s> {
     }
 
     /// The invariants.
+    /// The claims of a pod of an identity backed by `backing`, as release reads them.
+    fn claims(&self, backing: Backing) -> Vec<ClaimBacking> {
+        let class = match backing {
+            Backing::None => return Vec::new(),
+            Backing::Array => ARRAY_CLASS,
+            // The old rule: a storage block covers any claim, whatever backs it.
+            Backing::Elsewhere if self.bug == Some(Bug::IgnoreStorageScope) => ARRAY_CLASS,
+            Backing::Elsewhere => ELSEWHERE_CLASS,
+        };
+        vec![ClaimBacking::Known {
+            storage_class: class.into(),
+            driver: None,
+            volume: None,
+        }]
+    }
+
     fn check(&self) -> Option<Violation> {
         if let Some(what) = &self.broken_promise {
             return Some(self.violation(what.clone()));
@@ -1307,16 +1340,18 @@ impl<'s> World<'s> {
                 "pod {uid} was deleted by a release that no NodeFence status records"
             )));
         }
-        for (id, (name, claim)) in self.identities.iter().enumerate() {
+        for (id, (name, backing)) in self.identities.iter().enumerate() {
             let mut live: BTreeMap<&str, usize> = BTreeMap::new();
             for (i, m) in self.machines.iter().enumerate() {
                 if !m.powered {
                     continue;
                 }
-                let harmful = if *claim {
-                    m.storage_holds.is_empty() && !m.cut_all
-                } else {
-                    true
+                // Only the array's claims are cut off by its block; a claim elsewhere (and a
+                // pod without one) still does harm from a powered machine.
+                let harmful = match backing {
+                    Backing::Array => m.storage_holds.is_empty() && !m.cut_all,
+                    Backing::Elsewhere => !m.cut_all,
+                    Backing::None => true,
                 };
                 for c in &m.containers {
                     let ours = self.pods.iter().any(|p| &p.uid == c && p.identity == id);
@@ -1597,7 +1632,7 @@ impl<'s> World<'s> {
                             labels: BTreeMap::new(),
                             priority: 0,
                             unreachable: Tolerance::from_tolerations(&[]),
-                            uses_rwo_volume: self.identities[p.identity].1,
+                            uses_rwo_volume: self.identities[p.identity].1 != Backing::None,
                         })
                         .collect(),
                     fence,
@@ -1739,16 +1774,7 @@ impl<'s> World<'s> {
                         name: format!("{}-0", self.identities[p.identity].0),
                         uid: p.uid.clone(),
                     },
-                    // Every claim of the world is on the one array its storage fences.
-                    claims: if self.identities[p.identity].1 {
-                        vec![ClaimBacking::Known {
-                            storage_class: ARRAY_CLASS.into(),
-                            driver: None,
-                            volume: None,
-                        }]
-                    } else {
-                        vec![]
-                    },
+                    claims: self.claims(self.identities[p.identity].1),
                 })
                 .collect()
         } else {
