@@ -138,8 +138,10 @@ async fn admit(State(b): State<Arc<Bridge>>, req: Request, next: Next) -> Respon
     let resp = if route == "/healthz" {
         next.run(req).await
     } else if let Err(wait) = b.limiter.check(&id.name()) {
-        b.metrics
-            .inc("bridge_rate_limited_total", &[("client", &id.name())]);
+        b.metrics.inc(
+            "palisade_bridge_rate_limited_total",
+            &[("client", &id.name())],
+        );
         tracing::warn!(client = %id.name(), route, "rate limited");
         let mut r = error(
             StatusCode::TOO_MANY_REQUESTS,
@@ -157,7 +159,7 @@ async fn admit(State(b): State<Arc<Bridge>>, req: Request, next: Next) -> Respon
         next.run(req).await
     };
     b.metrics.inc(
-        "bridge_requests_total",
+        "palisade_bridge_requests_total",
         &[("route", &route), ("status", resp.status().as_str())],
     );
     resp
@@ -598,7 +600,8 @@ async fn mutate(
             response,
             ..
         }) if fp == fingerprint => {
-            b.metrics.inc("bridge_idempotent_replays_total", &[]);
+            b.metrics
+                .inc("palisade_bridge_idempotent_replays_total", &[]);
             let status = StatusCode::from_u16(response.status).unwrap_or(StatusCode::OK);
             let mut resp = (status, Json(response.body.clone())).into_response();
             resp.headers_mut()
@@ -629,7 +632,7 @@ async fn mutate(
         Ok(Ok(Begin::Proceed)) => {}
         Ok(Ok(Begin::Stale { floor })) => {
             b.metrics.inc(
-                "bridge_stale_token_rejections_total",
+                "palisade_bridge_stale_token_rejections_total",
                 &[("target", &target)],
             );
             let refusal = StaleTokenRefusal::new(&target, token, floor);
@@ -676,7 +679,7 @@ async fn mutate(
         }
     };
     b.metrics.inc(
-        "bridge_actions_total",
+        "palisade_bridge_actions_total",
         &[("action", op.name()), ("result", result)],
     );
     body["token"] = json!(token);

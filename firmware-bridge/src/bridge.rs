@@ -129,7 +129,7 @@ impl Bridge {
         })();
         let label = if result.is_ok() { "ok" } else { "error" };
         self.metrics
-            .inc("bridge_reloads_total", &[("result", label)]);
+            .inc("palisade_bridge_reloads_total", &[("result", label)]);
         result
     }
 

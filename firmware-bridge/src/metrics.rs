@@ -16,37 +16,37 @@ pub use palisade_telemetry::metrics::CONTENT_TYPE;
 /// the label names [`Metrics::inc`] takes, in order, and the help text.
 const COUNTERS: &[(&str, &[&str], &str)] = &[
     (
-        "bridge_requests_total",
+        "palisade_bridge_requests_total",
         &["route", "status"],
         "API requests by route and HTTP status",
     ),
     (
-        "bridge_actions_total",
+        "palisade_bridge_actions_total",
         &["action", "result"],
         "Device actions by action and result",
     ),
     (
-        "bridge_stale_token_rejections_total",
+        "palisade_bridge_stale_token_rejections_total",
         &["target"],
         "Requests refused for a stale fencing token",
     ),
     (
-        "bridge_idempotent_replays_total",
+        "palisade_bridge_idempotent_replays_total",
         &[],
         "Requests answered from the idempotency cache",
     ),
     (
-        "bridge_rate_limited_total",
+        "palisade_bridge_rate_limited_total",
         &["client"],
         "Requests refused by the per-client rate limit",
     ),
     (
-        "bridge_tls_handshake_failures_total",
+        "palisade_bridge_tls_handshake_failures_total",
         &["reason"],
         "TLS handshakes that failed, by reason",
     ),
     (
-        "bridge_reloads_total",
+        "palisade_bridge_reloads_total",
         &["result"],
         "Configuration reloads by result",
     ),
@@ -85,7 +85,7 @@ impl Default for Metrics {
         }
         let action_seconds = Histogram::new(ACTION_BUCKETS);
         registry.register(
-            "bridge_action_seconds",
+            "palisade_bridge_action_seconds",
             "Time spent in device actions",
             action_seconds.clone(),
         );
@@ -98,7 +98,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Increments the counter `name` (as scraped, e.g. `bridge_requests_total`) for these
+    /// Increments the counter `name` (as scraped, e.g. `palisade_bridge_requests_total`) for these
     /// `(label, value)` pairs; the labels are the counter's, in its order. Anything else is
     /// logged and not counted.
     pub fn inc(&self, name: &str, labels: &[(&str, &str)]) {
@@ -143,17 +143,20 @@ mod tests {
             ("route", "/v1/targets/{id}/power/{action}"),
             ("status", "200"),
         ];
-        m.inc("bridge_requests_total", &route);
-        m.inc("bridge_requests_total", &route);
+        m.inc("palisade_bridge_requests_total", &route);
+        m.inc("palisade_bridge_requests_total", &route);
         m.inc(
-            "bridge_actions_total",
+            "palisade_bridge_actions_total",
             &[("action", "power.off"), ("result", "ok")],
         );
         m.inc(
-            "bridge_tls_handshake_failures_total",
+            "palisade_bridge_tls_handshake_failures_total",
             &[("reason", "unknown_ca")],
         );
-        m.inc("bridge_rate_limited_total", &[("client", "ctl \"x\"")]);
+        m.inc(
+            "palisade_bridge_rate_limited_total",
+            &[("client", "ctl \"x\"")],
+        );
         for seconds in [0.3, 1.2, 45.0] {
             m.action_duration(seconds);
         }
@@ -161,27 +164,30 @@ mod tests {
         let s = samples(&text);
         let expected = [
             (
-                r#"bridge_requests_total{route="/v1/targets/{id}/power/{action}",status="200"}"#,
+                r#"palisade_bridge_requests_total{route="/v1/targets/{id}/power/{action}",status="200"}"#,
                 2.0,
             ),
             (
-                r#"bridge_actions_total{action="power.off",result="ok"}"#,
+                r#"palisade_bridge_actions_total{action="power.off",result="ok"}"#,
                 1.0,
             ),
             (
-                r#"bridge_tls_handshake_failures_total{reason="unknown_ca"}"#,
+                r#"palisade_bridge_tls_handshake_failures_total{reason="unknown_ca"}"#,
                 1.0,
             ),
-            (r#"bridge_rate_limited_total{client="ctl \"x\""}"#, 1.0),
-            ("bridge_idempotent_replays_total", 0.0),
-            (r#"bridge_action_seconds_bucket{le="0.25"}"#, 0.0),
-            (r#"bridge_action_seconds_bucket{le="0.5"}"#, 1.0),
-            (r#"bridge_action_seconds_bucket{le="2.5"}"#, 2.0),
-            (r#"bridge_action_seconds_bucket{le="30.0"}"#, 2.0),
-            (r#"bridge_action_seconds_bucket{le="60.0"}"#, 3.0),
-            (r#"bridge_action_seconds_bucket{le="+Inf"}"#, 3.0),
-            ("bridge_action_seconds_sum", 46.5),
-            ("bridge_action_seconds_count", 3.0),
+            (
+                r#"palisade_bridge_rate_limited_total{client="ctl \"x\""}"#,
+                1.0,
+            ),
+            ("palisade_bridge_idempotent_replays_total", 0.0),
+            (r#"palisade_bridge_action_seconds_bucket{le="0.25"}"#, 0.0),
+            (r#"palisade_bridge_action_seconds_bucket{le="0.5"}"#, 1.0),
+            (r#"palisade_bridge_action_seconds_bucket{le="2.5"}"#, 2.0),
+            (r#"palisade_bridge_action_seconds_bucket{le="30.0"}"#, 2.0),
+            (r#"palisade_bridge_action_seconds_bucket{le="60.0"}"#, 3.0),
+            (r#"palisade_bridge_action_seconds_bucket{le="+Inf"}"#, 3.0),
+            ("palisade_bridge_action_seconds_sum", 46.5),
+            ("palisade_bridge_action_seconds_count", 3.0),
         ];
         for (series, value) in expected {
             assert_eq!(s.get(series), Some(&value), "{series} in {text}");
@@ -195,11 +201,14 @@ mod tests {
             assert!(name.ends_with("_total"), "{name}");
         }
         let m = Metrics::default();
-        m.inc("bridge_reloads_total", &[("result", "ok")]);
+        m.inc("palisade_bridge_reloads_total", &[("result", "ok")]);
         let text = m.render();
-        assert!(text.contains("# TYPE bridge_reloads counter\n"), "{text}");
         assert!(
-            text.contains("\nbridge_reloads_total{result=\"ok\"} 1\n"),
+            text.contains("# TYPE palisade_bridge_reloads counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\npalisade_bridge_reloads_total{result=\"ok\"} 1\n"),
             "{text}"
         );
     }
@@ -207,11 +216,11 @@ mod tests {
     #[test]
     fn unknown_counters_and_wrong_labels_are_not_counted() {
         let m = Metrics::default();
-        m.inc("bridge_nonsense_total", &[]);
-        m.inc("bridge_reloads_total", &[("outcome", "ok")]);
-        m.inc("bridge_reloads_total", &[]);
+        m.inc("palisade_bridge_nonsense_total", &[]);
+        m.inc("palisade_bridge_reloads_total", &[("outcome", "ok")]);
+        m.inc("palisade_bridge_reloads_total", &[]);
         let text = m.render();
         assert!(!text.contains("nonsense"), "{text}");
-        assert!(!text.contains("bridge_reloads"), "{text}");
+        assert!(!text.contains("palisade_bridge_reloads"), "{text}");
     }
 }

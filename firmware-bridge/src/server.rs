@@ -87,15 +87,16 @@ pub async fn serve(
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
                     let reason = handshake_reason(&e);
-                    bridge
-                        .metrics
-                        .inc("bridge_tls_handshake_failures_total", &[("reason", reason)]);
+                    bridge.metrics.inc(
+                        "palisade_bridge_tls_handshake_failures_total",
+                        &[("reason", reason)],
+                    );
                     tracing::warn!(%peer, reason, error = %e, "TLS handshake refused");
                     return;
                 }
                 Err(_) => {
                     bridge.metrics.inc(
-                        "bridge_tls_handshake_failures_total",
+                        "palisade_bridge_tls_handshake_failures_total",
                         &[("reason", "timeout")],
                     );
                     return;

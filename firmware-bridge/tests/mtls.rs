@@ -18,7 +18,7 @@ async fn handshake_failures(h: &Harness, reason: &str) -> Option<()> {
         .await
         .ok()?
         .1;
-    let line = format!("bridge_tls_handshake_failures_total{{reason=\"{reason}\"}} 1");
+    let line = format!("palisade_bridge_tls_handshake_failures_total{{reason=\"{reason}\"}} 1");
     text.contains(&line).then_some(())
 }
 
@@ -72,7 +72,7 @@ async fn certificate_from_another_ca_is_refused_with_unknown_ca() {
             .await
             .ok()?
             .1;
-        text.contains("bridge_tls_handshake_failures_total{reason=\"unknown_ca\"} 2")
+        text.contains("palisade_bridge_tls_handshake_failures_total{reason=\"unknown_ca\"} 2")
             .then_some(())
     })
     .await;
