@@ -83,6 +83,11 @@ impl Default for Metrics {
             registry.register(registered, help, family.clone());
             counters.insert(name, (labels, family));
         }
+        palisade_telemetry::metrics::register_build_info(
+            &mut registry,
+            "firmware-bridge",
+            env!("CARGO_PKG_VERSION"),
+        );
         let action_seconds = Histogram::new(ACTION_BUCKETS);
         registry.register(
             "palisade_bridge_action_seconds",

@@ -241,7 +241,10 @@ async fn healthz_metrics_and_audit_scope() {
         .await
         .unwrap();
     assert_eq!(status, 200);
-    assert!(text.contains("# TYPE palisade_bridge_requests counter"), "{text}");
+    assert!(
+        text.contains("# TYPE palisade_bridge_requests counter"),
+        "{text}"
+    );
     assert!(
         text.contains("palisade_bridge_actions_total{action=\"power.off\",result=\"ok\"} 2"),
         "{text}"

@@ -20,6 +20,24 @@ pub fn encode(registry: &Registry) -> String {
     out
 }
 
+/// Registers `palisade_build_info{component, version} 1`, the conventional constant series
+/// that says which build of which component a scrape came from (join other series on it).
+pub fn register_build_info(registry: &mut Registry, component: &str, version: &str) {
+    use prometheus_client::metrics::family::Family;
+    use prometheus_client::metrics::gauge::Gauge;
+    let info: Family<Vec<(String, String)>, Gauge> = Family::default();
+    info.get_or_create(&vec![
+        ("component".to_string(), component.to_string()),
+        ("version".to_string(), version.to_string()),
+    ])
+    .set(1);
+    registry.register(
+        "palisade_build_info",
+        "Which build of which Palisade component this is (always 1)",
+        info,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -35,5 +53,16 @@ mod tests {
         assert!(text.contains("# TYPE palisade_example counter\n"), "{text}");
         assert!(text.contains("palisade_example_total 1\n"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn build_info_is_one_series_at_one() {
+        let mut r = Registry::default();
+        register_build_info(&mut r, "controller", "1.2.3");
+        let text = encode(&r);
+        assert!(
+            text.contains("palisade_build_info{component=\"controller\",version=\"1.2.3\"} 1\n"),
+            "{text}"
+        );
     }
 }

@@ -98,6 +98,11 @@ impl Default for Metrics {
             leader: Gauge::default(),
         };
         let mut r = Registry::default();
+        palisade_telemetry::metrics::register_build_info(
+            &mut r,
+            "controller",
+            env!("CARGO_PKG_VERSION"),
+        );
         // Help texts end without a full stop: the encoder appends one.
         r.register(
             "palisade_fences",
