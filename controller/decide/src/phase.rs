@@ -814,10 +814,11 @@ fn returned_after_self_fence(
 }
 
 /// Guarantees: a pod is released only when the proof covers it ([`VerifiedFence::covers`]: a
-/// storage block only the pods whose every claim is in what its devices named); every other pod is recorded as held first and never released by this fence. The
-/// node is tainted `NoSchedule` before the first release, so the replacements of released pods
-/// are not scheduled back onto the fenced node (where they would be released again, or wait
-/// for a node that may never return) while Kubernetes still counts it Ready. The
+/// storage block only the pods whose every claim is in what its devices named); every other
+/// pod is recorded as held first and never released by this fence. The node is tainted
+/// `NoSchedule` before the first release, so the replacements of released pods are not
+/// scheduled back onto the fenced node (where they would be released again, or wait for a
+/// node that may never return) while Kubernetes still counts it Ready. The
 /// out-of-service taint is applied only when every pod on the node is covered (on Kubernetes
 /// 1.26+ the pod garbage collector force-deletes the pods of a NotReady node with that taint,
 /// which would release uncovered pods behind the fence's back). Every release (pod,
