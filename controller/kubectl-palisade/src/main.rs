@@ -78,6 +78,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell); needs no
+    /// cluster: `source <(kubectl-palisade completion bash)`.
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Nodes, fences, held decisions and pods on silent nodes.
     Status {
         #[command(flatten)]
@@ -202,6 +208,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<u8> {
+    if let Command::Completion { shell } = cli.command {
+        completion(shell, &mut std::io::stdout());
+        return Ok(0);
+    }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = connect::client(&cli.connection).await?;
     let ns = cli.controller_namespace.as_str();
@@ -259,12 +269,39 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             force::run(&client, pod_ns, name, confirm).await
         }
         Command::Check { output } => check::run(&client, ns, output).await,
+        Command::Completion { .. } => unreachable!("answered before connecting"),
     }
+}
+
+/// Writes the shell completion script for `shell` (as `kubectl-palisade`; kubectl 1.26+
+/// completes plugins through a `kubectl_complete-palisade` executable on the PATH).
+fn completion(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+    use clap::CommandFactory;
+    clap_complete::generate(shell, &mut Cli::command(), "kubectl-palisade", out);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn completion_scripts_name_the_commands_and_need_no_cluster() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut out = Vec::new();
+            completion(shell, &mut out);
+            let script = String::from_utf8(out).unwrap();
+            for word in ["kubectl-palisade", "timeline", "delete-pod", "context"] {
+                assert!(script.contains(word), "{shell:?}: {word}");
+            }
+        }
+        let cli = Cli::try_parse_from(["kubectl-palisade", "completion", "bash"]).unwrap();
+        assert!(matches!(cli.command, Command::Completion { .. }));
+        assert!(Cli::try_parse_from(["kubectl-palisade", "completion", "tcsh"]).is_err());
+    }
     use clap::CommandFactory;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
