@@ -1136,18 +1136,34 @@ fn release_all(
     panic!("did not reach Released: {st:?}");
 }
 
-#[test]
-fn a_storage_only_fence_releases_only_pods_that_mount_a_claim() {
-    let sp = spec(RequestedBy::Controller);
-    let mut w = World::new();
+/// A storage-only plan: the storage firewall alone, fencing class [`FAST`] (and driver
+/// `csi.fast`).
+fn storage_only(w: &mut World) {
     let mut p = plan();
-    // One level: the storage firewall alone.
     p.levels = vec![PlanLevel::Hardware {
         name: "storage".into(),
         devices: vec![dev("storagefw+https://fw/m0", DeviceKind::Storage)],
         power_off: PowerOff::Allowed,
     }];
     w.verdict = Some(Verdict::Fence(p));
+}
+
+/// What the storage-only plan's storage device fences ([`storage_only`]), to change it.
+fn storage_scope(w: &mut World) -> &mut Option<StorageScope> {
+    match w.verdict.as_mut() {
+        Some(Verdict::Fence(p)) => match &mut p.levels[0] {
+            PlanLevel::Hardware { devices, .. } => &mut devices[0].fences,
+            other => panic!("not a hardware level: {other:?}"),
+        },
+        other => panic!("no fence verdict: {other:?}"),
+    }
+}
+
+#[test]
+fn a_storage_only_fence_releases_only_pods_that_mount_a_claim() {
+    let sp = spec(RequestedBy::Controller);
+    let mut w = World::new();
+    storage_only(&mut w);
     let mut st = created();
     let steps = release_all(&sp, &mut st, &mut w, &|_| true);
     assert_eq!(st.verified_fence().unwrap().coverage(), Coverage::Stateful);
@@ -1171,18 +1187,6 @@ fn a_storage_only_fence_releases_only_pods_that_mount_a_claim() {
     assert_eq!(released, vec!["db-0"]);
     assert_eq!(st.release.held.len(), 1);
     assert!(w.pods.iter().any(|p| p.pod.name == "web-1"));
-}
-
-/// A storage-only plan: the storage firewall alone, fencing class [`FAST`] (and driver
-/// `csi.fast`).
-fn storage_only(w: &mut World) {
-    let mut p = plan();
-    p.levels = vec![PlanLevel::Hardware {
-        name: "storage".into(),
-        devices: vec![dev("storagefw+https://fw/m0", DeviceKind::Storage)],
-        power_off: PowerOff::Allowed,
-    }];
-    w.verdict = Some(Verdict::Fence(p));
 }
 
 /// Issue 32, item 6: a storage block covers the claims its devices name, not every claim.
@@ -1241,11 +1245,7 @@ fn volumes_of_a_class_scoped_storage_fence_are_released_only_when_no_held_pod_mo
         let sp = spec(RequestedBy::Controller);
         let mut w = World::new();
         storage_only(&mut w);
-        if let Some(Verdict::Fence(p)) = w.verdict.as_mut() {
-            if let PlanLevel::Hardware { devices, .. } = &mut p.levels[0] {
-                devices[0].fences.as_mut().unwrap().csi_drivers.clear();
-            }
-        }
+        storage_scope(&mut w).as_mut().unwrap().csi_drivers.clear();
         w.pods = vec![pod("db", "db-0", true)];
         if held_claim {
             w.pods.push(pod_with("nfs", "files-0", &["slow"]));
@@ -1269,11 +1269,7 @@ fn a_storage_device_that_named_nothing_covers_no_pod() {
     let sp = spec(RequestedBy::Controller);
     let mut w = World::new();
     storage_only(&mut w);
-    if let Some(Verdict::Fence(p)) = w.verdict.as_mut() {
-        if let PlanLevel::Hardware { devices, .. } = &mut p.levels[0] {
-            devices[0].fences = None;
-        }
-    }
+    *storage_scope(&mut w) = None;
     let mut st = created();
     release_all(&sp, &mut st, &mut w, &|_| true);
     assert!(st.release.pods.is_empty());
