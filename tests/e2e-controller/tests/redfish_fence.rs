@@ -27,23 +27,7 @@ fn the_controller_fences_a_node_through_redfish_and_the_machine_is_off() {
     policy(&c, &rt);
     // The BMC's CA comes from the device's Secret (`ca=secret`), not from a file on the
     // controller's host.
-    secret(
-        &c,
-        &rt,
-        "bmc-redfish",
-        &[("password", &password), ("caBundle", sushy.ca_pem())],
-    );
-    let url = format!(
-        "redfish+https://admin@127.0.0.1:{}?uuid={}&ca=secret",
-        sushy.port(),
-        m0.system_uuid(),
-    );
-    fence_target(
-        &c,
-        &rt,
-        "m0",
-        vec![("redfish", vec![device(&url, "bmc-redfish")])],
-    );
+    redfish_target_m0(&lab, &c, &rt, sushy.port(), &password, sushy.ca_pem());
     let pod = running_worker(&c, &rt, "m0");
     let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
 

@@ -61,23 +61,7 @@ fn redfish_fences_are_verified_through_vendor_refusals_and_recovery_retries_a_re
             "escalation": {"cooldownSeconds": 0, "maxFencesPerWindow": 10},
         }),
     );
-    secret(
-        &c,
-        &rt,
-        "bmc-redfish",
-        &[("password", &password), ("caBundle", proxy.ca_pem())],
-    );
-    let url = format!(
-        "redfish+https://admin@127.0.0.1:{}?uuid={}&ca=secret",
-        proxy.port(),
-        m0.system_uuid(),
-    );
-    fence_target(
-        &c,
-        &rt,
-        "m0",
-        vec![("redfish", vec![device(&url, "bmc-redfish")])],
-    );
+    redfish_target_m0(&lab, &c, &rt, proxy.port(), &password, proxy.ca_pem());
     let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
     let mut seen: HashSet<String> = HashSet::new();
 

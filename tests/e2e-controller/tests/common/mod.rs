@@ -87,6 +87,35 @@ pub fn pdu_secret(lab: &Lab, c: &Client, rt: &tokio::runtime::Runtime) {
     secret(c, rt, "pdu", &[("community", &community)]);
 }
 
+/// m0's FenceTarget: one Redfish level, the ComputerSystem of m0 (pinned by its UUID) served
+/// at `127.0.0.1:port`, its certificate trusted through the CA in the device's Secret
+/// (`ca=secret`, not a file on the controller's host) with the lab's `admin` login.
+pub fn redfish_target_m0(
+    lab: &Lab,
+    c: &Client,
+    rt: &tokio::runtime::Runtime,
+    port: u16,
+    password: &str,
+    ca_pem: &str,
+) {
+    secret(
+        c,
+        rt,
+        "bmc-redfish",
+        &[("password", password), ("caBundle", ca_pem)],
+    );
+    let url = format!(
+        "redfish+https://admin@127.0.0.1:{port}?uuid={}&ca=secret",
+        lab.machines()[0].system_uuid(),
+    );
+    fence_target(
+        c,
+        rt,
+        "m0",
+        vec![("redfish", vec![device(&url, "bmc-redfish")])],
+    );
+}
+
 /// One power device: (url, secret name).
 pub fn device(url: &str, secret: &str) -> serde_json::Value {
     palisade_scenario::device(url, "Power", secret)
