@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job, on the embedded lab (a real Kubernetes 1.20.2 control plane, bare-metal
+# The main job, on the embedded lab (a real Kubernetes 1.34 control plane, bare-metal
 # machines running palisade-node with IPMI BMCs, a switched PDU, a storage server):
 #   1. a StatefulSet's writer runs on machine m0 and appends to a volume;
 #   2. m0 is cut off the network;
@@ -17,6 +17,9 @@
 #                           (kubectl apply -k) with its image pulled from the lab's registry
 #                           (combines with --netns)
 #   hack/demo.sh lab        only the tour (also: hack/demo.sh lab --netns)
+#   hack/demo.sh --kube=1.20
+#                           on Kubernetes 1.20, the oldest release Palisade supports
+#                           (PALISADE_KUBE=1.20 does the same; 1.34 is the default)
 # Needs root: the lab creates network and PID namespaces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +43,8 @@ for arg in "$@"; do
     lab) tour_only=1 ;;
     --netns) kind=(--netns) ;;
     --in-cluster) where=(--in-cluster) ;;
-    *) echo "usage: hack/demo.sh [lab] [--netns] [--in-cluster]" >&2; exit 2 ;;
+    --kube=*) export PALISADE_KUBE="${arg#--kube=}" ;;
+    *) echo "usage: hack/demo.sh [lab] [--netns] [--in-cluster] [--kube=1.20|1.34]" >&2; exit 2 ;;
   esac
 done
 if [ "$tour_only" = 1 ]; then

@@ -7,7 +7,12 @@
 #     Prometheus with promtool, and Debian's kubectl 1.20 (`kubernetes-client`, extracted into
 #     the cache, never installed: it must not replace another kubectl the machine has).
 #   - kube-apiserver, kube-controller-manager and kube-scheduler 1.20.2, built from Debian's
-#     `kubernetes` source package and cached outside the repo.
+#     `kubernetes` source package and cached outside the repo: the oldest release Palisade
+#     supports.
+#   - The same three and kubectl 1.34.4, with etcd 3.6.16: the release the lab runs by default,
+#     built with the machine's Go (1.24 or later) from the project's own pinned Go modules
+#     (hack/kube/go.mod, hack/kube/etcd/go.mod, with their go.sum) and the Go module proxy,
+#     and cached outside the repo. Neither their source nor their binaries are committed.
 #   - For the lab's QEMU machines: qemu-system-x86, busybox-static, cpio, kmod, and Debian's
 #     standard amd64 kernel, extracted (never installed) into the cache: its module tree
 #     (depmod'ed) and the uncompressed `vmlinux` that QEMU boots directly (PVH entry).
@@ -108,7 +113,43 @@ else
   say "Kubernetes $K8S_VERSION binaries cached in $K8S_BIN_DIR"
 fi
 
-# Debian's kubectl 1.20, the version the lab's API server runs (operator-experience tests).
+# Kubernetes 1.34 and etcd 3.6, built as Go modules from hack/kube (pinned by its go.mod and
+# go.sum; the staging modules replaced by their published v0.34 versions).
+K8S_CURRENT=1.34.4
+K8S_CURRENT_DIR="$CACHE_DIR/k8s-$K8S_CURRENT-m1"
+HACK_KUBE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/kube"
+have_current() {
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd; do
+    [ -s "$K8S_CURRENT_DIR/$b" ] && [ -x "$K8S_CURRENT_DIR/$b" ] || return 1
+  done
+}
+if have_current; then
+  say "Kubernetes $K8S_CURRENT control plane and etcd cached in $K8S_CURRENT_DIR"
+else
+  # Debian bookworm's Go is too old for Kubernetes 1.34: take the machine's current toolchain.
+  GO=""
+  for g in go /usr/local/go/bin/go; do
+    v=$(command -v "$g" >/dev/null 2>&1 && "$g" env GOVERSION 2>/dev/null || true)
+    case "$v" in go1.2[4-9]*|go1.[3-9][0-9]*) GO="$(command -v "$g")"; break ;; esac
+  done
+  [ -n "$GO" ] || { say "Kubernetes $K8S_CURRENT needs Go 1.24 or later (go or /usr/local/go/bin/go)"; exit 1; }
+  say "building Kubernetes $K8S_CURRENT and etcd 3.6 from Go modules with $("$GO" env GOVERSION) (about 15 minutes on 2 cores)"
+  rm -rf "$K8S_CURRENT_DIR.tmp"; mkdir -p "$K8S_CURRENT_DIR.tmp"
+  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_CURRENT"
+  ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34"
+  ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
+  ldflags+=" -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
+  ( cd "$HACK_KUBE" && GOFLAGS=-mod=readonly nice -n 10 "$GO" build -trimpath -ldflags "$ldflags" \
+      -o "$K8S_CURRENT_DIR.tmp/" k8s.io/kubernetes/cmd/kube-apiserver \
+      k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
+      k8s.io/kubernetes/cmd/kubectl )
+  ( cd "$HACK_KUBE/etcd" && GOFLAGS=-mod=readonly nice -n 10 "$GO" build -trimpath -ldflags "-s -w" \
+      -o "$K8S_CURRENT_DIR.tmp/etcd" go.etcd.io/etcd/server/v3 )
+  rm -rf "$K8S_CURRENT_DIR"; mv "$K8S_CURRENT_DIR.tmp" "$K8S_CURRENT_DIR"
+  say "Kubernetes $K8S_CURRENT and etcd cached in $K8S_CURRENT_DIR"
+fi
+
+# Debian's kubectl 1.20, the version of the oldest API server the lab runs.
 KUBECTL="$CACHE_DIR/kubectl-1.20/kubectl"
 if [ -x "$KUBECTL" ]; then
   say "kubectl 1.20 cached at $KUBECTL"
@@ -205,4 +246,6 @@ else
 fi
 
 "$K8S_BIN_DIR/kube-apiserver" --version
+"$K8S_CURRENT_DIR/kube-apiserver" --version
+"$K8S_CURRENT_DIR/etcd" --version | head -1
 say "done"

@@ -52,8 +52,8 @@ fn pdb_urgency(sim: &Sim<'_>, ctl: &Controller) {
     // No agent runs the pods: db-0 stays not Ready, so a PDB demanding one available db pod
     // is exhausted; web-0 is marked Ready, so a PDB demanding none allows one disruption.
     sim.mark_ready("pdb", "web-0");
-    sim.pdb_v1beta1("pdb", "db", &[("app", "db")], 1, 0);
-    sim.pdb_v1beta1("pdb", "web", &[("app", "web")], 0, 1);
+    sim.pdb("pdb", "db", &[("app", "db")], 1, 0);
+    sim.pdb("pdb", "web", &[("app", "web")], 0, 1);
     sim.policy(
         "pdb",
         spec(

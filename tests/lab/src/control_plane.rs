@@ -1,5 +1,6 @@
 //! The real Kubernetes control plane: etcd, kube-apiserver, kube-controller-manager and
-//! kube-scheduler 1.20.2 (built by `hack/install-deps.sh`), on loopback ports of their own.
+//! kube-scheduler of one [`KubeVersion`] (built by `hack/install-deps.sh`), on loopback ports
+//! of their own.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -18,27 +19,224 @@ use crate::{block, write_secret};
 /// How long each component may take to become healthy.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The Kubernetes version the lab runs.
-pub const K8S_VERSION: &str = "1.20.2";
-/// The cache key of the local build (version plus patch set), as `hack/install-deps.sh` writes it.
-pub const K8S_BUILD: &str = "1.20.2-p1";
+/// A Kubernetes release the lab can run. `hack/install-deps.sh` builds and caches both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KubeVersion {
+    /// 1.20.2, built from Debian's source package, with Debian's etcd 3.4 and kubectl: the
+    /// oldest release Palisade supports (`policy/v1beta1` PDBs, no out-of-service handling).
+    V1_20,
+    /// 1.34.4, built from Go modules (`hack/kube/go.mod`), with etcd 3.6 (`hack/kube/etcd`):
+    /// the release the lab runs unless told otherwise (out-of-service taint GA, CEL rules,
+    /// ValidatingAdmissionPolicy).
+    V1_34,
+}
 
-/// Where `hack/install-deps.sh` caches the control-plane binaries.
-pub fn k8s_bin_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("PALISADE_K8S_BIN_DIR") {
-        return PathBuf::from(dir);
+impl KubeVersion {
+    /// The release the lab runs by default.
+    pub const CURRENT: KubeVersion = KubeVersion::V1_34;
+    /// The oldest release Palisade supports.
+    pub const OLDEST: KubeVersion = KubeVersion::V1_20;
+    /// Every release the lab can run, oldest first.
+    pub const ALL: [KubeVersion; 2] = [KubeVersion::V1_20, KubeVersion::V1_34];
+    /// The environment variable that chooses the release for a lab whose config leaves it
+    /// open (`1.20` or `1.34`).
+    pub const ENV: &'static str = "PALISADE_KUBE";
+
+    /// The full version (`1.34.4`).
+    pub fn version(self) -> &'static str {
+        match self {
+            KubeVersion::V1_20 => "1.20.2",
+            KubeVersion::V1_34 => "1.34.4",
+        }
     }
-    let cache = std::env::var("XDG_CACHE_HOME")
+
+    /// The minor version (`1.34`), as `PALISADE_KUBE` names it.
+    pub fn minor(self) -> &'static str {
+        match self {
+            KubeVersion::V1_20 => "1.20",
+            KubeVersion::V1_34 => "1.34",
+        }
+    }
+
+    /// The cache key of the local build (version plus build recipe), as
+    /// `hack/install-deps.sh` writes it.
+    pub fn build(self) -> &'static str {
+        match self {
+            KubeVersion::V1_20 => "1.20.2-p1",
+            KubeVersion::V1_34 => "1.34.4-m1",
+        }
+    }
+
+    /// Parses a minor (`1.34`) or full (`1.34.4`) version the lab can run.
+    pub fn parse(s: &str) -> Option<KubeVersion> {
+        let s = s.trim().trim_start_matches('v');
+        KubeVersion::ALL
+            .into_iter()
+            .find(|v| s == v.minor() || s == v.version())
+    }
+
+    /// The release `PALISADE_KUBE` names, or [`Self::CURRENT`] when it is unset.
+    ///
+    /// # Errors
+    /// A value the lab cannot run, with the ones it can.
+    pub fn from_env() -> Result<KubeVersion> {
+        match std::env::var(Self::ENV) {
+            Err(_) => Ok(Self::CURRENT),
+            Ok(s) if s.trim().is_empty() => Ok(Self::CURRENT),
+            Ok(s) => Self::parse(&s).ok_or_else(|| {
+                let known: Vec<&str> = Self::ALL.iter().map(|v| v.minor()).collect();
+                LabError::Other(format!(
+                    "{}={s:?} is not a Kubernetes release the lab runs (it runs {})",
+                    Self::ENV,
+                    known.join(", ")
+                ))
+            }),
+        }
+    }
+
+    /// Where `hack/install-deps.sh` caches this release's binaries.
+    pub fn bin_dir(self) -> PathBuf {
+        palisade_cache().join(format!("k8s-{}", self.build()))
+    }
+
+    /// The etcd this release runs on: Debian's 3.4 on `PATH` for 1.20, the cached 3.6 build
+    /// for 1.34.
+    pub fn etcd(self) -> PathBuf {
+        match self {
+            KubeVersion::V1_20 => PathBuf::from("etcd"),
+            KubeVersion::V1_34 => self.bin_dir().join("etcd"),
+        }
+    }
+
+    /// The kubectl of this release, as `hack/install-deps.sh` caches it.
+    pub fn kubectl(self) -> PathBuf {
+        match self {
+            KubeVersion::V1_20 => palisade_cache().join("kubectl-1.20/kubectl"),
+            KubeVersion::V1_34 => self.bin_dir().join("kubectl"),
+        }
+    }
+
+    /// Whether the components still take the `--insecure-port`/`--port` flags (removed in
+    /// 1.24).
+    fn has_insecure_port_flags(self) -> bool {
+        self == KubeVersion::V1_20
+    }
+
+    /// Whether a namespace's default ServiceAccount gets a token Secret (until 1.24; later
+    /// pods get projected tokens only).
+    pub fn service_accounts_get_token_secrets(self) -> bool {
+        self == KubeVersion::V1_20
+    }
+}
+
+impl std::fmt::Display for KubeVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.version())
+    }
+}
+
+/// `$XDG_CACHE_HOME/palisade` (or `~/.cache/palisade`), where `hack/install-deps.sh`
+/// caches what it builds.
+fn palisade_cache() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(std::env::var("HOME").unwrap_or("/root".into())).join(".cache")
-        });
-    cache.join("palisade").join(format!("k8s-{K8S_BUILD}"))
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
+        })
+        .join("palisade")
+}
+
+/// The API server's audit log, in the control plane's `logs` directory.
+const AUDIT_LOG: &str = "audit.log";
+
+/// What the API server audits: who deleted a pod or a VolumeAttachment, and who changed a
+/// Node object (with the request, so a taint is visible), when. Status updates and reads are
+/// not logged.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Request
+  verbs: [create, update, patch, delete]
+  resources:
+  - group: \"\"
+    resources: [nodes]
+- level: Metadata
+  verbs: [delete, deletecollection]
+  resources:
+  - group: \"\"
+    resources: [pods]
+  - group: storage.k8s.io
+    resources: [volumeattachments]
+- level: None
+";
+
+/// One entry of the API server's audit log ([`ControlPlane::audit`]).
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent {
+    /// The request's verb (`delete`, `patch`, ...).
+    pub verb: String,
+    /// Who asked.
+    pub user: AuditUser,
+    /// What it acted on.
+    pub object_ref: Option<AuditObject>,
+    /// The answer's status code, when the stage carries one.
+    pub response_status: Option<AuditStatus>,
+    /// When the request was received (RFC 3339, microseconds).
+    pub request_received_timestamp: String,
+    /// The request body (Node changes only).
+    pub request_object: Option<serde_json::Value>,
+    /// The stage this entry records (`ResponseComplete`, ...).
+    pub stage: String,
+}
+
+/// The user of an [`AuditEvent`].
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct AuditUser {
+    /// The authenticated user name (`system:serviceaccount:kube-system:pod-garbage-collector`).
+    pub username: String,
+}
+
+/// The object of an [`AuditEvent`].
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct AuditObject {
+    /// `pods`, `nodes`, `volumeattachments`.
+    pub resource: Option<String>,
+    /// Its namespace, if namespaced.
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: Option<String>,
+}
+
+/// The status of an [`AuditEvent`]'s answer.
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct AuditStatus {
+    /// The HTTP status code.
+    pub code: Option<u16>,
+}
+
+impl AuditEvent {
+    /// Whether the request succeeded (2xx).
+    pub fn succeeded(&self) -> bool {
+        self.response_status
+            .as_ref()
+            .and_then(|s| s.code)
+            .is_some_and(|c| (200..300).contains(&c))
+    }
+
+    /// Whether it acted on `resource` named `name`.
+    pub fn on(&self, resource: &str, name: &str) -> bool {
+        self.object_ref.as_ref().is_some_and(|o| {
+            o.resource.as_deref() == Some(resource) && o.name.as_deref() == Some(name)
+        })
+    }
 }
 
 /// A running control plane.
 #[derive(Debug)]
 pub struct ControlPlane {
+    version: KubeVersion,
     dir: PathBuf,
     api_port: u16,
     ca_pem: PathBuf,
@@ -58,8 +256,9 @@ impl ControlPlane {
         lab_id: &str,
         ca: &Ca,
         rt: &tokio::runtime::Handle,
+        version: KubeVersion,
     ) -> Result<ControlPlane> {
-        let bins = k8s_bin_dir();
+        let bins = version.bin_dir();
         for b in [
             "kube-apiserver",
             "kube-controller-manager",
@@ -67,12 +266,23 @@ impl ControlPlane {
         ] {
             if !bins.join(b).exists() {
                 return Err(LabError::MissingTool {
-                    tool: b.into(),
-                    hint: format!("expected in {}", bins.display()),
+                    tool: format!("{b} {version}"),
+                    hint: format!("expected in {} (run hack/install-deps.sh)", bins.display()),
                 });
             }
         }
-        crate::require_tool("etcd")?;
+        let etcd_bin = version.etcd();
+        if version == KubeVersion::V1_20 {
+            crate::require_tool("etcd")?;
+        } else if !etcd_bin.exists() {
+            return Err(LabError::MissingTool {
+                tool: format!("etcd for Kubernetes {version}"),
+                hint: format!(
+                    "expected at {} (run hack/install-deps.sh)",
+                    etcd_bin.display()
+                ),
+            });
+        }
         let pki_dir = dir.join("pki");
         let logs = dir.join("logs");
         for d in [&pki_dir, &logs] {
@@ -108,7 +318,7 @@ impl ControlPlane {
         let mut daemons = Vec::new();
 
         // etcd
-        let mut etcd = Command::new("etcd");
+        let mut etcd = Command::new(&etcd_bin);
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{etcd_peer}");
         etcd.arg("--name=lab")
@@ -130,11 +340,12 @@ impl ControlPlane {
         daemons.push(d);
 
         // kube-apiserver
+        let audit_policy = dir.join("audit-policy.yaml");
+        fs::write(&audit_policy, AUDIT_POLICY).map_err(LabError::io(&audit_policy))?;
         let mut api = Command::new(bins.join("kube-apiserver"));
         api.arg(format!("--etcd-servers={etcd_url}"))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={api_port}"))
-            .arg("--insecure-port=0")
             .arg(format!("--advertise-address={hub}"))
             .arg(format!("--cert-dir={}", pki_dir.display()))
             .arg(format!("--tls-cert-file={}", api_crt.display()))
@@ -149,9 +360,18 @@ impl ControlPlane {
             .arg("--authorization-mode=Node,RBAC")
             .arg("--enable-admission-plugins=NodeRestriction")
             .arg("--service-cluster-ip-range=10.213.128.0/20")
+            .arg(format!("--audit-policy-file={}", audit_policy.display()))
+            .arg(format!(
+                "--audit-log-path={}",
+                logs.join(AUDIT_LOG).display()
+            ))
+            .arg("--audit-log-maxsize=0")
             .arg("--allow-privileged=true")
             .arg("--profiling=false")
             .arg("--v=1");
+        if version.has_insecure_port_flags() {
+            api.arg("--insecure-port=0");
+        }
         let mut d = Daemon::spawn(
             "kube-apiserver",
             api,
@@ -185,7 +405,6 @@ impl ControlPlane {
             .arg(format!("--authorization-kubeconfig={}", cm_cfg.display()))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={cm_port}"))
-            .arg("--port=0")
             .arg(format!("--tls-cert-file={}", cm_crt.display()))
             .arg(format!("--tls-private-key-file={}", cm_key.display()))
             .arg("--leader-elect=false")
@@ -198,6 +417,9 @@ impl ControlPlane {
             .arg("--controllers=*")
             .arg("--profiling=false")
             .arg("--v=1");
+        if version.has_insecure_port_flags() {
+            cm.arg("--port=0");
+        }
         let mut d = Daemon::spawn(
             "kube-controller-manager",
             cm,
@@ -236,12 +458,14 @@ impl ControlPlane {
             ))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={sched_port}"))
-            .arg("--port=0")
             .arg(format!("--tls-cert-file={}", s_crt.display()))
             .arg(format!("--tls-private-key-file={}", s_key.display()))
             .arg("--leader-elect=false")
             .arg("--profiling=false")
             .arg("--v=1");
+        if version.has_insecure_port_flags() {
+            sched.arg("--port=0");
+        }
         let mut d = Daemon::spawn(
             "kube-scheduler",
             sched,
@@ -253,6 +477,7 @@ impl ControlPlane {
         daemons.push(d);
 
         Ok(ControlPlane {
+            version,
             dir: dir.to_path_buf(),
             api_port,
             ca_pem,
@@ -261,6 +486,11 @@ impl ControlPlane {
             rt: rt.clone(),
             admin_http,
         })
+    }
+
+    /// The Kubernetes release this control plane runs.
+    pub fn version(&self) -> KubeVersion {
+        self.version
     }
 
     /// The admin kubeconfig (group `system:masters`), server on the host's loopback.
@@ -286,6 +516,19 @@ impl ControlPlane {
     /// The lab CA certificate (PEM file) that signs the API server's certificate.
     pub fn ca_cert_pem(&self) -> &Path {
         &self.ca_pem
+    }
+
+    /// The API server's audit log so far: completed requests that deleted a pod or a
+    /// VolumeAttachment or changed a Node, oldest first. Lines it cannot parse (one being
+    /// written) are skipped.
+    pub fn audit(&self) -> Vec<AuditEvent> {
+        let path = self.dir.join("logs").join(AUDIT_LOG);
+        fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<AuditEvent>(l).ok())
+            .filter(|e| e.stage == "ResponseComplete")
+            .collect()
     }
 
     /// Every component's log file.

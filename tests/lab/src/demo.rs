@@ -15,7 +15,7 @@ pub fn print_status(lab: &Lab) {
     if let Some(cp) = lab.control_plane() {
         println!(
             "  control plane   Kubernetes {} at {}",
-            palisade_lab::control_plane::K8S_VERSION,
+            cp.version(),
             cp.api_url()
         );
         println!(
@@ -160,9 +160,11 @@ pub fn run(kind: MachineKind) -> Result<()> {
         MachineKind::Qemu => "3 QEMU VMs whose BMCs are ipmi_sim",
         MachineKind::Namespace => "3 namespace machines whose BMCs are ipmi_sim",
     };
-    t.say(&format!("starting the lab: etcd, kube-apiserver, kube-controller-manager, kube-scheduler 1.20.2, {machines}, a PDU"));
+    let kube = palisade_lab::KubeVersion::from_env()?;
+    t.say(&format!("starting the lab: etcd, kube-apiserver, kube-controller-manager, kube-scheduler {kube}, {machines}, a PDU"));
     // Every machine runs a process tree (a child and a grandchild) that power cuts must kill.
     let lab = Lab::start(LabConfig {
+        kube: Some(kube),
         machine_command: "sh -c 'sleep infinity & wait' & exec sleep infinity".into(),
         machine_kind: kind,
         qemu: QemuConfig::default(),

@@ -2,7 +2,8 @@
 //!
 //! [`Lab::start`] brings up, as configured:
 //! - a real control plane ([`control_plane`]): etcd and kube-apiserver, kube-controller-manager
-//!   and kube-scheduler 1.20.2 on free loopback ports, with a generated CA ([`pki`]);
+//!   and kube-scheduler of a [`KubeVersion`] (1.34 unless told otherwise, 1.20 as the oldest
+//!   supported) on free loopback ports, with a generated CA ([`pki`]);
 //! - simulated bare-metal machines ([`machine`]): each its own network namespace joined to
 //!   the lab's hub bridge ([`netns`]), booted by its BMC (OpenIPMI `ipmi_sim`) either into its
 //!   own PID, mount and UTS namespace, so that an IPMI power off kills everything on it, or,
@@ -45,7 +46,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-pub use control_plane::{client_from_kubeconfig, ControlPlane};
+pub use control_plane::{client_from_kubeconfig, ControlPlane, KubeVersion};
 pub use error::{LabError, Result};
 pub use machine::{BmcInfo, Machine};
 pub use pdu::{Pdu, PduInfo, SnmpCred};
@@ -64,6 +65,9 @@ pub struct LabConfig {
     pub machines: usize,
     /// Whether to start the Kubernetes control plane.
     pub control_plane: bool,
+    /// Which Kubernetes release it runs: `None` takes `PALISADE_KUBE`, else
+    /// [`KubeVersion::CURRENT`] ([`KubeVersion::from_env`]).
+    pub kube: Option<KubeVersion>,
     /// Whether to start the PDU.
     pub pdu: bool,
     /// How many PDU outlets feed each machine (2 for dual power supplies).
@@ -100,6 +104,7 @@ impl Default for LabConfig {
         LabConfig {
             machines: 3,
             control_plane: true,
+            kube: None,
             pdu: true,
             outlets_per_machine: 1,
             machine_command: "exec sleep infinity".into(),
@@ -232,11 +237,16 @@ impl Lab {
         netns::ip(&["-n", &self.hub_ns, "link", "set", "br0", "up"])?;
 
         if config.control_plane {
+            let version = match config.kube {
+                Some(v) => v,
+                None => KubeVersion::from_env()?,
+            };
             let cp = ControlPlane::start(
                 &self.dir.join("control-plane"),
                 &self.id,
                 &self.ca,
                 self.handle(),
+                version,
             )?;
             let listener = netns::bind_tcp_in(
                 &self.hub_ns,

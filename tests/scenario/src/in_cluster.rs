@@ -47,22 +47,12 @@ pub fn lab_config(
     })
 }
 
-/// Debian's kubectl 1.20, as `hack/install-deps.sh` caches it.
-pub fn kubectl_bin() -> PathBuf {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
-        });
-    cache.join("palisade/kubectl-1.20/kubectl")
-}
-
-/// Runs kubectl as the lab's admin.
+/// Runs kubectl of the lab's Kubernetes release as the lab's admin.
 pub fn kubectl(lab: &Lab, args: &[&str]) -> Result<std::process::Output> {
-    let bin = kubectl_bin();
     let cp = lab
         .control_plane()
         .context("the lab has no control plane")?;
+    let bin = cp.version().kubectl();
     Command::new(&bin)
         .arg("--kubeconfig")
         .arg(cp.admin_kubeconfig())

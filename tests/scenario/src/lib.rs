@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Secret, ServiceAccount};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
-use palisade_lab::{Lab, LabConfig, MachineKind, QemuConfig};
+use palisade_lab::{KubeVersion, Lab, LabConfig, MachineKind, QemuConfig};
 use palisade_model::{FenceTarget, FencingPolicy, NodeFence};
 use serde_json::json;
 
@@ -241,18 +241,23 @@ pub fn wait_full_peer_sets(lab: &Lab, c: &Client, rt: &tokio::runtime::Runtime) 
     Ok(())
 }
 
-/// Creates a namespace and waits for its default ServiceAccount token.
+/// Creates a namespace and waits for its default ServiceAccount (and, on releases that
+/// still make one, its token Secret, which pods of that release mount).
 pub fn namespace(c: &Client, rt: &tokio::runtime::Runtime, name: &str) -> Result<()> {
     let api: Api<Namespace> = Api::all(c.clone());
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}}))?;
     let _ = rt.block_on(api.create(&PostParams::default(), &ns));
     let sa: Api<ServiceAccount> = Api::namespaced(c.clone(), name);
+    let server = rt.block_on(c.apiserver_version())?;
+    let version = KubeVersion::parse(&server.git_version)
+        .with_context(|| format!("the lab runs no Kubernetes {}", server.git_version))?;
     eventually(
         "default ServiceAccount with its token",
         Duration::from_secs(60),
         || {
             let a = rt.block_on(sa.get_opt("default")).ok().flatten()?;
-            a.secrets.is_some_and(|s| !s.is_empty()).then_some(())
+            let token = a.secrets.is_some_and(|s| !s.is_empty());
+            (token || !version.service_accounts_get_token_secrets()).then_some(())
         },
     )
 }
@@ -283,7 +288,7 @@ impl Cluster {
         wait_nodes_ready(lab, &self.client, &self.rt)
     }
 
-    /// Creates a namespace and waits for its default ServiceAccount token.
+    /// Creates a namespace and waits for its default ServiceAccount ([`namespace`]).
     pub fn namespace(&self, name: &str) -> Result<()> {
         namespace(&self.client, &self.rt, name)
     }

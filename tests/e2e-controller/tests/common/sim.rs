@@ -351,9 +351,10 @@ impl<'l> Sim<'l> {
             .expect("create PVC");
     }
 
-    /// Creates a `policy/v1beta1` PodDisruptionBudget (the lab runs Kubernetes 1.20) and waits
-    /// until the disruption controller reports `disruptionsAllowed == want`.
-    pub fn pdb_v1beta1(
+    /// Creates a PodDisruptionBudget (`policy/v1`, or `policy/v1beta1` on a 1.20 lab, which
+    /// serves no other) and waits until the disruption controller reports
+    /// `disruptionsAllowed == want`.
+    pub fn pdb(
         &self,
         ns: &str,
         name: &str,
@@ -361,14 +362,19 @@ impl<'l> Sim<'l> {
         min_available: i32,
         want: i64,
     ) {
+        let server = self.rt.block_on(self.c.apiserver_version()).expect("/version");
+        let version = match palisade_model::parse_minor(&server.minor) {
+            Some(m) if m >= 21 => "v1",
+            _ => "v1beta1",
+        };
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
             "policy",
-            "v1beta1",
+            version,
             "PodDisruptionBudget",
         ));
         let api: Api<DynamicObject> = Api::namespaced_with(self.c.clone(), ns, &ar);
         let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget",
+            "apiVersion": format!("policy/{version}"), "kind": "PodDisruptionBudget",
             "metadata": {"name": name, "namespace": ns},
             "spec": {"minAvailable": min_available,
                      "selector": {"matchLabels": map(match_labels)}},
