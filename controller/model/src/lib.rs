@@ -18,6 +18,9 @@
 pub mod acceptance;
 pub mod advertise;
 pub mod cel;
+#[cfg(feature = "test-cases")]
+#[doc(hidden)]
+pub mod cel_cases;
 pub mod duration;
 pub mod identity;
 pub mod nodefence;
