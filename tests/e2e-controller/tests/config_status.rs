@@ -2,9 +2,12 @@
 //! and the controller running with the shipped least-privilege RBAC (as its ServiceAccount):
 //! - the CRD schemas refuse a `maxUnhealthy` above 100 % and a device URL carrying
 //!   credentials (the password never reaches etcd);
-//! - what only the controller can judge (cross-field rules, overlapping policies, targets with
-//!   malformed devices) is reported within a few seconds in the object's status (`Accepted`
-//!   with every problem) and an Event, and becomes `Accepted` again once fixed;
+//! - cross-field rules (an inverted policy, targets with malformed devices) are refused at the
+//!   door by the CRDs' CEL rules on a 1.25+ server; on an older one (1.20) they are stored, and
+//!   the controller reports them within a few seconds in the object's status (`Accepted` with
+//!   every problem) and an Event, and `Accepted` again once fixed;
+//! - what only the controller can judge on any release (overlapping policies) is reported the
+//!   same way;
 //! - a NodeFence for a node that does not exist fails with `NodeNotFound` after its grace;
 //! - no log line, Event or status of the run contains the credential.
 
@@ -91,39 +94,53 @@ fn bad_configuration_is_refused_at_the_door_or_reported_at_once() {
         "nothing was stored"
     );
 
-    // Reported at once: what only the controller can judge.
-    create_policy(
+    // Cross-field mistakes: refused at the door where the server runs the CEL rules, else
+    // reported at once by the controller.
+    let cel = server_has_cel(&sim.c, &rt);
+    let inverted = create_policy(
         "inverted",
         json!({"nodeSelector": {"matchLabels": {"palisade.test/zone": "c"}},
                "detection": {"suspectAfterSeconds": 50, "unhealthyAfterSeconds": 10},
                "escalation": {"cooldownSeconds": 600, "windowSeconds": 60}}),
-    )
-    .expect("the API server accepts a cross-field mistake");
+    );
+    if cel {
+        let err = inverted
+            .expect_err("CEL refuses a cross-field mistake")
+            .to_string();
+        assert!(
+            err.contains("must exceed") && err.contains("windowSeconds"),
+            "both problems at once: {err}"
+        );
+    } else {
+        inverted.expect("a 1.20 API server accepts a cross-field mistake");
+    }
     create_policy("everything", json!({})).expect("create");
     create_policy(
         "zone-b",
         json!({"nodeSelector": {"matchLabels": {"palisade.test/zone": "b"}}}),
     )
     .expect("create");
-    let inverted = eventually("the inverted policy reported Invalid", WAIT, || {
-        let p = rt.block_on(policies.get("inverted")).ok()?;
-        (accepted(p.status.as_ref())? == ("False".into(), "Invalid".into())).then_some(p)
-    });
-    let st = inverted.status.unwrap();
-    assert_eq!(st.problems.len(), 2, "{:?}", st.problems);
-    assert!(
-        st.problems.iter().any(|p| p.contains("must exceed")),
-        "{:?}",
-        st.problems
-    );
-    assert!(
-        st.problems.iter().any(|p| p.contains("windowSeconds")),
-        "{:?}",
-        st.problems
-    );
-    assert_eq!(st.covered_node_count, Some(0));
-    assert_eq!(st.observed_generation, inverted.metadata.generation);
-    sim.wait_event("inverted", "RejectedInvalid", WAIT);
+    if !cel {
+        let inverted = eventually("the inverted policy reported Invalid", WAIT, || {
+            let p = rt.block_on(policies.get("inverted")).ok()?;
+            (accepted(p.status.as_ref())? == ("False".into(), "Invalid".into())).then_some(p)
+        });
+        let st = inverted.status.unwrap();
+        assert_eq!(st.problems.len(), 2, "{:?}", st.problems);
+        assert!(
+            st.problems.iter().any(|p| p.contains("must exceed")),
+            "{:?}",
+            st.problems
+        );
+        assert!(
+            st.problems.iter().any(|p| p.contains("windowSeconds")),
+            "{:?}",
+            st.problems
+        );
+        assert_eq!(st.covered_node_count, Some(0));
+        assert_eq!(st.observed_generation, inverted.metadata.generation);
+        sim.wait_event("inverted", "RejectedInvalid", WAIT);
+    }
     for name in ["everything", "zone-b"] {
         let p = eventually(&format!("{name} reported Conflict"), WAIT, || {
             let p = rt.block_on(policies.get(name)).ok()?;
@@ -146,33 +163,45 @@ fn bad_configuration_is_refused_at_the_door_or_reported_at_once() {
     assert!(st.overlaps.is_empty());
     sim.wait_event("everything", "Accepted", WAIT);
 
-    // Targets: every cross-field rule validate() knows, each reported with its problem.
+    // Targets: every cross-field rule validate() knows, each refused at the door by its CEL
+    // rule (the CEL message) or reported with its problem (validate()'s message).
     let secret_ref = json!({"name": "bmc", "namespace": SYSTEM_NS});
-    for (node, spec, needle) in [
+    for (node, spec, needle, cel_needle) in [
         (
             "cfg-a0",
             json!({"levels": [{"devices": [{"url": "bridge://127.0.0.1:9443/cfg-a0", "kind": "Power",
                 "credentialsSecretRef": secret_ref}]}]}),
             "take no credentials",
+            "take no credentialsSecretRef",
         ),
         (
             "cfg-a1",
             json!({"levels": [{"devices": [{"url": "ipmi://127.0.0.1:623", "kind": "Power"}]}]}),
             "need credentialsSecretRef",
+            "direct devices need one",
         ),
         (
             "cfg-b0",
             json!({"levels": [{"devices": [{"url": "ipmi://127.0.0.1:623", "kind": "Storage",
                 "credentialsSecretRef": secret_ref}]}]}),
             "contradicts",
+            "are of kind Power",
         ),
         (
             "cfg-c0",
             json!({"levels": [{"devices": [{"url": "bridge://fw-bridge/cfg-c0", "kind": "Power"}]}]}),
             "bridge://<host>:<port>/<target-id>",
+            "bridge://<host>:<port>/<target-id>",
         ),
     ] {
-        create_target(node, spec).expect("the API server accepts it");
+        if cel {
+            let err = create_target(node, spec)
+                .expect_err("CEL refuses it at the door")
+                .to_string();
+            assert!(err.contains(cel_needle), "{node}: {err}");
+            continue;
+        }
+        create_target(node, spec).expect("a 1.20 API server accepts it");
         let t = eventually(&format!("target {node} reported Invalid"), WAIT, || {
             let t = rt.block_on(targets.get(node)).ok()?;
             (accepted(t.status.as_ref())? == ("False".into(), "Invalid".into())).then_some(t)
@@ -185,23 +214,35 @@ fn bad_configuration_is_refused_at_the_door_or_reported_at_once() {
         sim.wait_event(node, "RejectedInvalid", WAIT);
     }
     let fixed = json!({"levels": [{"devices": [{"url": "bridge://127.0.0.1:9443/cfg-a0", "kind": "Power"}]}]});
-    rt.block_on(targets.patch(
-        "cfg-a0",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": fixed})),
-    ))
-    .expect("patch");
+    if cel {
+        create_target("cfg-a0", fixed).expect("a valid target is admitted");
+    } else {
+        rt.block_on(targets.patch(
+            "cfg-a0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": fixed})),
+        ))
+        .expect("patch");
+    }
     eventually("target cfg-a0 accepted once fixed", WAIT, || {
         let t = rt.block_on(targets.get("cfg-a0")).ok()?;
         (accepted(t.status.as_ref())? == ("True".into(), "Valid".into())).then_some(())
     });
 
-    // The gauge counts what is rejected now: the inverted policy and three targets.
+    // The gauge counts what is rejected now: the inverted policy and three targets (nothing
+    // where CEL kept them out: the gauge then has no Invalid sample at all).
     eventually("palisade_config_rejected", WAIT, || {
         let m = ctl.metrics()?;
-        (m.contains("palisade_config_rejected{kind=\"FencingPolicy\",reason=\"Invalid\"} 1")
-            && m.contains("palisade_config_rejected{kind=\"FenceTarget\",reason=\"Invalid\"} 3"))
-        .then_some(())
+        let ok = if cel {
+            m.contains("# TYPE palisade_config_rejected gauge")
+                && !m
+                    .contains("palisade_config_rejected{kind=\"FencingPolicy\",reason=\"Invalid\"}")
+                && !m.contains("palisade_config_rejected{kind=\"FenceTarget\",reason=\"Invalid\"}")
+        } else {
+            m.contains("palisade_config_rejected{kind=\"FencingPolicy\",reason=\"Invalid\"} 1")
+                && m.contains("palisade_config_rejected{kind=\"FenceTarget\",reason=\"Invalid\"} 3")
+        };
+        ok.then_some(())
     });
 
     // A NodeFence for a node that does not exist fails, visibly, instead of waiting forever.

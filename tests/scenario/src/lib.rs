@@ -48,6 +48,9 @@ pub struct AgentOptions {
     /// does not fill), unless [`AgentOptions::extra_args`] names `--peer-key-file` (a test's
     /// own key) or `--no-peer-check` itself.
     pub peer_check: bool,
+    /// The lab's Kubernetes release: `None` takes `PALISADE_KUBE`, else the current one
+    /// ([`KubeVersion::from_env`]).
+    pub kube: Option<KubeVersion>,
 }
 
 /// The key file of the peer check, in a machine's directory (`$PALISADE_MACHINE_DIR`).
@@ -65,6 +68,7 @@ impl Default for AgentOptions {
             extra_args: Vec::new(),
             watchdog: false,
             peer_check: false,
+            kube: None,
         }
     }
 }
@@ -152,6 +156,7 @@ pub fn lab_of_kind(
     let lab = Lab::start(LabConfig {
         machines,
         control_plane: true,
+        kube: agents.kube,
         pdu,
         machine_command: node_agent_command(agents)?,
         machine_kind: kind,

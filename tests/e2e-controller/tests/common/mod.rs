@@ -422,7 +422,23 @@ pub fn pinned_pod(
 /// A lab of `machines` (node agents running, Nodes Ready, a PDU if `pdu`), its runtime, an
 /// admin client, and the system and `app` namespaces.
 pub fn lab_ready(machines: usize, pdu: bool) -> (Lab, tokio::runtime::Runtime, Client) {
-    let lab = start_lab(machines, pdu);
+    ready(start_lab(machines, pdu))
+}
+
+/// [`lab_ready`] on the Kubernetes release `kube`, whatever `PALISADE_KUBE` says.
+pub fn lab_ready_on(
+    kube: palisade_lab::KubeVersion,
+    machines: usize,
+    pdu: bool,
+) -> (Lab, tokio::runtime::Runtime, Client) {
+    let agents = palisade_scenario::AgentOptions {
+        kube: Some(kube),
+        ..Default::default()
+    };
+    ready(palisade_scenario::lab_with_agents(machines, pdu, &agents).expect("lab starts"))
+}
+
+fn ready(lab: Lab) -> (Lab, tokio::runtime::Runtime, Client) {
     let rt = rt();
     let c = client(&lab, &rt);
     wait_nodes_ready(&lab, &c, &rt);
@@ -640,4 +656,11 @@ pub fn assert_released_on_self_fence(nf: &NodeFence) {
         evidence.contains(&palisade_model::nodefence::EvidenceKind::SelfFenceTimeout),
         "released on the self-fence: {evidence:?}"
     );
+}
+
+/// Whether the lab's API server evaluates the CRDs' CEL rules (1.25 and later), so that the
+/// controller installs them and cross-field mistakes are refused at the door.
+pub fn server_has_cel(c: &Client, rt: &tokio::runtime::Runtime) -> bool {
+    let v = rt.block_on(c.apiserver_version()).expect("/version");
+    palisade_model::parse_minor(&v.minor).is_some_and(|m| m >= palisade_model::CEL_MINOR)
 }
