@@ -156,26 +156,28 @@ fn selector(name: &str, reqs: Vec<LabelSelectorRequirement>) -> Case {
     policy(name, |s| s.node_selector.match_expressions = Some(reqs))
 }
 
+fn thresholds(name: &str, suspect: i64, unhealthy: i64) -> Case {
+    policy(name, |s| {
+        s.detection.suspect_after_seconds = suspect;
+        s.detection.unhealthy_after_seconds = unhealthy;
+    })
+}
+
+fn escalation(name: &str, window: i64, cooldown: i64) -> Case {
+    policy(name, |s| {
+        s.escalation.window_seconds = window;
+        s.escalation.cooldown_seconds = cooldown;
+    })
+}
+
 /// FencingPolicies: threshold order, escalation window, topology key, node selector.
 pub fn policies() -> Vec<Case> {
     vec![
         policy("defaults", |_| {}),
-        policy("suspect 50 > unhealthy 10", |s| {
-            s.detection.suspect_after_seconds = 50;
-            s.detection.unhealthy_after_seconds = 10;
-        }),
-        policy("suspect == unhealthy", |s| {
-            s.detection.suspect_after_seconds = 20;
-            s.detection.unhealthy_after_seconds = 20;
-        }),
-        policy("window shorter than cooldown", |s| {
-            s.escalation.window_seconds = 60;
-            s.escalation.cooldown_seconds = 600;
-        }),
-        policy("window equal to cooldown", |s| {
-            s.escalation.window_seconds = 600;
-            s.escalation.cooldown_seconds = 600;
-        }),
+        thresholds("suspect 50 > unhealthy 10", 50, 10),
+        thresholds("suspect == unhealthy", 20, 20),
+        escalation("window shorter than cooldown", 60, 600),
+        escalation("window equal to cooldown", 600, 600),
         policy("blank topology key", |s| {
             s.limits.per_domain.topology_key = "  ".into()
         }),
