@@ -5,9 +5,10 @@
 //! The API server's version decides whether the CEL rules (`x-kubernetes-validations`,
 //! `palisade_model::cel`) go in: a 1.20–1.24 server does not know the field and its
 //! server-side apply rejects the whole CRD ("field not declared in schema"), so they are
-//! applied only from 1.25 on (`palisade_model::crds_for`). An unreadable version counts as
-//! old: the CRDs without CEL are accepted everywhere, and the controller and the webhook run
-//! the same rules anyway. On every version the controller also pins what CEL's
+//! applied only from 1.25 on (`palisade_model::crds_for`), or as `--crd-cel` says. An
+//! unreadable version counts as old: the CRDs without CEL are accepted everywhere, and the
+//! controller and the webhook run the same rules anyway. A server that refuses the rules gets
+//! the CRDs without them, and its words are logged ([`ensure`]). On every version the controller also pins what CEL's
 //! `self == oldSelf` on a NodeFence's spec would: it records the node's name and Node UID at a
 //! fence's first step and fails the fence (`SpecChanged` / `NodeReplaced`) before any action
 //! if either changes.
@@ -23,30 +24,58 @@ use crate::error::Error;
 /// Field manager used for every server-side apply.
 pub const FIELD_MANAGER: &str = "palisade-controller";
 
+/// Whether the CRDs carry the CEL rules (`--crd-cel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CelMode {
+    /// From Kubernetes 1.25 on, by the API server's reported version (an unreadable version
+    /// counts as old).
+    Auto,
+    /// Whatever the reported version says (a server whose version string is vendor-specific).
+    Always,
+    /// Never: the controller and the webhook still run the same rules.
+    Never,
+}
+
 /// Applies every CRD and waits (bounded by `timeout`) until each is Established.
-pub async fn ensure(client: &Client, timeout: Duration) -> Result<(), Error> {
+///
+/// *Guarantees:* a server that refuses the CRDs with their CEL rules (an older server, a
+/// rule over its cost budget) does not stop the controller: the refusal is logged with the
+/// server's own words, and the CRDs are applied again without the rules, which loses no
+/// check (the controller and the webhook run the same rules, `validate()`). A refusal of the
+/// CRDs without CEL is an error, with the server's words.
+pub async fn ensure(client: &Client, timeout: Duration, mode: CelMode) -> Result<(), Error> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
     let minor = match client.apiserver_version().await {
         Ok(v) => palisade_model::parse_minor(&v.minor).unwrap_or(0),
         Err(e) => {
-            tracing::warn!(error = %e, "could not read the API server's version; applying the CRDs without CEL rules");
+            tracing::warn!(error = %e, "could not read the API server's version; applying the CRDs without CEL rules unless --crd-cel=always");
             0
         }
     };
-    let crds = palisade_model::crds_for(minor);
-    tracing::info!(
-        minor,
-        cel = minor >= palisade_model::CEL_MINOR,
-        "applying the CRDs for Kubernetes 1.{minor}"
-    );
-    for crd in &crds {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        api.patch(&name, &pp, &Patch::Apply(crd))
-            .await
-            .map_err(|e| Error::kube(format!("applying CRD {name}"), e))?;
-        tracing::info!(crd = %name, "CRD applied");
-    }
+    let cel = match mode {
+        CelMode::Auto => minor >= palisade_model::CEL_MINOR,
+        CelMode::Always => true,
+        CelMode::Never => false,
+    };
+    let crds = if cel {
+        let with_cel = palisade_model::crds_for(palisade_model::CEL_MINOR);
+        match apply(&api, &with_cel, minor, true).await {
+            Ok(()) => with_cel,
+            Err(e) => {
+                tracing::error!(
+                    error = %e,
+                    "the API server refused the CRDs with their CEL rules; applying them without (the controller and the webhook still refuse what the rules would)"
+                );
+                let plain = palisade_model::crds();
+                apply(&api, &plain, minor, false).await?;
+                plain
+            }
+        }
+    } else {
+        let plain = palisade_model::crds();
+        apply(&api, &plain, minor, false).await?;
+        plain
+    };
     let deadline = tokio::time::Instant::now() + timeout;
     let mut pauses = {
         use backon::BackoffBuilder as _;
@@ -83,6 +112,25 @@ pub async fn ensure(client: &Client, timeout: Duration) -> Result<(), Error> {
             )
             .await;
         }
+    }
+    Ok(())
+}
+
+/// Server-side applies `crds`.
+async fn apply(
+    api: &Api<CustomResourceDefinition>,
+    crds: &[CustomResourceDefinition],
+    minor: u32,
+    cel: bool,
+) -> Result<(), Error> {
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    tracing::info!(minor, cel, "applying the CRDs for Kubernetes 1.{minor}");
+    for crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &pp, &Patch::Apply(crd))
+            .await
+            .map_err(|e| Error::kube(format!("applying CRD {name}"), e))?;
+        tracing::info!(crd = %name, cel, "CRD applied");
     }
     Ok(())
 }

@@ -52,6 +52,11 @@ struct Args {
     /// Do not install the CRDs at start (they are managed elsewhere).
     #[arg(long)]
     skip_crd_install: bool,
+    /// Whether the installed CRDs carry the CEL rules: `auto` from Kubernetes 1.25 on (by the
+    /// server's reported version), `always`, or `never`. A server that refuses them gets the
+    /// CRDs without, and the refusal is logged with its words.
+    #[arg(long, value_enum, default_value = "auto")]
+    crd_cel: crds::CelMode,
     /// PEM of the CA that signed the firmware-bridge's server certificate (the only root
     /// trusted for `bridge://` devices). With --bridge-cert and --bridge-key.
     #[arg(long, env = "PALISADE_BRIDGE_CA", requires_all = ["bridge_cert", "bridge_key"])]
@@ -111,7 +116,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let client = palisade_controller::client(args.kubeconfig.as_deref()).await?;
     if !args.skip_crd_install {
-        crds::ensure(&client, Duration::from_secs(60))
+        crds::ensure(&client, Duration::from_secs(60), args.crd_cel)
             .await
             .context("installing the CRDs")?;
     }
