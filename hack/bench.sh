@@ -3,6 +3,7 @@
 # simulators. Not part of hack/test.sh: tests assert behaviour, benchmarks measure.
 #   hack/bench.sh            every benchmark
 #   hack/bench.sh agents     only one (agents | storage | bridge | node | recovery | scale)
+#   hack/bench.sh recovery   both machine kinds, each on Kubernetes 1.20 and 1.34 side by side
 # Results are printed as tables with medians and ratios, and saved under target/bench/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +46,8 @@ if [ "$want" = all ] || [ "$want" = node ]; then
 fi
 if [ "$want" = all ] || [ "$want" = recovery ]; then
   run recovery palisade-recovery-bench -p palisade-scenario -p palisade-node \
-    -p palisade-controller -p palisade-bridge -p palisade-labstore -- --runs 10 --without-seconds 90
+    -p palisade-controller -p palisade-bridge -p palisade-labstore -- \
+    --kind both --kube both --runs 10 --without-seconds 90
 fi
 if [ "$want" = all ] || [ "$want" = scale ]; then
   # 2,000 simulated nodes; 100 go silent within 2 s (one every 20 ms).

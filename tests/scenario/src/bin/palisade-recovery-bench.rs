@@ -1,8 +1,10 @@
 //! `palisade-recovery-bench`: how long a StatefulSet with a ReadWriteOnce volume takes to
-//! recover when its machine drops off the network, with Palisade (median of `--runs`, default 5,
-//! each on a fresh lab) on namespace machines and on QEMU machines side by side (`--kind
-//! both|netns|qemu`, default both), and, in the same run, without it (one run, watched for
-//! `--without-seconds`, default 90).
+//! recover when its machine drops off the network, with Palisade (median and worst of `--runs`,
+//! default 5, each on a fresh lab), per series: a machine kind (`--kind both|netns|qemu`,
+//! default both: namespace machines and QEMU machines) on a Kubernetes release (`--kube
+//! both|1.20|1.34`, default both), and, in the same run, without it (one run, on the first
+//! series, watched for `--without-seconds`, default 90). Series that differ in one respect are
+//! then printed side by side: each kind on 1.20 and 1.34, or, with one release, the two kinds.
 //!
 //! After each scenario the lab's m2 is powered off and on through its BMC, to measure what the
 //! machine kind costs: boot time (power on → new boot ID), power-off latency (command → BMC
@@ -15,17 +17,27 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use palisade_lab::MachineKind;
+use palisade_lab::{KubeVersion, MachineKind};
 use palisade_model::nodefence::Phase;
 use palisade_scenario::headline::{self, Options, Report, Timeline};
 use palisade_scenario::*;
 
-fn arg(name: &str, default: u64) -> Result<u64> {
+/// The value after `name` on the command line, if `name` is there.
+fn flag(name: &str) -> Result<Option<String>> {
     let args: Vec<String> = std::env::args().collect();
     match args.iter().position(|a| a == name) {
-        Some(i) => args
-            .get(i + 1)
-            .with_context(|| format!("{name} needs a value"))?
+        Some(i) => Ok(Some(
+            args.get(i + 1)
+                .with_context(|| format!("{name} needs a value"))?
+                .clone(),
+        )),
+        None => Ok(None),
+    }
+}
+
+fn arg(name: &str, default: u64) -> Result<u64> {
+    match flag(name)? {
+        Some(v) => v
             .parse()
             .with_context(|| format!("{name} must be a whole number")),
         None => Ok(default),
@@ -103,13 +115,43 @@ fn machine_figures(lab: &palisade_lab::Lab) -> Result<MachineFigures> {
     })
 }
 
-fn one(kind: MachineKind, palisade: bool, watch: Duration) -> Result<(Report, MachineFigures)> {
+/// One series of runs: a machine kind on a Kubernetes release.
+#[derive(Debug, Clone, Copy)]
+struct Series {
+    kind: MachineKind,
+    kube: KubeVersion,
+}
+
+impl Series {
+    fn label(self) -> String {
+        format!(
+            "{}, Kubernetes {}",
+            kind_label(self.kind),
+            self.kube.minor()
+        )
+    }
+
+    /// What sets this series apart from `other`: its kind, or else its release.
+    fn differs(self, other: Series) -> (&'static str, String) {
+        if self.kind != other.kind {
+            (
+                kind_flag(self.kind),
+                format!("Kubernetes {}", self.kube.minor()),
+            )
+        } else {
+            (self.kube.minor(), kind_label(self.kind).to_string())
+        }
+    }
+}
+
+fn one(series: Series, palisade: bool, watch: Duration) -> Result<(Report, MachineFigures)> {
     let agents = AgentOptions {
         lease_seconds: 4,
         self_fence_seconds: 3.0,
+        kube: Some(series.kube),
         ..AgentOptions::default()
     };
-    let lab = lab_of_kind(kind, 3, true, &agents).context("starting the lab")?;
+    let lab = lab_of_kind(series.kind, 3, true, &agents).context("starting the lab")?;
     let c = Cluster::connect(&lab)?;
     c.wait_nodes_ready(&lab)?;
     let t = Timeline::new(palisade);
@@ -132,32 +174,49 @@ fn secs(d: Option<Duration>) -> String {
         .unwrap_or_else(|| "     -".into())
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
+/// The median and the worst (largest) of one figure over a series' runs. With at most 50 runs
+/// the worst is what a nearest-rank p99 would be.
+#[derive(Debug, Clone, Copy, Default)]
+struct Stat {
+    median: Option<f64>,
+    worst: Option<f64>,
+}
+
+fn stat(mut v: Vec<f64>) -> Stat {
     if v.is_empty() {
-        return None;
+        return Stat::default();
     }
     v.sort_by(f64::total_cmp);
     let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+    Stat {
+        median: Some(if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }),
+        worst: v.last().copied(),
+    }
 }
 
 fn kinds() -> Result<Vec<MachineKind>> {
-    let args: Vec<String> = std::env::args().collect();
-    let kind = args
-        .iter()
-        .position(|a| a == "--kind")
-        .map(|i| args.get(i + 1).map(String::as_str).unwrap_or(""))
-        .unwrap_or("both");
-    Ok(match kind {
+    let kind = flag("--kind")?;
+    Ok(match kind.as_deref().unwrap_or("both") {
         "both" => vec![MachineKind::Namespace, MachineKind::Qemu],
         "netns" => vec![MachineKind::Namespace],
         "qemu" => vec![MachineKind::Qemu],
         other => bail!("--kind takes both, netns or qemu, not {other:?}"),
     })
+}
+
+fn kubes() -> Result<Vec<KubeVersion>> {
+    let kube = flag("--kube")?;
+    match kube.as_deref().unwrap_or("both") {
+        "both" => Ok(KubeVersion::ALL.to_vec()),
+        other => KubeVersion::parse(other).map(|v| vec![v]).with_context(|| {
+            let valid: Vec<&str> = KubeVersion::ALL.iter().map(|v| v.minor()).collect();
+            format!("--kube takes both, {}, not {other:?}", valid.join(" or "))
+        }),
+    }
 }
 
 fn kind_label(kind: MachineKind) -> &'static str {
@@ -167,19 +226,44 @@ fn kind_label(kind: MachineKind) -> &'static str {
     }
 }
 
-/// The medians of one machine kind's runs.
-struct Medians {
-    kind: MachineKind,
-    decided: Option<f64>,
-    fenced: Option<f64>,
-    released: Option<f64>,
-    attached: Option<f64>,
-    running: Option<f64>,
-    writing: Option<f64>,
-    memory_mib: Option<f64>,
-    off_reported: Option<f64>,
-    off_gone: Option<f64>,
-    boot: Option<f64>,
+/// The kind as `--kind` names it.
+fn kind_flag(kind: MachineKind) -> &'static str {
+    match kind {
+        MachineKind::Namespace => "netns",
+        MachineKind::Qemu => "qemu",
+    }
+}
+
+/// The medians and worst runs of one series.
+struct Summary {
+    series: Series,
+    decided: Stat,
+    fenced: Stat,
+    released: Stat,
+    attached: Stat,
+    running: Stat,
+    writing: Stat,
+    memory_mib: Stat,
+    off_reported: Stat,
+    off_gone: Stat,
+    boot: Stat,
+}
+
+impl Summary {
+    /// The figures compared side by side: name, figure, unit.
+    fn rows(&self) -> [(&'static str, Stat, &'static str); 9] {
+        [
+            ("cut → decided", self.decided, "s"),
+            ("cut → fenced (verified)", self.fenced, "s"),
+            ("cut → released", self.released, "s"),
+            ("cut → replacement Running", self.running, "s"),
+            ("cut → replacement writing", self.writing, "s"),
+            ("power on → booted", self.boot, "s"),
+            ("power off → BMC reports off", self.off_reported, "s"),
+            ("power off → nothing left", self.off_gone, "s"),
+            ("memory per machine", self.memory_mib, "MiB"),
+        ]
+    }
 }
 
 fn fmt(v: Option<f64>) -> String {
@@ -187,17 +271,15 @@ fn fmt(v: Option<f64>) -> String {
         .unwrap_or_else(|| "     -".into())
 }
 
-fn bench_kind(kind: MachineKind, runs: u64) -> Result<Medians> {
-    println!(
-        "\n{} — {runs} run(s) with Palisade, seconds after the cut:",
-        kind_label(kind)
-    );
+fn bench_series(series: Series, runs: u64) -> Result<Summary> {
+    let label = series.label();
+    println!("\n{label} — {runs} run(s) with Palisade, seconds after the cut:");
     println!("  run  decided  fenced  released  attached  running  writing  verdict   boot  off(bmc)  off(gone)  memory");
     let mut reports = Vec::new();
     let mut figures = Vec::new();
     for i in 0..runs {
-        let (r, f) = one(kind, true, Duration::ZERO)
-            .with_context(|| format!("{} run {i}", kind_label(kind)))?;
+        let (r, f) =
+            one(series, true, Duration::ZERO).with_context(|| format!("{label} run {i}"))?;
         println!(
             "  {i:>3}  {}  {}  {}    {}   {}  {}  {}    {} {}    {}     {:5.0} MiB",
             secs(r.phase(Phase::Pending)),
@@ -213,25 +295,22 @@ fn bench_kind(kind: MachineKind, runs: u64) -> Result<Medians> {
             f.memory_mib,
         );
         if !r.verdict_pass {
-            bail!(
-                "{} run {i}: the at-most-one checker failed",
-                kind_label(kind)
-            );
+            bail!("{label} run {i}: the at-most-one checker failed");
         }
         reports.push(r);
         figures.push(f);
     }
     let col = |f: &dyn Fn(&Report) -> Option<Duration>| {
-        median(
+        stat(
             reports
                 .iter()
                 .filter_map(|r| f(r).map(|d| d.as_secs_f64()))
                 .collect(),
         )
     };
-    let fig = |f: &dyn Fn(&MachineFigures) -> f64| median(figures.iter().map(f).collect());
-    let m = Medians {
-        kind,
+    let fig = |f: &dyn Fn(&MachineFigures) -> f64| stat(figures.iter().map(f).collect());
+    let m = Summary {
+        series,
         decided: col(&|r| r.phase(Phase::Pending)),
         fenced: col(&|r| r.phase(Phase::Fenced)),
         released: col(&|r| r.phase(Phase::Released)),
@@ -243,22 +322,29 @@ fn bench_kind(kind: MachineKind, runs: u64) -> Result<Medians> {
         off_gone: fig(&|f| f.off_gone.as_secs_f64()),
         boot: fig(&|f| f.boot.as_secs_f64()),
     };
-    println!(
-        "  med  {}  {}  {}    {}   {}  {}          {} {}    {}     {:5.0} MiB",
-        fmt(m.decided),
-        fmt(m.fenced),
-        fmt(m.released),
-        fmt(m.attached),
-        fmt(m.running),
-        fmt(m.writing),
-        fmt(m.boot),
-        fmt(m.off_reported),
-        fmt(m.off_gone),
-        m.memory_mib.unwrap_or(0.0),
-    );
-    if let (Some(d), Some(f), Some(rl), Some(a), Some(rn)) =
-        (m.decided, m.fenced, m.released, m.attached, m.running)
-    {
+    for (tag, worst) in [("med", false), ("max", true)] {
+        let pick = |s: Stat| if worst { s.worst } else { s.median };
+        println!(
+            "  {tag}  {}  {}  {}    {}   {}  {}          {} {}    {}     {:5.0} MiB",
+            fmt(pick(m.decided)),
+            fmt(pick(m.fenced)),
+            fmt(pick(m.released)),
+            fmt(pick(m.attached)),
+            fmt(pick(m.running)),
+            fmt(pick(m.writing)),
+            fmt(pick(m.boot)),
+            fmt(pick(m.off_reported)),
+            fmt(pick(m.off_gone)),
+            pick(m.memory_mib).unwrap_or(0.0),
+        );
+    }
+    if let (Some(d), Some(f), Some(rl), Some(a), Some(rn)) = (
+        m.decided.median,
+        m.fenced.median,
+        m.released.median,
+        m.attached.median,
+        m.running.median,
+    ) {
         let share = |x: f64| 100.0 * x / rn;
         println!("  where the median recovery ({rn:.2} s to Running) goes:");
         println!(
@@ -289,59 +375,70 @@ fn bench_kind(kind: MachineKind, runs: u64) -> Result<Medians> {
     Ok(m)
 }
 
+/// Two series that differ in one respect (kind or release), side by side: medians and worst
+/// runs, ratio = `b` / `a`.
+fn side_by_side(a: &Summary, b: &Summary) {
+    let ((a_name, same), (b_name, _)) = (a.series.differs(b.series), b.series.differs(a.series));
+    println!(
+        "\nside by side, {same} (median, then worst run; ratio = {b_name} / {a_name} of each):"
+    );
+    println!(
+        "  {:<34} {a_name:>6} {:>6}      {b_name:>6} {:>6}      {:>7}  {:>7}",
+        "", "worst", "worst", "ratio", "worst"
+    );
+    let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) if x > 0.0 => format!("{:6.2}x", y / x),
+        _ => "      -".into(),
+    };
+    for ((name, x, unit), (_, y, _)) in a.rows().into_iter().zip(b.rows()) {
+        println!(
+            "  {name:<34} {} {} {unit:<3}  {} {} {unit:<3}  {}  {}",
+            fmt(x.median),
+            fmt(x.worst),
+            fmt(y.median),
+            fmt(y.worst),
+            ratio(x.median, y.median),
+            ratio(x.worst, y.worst),
+        );
+    }
+}
+
 fn main() -> Result<()> {
     let runs = arg("--runs", 5)?.clamp(1, 50);
     let without = Duration::from_secs(arg("--without-seconds", 90)?.clamp(10, 900));
     let kinds = kinds()?;
+    let kubes = kubes()?;
+    // Kind by kind, each on every release: consecutive pairs differ in one respect.
+    let series: Vec<Series> = kinds
+        .iter()
+        .flat_map(|&kind| kubes.iter().map(move |&kube| Series { kind, kube }))
+        .collect();
     println!(
-        "recovery benchmark: {runs} run(s) with Palisade per machine kind ({}), 1 without (watched {without:?})",
-        kinds.iter().map(|k| kind_label(*k)).collect::<Vec<_>>().join(", ")
+        "recovery benchmark: {runs} run(s) with Palisade per series ({}), 1 without (watched {without:?})",
+        series.iter().map(|s| s.label()).collect::<Vec<_>>().join("; ")
     );
     println!("columns: NodeFence phases, attachment, replacement Running and writing (seconds after the cut);");
     println!("then, on m2 after the scenario: power on → booted (new boot ID), power off → BMC reports off,");
     println!("power off → no process left, and the machine's memory (PSS) while it ran.");
-    let mut medians = Vec::new();
-    for kind in &kinds {
-        medians.push(bench_kind(*kind, runs)?);
+    println!("med is the median of the runs; max the worst run, which stands in for the p99 (at most 50 runs).");
+    let mut summaries = Vec::new();
+    for s in &series {
+        summaries.push(bench_series(*s, runs)?);
     }
-    if let [a, b] = medians.as_slice() {
-        println!(
-            "\nside by side (medians; ratio = {} / {}):",
-            kind_label(b.kind),
-            kind_label(a.kind)
-        );
-        let row = |name: &str, x: Option<f64>, y: Option<f64>, unit: &str| {
-            let ratio = match (x, y) {
-                (Some(x), Some(y)) if x > 0.0 => format!("{:6.2}x", y / x),
-                _ => "      -".into(),
-            };
-            println!("  {name:<34} {} {unit}  {} {unit}  {ratio}", fmt(x), fmt(y));
-        };
-        row("cut → decided", a.decided, b.decided, "s");
-        row("cut → fenced (verified)", a.fenced, b.fenced, "s");
-        row("cut → released", a.released, b.released, "s");
-        row("cut → replacement Running", a.running, b.running, "s");
-        row("cut → replacement writing", a.writing, b.writing, "s");
-        row("power on → booted", a.boot, b.boot, "s");
-        row(
-            "power off → BMC reports off",
-            a.off_reported,
-            b.off_reported,
-            "s",
-        );
-        row("power off → nothing left", a.off_gone, b.off_gone, "s");
-        row("memory per machine", a.memory_mib, b.memory_mib, "MiB");
+    // Two releases: each kind on 1.20 beside 1.34; one release and two kinds: the kinds.
+    for pair in summaries.chunks_exact(2) {
+        side_by_side(&pair[0], &pair[1]);
     }
 
-    let kind = kinds[0];
+    let first = series[0];
     println!(
         "\nwithout Palisade ({}, same cut), watched for {without:?}:",
-        kind_label(kind)
+        first.label()
     );
-    let (r, _) = one(kind, false, without)?;
+    let (r, _) = one(first, false, without)?;
     let stuck = r.stuck.unwrap_or_default();
     println!("  after {:.0} s: {stuck}", without.as_secs_f64());
-    if let Some(rn) = medians.first().and_then(|m| m.running) {
+    if let Some(rn) = summaries[0].running.median {
         println!(
             "  with Palisade the replacement ran after {rn:.2} s; without it, none ran in {:.0} s (ratio > {:.0}x; Kubernetes alone never releases the pod)",
             without.as_secs_f64(),
