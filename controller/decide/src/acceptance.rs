@@ -181,6 +181,11 @@ pub fn admit_fence_update(
             old.node_name, new.node_name
         ));
     }
+    if old.reason != new.reason {
+        problems.push(
+            "spec.reason is immutable (the record of why the fence was asked for)".to_string(),
+        );
+    }
     if old.requested_by != new.requested_by {
         problems.push("spec.requestedBy is immutable".to_string());
     }
@@ -274,6 +279,11 @@ mod tests {
         edited.node_name = "m1".into();
         edited.overrides.quorum_guard = true;
         assert_eq!(admit_fence_update(&spec, &edited).unwrap_err().len(), 2);
+        // Every field is fixed, as the CRD's CEL rule (`self == oldSelf`) says on 1.25+.
+        let mut reason = spec.clone();
+        reason.reason = "another story".into();
+        let err = admit_fence_update(&spec, &reason).unwrap_err();
+        assert!(err[0].contains("spec.reason is immutable"), "{err:?}");
     }
 
     #[test]

@@ -10,36 +10,17 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use palisade_lab::Cut;
 use palisade_model::nodefence::{EvidenceKind, Phase};
-use serde_json::json;
 
 #[test]
 fn silent_machine_is_power_fenced_then_its_statefulset_pod_runs_elsewhere() {
     let (lab, rt, c) = lab_ready(3, false);
-    apply_rbac(&c, &rt);
-    let ctl = start_controller_as(&lab, "ctl-a", &controller_sa_kubeconfig(&lab), &[], &[]);
-    policy(&c, &rt);
-    ipmi_targets(&lab, &c, &rt);
-
-    // The StatefulSet's pod on m0.
-    let old = db_on_m0(&c, &rt);
+    let (ctl, old, va) = controller_and_db_on_m0(&lab, &c, &rt, "ctl-a");
     let old_uid = old.uid().unwrap();
-
-    // A VolumeAttachment naming m0 (no CSI driver in the lab: the object is what is released).
-    let vas: Api<VolumeAttachment> = Api::all(c.clone());
-    let va: VolumeAttachment = serde_json::from_value(json!({
-        "metadata": {"name": "db-data-m0"},
-        "spec": {"attacher": "lab.palisade.dev", "nodeName": "m0",
-                 "source": {"persistentVolumeName": "db-data"}}
-    }))
-    .unwrap();
-    let va = rt
-        .block_on(vas.create(&PostParams::default(), &va))
-        .expect("create VolumeAttachment");
     let va_uid = va.uid().unwrap();
+    let vas: Api<VolumeAttachment> = Api::all(c.clone());
 
     assert!(
         !lab.machines()[0].processes().is_empty(),

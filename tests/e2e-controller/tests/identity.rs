@@ -1,7 +1,8 @@
 //! A fence acts only on the node it pinned, and only one fence per node acts. Against the real
 //! controller and API server, with simulated nodes:
 //! - a NodeFence whose `spec.nodeName` is edited mid-fence (from the silent node to a live
-//!   one) fails with `SpecChanged` and never taints, releases or fences the live node;
+//!   one) is refused at the door by the CRD's CEL rule (1.25+), or, on 1.20, is stored and
+//!   fails with `SpecChanged`; either way the live node is never tainted, released or fenced;
 //! - a second, manual NodeFence for a node that already has an unfinished one is marked
 //!   `Superseded`, names the active one, and never acts.
 
@@ -92,23 +93,35 @@ fn an_edited_node_name_fails_the_fence_and_a_second_fence_is_superseded() {
         "it never acted"
     );
 
-    // Someone edits the active fence to point at a live node: it fails, nothing is done to it.
-    rt.block_on(api.patch(
+    // Someone edits the active fence to point at a live node. On a 1.25+ server the CRD's CEL
+    // rule refuses the edit at the door; on 1.20 it is stored, and the fence fails. Either
+    // way nothing is done to the live node.
+    let edit = rt.block_on(api.patch(
         &name,
         &PatchParams::default(),
         &Patch::Merge(json!({"spec": {"nodeName": "id-live"}})),
-    ))
-    .expect("edit spec.nodeName");
-    let failed = eventually("the edited NodeFence failed", WAIT, || {
-        let f = rt.block_on(api.get(&name)).ok()?;
-        let st = f.status.clone()?;
-        (st.phase == Phase::Failed).then_some(st)
-    });
-    assert_eq!(
-        failed.failure.as_ref().map(|f| f.reason),
-        Some(FailureReason::SpecChanged)
-    );
-    assert!(!failed.released_anything(), "nothing was released");
+    ));
+    if server_has_cel(&sim.c, &rt) {
+        let err = edit.expect_err("CEL refuses the edit").to_string();
+        assert!(err.contains("spec cannot change"), "{err}");
+        let f = rt.block_on(api.get(&name)).expect("the fence");
+        assert_eq!(
+            f.spec.node_name, "id-silent",
+            "the stored spec is unchanged"
+        );
+    } else {
+        edit.expect("a 1.20 API server stores the edit");
+        let failed = eventually("the edited NodeFence failed", WAIT, || {
+            let f = rt.block_on(api.get(&name)).ok()?;
+            let st = f.status.clone()?;
+            (st.phase == Phase::Failed).then_some(st)
+        });
+        assert_eq!(
+            failed.failure.as_ref().map(|f| f.reason),
+            Some(FailureReason::SpecChanged)
+        );
+        assert!(!failed.released_anything(), "nothing was released");
+    }
     let node: k8s_openapi::api::core::v1::Node =
         rt.block_on(Api::all(sim.c.clone()).get("id-live")).unwrap();
     assert!(

@@ -16,12 +16,10 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use palisade_lab::control_plane::AuditEvent;
 use palisade_lab::{Cut, KubeVersion};
 use palisade_model::nodefence::Phase;
-use serde_json::json;
 
 /// When the API server received the audited request.
 fn at(e: &AuditEvent) -> Timestamp {
@@ -52,23 +50,9 @@ fn the_out_of_service_taint_lands_after_the_verified_fence_and_every_release_fol
     let (lab, rt, c) = lab_ready_on(KubeVersion::V1_34, 3, false);
     let cp = lab.control_plane().expect("control plane");
     assert_eq!(cp.version(), KubeVersion::V1_34);
-    apply_rbac(&c, &rt);
-    let _ctl = start_controller_as(&lab, "ctl-oos", &controller_sa_kubeconfig(&lab), &[], &[]);
-    policy(&c, &rt);
-    ipmi_targets(&lab, &c, &rt);
-
-    let old = db_on_m0(&c, &rt);
+    let (_ctl, old, _va) = controller_and_db_on_m0(&lab, &c, &rt, "ctl-oos");
     let old_uid = old.uid().unwrap();
-    // A VolumeAttachment naming m0, as a CSI attacher would have made it.
     let vas: Api<VolumeAttachment> = Api::all(c.clone());
-    let va: VolumeAttachment = serde_json::from_value(json!({
-        "metadata": {"name": "db-data-m0"},
-        "spec": {"attacher": "lab.palisade.dev", "nodeName": "m0",
-                 "source": {"persistentVolumeName": "db-data"}}
-    }))
-    .unwrap();
-    rt.block_on(vas.create(&PostParams::default(), &va))
-        .expect("create VolumeAttachment");
 
     let t_cut = Timestamp::now();
     lab.partition(0, Cut::All).unwrap();

@@ -664,3 +664,35 @@ pub fn server_has_cel(c: &Client, rt: &tokio::runtime::Runtime) -> bool {
     let v = rt.block_on(c.apiserver_version()).expect("/version");
     palisade_model::parse_minor(&v.minor).is_some_and(|m| m >= palisade_model::CEL_MINOR)
 }
+
+/// The headline's set-up: the shipped RBAC, the controller (`identity`) running as its
+/// ServiceAccount, the default policy, IPMI targets, the StatefulSet's pod `db-0` Running on
+/// m0 and a VolumeAttachment `db-data-m0` naming m0, as a CSI attacher would have made it (no
+/// CSI driver in the lab: the object is what is released).
+pub fn controller_and_db_on_m0(
+    lab: &Lab,
+    c: &Client,
+    rt: &tokio::runtime::Runtime,
+    identity: &str,
+) -> (
+    Controller,
+    Pod,
+    k8s_openapi::api::storage::v1::VolumeAttachment,
+) {
+    apply_rbac(c, rt);
+    let ctl = start_controller_as(lab, identity, &controller_sa_kubeconfig(lab), &[], &[]);
+    policy(c, rt);
+    ipmi_targets(lab, c, rt);
+    let db = db_on_m0(c, rt);
+    let vas: Api<k8s_openapi::api::storage::v1::VolumeAttachment> = Api::all(c.clone());
+    let va = serde_json::from_value(json!({
+        "metadata": {"name": "db-data-m0"},
+        "spec": {"attacher": "lab.palisade.dev", "nodeName": "m0",
+                 "source": {"persistentVolumeName": "db-data"}}
+    }))
+    .unwrap();
+    let va = rt
+        .block_on(vas.create(&PostParams::default(), &va))
+        .expect("create VolumeAttachment");
+    (ctl, db, va)
+}
