@@ -4,6 +4,13 @@
 //! force-deleted, and no second copy of its identity starts elsewhere. So is a pod whose claim
 //! lives on other storage (another StorageClass, which the firewall does not block): it may
 //! still write there (issue 32, item 6; it was released before the fix).
+//!
+//! On Kubernetes 1.34 the test goes on: the held pods stay because no out-of-service taint
+//! lands (Kubernetes would evict and force-delete them otherwise). Then a person adds the
+//! taint anyway: Kubernetes' own controllers delete the held pod while its process still runs
+//! on the partitioned machine (the audit log names them), which is why Palisade never adds
+//! it while it holds a pod; and Palisade never removes a taint another actor put there, nor
+//! lifts its storage block while it stays.
 
 mod common;
 
@@ -244,4 +251,94 @@ fn a_storage_only_fence_holds_a_volume_less_statefulset_pod_whose_process_still_
         Some("m0")
     );
     assert!(!web_process_alive(&lab, 1) && !web_process_alive(&lab, 2));
+    if lab.control_plane().unwrap().version() != palisade_lab::KubeVersion::V1_20 {
+        a_persons_out_of_service_taint_releases_what_palisade_held(
+            &lab, &rt, &c, &ctl, &old_uid, &nf,
+        );
+    }
+}
+
+/// The 1.34 tail of the test above: a person taints m0 out-of-service while web-0 is held.
+fn a_persons_out_of_service_taint_releases_what_palisade_held(
+    lab: &palisade_lab::Lab,
+    rt: &tokio::runtime::Runtime,
+    c: &kube::Client,
+    ctl: &Controller,
+    old_uid: &str,
+    nf: &palisade_model::NodeFence,
+) {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Patch, PatchParams};
+    let nodes: Api<Node> = Api::all(c.clone());
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
+    let t_taint = k8s_openapi::jiff::Timestamp::now();
+    let mut taints = rt
+        .block_on(nodes.get("m0"))
+        .unwrap()
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default();
+    taints.push(
+        serde_json::from_value(json!({"key": palisade_model::OUT_OF_SERVICE_TAINT_KEY,
+            "value": "person", "effect": "NoExecute"}))
+        .unwrap(),
+    );
+    rt.block_on(nodes.patch(
+        "m0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"taints": taints}})),
+    ))
+    .expect("a person taints m0 out-of-service");
+    // Kubernetes deletes the held pod although its process still runs on m0.
+    eventually(
+        "Kubernetes deletes the held web-0",
+        Duration::from_secs(120),
+        || {
+            let p = rt.block_on(pods.get_opt("web-0")).ok()?;
+            (p.and_then(|p| p.uid()).as_deref() != Some(old_uid)).then_some(())
+        },
+    );
+    assert!(web_process_alive(lab, 0), "its process still runs on m0");
+    let by: Vec<String> = lab
+        .control_plane()
+        .unwrap()
+        .audit()
+        .into_iter()
+        .filter(|e| e.on("pods", "web-0") && e.verb == "delete" && e.succeeded())
+        .filter(|e| {
+            e.request_received_timestamp
+                .parse::<k8s_openapi::jiff::Timestamp>()
+                .is_ok_and(|t| t >= t_taint)
+        })
+        .map(|e| e.user.username)
+        .collect();
+    eprintln!("web-0 deleted after the person's taint by {by:?}");
+    assert!(
+        !by.is_empty()
+            && by
+                .iter()
+                .all(|u| u.starts_with("system:serviceaccount:kube-system:")),
+        "Kubernetes' own controllers, not Palisade, delete it: {by:?}"
+    );
+    // Palisade leaves the person's taint alone and keeps its storage block.
+    ctl.wait_ticks(10);
+    let n = rt.block_on(nodes.get("m0")).unwrap();
+    assert!(
+        n.spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == palisade_model::OUT_OF_SERVICE_TAINT_KEY
+                && t.value.as_deref() == Some("person")),
+        "the person's taint stays"
+    );
+    let now = fences_for(c, rt, "m0")
+        .into_iter()
+        .find(|f| f.metadata.name == nf.metadata.name)
+        .and_then(|f| f.status)
+        .unwrap();
+    assert!(
+        now.recovery.unfenced_at.is_none(),
+        "the storage block stays"
+    );
 }
