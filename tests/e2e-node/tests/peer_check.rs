@@ -112,6 +112,7 @@ fn peer_lab_with(
         .collect(),
         watchdog: false,
         peer_check: false,
+        kube: None,
     };
     let lab = palisade_scenario::lab_with_agents(machines, false, &agents).expect("lab starts");
     let rt = rt();
