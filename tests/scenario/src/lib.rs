@@ -163,6 +163,7 @@ pub fn lab_of_kind(
         qemu,
         ..Default::default()
     })?;
+    node_agent_rbac(&lab)?;
     if agents.peer_check {
         let mut key = [0u8; 48];
         std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut key)?;
@@ -189,6 +190,39 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .worker_threads(2)
         .enable_all()
         .build()?)
+}
+
+/// The node agents' RBAC as shipped (`controller/manifests/node-agent-rbac.yaml`): read
+/// access to every Node for the peer check, which the Node authorizer no longer gives a node
+/// from Kubernetes 1.32 on. Objects that exist already are left as they are.
+pub fn node_agent_rbac(lab: &Lab) -> Result<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    const RBAC: &str = include_str!("../../../controller/manifests/node-agent-rbac.yaml");
+    let rt = runtime()?;
+    let c = admin_client(lab, &rt)?;
+    let pp = PostParams::default();
+    let ok_or_exists = |r: kube::Result<()>| match r {
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        other => other,
+    };
+    for text in RBAC.split("\n---") {
+        let doc: serde_json::Value = serde_yaml_ng::from_str(text)?;
+        let created = match doc["kind"].as_str() {
+            Some("ClusterRole") => {
+                let role: ClusterRole = serde_json::from_value(doc)?;
+                rt.block_on(Api::all(c.clone()).create(&pp, &role))
+                    .map(drop)
+            }
+            Some("ClusterRoleBinding") => {
+                let binding: ClusterRoleBinding = serde_json::from_value(doc)?;
+                rt.block_on(Api::all(c.clone()).create(&pp, &binding))
+                    .map(drop)
+            }
+            other => anyhow::bail!("node-agent-rbac.yaml: unexpected kind {other:?}"),
+        };
+        ok_or_exists(created).context("applying node-agent-rbac.yaml")?;
+    }
+    Ok(())
 }
 
 /// The lab's admin client.
