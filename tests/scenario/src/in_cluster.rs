@@ -39,6 +39,7 @@ pub fn lab_config(
     Ok(LabConfig {
         machines,
         control_plane: true,
+        kube: agents.kube,
         pdu,
         machine_command: crate::node_agent_command(&agents)?,
         machine_kind: kind,

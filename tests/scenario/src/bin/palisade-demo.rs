@@ -30,12 +30,16 @@ fn main() -> Result<()> {
         }
     }
     let t = Timeline::new(false);
+    let kube = palisade_lab::KubeVersion::from_env()?;
     t.say(format!(
-        "starting the lab: Kubernetes 1.20.2 control plane, 3 machines running palisade-node (each {}), a PDU{}",
+        "starting the lab: Kubernetes {kube} control plane, 3 machines running palisade-node (each {}), a PDU{}",
         kind_phrase(kind),
         if opts.in_cluster { ", an OCI registry" } else { "" }
     ));
-    let agents = AgentOptions::default();
+    let agents = AgentOptions {
+        kube: Some(kube),
+        ..AgentOptions::default()
+    };
     let lab = if opts.in_cluster {
         palisade_lab::Lab::start(in_cluster::lab_config(kind, 3, true, &agents)?)
             .context("starting the lab")?
