@@ -661,8 +661,13 @@ pub fn assert_released_on_self_fence(nf: &NodeFence) {
 /// Whether the lab's API server evaluates the CRDs' CEL rules (1.25 and later), so that the
 /// controller installs them and cross-field mistakes are refused at the door.
 pub fn server_has_cel(c: &Client, rt: &tokio::runtime::Runtime) -> bool {
+    server_minor(c, rt) >= palisade_model::CEL_MINOR
+}
+
+/// The minor version the lab's API server reports (0 if it reports none).
+pub fn server_minor(c: &Client, rt: &tokio::runtime::Runtime) -> u32 {
     let v = rt.block_on(c.apiserver_version()).expect("/version");
-    palisade_model::parse_minor(&v.minor).is_some_and(|m| m >= palisade_model::CEL_MINOR)
+    palisade_model::parse_minor(&v.minor).unwrap_or(0)
 }
 
 /// The headline's set-up: the shipped RBAC, the controller (`identity`) running as its

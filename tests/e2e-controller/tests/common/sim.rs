@@ -362,13 +362,10 @@ impl<'l> Sim<'l> {
         min_available: i32,
         want: i64,
     ) {
-        let server = self
-            .rt
-            .block_on(self.c.apiserver_version())
-            .expect("/version");
-        let version = match palisade_model::parse_minor(&server.minor) {
-            Some(m) if m >= 21 => "v1",
-            _ => "v1beta1",
+        let version = if super::server_minor(&self.c, self.rt) >= 21 {
+            "v1"
+        } else {
+            "v1beta1"
         };
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
             "policy",
