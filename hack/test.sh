@@ -115,6 +115,11 @@ cat target/lab_statefulset.log
 [ "$slow_status" -eq 0 ] || status=$slow_status
 if [ "$status" -ne 0 ]; then
   # CI keeps only the tail of the output: name what failed last, where it stays visible.
+  # Why, first: the first lines of each panic's message, cut short (a message may quote a
+  # whole demo's output).
+  say "why (the first lines of each panic's message):"
+  awk '/panicked at/ { n = 3; print; next } n > 0 { n--; print substr($0, 1, 300) }' \
+    "$log" target/lab_statefulset.log | head -n 40 || true
   say "failures (from $log and target/lab_statefulset.log):"
   grep -hE '^test .* \.\.\. FAILED$|panicked at|^error: test failed|^     Running ' "$log" target/lab_statefulset.log \
     | grep -B1 -E 'FAILED|panicked|error: test failed' | grep -v '^--$' || true

@@ -21,6 +21,8 @@
 //!   `spec.nodeName` or a replaced Node fails it (`SpecChanged`, `NodeReplaced`), and of two
 //!   unfinished fences for one node only the older acts (the younger is `Superseded`).
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::jiff::Timestamp;
 use palisade_model::nodefence::{
     FailureReason, LevelKind, NodeFenceSpec, NodeFenceStatus, Phase, PlannedDevice, RequestedBy,
@@ -205,12 +207,20 @@ impl NodeVolume {
     }
 }
 
-/// The positive proof that none of the released pods' containers exists on the node any more,
-/// or ever will again, from the advertisement the node's agent wrote after it read this
-/// fence's recovery `challenge` ([`Step::PostChallenge`]).
+/// The positive proof that no container of a pod the API does not bind to the node (this
+/// fence's released pods first of all) exists on the node any more, or ever will again, from
+/// the advertisement the node's agent wrote after it read this fence's recovery `challenge`
+/// ([`Step::PostChallenge`]), and `bound`: the UIDs of the pods the API binds to the node,
+/// read live after that advertisement was observed.
+///
+/// The proof is per node, not per fence: the storage block it lifts is the node's. A pod
+/// another fence released (one that failed, or was deleted, before its own recovery), or one
+/// deleted by anyone else, whose container still lives (a hung agent, a process in D state)
+/// blocks the unfence like one of this fence's own.
 ///
 /// Guarantees: `Some` only when the advertisement answers `challenge`, its runtime inventory
-/// is complete and names none of the released pods, and, when the verified level reset the
+/// is complete, names none of the released pods and no pod outside `bound`, and, when the
+/// verified level reset the
 /// machine instead of powering it off ([`LevelKind::StorageThenReset`]), its boot ID differs
 /// from the one recorded when fencing started. No clock takes part: the challenge is written
 /// only after every released pod was deleted, so the answer orders the inventory after the
@@ -232,6 +242,7 @@ pub fn clean_proof(
     status: &NodeFenceStatus,
     ad: &palisade_model::advertise::Advertisement,
     challenge: &str,
+    bound: &BTreeSet<String>,
 ) -> Option<String> {
     if ad.challenge.as_deref() != Some(challenge) {
         return None;
@@ -256,14 +267,31 @@ pub fn clean_proof(
         .release
         .pods
         .iter()
-        .any(|p| inventory.contains(&p.uid));
+        .any(|p| inventory.contains(&p.uid))
+        && unbound_in_inventory(ad, bound).is_empty();
     none_left.then(|| {
         format!(
-            "the node agent's runtime inventory, taken after it read recovery challenge {challenge}, lists none of the {} released pod(s){}",
+            "the node agent's runtime inventory, taken after it read recovery challenge {challenge}, lists none of the {} released pod(s) and only pods the API binds to the node ({} listed){}",
             status.release.pods.len(),
+            inventory.len(),
             new_boot.unwrap_or_default()
         )
     })
+}
+
+/// The pods the advertisement's runtime inventory lists that the API does not bind to the
+/// node (`bound`): each blocks [`clean_proof`]. Empty when the inventory is incomplete (that
+/// blocks the proof on its own).
+pub fn unbound_in_inventory<'a>(
+    ad: &'a palisade_model::advertise::Advertisement,
+    bound: &BTreeSet<String>,
+) -> Vec<&'a str> {
+    ad.runtime_pods
+        .iter()
+        .flatten()
+        .filter(|uid| !bound.contains(*uid))
+        .map(String::as_str)
+        .collect()
 }
 
 /// What is being waited for.

@@ -52,6 +52,11 @@ pub const OUT_OF_SERVICE_TAINT_KEY: &str = "node.kubernetes.io/out-of-service";
 /// The `NoSchedule` taint applied to every fenced node before its pods are released (so their
 /// replacements are scheduled elsewhere), and removed with the out-of-service taint.
 pub const FENCED_TAINT_KEY: &str = "palisade.dev/fenced";
+/// The finalizer every NodeFence carries from the moment it starts fencing until it holds
+/// nothing on its node any more ([`nodefence::NodeFenceStatus::holds_node`]): deleting a fence
+/// that still holds a storage block, release taints or released pods waits for its recovery,
+/// so the record of what it released is never lost.
+pub const NODEFENCE_FINALIZER: &str = "palisade.dev/holds-node";
 /// Value of the out-of-service taint.
 pub const OUT_OF_SERVICE_TAINT_VALUE: &str = "nodeshutdown";
 /// Taint key whose `tolerationSeconds` gives pod forgiveness.

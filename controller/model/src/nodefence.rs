@@ -844,6 +844,30 @@ fn condition_holds(kind: &str, phase: Phase) -> bool {
 }
 
 impl NodeFenceStatus {
+    /// Whether the fence may still hold something on its node that only its own recovery
+    /// lifts (and whose record only its status keeps): a fence between Fencing and Recovering
+    /// (a command may be in flight), or a Failed one that asked for a storage block (whatever
+    /// the answer: a block that timed out may have landed), tainted the node or released a pod.
+    /// A Pending fence has done nothing; a Done one has lifted all it held.
+    ///
+    /// Guarantees: conservative; `false` only when nothing of the fence can remain on the node
+    /// beyond a power-off (which the node's next fence or a person undoes, and which no record
+    /// is needed to undo safely).
+    pub fn holds_node(&self) -> bool {
+        match self.phase {
+            Phase::Pending | Phase::Done => false,
+            Phase::Failed => {
+                self.attempts
+                    .iter()
+                    .any(|a| a.action == DeviceAction::Block)
+                    || self.release.tainted_at.is_some()
+                    || self.release.releasing.is_some()
+                    || !self.release.pods.is_empty()
+            }
+            _ => true,
+        }
+    }
+
     /// When the current phase was entered (`None` before the first transition).
     pub fn entered_at(&self) -> Option<Timestamp> {
         self.transitions
@@ -1405,6 +1429,50 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_fence_holds_its_node_from_fencing_until_done_and_failed_only_with_a_trace() {
+        let mut st = NodeFenceStatus::default();
+        assert!(!st.holds_node(), "Pending: nothing done");
+        for p in [
+            Phase::Fencing,
+            Phase::Fenced,
+            Phase::Releasing,
+            Phase::Released,
+            Phase::Recovering,
+        ] {
+            st.phase = p;
+            assert!(st.holds_node(), "{p}");
+        }
+        st.phase = Phase::Done;
+        assert!(!st.holds_node());
+        st.phase = Phase::Failed;
+        st.attempts.push(DeviceAttempt {
+            level: 0,
+            device: "ipmi://bmc".into(),
+            action: DeviceAction::PowerOff,
+            outcome: AttemptOutcome::TimedOut,
+            token: 1,
+            at: MicroTime(Timestamp::UNIX_EPOCH),
+            message: String::new(),
+            seen_token: None,
+        });
+        assert!(
+            !st.holds_node(),
+            "a power-off leaves nothing a record must undo"
+        );
+        st.attempts.push(DeviceAttempt {
+            action: DeviceAction::Block,
+            ..st.attempts[0].clone()
+        });
+        assert!(
+            st.holds_node(),
+            "a block asked for, even one that timed out, may hold"
+        );
+        st.attempts.clear();
+        st.release.tainted_at = Some(MicroTime(Timestamp::UNIX_EPOCH));
+        assert!(st.holds_node(), "its release taints");
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! - a level's attempts are persisted only when no attempt reported a stale token;
 //! - release steps receive the `VerifiedFence` proof from the state machine itself.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -353,6 +353,58 @@ fn confirmed_clean(nf: &NodeFence) -> Option<String> {
 /// How long after a fence (or a request) a heartbeat change must be observed to count as the
 /// node being alive again (covers watch latency for markers written before the power-off).
 pub const REJOIN_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether `nf` carries [`palisade_model::NODEFENCE_FINALIZER`].
+fn has_finalizer(nf: &NodeFence) -> bool {
+    nf.finalizers()
+        .iter()
+        .any(|f| f == palisade_model::NODEFENCE_FINALIZER)
+}
+
+/// Adds (`on`) or removes the fence's finalizer, leaving any other finalizer in place. The
+/// merge patch names `nf`'s resourceVersion, so it fails with a conflict (and the loop reads
+/// the fence again) if anything changed the fence since it was read.
+async fn set_finalizer(api: &Api<NodeFence>, nf: &NodeFence, on: bool) -> Result<(), Error> {
+    let mut finalizers: Vec<String> = nf
+        .finalizers()
+        .iter()
+        .filter(|f| *f != palisade_model::NODEFENCE_FINALIZER)
+        .cloned()
+        .collect();
+    if on {
+        finalizers.push(palisade_model::NODEFENCE_FINALIZER.to_string());
+    }
+    let patch = serde_json::json!({
+        "metadata": {
+            "resourceVersion": nf.resource_version(),
+            "finalizers": finalizers,
+        }
+    });
+    api.patch(
+        &nf.name_any(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .map(drop)
+    .map_err(|e| {
+        let what = if on { "adding" } else { "removing" };
+        Error::kube(
+            format!("{what} the finalizer of NodeFence {}", nf.name_any()),
+            e,
+        )
+    })
+}
+
+/// The UIDs of deleted fences whose "deletion waits" Event this process already sent.
+fn told_deletion_waits(uid: &str) -> bool {
+    static TOLD: std::sync::OnceLock<parking_lot::Mutex<HashSet<String>>> =
+        std::sync::OnceLock::new();
+    !TOLD
+        .get_or_init(Default::default)
+        .lock()
+        .insert(uid.to_string())
+}
 
 /// Persists `status` as the outcome of `step` (a [`Step::label`]), with the crash points of
 /// [`crate::crashpoint`] on either side of the write.
@@ -787,6 +839,31 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             .await;
             continue;
         }
+        // The finalizer: a fence that holds something on its node (from Fencing on) keeps its
+        // record until its recovery lifted it, even when a person deletes it.
+        let deleting = nf.metadata.deletion_timestamp.is_some();
+        let holds = status.holds_node();
+        if has_finalizer(&nf) && !holds && (deleting || status.phase.is_terminal()) {
+            set_finalizer(&api, &nf, false).await?;
+            continue;
+        }
+        if deleting && status.phase == Phase::Pending {
+            // Deleted before it did anything: it never starts.
+            return Ok(());
+        }
+        if holds && !has_finalizer(&nf) && !deleting {
+            set_finalizer(&api, &nf, true).await?;
+            continue;
+        }
+        if deleting && holds && !told_deletion_waits(nf.metadata.uid.as_deref().unwrap_or(name)) {
+            let msg = format!(
+                "deletion requested, but this fence still holds node {node} (phase {}): it is removed once its recovery lifted the storage block and the taints it added, after positive proof that the pods it released are gone. To abandon it, lift those by hand and remove the finalizer {}",
+                status.phase,
+                palisade_model::NODEFENCE_FINALIZER
+            );
+            tracing::warn!(nodefence = name, "{msg}");
+            event(ctx, &nf, Kind::Warning, "DeletionWaitsForRecovery", &msg).await;
+        }
         let policy = policy_for(ctx, &node);
         let detection = policy
             .as_ref()
@@ -866,10 +943,33 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
         } else {
             palisade_decide::phase::ProofFrom::Agent(advertised.system_uuid.clone())
         };
+        // The pods the API binds to the node, read live after the advertisement was observed:
+        // the proof is per node, so a live container of any other pod blocks it.
+        let answered = advertised.challenge.as_deref() == Some(challenge.as_str());
+        let bound: BTreeSet<String> = if recovering && confirmed.is_none() && answered {
+            crate::release::pods_on_node(&ctx.client, &node)
+                .await?
+                .into_iter()
+                .map(|p| p.pod.uid)
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
         let clean_proof = if recovering {
             confirmed.or_else(|| {
-                palisade_decide::phase::clean_proof(&status, &advertised, &challenge)
-                    .filter(|_| !challenge.is_empty())
+                let proof =
+                    palisade_decide::phase::clean_proof(&status, &advertised, &challenge, &bound)
+                        .filter(|_| !challenge.is_empty());
+                let unbound = palisade_decide::phase::unbound_in_inventory(&advertised, &bound);
+                if proof.is_none() && answered && !unbound.is_empty() {
+                    tracing::info!(
+                        fence = %nf.name_any(),
+                        %node,
+                        ?unbound,
+                        "the node's runtime inventory lists pods the API does not bind to it: their containers keep the fence"
+                    );
+                }
+                proof
             })
         } else {
             None
@@ -1135,6 +1235,11 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                             .hand_over(t, ctx.settings.lease_duration.saturating_mul(2))
                             .await?;
                         return Ok(true);
+                    }
+                    if !has_finalizer(&nf) {
+                        // Before anything is fenced: from here on the fence holds the node.
+                        set_finalizer(&api, &nf, true).await?;
+                        return Ok(false);
                     }
                     let _gate = ctx.start_gate.lock().await;
                     // Under the gate, from the API (the decision read the watch cache, which

@@ -1749,8 +1749,15 @@ impl<'s> World<'s> {
         } else {
             advertised.clone()
         };
+        // The pods the API binds to the node now (the proof is per node).
+        let bound: BTreeSet<String> = self
+            .pods
+            .iter()
+            .filter(|p| p.node == i && !p.deleted)
+            .map(|p| p.uid.clone())
+            .collect();
         let clean = (st.phase == Phase::Recovering)
-            .then(|| clean_proof(st_for_proof, &answered, &fence.name))
+            .then(|| clean_proof(st_for_proof, &answered, &fence.name, &bound))
             .flatten();
         // The planted bug takes a changed boot ID as the proof on its own.
         let clean = match (&st.recovery.boot_id_at_fence, &advertised.boot_id) {

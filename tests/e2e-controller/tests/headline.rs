@@ -56,7 +56,7 @@ fn silent_machine_is_power_fenced_then_its_statefulset_pod_runs_elsewhere() {
         "{:?}",
         st.release.pods
     );
-    assert!(st.release.attachments.iter().any(|a| a.uid == va_uid));
+    assert_attachment_released(&lab, &st, &va.name_any(), &va_uid);
     // Before the first release the BMC was read again, under the releasing token, and read off.
     let reread = st
         .release

@@ -21,12 +21,7 @@ use palisade_lab::control_plane::AuditEvent;
 use palisade_lab::{Cut, KubeVersion};
 use palisade_model::nodefence::Phase;
 
-/// When the API server received the audited request.
-fn at(e: &AuditEvent) -> Timestamp {
-    e.request_received_timestamp
-        .parse()
-        .unwrap_or_else(|err| panic!("audit timestamp {:?}: {err}", e.request_received_timestamp))
-}
+use common::audit_at as at;
 
 /// One line of the printed timeline.
 fn line(t0: Timestamp, e: &AuditEvent) -> String {

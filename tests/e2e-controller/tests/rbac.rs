@@ -57,6 +57,7 @@ const CLUSTER: &[&str] = &[
     "create palisade.dev/nodefences",
     "get palisade.dev/nodefences",
     "list palisade.dev/nodefences",
+    "patch palisade.dev/nodefences",
     "watch palisade.dev/nodefences",
     "get palisade.dev/nodefences/status",
     "update palisade.dev/nodefences/status",

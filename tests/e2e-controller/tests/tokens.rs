@@ -83,9 +83,8 @@ fn a_controller_reinstalled_from_scratch_re_elects_above_the_bridge_floor() {
         .expect("ipmitool");
     assert!(on.status.success(), "{on:?}");
     wait_nodes_ready(&lab, &c, &rt);
-    let fences: Api<NodeFence> = Api::all(c.clone());
-    rt.block_on(fences.delete(&nf.name_any(), &DeleteParams::default()))
-        .expect("delete the old NodeFence");
+    // Its controller is gone: a person abandons the fence (it still holds m0).
+    abandon_fence(&c, &rt, &nf.name_any());
     rt.block_on(leases.delete(LEASE, &DeleteParams::default()))
         .expect("delete the leader Lease");
     eventually("old NodeFence gone", Duration::from_secs(30), || {

@@ -436,10 +436,14 @@ fn a_missing_kernel_a_qemu_that_will_not_start_and_a_silent_guest_are_clear_erro
     }
 }
 
-/// Every second: a tick, and a ping of every other machine of a two-machine lab and the hub;
-/// beside them a long `sleep` with another argument.
-const PEERS: &str = r#"sleep 100000 & echo $! > /machine/long.pid
-(while :; do sleep 1; date +%s > /machine/tick.tmp && mv /machine/tick.tmp /machine/tick; done) &
+/// Every second: a tick from a shell named by its argument `ticker`, and a ping of every other
+/// machine of a two-machine lab and the hub; beside them a long-lived shell with another
+/// argument. The ticker forks nothing once it ticks (it waits with the builtin `read -t` on a
+/// FIFO no one writes and counts with shell arithmetic), so the one process signalled by name
+/// is the one that ticks: a ticker that ran `sleep` would leave a race, since a signal sent to a
+/// `sleep` that is just exiting (a zombie not yet reaped) is accepted and does nothing.
+const PEERS: &str = r#"sh -c 'sleep 100000; :' idle & echo $! > /machine/long.pid
+sh -c 'mkfifo /tmp/tick.fifo; exec 3<>/tmp/tick.fifo; i=0; while :; do read -t 1 x <&3; i=$((i+1)); echo $i > /machine/tick; done' ticker &
 i=0
 while :; do
   i=$((i+1)); r="$i"
@@ -497,9 +501,12 @@ fn the_guest_control_loop_signals_steps_the_clock_and_peer_cuts_isolate_a_vm_fro
 
     // SIGSTOP by name through the guest: the ticker stops; SIGCONT: it ticks again.
     eventually("a tick", BOOT, || tick(m0));
-    let stopped = eventually("a sleep to stop", Duration::from_secs(30), || {
-        Some(m0.signal("sleep", "1", Signal::SIGSTOP).unwrap()).filter(|p| !p.is_empty())
-    });
+    let stopped = m0.signal("sh", "ticker", Signal::SIGSTOP).unwrap();
+    assert_eq!(
+        stopped.len(),
+        1,
+        "one shell has the argument `ticker`: {stopped:?}"
+    );
     let long: i32 = std::fs::read_to_string(m0.guest_dir().join("long.pid"))
         .unwrap()
         .trim()
@@ -507,12 +514,13 @@ fn the_guest_control_loop_signals_steps_the_clock_and_peer_cuts_isolate_a_vm_fro
         .unwrap();
     assert!(
         !stopped.contains(&long),
-        "`sleep 100000` has another argument: it must not be signalled ({stopped:?})"
+        "the idle shell has another argument: it must not be signalled ({stopped:?})"
     );
+    // A stopped ticker writes nothing; a running one ticks every second.
     let frozen = tick(m0);
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(tick(m0), frozen, "stopped {stopped:?}: no tick may follow");
-    assert!(!m0.signal("sleep", "1", Signal::SIGCONT).unwrap().is_empty());
+    assert_eq!(m0.signal("sh", "ticker", Signal::SIGCONT).unwrap(), stopped);
     eventually("ticking again", Duration::from_secs(30), || {
         (tick(m0) != frozen).then_some(())
     });

@@ -205,16 +205,14 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
     })?;
     let scheduled = created.elapsed();
     let vas: Api<VolumeAttachment> = Api::all(c.client.clone());
-    eventually("volume db attached to m0", Duration::from_secs(120), || {
+    let old_va = eventually("volume db attached to m0", Duration::from_secs(120), || {
         let list = c.rt.block_on(vas.list(&Default::default())).ok()?;
-        list.items
-            .iter()
-            .any(|va| {
-                va.spec.node_name == "m0"
-                    && va.spec.source.persistent_volume_name.as_deref() == Some("pv-db")
-                    && va.status.as_ref().is_some_and(|s| s.attached)
-            })
-            .then_some(())
+        list.items.into_iter().find_map(|va| {
+            (va.spec.node_name == "m0"
+                && va.spec.source.persistent_volume_name.as_deref() == Some("pv-db")
+                && va.status.as_ref().is_some_and(|s| s.attached))
+            .then(|| va.name_any())
+        })
     })?;
     let attached = created.elapsed();
     let old = eventually("db-0 Running on m0", Duration::from_secs(120), || {
@@ -303,6 +301,24 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
         }
         (st.phase == Phase::Released).then_some(nf)
     })?;
+    // On Kubernetes 1.26 and later the out-of-service taint lets the attach-detach controller
+    // detach the volume itself once the pod is gone: it may delete m0's VolumeAttachment
+    // before Palisade does. The API server's audit log says who did.
+    let st = released.status.clone().unwrap_or_default();
+    if !st.release.attachments.iter().any(|a| a.name == old_va) {
+        let by = lab
+            .control_plane()
+            .map(|cp| cp.audit())
+            .unwrap_or_default()
+            .into_iter()
+            .find(|e| e.verb == "delete" && e.succeeded() && e.on("volumeattachments", &old_va))
+            .map(|e| e.user.username);
+        t.say(format!(
+            "{} m0's VolumeAttachment {old_va} was deleted by {} (Kubernetes acting on the out-of-service taint), before Palisade reached it",
+            since(Instant::now()),
+            by.as_deref().unwrap_or("someone the audit log does not name yet")
+        ));
+    }
     let m0 = &lab.machines()[0];
     let blocked = c.rt.block_on(admin.node("m0"))?;
     t.say(format!(

@@ -376,6 +376,73 @@ pub fn node_ready(c: &Client, rt: &tokio::runtime::Runtime, name: &str) -> Optio
 }
 
 /// Every NodeFence for `node`.
+/// When the API server received the audited request `e`.
+pub fn audit_at(e: &palisade_lab::control_plane::AuditEvent) -> k8s_openapi::jiff::Timestamp {
+    e.request_received_timestamp
+        .parse()
+        .unwrap_or_else(|err| panic!("audit timestamp {:?}: {err}", e.request_received_timestamp))
+}
+
+/// Asserts that the VolumeAttachment `va` (UID `uid`) was released after the fence `st` was
+/// verified: Palisade recorded deleting it, or, on a release with the out-of-service taint
+/// (Kubernetes 1.26 and later), the attach-detach controller deleted it first once the pod was
+/// gone, after the fence was verified (the API server's audit log says who, and when).
+pub fn assert_attachment_released(
+    lab: &Lab,
+    st: &palisade_model::nodefence::NodeFenceStatus,
+    va: &str,
+    uid: &str,
+) {
+    if st.release.attachments.iter().any(|a| a.uid == uid) {
+        return;
+    }
+    let fenced = st
+        .transitions
+        .iter()
+        .find(|t| t.phase == palisade_model::nodefence::Phase::Fenced)
+        .expect("a Fenced transition")
+        .at
+        .0;
+    let audit = lab.control_plane().expect("a control plane").audit();
+    let deletes: Vec<_> = audit
+        .iter()
+        .filter(|e| e.verb == "delete" && e.on("volumeattachments", va))
+        .collect();
+    let by_kubernetes = deletes.iter().find(|e| {
+        e.succeeded()
+            && (e.user.username == "system:kube-controller-manager"
+                || e.user.username.ends_with(":attachdetach-controller"))
+    });
+    let Some(e) = by_kubernetes else {
+        panic!(
+            "VolumeAttachment {va} released neither by Palisade ({:?}) nor by the attach-detach controller ({deletes:?})",
+            st.release.attachments
+        );
+    };
+    assert!(
+        audit_at(e) >= fenced,
+        "the attach-detach controller deleted {va} at {} only after the fence was verified at {fenced}",
+        audit_at(e)
+    );
+    assert!(
+        deletes.iter().all(|d| audit_at(d) >= fenced),
+        "nothing deletes {va} before the fence is verified: {deletes:?}"
+    );
+}
+
+/// Deletes NodeFence `name` as a person abandoning it would: the delete, then its finalizer
+/// ([`palisade_model::NODEFENCE_FINALIZER`]) removed by hand, so it goes even though it still
+/// holds its node (a test harness clearing a scenario, or a controller that is gone).
+pub fn abandon_fence(c: &Client, rt: &tokio::runtime::Runtime, name: &str) {
+    let api: Api<NodeFence> = Api::all(c.clone());
+    let _ = rt.block_on(api.delete(name, &Default::default()));
+    let _ = rt.block_on(api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    ));
+}
+
 pub fn fences_for(c: &Client, rt: &tokio::runtime::Runtime, node: &str) -> Vec<NodeFence> {
     palisade_scenario::fences_for(c, rt, node)
 }

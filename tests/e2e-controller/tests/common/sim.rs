@@ -483,7 +483,7 @@ impl<'l> Sim<'l> {
             .expect("list NodeFences");
         for f in list.items {
             if names.contains(&f.spec.node_name.as_str()) {
-                let _ = self.rt.block_on(fences.delete(&f.name_any(), &dp));
+                super::abandon_fence(&self.c, self.rt, &f.name_any());
             }
         }
         let node_api: Api<Node> = Api::all(self.c.clone());
