@@ -4,6 +4,13 @@
 //! extensions (inserted by [`crate::server`]). Mutating requests go through `mutate`:
 //! authorize → validate headers and body → take the target's mutex → idempotency lookup →
 //! durably raise the token floor → act and verify → durably record the response → audit.
+//!
+//! A storage request's body may name the fence's hold (`{"hold": "palisade-<uid>"}`,
+//! [`ActionBody`]): the block adds it, the unblock lifts only it. A malformed hold, or a hold
+//! on a power action, is refused with 400 `invalid_hold` before anything else happens (no key
+//! recorded, no floor raised, nothing sent). A held unblock that leaves the target blocked
+//! (another hold remains) answers 409 [`STORAGE_STILL_HELD`] with the evidence, and is audited
+//! as `still_held`. Without a hold, storage actions are node-wide, and the audit says "no hold".
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -24,7 +31,7 @@ use tracing::Instrument as _;
 use crate::audit::AuditRecord;
 use crate::bridge::Bridge;
 use crate::config::Target;
-use crate::executor::{ExecError, Outcome, PowerAction, StorageAction};
+use crate::executor::{ExecError, Outcome, PowerAction, StorageAction, StorageHold};
 use crate::policy::{ClientIdentity, Decision};
 use crate::store::{Begin, IdemEntry, StoredResponse};
 
@@ -32,8 +39,15 @@ use crate::store::{Begin, IdemEntry, StoredResponse};
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// Header carrying the fencing token (u64) of a mutating request.
 pub const FENCING_TOKEN: &str = "fencing-token";
+/// The optional JSON body of a mutating request, shared with the client.
+pub use palisade_fence::bridge::wire::ActionBody;
 /// Response header set when a response is replayed from the idempotency cache.
 pub use palisade_fence::bridge::REPLAYED;
+/// The `error` code (HTTP 409) of a held unblock that left the target blocked.
+pub use palisade_fence::bridge::STORAGE_STILL_HELD;
+
+/// The `error` code (HTTP 400) of a malformed hold, or of a hold on a power action.
+pub const INVALID_HOLD: &str = "invalid_hold";
 
 /// The `error` code of a refused stale fencing token (HTTP 409).
 pub const STALE_FENCING_TOKEN: &str = "stale_fencing_token";
@@ -226,6 +240,7 @@ fn exec_error(target: &str, action: &str, e: &ExecError) -> (StatusCode, Value) 
     let (status, code) = match e {
         ExecError::NoDevice { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "no_device"),
         ExecError::Failed { .. } => (StatusCode::BAD_GATEWAY, "device_failed"),
+        ExecError::StillHeld { .. } => (StatusCode::CONFLICT, STORAGE_STILL_HELD),
         ExecError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
     };
     let body = json!({
@@ -391,13 +406,15 @@ async fn storage_action(
     mutate_in_span(b, id, target, op, headers, body).await
 }
 
-/// The optional JSON body of a mutating request.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ActionBody {
-    /// Free text recorded in the audit log (e.g. the NodeFence name).
-    #[serde(default)]
-    reason: Option<String>,
+/// Why a body that did not parse as an [`ActionBody`] was refused: `Some` (for 400
+/// `invalid_hold`) when its `hold` is present and malformed, `None` (400 `bad_json`) otherwise.
+fn malformed_hold(body: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    match v.get("hold")? {
+        Value::Null => None,
+        Value::String(h) => StorageHold::new(h).err().map(|e| e.to_string()),
+        other => Some(format!("hold must be a string, not {other}")),
+    }
 }
 
 struct AuditCtx<'a> {
@@ -409,6 +426,9 @@ struct AuditCtx<'a> {
     key: Option<&'a str>,
     started: Instant,
     reason: Option<String>,
+    /// The storage hold of the request, once its body was read: `Some(None)` for a node-wide
+    /// storage action. `None` before the body was read and for power actions.
+    hold: Option<Option<StorageHold>>,
 }
 
 impl AuditCtx<'_> {
@@ -424,6 +444,10 @@ impl AuditCtx<'_> {
             body.get("message")
                 .and_then(Value::as_str)
                 .map(str::to_string),
+            self.hold.as_ref().map(|h| match h {
+                Some(h) => format!("hold {h}"),
+                None => "no hold: node-wide".to_string(),
+            }),
             self.reason.clone().map(|r| format!("reason: {r}")),
         ]
         .into_iter()
@@ -437,6 +461,7 @@ impl AuditCtx<'_> {
             target: self.target.into(),
             token: self.token,
             idempotency_key: self.key.map(str::to_string),
+            hold: self.hold.clone().flatten().map(String::from),
             result: result.into(),
             status: status.as_u16(),
             message: (!message.is_empty()).then_some(message),
@@ -515,6 +540,7 @@ async fn mutate(
         key: None,
         started,
         reason: None,
+        hold: None,
     };
     let t = match authorize(&b, &id, &target) {
         Ok(t) => t,
@@ -540,17 +566,38 @@ async fn mutate(
             );
         }
     };
+    let mut action_body = ActionBody::default();
     if !body.iter().all(u8::is_ascii_whitespace) {
         match serde_json::from_slice::<ActionBody>(&body) {
-            Ok(a) => ctx.reason = a.reason,
+            Ok(a) => action_body = a,
             Err(e) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "bad_json",
-                    format!("request body is not valid JSON for this endpoint: {e}"),
-                )
+                return match malformed_hold(&body) {
+                    Some(why) => error(
+                        StatusCode::BAD_REQUEST,
+                        INVALID_HOLD,
+                        format!("refusing the request, nothing done: {why}"),
+                    ),
+                    None => error(
+                        StatusCode::BAD_REQUEST,
+                        "bad_json",
+                        format!("request body is not valid JSON for this endpoint: {e}"),
+                    ),
+                }
             }
         }
+    }
+    let ActionBody { reason, hold } = action_body;
+    ctx.reason = reason;
+    match op {
+        Op::Storage(_) => ctx.hold = Some(hold.clone()),
+        Op::Power(_) if hold.is_some() => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                INVALID_HOLD,
+                "a hold applies to storage actions only; refusing the request, nothing done",
+            )
+        }
+        Op::Power(_) => {}
     }
     let key = match headers.get(IDEMPOTENCY_KEY).and_then(|v| v.to_str().ok()) {
         Some(k) if !k.is_empty() && k.len() <= 128 && k.bytes().all(|c| c.is_ascii_graphic()) => {
@@ -590,7 +637,12 @@ async fn mutate(
             )
             .await;
     }
-    let fingerprint = format!("{target} {} {token}", op.name());
+    // The hold is part of the request: a key reused under another hold is refused, not
+    // replayed. Without one the fingerprint is what bridges before holds recorded.
+    let fingerprint = match &hold {
+        None => format!("{target} {} {token}", op.name()),
+        Some(h) => format!("{target} {} {token} hold {h}", op.name()),
+    };
 
     // Everything below runs with the target's mutex held: one operation per device at a time.
     let _guard = target_lock(&b, &target).await;
@@ -658,13 +710,14 @@ async fn mutate(
         }
     }
 
-    tracing::info!(client = %id.name(), target, action = op.name(), token, "acting");
+    let hold_name = hold.as_ref().map(StorageHold::as_str);
+    tracing::info!(client = %id.name(), target, action = op.name(), token, hold = hold_name, "acting");
     let ex = b.executor.clone();
     let res = match op {
         Op::Power(a) => with_timeout(&b, &target, ex.power(t, a))
             .await
             .map(|o| outcome_body(&target, op.name(), &o)),
-        Op::Storage(a) => with_timeout(&b, &target, ex.storage(t, a))
+        Op::Storage(a) => with_timeout(&b, &target, ex.storage(t, a, hold.as_ref()))
             .await
             .map(|o| outcome_body(&target, op.name(), &o)),
     };
@@ -675,7 +728,11 @@ async fn mutate(
         Err(e) => {
             tracing::warn!(client = %id.name(), target, action = op.name(), error = %e, "action failed");
             let (s, body) = exec_error(&target, op.name(), &e);
-            (s, body, "error")
+            let result = match e {
+                ExecError::StillHeld { .. } => "still_held",
+                _ => "error",
+            };
+            (s, body, result)
         }
     };
     b.metrics.inc(

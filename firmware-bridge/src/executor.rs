@@ -5,7 +5,7 @@
 //! executor drives the fencing agents; [`RecordingExecutor`] is an in-memory test double that
 //! records every call so tests can count actions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use crate::config::Target;
 
 pub use palisade_fence::bridge::wire::{
-    Health, PowerAction, PowerState, StorageAction, StorageState,
+    Health, PowerAction, PowerState, StorageAction, StorageHold, StorageState,
 };
 
 /// The typed result of an executor call plus its evidence.
@@ -53,6 +53,18 @@ pub enum ExecError {
         /// Evidence gathered before failing.
         evidence: Value,
     },
+    /// An unblock under a hold lifted that hold, but a read-back after the command still
+    /// reports the target blocked: another fence's hold (or a block without a hold) remains.
+    /// Not an unblock: the target stays fenced (HTTP 409 `storage_still_held`).
+    #[error("target {target}: {message}")]
+    StillHeld {
+        /// Target id.
+        target: String,
+        /// Which hold was lifted and what the storage still reports.
+        message: String,
+        /// Per-device evidence (the held devices say `still_held`).
+        evidence: Value,
+    },
     /// The operation exceeded its budget.
     #[error("target {target}: operation timed out after {secs}s")]
     Timeout {
@@ -67,7 +79,9 @@ impl ExecError {
     /// Evidence attached to the error, if any.
     pub fn evidence(&self) -> Value {
         match self {
-            ExecError::Failed { evidence, .. } => evidence.clone(),
+            ExecError::Failed { evidence, .. } | ExecError::StillHeld { evidence, .. } => {
+                evidence.clone()
+            }
             _ => Value::Null,
         }
     }
@@ -88,11 +102,20 @@ pub trait Executor: Send + Sync + 'static {
     ) -> Result<Outcome<PowerState>, ExecError>;
     /// Reads the power state.
     async fn power_status(&self, target: &Target) -> Result<Outcome<PowerState>, ExecError>;
-    /// Performs a storage action on every storage device, then verifies it.
+    /// Performs a storage action on every storage device under the fence's `hold`, then
+    /// verifies it.
+    ///
+    /// # Guarantees
+    /// - With a hold, a block adds it and an unblock lifts only it; an unblock returns `Ok`
+    ///   only when a read-back after the command reports every device unblocked, and
+    ///   [`ExecError::StillHeld`] when a device lifted the hold but still reports the target
+    ///   blocked (another hold remains).
+    /// - Without a hold, both act node-wide (an unblock lifts every hold), as before holds.
     async fn storage(
         &self,
         target: &Target,
         action: StorageAction,
+        hold: Option<&StorageHold>,
     ) -> Result<Outcome<StorageState>, ExecError>;
     /// Reads the storage state.
     async fn storage_status(&self, target: &Target) -> Result<Outcome<StorageState>, ExecError>;
@@ -107,8 +130,8 @@ pub enum Call {
     Power(String, PowerAction),
     /// A power status read.
     PowerStatus(String),
-    /// A storage action.
-    Storage(String, StorageAction),
+    /// A storage action, with its hold.
+    Storage(String, StorageAction, Option<StorageHold>),
     /// A storage status read.
     StorageStatus(String),
     /// A monitor call.
@@ -118,13 +141,16 @@ pub enum Call {
 #[derive(Debug, Default)]
 struct FakeState {
     off: BTreeMap<String, bool>,
-    blocked: BTreeMap<String, bool>,
+    /// Per target, its storage holds (`""`: a block without one); blocked while any remains.
+    holds: BTreeMap<String, BTreeSet<String>>,
     calls: Vec<Call>,
     fail_power: BTreeMap<String, String>,
 }
 
 /// An in-memory executor for tests and benchmarks: every target starts powered on and
-/// unblocked; actions flip the state and are recorded.
+/// unblocked; actions flip the state and are recorded. Storage keeps holds as the lab storage
+/// server does: a block adds its hold, a held unblock lifts only its own, a node-wide unblock
+/// lifts them all.
 #[derive(Debug, Clone, Default)]
 pub struct RecordingExecutor {
     state: Arc<Mutex<FakeState>>,
@@ -244,6 +270,7 @@ impl Executor for RecordingExecutor {
         &self,
         target: &Target,
         action: StorageAction,
+        hold: Option<&StorageHold>,
     ) -> Result<Outcome<StorageState>, ExecError> {
         if target.storage.is_empty() {
             return Err(ExecError::NoDevice {
@@ -253,19 +280,40 @@ impl Executor for RecordingExecutor {
         }
         self.lock()
             .calls
-            .push(Call::Storage(target.id.clone(), action));
+            .push(Call::Storage(target.id.clone(), action, hold.cloned()));
         self.act().await;
-        let blocked = action == StorageAction::Block;
-        self.lock().blocked.insert(target.id.clone(), blocked);
+        let name = hold.map(StorageHold::as_str).unwrap_or_default();
+        let blocked = {
+            let mut st = self.lock();
+            let holds = st.holds.entry(target.id.clone()).or_default();
+            match (action, hold) {
+                (StorageAction::Block, _) => {
+                    holds.insert(name.to_owned());
+                }
+                (StorageAction::Unblock, Some(_)) => {
+                    holds.remove(name);
+                }
+                (StorageAction::Unblock, None) => holds.clear(),
+            }
+            !holds.is_empty()
+        };
         let state = if blocked {
             StorageState::Blocked
         } else {
             StorageState::Unblocked
         };
+        let evidence = fake_evidence(target, &format!("{state:?}"));
+        if action == StorageAction::Unblock && blocked {
+            return Err(ExecError::StillHeld {
+                target: target.id.clone(),
+                message: format!("hold {name} lifted, but another hold keeps the target blocked"),
+                evidence,
+            });
+        }
         Ok(Outcome {
             state,
             verified: true,
-            evidence: fake_evidence(target, &format!("{state:?}")),
+            evidence,
         })
     }
 
@@ -281,10 +329,9 @@ impl Executor for RecordingExecutor {
             .push(Call::StorageStatus(target.id.clone()));
         let blocked = self
             .lock()
-            .blocked
+            .holds
             .get(&target.id)
-            .copied()
-            .unwrap_or(false);
+            .is_some_and(|h| !h.is_empty());
         let state = if blocked {
             StorageState::Blocked
         } else {

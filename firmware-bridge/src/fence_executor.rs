@@ -9,6 +9,12 @@
 //! Each target's `storage` devices (`storagefw+https://`) become `palisade_storagefw`
 //! agents (CA bundle pinned, bearer token from the `token` secret, node name and addresses
 //! from the inventory). `block`/`unblock` must verify on every storage device of the target.
+//! A request's hold (`palisade-<NodeFence UID>`, [`StorageHold`]) goes to the agent as
+//! `NodeRef::with_hold`: the block adds it and the unblock lifts only it. A held unblock that
+//! a read-back still reports blocked (another fence's hold remains) is
+//! [`ExecError::StillHeld`], never `unblocked_verified`; the storage agent reports that case as
+//! "not verified" (it polled until its verify timeout), and this executor reads the status once
+//! more to tell "still held" from a failed read.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,12 +22,13 @@ use std::time::{Duration, SystemTime};
 
 use palisade_fence::levels::{self, AttemptResult, FenceOutcome, FenceReport, LevelPolicy, Step};
 use palisade_fence::{Credentials, Device, DeviceOptions, PowerDevice};
-use palisade_storagefw::{NodeRef, StorageFirewall, StorageFwConfig};
+use palisade_storagefw::{NodeRef, StorageFirewall, StorageFwConfig, StorageFwError};
 use serde_json::{json, Value};
 
 use crate::config::{self, Inventory, Target};
 use crate::executor::{
-    ExecError, Executor, Health, Outcome, PowerAction, PowerState, StorageAction, StorageState,
+    ExecError, Executor, Health, Outcome, PowerAction, PowerState, StorageAction, StorageHold,
+    StorageState,
 };
 
 /// Errors building the executor from the inventory.
@@ -318,6 +325,70 @@ async fn storage_readings(devs: &[StorageDevice]) -> (Option<bool>, Vec<Value>) 
     (all_blocked, readings)
 }
 
+/// One storage device's answer to an action, as evidence.
+enum DeviceResult {
+    /// Commanded and verified (`blocked_verified`, `unblocked_verified`).
+    Verified(Value),
+    /// A held unblock that a read-back after the command still reports blocked (`still_held`).
+    StillHeld(Value),
+    /// Not verified, refused or unreachable (`failed`).
+    Failed(Value),
+}
+
+/// Blocks or unblocks the node at one storage device, under `hold` when given.
+///
+/// Guarantees: `Verified` only from the agent's verified evidence (a status read after the
+/// command), or, for a held unblock the agent could not verify, from a status read after that
+/// reporting the node unblocked; `StillHeld` only for a held unblock whose last read reports
+/// the node blocked. Without a hold an unverified unblock is `Failed`, as before holds.
+async fn storage_one(
+    d: &StorageDevice,
+    action: StorageAction,
+    hold: Option<&StorageHold>,
+) -> DeviceResult {
+    let failed = |node: &str, e: &StorageFwError| {
+        DeviceResult::Failed(json!({
+            "device": d.url, "node": node, "hold": hold, "result": "failed",
+            "error": e.to_string(), "retryable": e.is_retryable() }))
+    };
+    let node = match hold {
+        None => d.node.clone(),
+        Some(h) => match d.node.clone().with_hold(h.as_str()) {
+            Ok(n) => n,
+            // Not reached: a StorageHold keeps the rule of NodeRef::with_hold (tested).
+            Err(e) => return failed(d.node.name(), &e),
+        },
+    };
+    match action {
+        StorageAction::Block => match d.agent.block(&node).await {
+            Ok(ev) => DeviceResult::Verified(json!({
+                "device": d.url, "node": ev.node(), "hold": hold, "result": "blocked_verified",
+                "addresses": ev.addresses(), "verified_at": rfc3339(ev.verified_at()),
+                "status": ev.status() })),
+            Err(e) => failed(node.name(), &e),
+        },
+        StorageAction::Unblock => match d.agent.unblock(&node).await {
+            Ok(ev) => DeviceResult::Verified(json!({
+                "device": d.url, "node": ev.node(), "hold": hold, "result": "unblocked_verified",
+                "verified_at": rfc3339(ev.verified_at()) })),
+            // With a hold, "still blocked" after the command means another hold remains.
+            Err(e @ StorageFwError::NotVerified { .. }) if hold.is_some() => {
+                match d.agent.status(&node).await {
+                    Ok(s) if s.blocked => DeviceResult::StillHeld(json!({
+                        "device": d.url, "node": s.node, "hold": hold, "result": "still_held",
+                        "error": e.to_string(), "status": s.raw })),
+                    Ok(s) => DeviceResult::Verified(json!({
+                        "device": d.url, "node": s.node, "hold": hold,
+                        "result": "unblocked_verified",
+                        "verified_at": rfc3339(SystemTime::now()), "status": s.raw })),
+                    Err(e) => failed(node.name(), &e),
+                }
+            }
+            Err(e) => failed(node.name(), &e),
+        },
+    }
+}
+
 #[async_trait::async_trait]
 impl Executor for FenceExecutor {
     async fn power(
@@ -408,40 +479,47 @@ impl Executor for FenceExecutor {
         &self,
         t: &Target,
         action: StorageAction,
+        hold: Option<&StorageHold>,
     ) -> Result<Outcome<StorageState>, ExecError> {
         let devs = self.storage_devices(t)?;
         let mut results = Vec::new();
-        let mut failed = false;
+        let (mut failed, mut held) = (false, false);
         // Every device is commanded even if one fails: a partial block is still worth having,
         // and the evidence shows exactly which devices verified.
         for d in devs {
-            let r = match action {
-                StorageAction::Block => d.agent.block(&d.node).await.map(|ev| {
-                    json!({ "device": d.url, "node": ev.node(), "result": "blocked_verified",
-                            "addresses": ev.addresses(), "verified_at": rfc3339(ev.verified_at()),
-                            "status": ev.status() })
-                }),
-                StorageAction::Unblock => d.agent.unblock(&d.node).await.map(|ev| {
-                    json!({ "device": d.url, "node": ev.node(), "result": "unblocked_verified",
-                            "verified_at": rfc3339(ev.verified_at()) })
-                }),
+            let r = match storage_one(d, action, hold).await {
+                DeviceResult::Verified(v) => v,
+                DeviceResult::StillHeld(v) => {
+                    held = true;
+                    v
+                }
+                DeviceResult::Failed(v) => {
+                    failed = true;
+                    v
+                }
             };
-            results.push(r.unwrap_or_else(|e| {
-                failed = true;
-                json!({ "device": d.url, "node": d.node.name(), "result": "failed",
-                        "error": e.to_string(), "retryable": e.is_retryable() })
-            }));
+            results.push(r);
         }
         let (state, verb) = match action {
             StorageAction::Block => (StorageState::Blocked, "block"),
             StorageAction::Unblock => (StorageState::Unblocked, "unblock"),
         };
-        let evidence =
-            json!({ "executor": "palisade-storagefw", "action": verb, "devices": results });
+        let evidence = json!({ "executor": "palisade-storagefw", "action": verb,
+                               "hold": hold, "devices": results });
         if failed {
             return Err(ExecError::Failed {
                 target: t.id.clone(),
                 message: format!("storage {verb} did not verify on every storage device"),
+                evidence,
+            });
+        }
+        if held {
+            return Err(ExecError::StillHeld {
+                target: t.id.clone(),
+                message: format!(
+                    "storage unblock lifted hold {} only: the storage still reports the target blocked, so another fence still holds it; the target stays fenced",
+                    hold.map(StorageHold::as_str).unwrap_or_default()
+                ),
                 evidence,
             });
         }
@@ -516,5 +594,44 @@ impl Executor for FenceExecutor {
             verified: false,
             evidence: json!({ "executor": "palisade-fence", "checks": checks }),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wire's rule for a hold and the storage agent's are one rule: a hold the bridge
+    /// accepts is one the agent accepts, and a hold the agent would refuse is refused at the
+    /// bridge's door (400 `invalid_hold`), before anything is done.
+    #[test]
+    fn a_hold_is_valid_on_the_wire_exactly_when_the_storage_agent_accepts_it() {
+        let long = "a".repeat(253);
+        let too_long = "a".repeat(254);
+        let cases = [
+            "palisade-0f8d3a52-1c2e-4b7a-9d3e-5a1b2c3d4e5f",
+            "a",
+            "x.y-1",
+            "-lead",
+            "trail.",
+            long.as_str(),
+            "",
+            "Upper",
+            "a/b",
+            "a b",
+            "a_b",
+            "x\"y",
+            "ü",
+            "a\n",
+            too_long.as_str(),
+        ];
+        let node = NodeRef::new("m0", vec![]).unwrap();
+        for h in cases {
+            assert_eq!(
+                StorageHold::new(h).is_ok(),
+                node.clone().with_hold(h).is_ok(),
+                "{h:?}"
+            );
+        }
     }
 }

@@ -49,6 +49,42 @@ async fn bad_requests_get_json_4xx_and_never_act() {
             "bad_json",
         ),
         (
+            "malformed storage hold",
+            Method::POST,
+            "v1/targets/m0/storage/block",
+            HDRS.to_vec(),
+            br#"{"hold":"Palisade/../x"}"#.to_vec(),
+            400,
+            "invalid_hold",
+        ),
+        (
+            "storage hold that is not a string",
+            Method::POST,
+            "v1/targets/m0/storage/unblock",
+            HDRS.to_vec(),
+            br#"{"hold":["palisade-a"]}"#.to_vec(),
+            400,
+            "invalid_hold",
+        ),
+        (
+            "hold on a power action",
+            Method::POST,
+            post,
+            HDRS.to_vec(),
+            br#"{"hold":"palisade-a"}"#.to_vec(),
+            400,
+            "invalid_hold",
+        ),
+        (
+            "unknown field beside a good hold",
+            Method::POST,
+            "v1/targets/m0/storage/block",
+            HDRS.to_vec(),
+            br#"{"hold":"palisade-a","node_wide":true}"#.to_vec(),
+            400,
+            "bad_json",
+        ),
+        (
             "oversized body",
             Method::POST,
             post,
@@ -279,4 +315,102 @@ async fn healthz_metrics_and_audit_scope() {
         ("m0-only", "power.off", Some(1), Some("x2"))
     );
     assert!(rec.evidence.is_object());
+}
+
+#[tokio::test]
+async fn a_held_unblock_lifts_its_own_hold_and_is_refused_while_another_remains() {
+    use palisade_bridge::executor::{Call, StorageAction, StorageHold, StorageState};
+    use palisade_fence::bridge::{ClientError, STORAGE_STILL_HELD};
+    let h = Harness::start("").await;
+    let c = h.client("palisade-controller");
+    let (a, b) = (
+        StorageHold::new("palisade-a").unwrap(),
+        StorageHold::new("palisade-b").unwrap(),
+    );
+    for (key, hold) in [("block-a", &a), ("block-b", &b)] {
+        let r = c
+            .storage_with_hold("m0", StorageAction::Block, 1, key, None, Some(hold))
+            .await
+            .unwrap();
+        assert_eq!(r.storage_state(), Some(StorageState::Blocked));
+    }
+    let e = c
+        .storage_with_hold("m0", StorageAction::Unblock, 1, "unblock-a", None, Some(&a))
+        .await
+        .unwrap_err();
+    let ClientError::Api { status, code, .. } = &e else {
+        panic!("{e}")
+    };
+    assert_eq!((*status, code.as_str()), (409, STORAGE_STILL_HELD), "{e}");
+    assert_eq!(
+        c.storage_status("m0").await.unwrap().storage_state(),
+        Some(StorageState::Blocked)
+    );
+    let r = c
+        .storage_with_hold("m0", StorageAction::Unblock, 1, "unblock-b", None, Some(&b))
+        .await
+        .unwrap();
+    assert_eq!(r.storage_state(), Some(StorageState::Unblocked));
+    // The executor was handed each request's hold.
+    let holds: Vec<_> = h
+        .exec
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::Storage(_, action, hold) => Some((action, hold)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        holds,
+        vec![
+            (StorageAction::Block, Some(a.clone())),
+            (StorageAction::Block, Some(b.clone())),
+            (StorageAction::Unblock, Some(a)),
+            (StorageAction::Unblock, Some(b)),
+        ]
+    );
+    let audit = c.audit(Some("m0"), 10).await.unwrap();
+    let results: Vec<_> = audit
+        .iter()
+        .map(|r| (r.result.as_str(), r.hold.as_deref()))
+        .collect();
+    assert_eq!(
+        results,
+        vec![
+            ("ok", Some("palisade-a")),
+            ("ok", Some("palisade-b")),
+            ("still_held", Some("palisade-a")),
+            ("ok", Some("palisade-b")),
+        ]
+    );
+
+    // Without a hold (an older controller) the unblock is node-wide, and the audit says so.
+    c.storage_with_hold(
+        "m0",
+        StorageAction::Block,
+        1,
+        "block-c",
+        None,
+        Some(&StorageHold::new("palisade-c").unwrap()),
+    )
+    .await
+    .unwrap();
+    c.storage("m0", StorageAction::Block, 1, "block-old", None)
+        .await
+        .unwrap();
+    let r = c
+        .storage("m0", StorageAction::Unblock, 1, "unblock-old", None)
+        .await
+        .unwrap();
+    assert_eq!(r.storage_state(), Some(StorageState::Unblocked));
+    let last = c.audit(Some("m0"), 1).await.unwrap().pop().unwrap();
+    assert_eq!(last.hold, None);
+    assert!(
+        last.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("no hold"),
+        "{last:?}"
+    );
 }

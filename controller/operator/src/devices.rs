@@ -574,19 +574,30 @@ async fn act(
             ))
         }
         (DeviceKind::Storage, Some(DeviceScheme::Bridge)) => {
+            // The fence's own hold, as for a direct storage firewall: the bridge's block adds
+            // it and its unblock lifts only it, so a late unblock (also refused by the token)
+            // cannot lift a newer fence's block. A hold another fence outlives is refused by
+            // the bridge (`storage_still_held`): the unblock fails, the node stays blocked.
+            let hold = palisade_fence::bridge::wire::StorageHold::new(hold)
+                .map_err(|e| palisade_fence::FenceError::Config(format!("{}: {e}", d.url)))?;
             let device = bridge_device(ctx, &d.url, token)?;
             let (verb, action) = if fence {
                 ("block", StorageAction::Block)
             } else {
                 ("unblock", StorageAction::Unblock)
             };
-            let r = bounded(budget, verb, async { device.storage(action, key).await }).await?;
-            let message = format!("storage {verb} verified by the bridge (idempotency key {key})");
+            let r = bounded(budget, verb, async {
+                device.storage(action, key, Some(&hold)).await
+            })
+            .await?;
+            let message = format!(
+                "storage {verb} verified by the bridge (idempotency key {key}, hold {hold})"
+            );
             let evidence = fence.then(|| {
                 (
                     EvidenceKind::StorageBlocked,
                     format!(
-                        "{} reported target {} storage blocked under token {token}: {}",
+                        "{} reported target {} storage blocked under token {token} and hold {hold}: {}",
                         d.url,
                         r.target,
                         short(&r.evidence.to_string())

@@ -158,36 +158,47 @@ impl BridgeDevice {
         )
     }
 
-    /// Storage-fences the target through the bridge (one logical operation: a fresh key,
-    /// reused on retries). `Ok` only when the bridge verified every storage device blocked;
-    /// returns the bridge's answer (its evidence names each device).
+    /// Storage-fences the target node-wide (no hold) through the bridge (one logical
+    /// operation: a fresh key, reused on retries). `Ok` only when the bridge verified every
+    /// storage device blocked; returns the bridge's answer (its evidence names each device).
     pub async fn block_storage(&self) -> Result<OpResponse, FenceError> {
-        self.storage(wire::StorageAction::Block, &fresh_idempotency_key("block"))
-            .await
-    }
-
-    /// Lifts the storage fence (the explicit unfence) through the bridge; `Ok` only when the
-    /// bridge verified every storage device unblocked.
-    pub async fn unblock_storage(&self) -> Result<OpResponse, FenceError> {
         self.storage(
-            wire::StorageAction::Unblock,
-            &fresh_idempotency_key("unblock"),
+            wire::StorageAction::Block,
+            &fresh_idempotency_key("block"),
+            None,
         )
         .await
     }
 
-    /// A storage action under the caller's idempotency key, checked for verification.
+    /// Lifts the storage fence node-wide (the operator's explicit unfence: every hold) through
+    /// the bridge; `Ok` only when the bridge verified every storage device unblocked.
+    pub async fn unblock_storage(&self) -> Result<OpResponse, FenceError> {
+        self.storage(
+            wire::StorageAction::Unblock,
+            &fresh_idempotency_key("unblock"),
+            None,
+        )
+        .await
+    }
+
+    /// A storage action under the caller's idempotency key and the fence's `hold` (`None`:
+    /// node-wide), checked for verification.
+    ///
+    /// Guarantees: `Ok` only when the bridge answered `verified: true` with the wanted state.
+    /// An unblock under a hold that another fence's hold outlives is an error
+    /// ([`FenceError::DeviceRefused`] saying so): the target stays blocked.
     pub async fn storage(
         &self,
         action: wire::StorageAction,
         key: &str,
+        hold: Option<&wire::StorageHold>,
     ) -> Result<OpResponse, FenceError> {
         let verb = format!("{action:?}").to_lowercase();
         let token = self.token(&verb)?;
         let reason = format!("palisade-fence storage {verb}");
         let r = retry_same_key(self.options.retries, key, |k| {
             self.client
-                .storage(&self.target_id, action, token, k, Some(&reason))
+                .storage_with_hold(&self.target_id, action, token, k, Some(&reason), hold)
         })
         .await
         .map_err(|e| map_error(&self.name, e))?;
@@ -284,6 +295,12 @@ fn map_error(device: &str, e: ClientError) -> FenceError {
                 device,
                 detail: message,
                 seen_token: body.get("seen_token").and_then(serde_json::Value::as_u64),
+            },
+            (409, super::STORAGE_STILL_HELD) => FenceError::DeviceRefused {
+                device,
+                detail: format!(
+                    "storage not unblocked: another fence still holds the node ({code}: {message})"
+                ),
             },
             (401 | 403, _) => FenceError::AuthRefused {
                 device,
@@ -451,6 +468,20 @@ mod tests {
         assert_eq!(
             floor(map_error("d", refusal(serde_json::Value::Null))),
             None
+        );
+    }
+
+    #[test]
+    fn a_hold_another_fence_outlives_maps_to_a_terminal_not_unblocked_error() {
+        let e = map_error(
+            "bridge://h:1/m0",
+            api(409, super::super::STORAGE_STILL_HELD),
+        );
+        assert!(!e.is_retryable());
+        assert_eq!(e.kind(), "device_refused");
+        assert!(
+            e.to_string().contains("another fence still holds the node"),
+            "{e}"
         );
     }
 

@@ -5,7 +5,8 @@
 //! system roots), and bounds every request with connect and request timeouts. It lives here,
 //! not in `palisade-bridge`, because the bridge depends on this crate.
 //!
-//! - [`wire`]: actions and states as they appear in the bridge's JSON;
+//! - [`wire`]: actions, states, the request body and storage holds as they appear in the
+//!   bridge's JSON;
 //! - [`BridgeClient`]: the typed HTTP client (`/v1` power, storage, monitor, audit);
 //! - [`device`]: [`BridgeDevice`], a [`crate::PowerDevice`] that fences through the bridge.
 
@@ -22,10 +23,16 @@ pub mod device;
 pub mod wire;
 
 pub use device::{BridgeDevice, BridgeIdentity};
-use wire::{Health, PowerAction, PowerState, StorageAction, StorageState};
+use wire::{ActionBody, Health, PowerAction, PowerState, StorageAction, StorageHold, StorageState};
 
 /// Response header set when the bridge answered from its idempotency cache.
 pub const REPLAYED: &str = "idempotent-replayed";
+
+/// The `error` code (HTTP 409) of a storage unblock under a hold that the storage did not lift:
+/// the bridge lifted the request's hold, but a read-back after the command still reports the
+/// target blocked, because another fence's hold (or a block without a hold) remains. The
+/// target stays fenced; this is never an unblock.
+pub const STORAGE_STILL_HELD: &str = "storage_still_held";
 
 /// Errors of the bridge client.
 #[derive(Debug, thiserror::Error)]
@@ -174,7 +181,11 @@ pub struct AuditRecord {
     pub token: Option<u64>,
     /// Idempotency key, for mutating requests.
     pub idempotency_key: Option<String>,
-    /// `ok`, `replayed`, `denied`, `stale_token`, `rate_limited`, `error`, ...
+    /// The fence's storage hold the request named (storage actions only); `None` for a
+    /// node-wide storage action, any other action, and records written before holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<String>,
+    /// `ok`, `replayed`, `denied`, `stale_token`, `rate_limited`, `still_held`, `error`, ...
     pub result: String,
     /// HTTP status returned.
     pub status: u16,
@@ -392,7 +403,7 @@ impl BridgeClient {
         path: &str,
         token: u64,
         key: &str,
-        reason: Option<&str>,
+        body: ActionBody,
     ) -> Result<OpResponse, ClientError> {
         let url = self.url(path)?;
         let mut req = self
@@ -400,8 +411,8 @@ impl BridgeClient {
             .post(url.clone())
             .header("Idempotency-Key", key)
             .header("Fencing-Token", token.to_string());
-        if let Some(r) = reason {
-            req = req.json(&serde_json::json!({ "reason": r }));
+        if body != ActionBody::default() {
+            req = req.json(&body);
         }
         self.op(req, &url).await
     }
@@ -420,16 +431,16 @@ impl BridgeClient {
             PowerAction::On => "on",
             PowerAction::Reboot => "reboot",
         };
-        self.mutate(
-            &format!("v1/targets/{target}/power/{a}"),
-            token,
-            key,
-            reason,
-        )
-        .await
+        let body = ActionBody {
+            reason: reason.map(str::to_owned),
+            hold: None,
+        };
+        self.mutate(&format!("v1/targets/{target}/power/{a}"), token, key, body)
+            .await
     }
 
-    /// Storage action on `target`, carrying the fencing token and idempotency key.
+    /// Node-wide storage action on `target` (no hold), carrying the fencing token and
+    /// idempotency key: [`Self::storage_with_hold`] without a hold.
     pub async fn storage(
         &self,
         target: &str,
@@ -438,15 +449,39 @@ impl BridgeClient {
         key: &str,
         reason: Option<&str>,
     ) -> Result<OpResponse, ClientError> {
+        self.storage_with_hold(target, action, token, key, reason, None)
+            .await
+    }
+
+    /// Storage action on `target` under the fence's `hold`, carrying the fencing token and
+    /// idempotency key. With a hold, a block adds it and an unblock lifts only it: if another
+    /// hold remains, the bridge refuses with HTTP 409 [`STORAGE_STILL_HELD`] (the target stays
+    /// blocked). Without one, both are node-wide.
+    ///
+    /// Assumptions: the bridge knows `hold` (a bridge older than holds refuses the request as
+    /// bad JSON and does nothing; it is never silently unblocked node-wide).
+    pub async fn storage_with_hold(
+        &self,
+        target: &str,
+        action: StorageAction,
+        token: u64,
+        key: &str,
+        reason: Option<&str>,
+        hold: Option<&StorageHold>,
+    ) -> Result<OpResponse, ClientError> {
         let a = match action {
             StorageAction::Block => "block",
             StorageAction::Unblock => "unblock",
+        };
+        let body = ActionBody {
+            reason: reason.map(str::to_owned),
+            hold: hold.cloned(),
         };
         self.mutate(
             &format!("v1/targets/{target}/storage/{a}"),
             token,
             key,
-            reason,
+            body,
         )
         .await
     }
