@@ -25,9 +25,10 @@
 //! - a power on boots a machine whose processes all ended when it was powered off, and whose
 //!   released pods are gone from the API: nothing of the released workload comes back;
 //! - a storage unblock is the one that could lift a newer fence. It names the fence's own hold
-//!   ([`StepIds::hold`], `palisade-<NodeFence UID>`): the firewall lifts that hold only and the
-//!   node stays blocked while a newer fence holds it (the lab storage server keeps holds; a
-//!   vendor profile must put `{hold}` in its unblock for this, see `palisade_storagefw::profile`).
+//!   ([`StepIds::hold`], `palisade-<NodeFence UID>`), directly or through the firmware-bridge:
+//!   the firewall lifts that hold only and the node stays blocked while a newer fence holds it
+//!   (the lab storage server keeps holds; a vendor profile must put `{hold}` in its unblock
+//!   for this, see `palisade_storagefw::profile`).
 //!
 //! Devices reached through the firmware-bridge are also protected by tokens: every bridge
 //! action, fence and recovery alike (power off and on, storage block and unblock), carries the
@@ -455,11 +456,12 @@ pub struct StepIds {
 }
 
 /// Drives one device one way. `key` is the idempotency key of this step (used by `bridge://`);
-/// `hold` is the fence's hold at a direct storage firewall.
+/// `hold` is the fence's hold at a storage firewall (direct, or behind the bridge).
 ///
 /// Guarantees: evidence is returned only for a verified fence; leadership with `token` is
-/// checked first. A direct storage firewall's block and unblock name the fence's hold, so a
-/// deposed leader's late unblock lifts only its own fence's hold, never a newer fence's block.
+/// checked first. A storage block and unblock, direct or through the bridge, name the fence's
+/// hold, so a deposed leader's late unblock lifts only its own fence's hold, never a newer
+/// fence's block.
 async fn act(
     ctx: &Ctx,
     node: &str,
