@@ -11,7 +11,9 @@
 //!   deletion: only when the pod's node is fenced (verified, and the fence covers the pod), or
 //!   with `--confirm` after a warning that says what may run twice; who forced it (as the API
 //!   server names them) is recorded;
-//! - `check`: a preflight of the whole configuration.
+//! - `check`: a preflight of the whole configuration;
+//! - `targets generate --inventory FILE [--template FILE]`: one FenceTarget per row of a CSV
+//!   inventory, validated as the controller validates it ([`targets`]; needs no cluster).
 //!
 //! Connection flags are kubectl's (`--kubeconfig`, `KUBECONFIG` as a list of files, `--context`,
 //! `--cluster`, `--user`, `-n`: [`connect`]); the read commands (`status`, `explain`,
@@ -27,6 +29,7 @@ mod force;
 mod identity;
 mod output;
 mod status;
+mod targets;
 mod timeline;
 mod world;
 
@@ -167,6 +170,20 @@ enum Command {
         #[command(flatten)]
         output: OutputArg,
     },
+    /// FenceTargets for many nodes at once (needs no cluster).
+    Targets {
+        #[command(subcommand)]
+        what: Targets,
+    },
+}
+
+/// What `targets` does.
+#[derive(Subcommand, Debug)]
+enum Targets {
+    /// Print one FenceTarget per row of a CSV inventory, each validated as the controller
+    /// validates it; any bad row prints every problem on stderr and nothing on stdout.
+    #[command(after_long_help = targets::FORMAT_HELP)]
+    Generate(targets::GenerateArgs),
 }
 
 /// What `delete` deletes.
@@ -211,6 +228,12 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
     if let Command::Completion { shell } = cli.command {
         completion(shell, &mut std::io::stdout());
         return Ok(0);
+    }
+    if let Command::Targets {
+        what: Targets::Generate(args),
+    } = &cli.command
+    {
+        return targets::run(args, &cli.controller_namespace);
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = connect::client(&cli.connection).await?;
@@ -269,7 +292,9 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             force::run(&client, pod_ns, name, confirm).await
         }
         Command::Check { output } => check::run(&client, ns, output).await,
-        Command::Completion { .. } => unreachable!("answered before connecting"),
+        Command::Completion { .. } | Command::Targets { .. } => {
+            unreachable!("answered before connecting")
+        }
     }
 }
 
