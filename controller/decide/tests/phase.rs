@@ -1310,6 +1310,11 @@ fn answered(boot_id: &str, challenge: &str) -> Advertisement {
     }
 }
 
+/// [`clean_proof`] for challenge `nf-uid`, with no pod bound to the node.
+fn proof(st: &NodeFenceStatus, ad: &Advertisement) -> Option<String> {
+    clean_proof(st, ad, "nf-uid", &BTreeSet::new())
+}
+
 #[test]
 fn clean_proof_needs_an_inventory_taken_after_the_challenge_without_the_released_pods() {
     let mut st = NodeFenceStatus::default();
@@ -1321,25 +1326,19 @@ fn clean_proof_needs_an_inventory_taken_after_the_challenge_without_the_released
         ..Default::default()
     };
     // Same boot, no inventory: nothing proves the old containers are gone.
-    assert_eq!(clean_proof(&st, &ad, "nf-uid", &BTreeSet::new()), None);
+    assert_eq!(proof(&st, &ad), None);
     // The agent's inventory still lists the released pod.
     ad.runtime_pods = Some(["uid-db-0".to_string()].into_iter().collect());
-    assert_eq!(clean_proof(&st, &ad, "nf-uid", &BTreeSet::new()), None);
+    assert_eq!(proof(&st, &ad), None);
     // The inventory no longer lists it: proof, but only with the challenge answered.
     ad.runtime_pods = Some(Default::default());
-    assert!(clean_proof(&st, &ad, "nf-uid", &BTreeSet::new()).is_some());
+    assert!(proof(&st, &ad).is_some());
     let mut unanswered = ad.clone();
     unanswered.challenge = None;
-    assert_eq!(
-        clean_proof(&st, &unanswered, "nf-uid", &BTreeSet::new()),
-        None
-    );
+    assert_eq!(proof(&st, &unanswered), None);
     // An inventory taken after another fence's challenge proves nothing for this one.
     unanswered.challenge = Some("older-nf-uid".into());
-    assert_eq!(
-        clean_proof(&st, &unanswered, "nf-uid", &BTreeSet::new()),
-        None
-    );
+    assert_eq!(proof(&st, &unanswered), None);
 }
 
 /// Issue 32, item 3: the proof is per node. Fence A released `db-0` and failed (or was
@@ -1355,7 +1354,7 @@ fn a_live_container_of_a_pod_the_api_does_not_bind_to_the_node_blocks_the_proof(
     let mut ad = answered("boot-a", "nf-uid");
     ad.runtime_pods = Some(["uid-db-0".to_string()].into_iter().collect());
     // db-0 (fence A's, force-deleted) is bound nowhere: its live container blocks.
-    assert_eq!(clean_proof(&st, &ad, "nf-uid", &BTreeSet::new()), None);
+    assert_eq!(proof(&st, &ad), None);
     assert_eq!(
         palisade_decide::phase::unbound_in_inventory(&ad, &BTreeSet::new()),
         ["uid-db-0"]
@@ -1367,7 +1366,7 @@ fn a_live_container_of_a_pod_the_api_does_not_bind_to_the_node_blocks_the_proof(
         .contains("only pods the API binds to the node (1 listed)"));
     // Once the container is gone, no binding is needed.
     ad.runtime_pods = Some(Default::default());
-    assert!(clean_proof(&st, &ad, "nf-uid", &BTreeSet::new()).is_some());
+    assert!(proof(&st, &ad).is_some());
 }
 
 /// Seed 3210097 of the simulator: a watchdog reset the node *before* the storage fence, the new
@@ -1384,30 +1383,22 @@ fn a_new_boot_id_alone_is_never_a_clean_proof() {
         boot_id: Some("boot-b".into()),
         ..Default::default()
     };
-    assert_eq!(
-        clean_proof(&st, &rebooted, "nf-uid", &BTreeSet::new()),
-        None
-    );
+    assert_eq!(proof(&st, &rebooted), None);
     // Its inventory from before the challenge (it still ran the pod, or had not started it
     // yet) proves nothing either.
     let early = Advertisement {
         runtime_pods: Some(Default::default()),
         ..rebooted.clone()
     };
-    assert_eq!(clean_proof(&st, &early, "nf-uid", &BTreeSet::new()), None);
+    assert_eq!(proof(&st, &early), None);
     // Its answer lists the pod it restarted: no proof.
     let mut running = answered("boot-b", "nf-uid");
     running.runtime_pods = Some(["uid-db-0".to_string()].into_iter().collect());
-    assert_eq!(clean_proof(&st, &running, "nf-uid", &BTreeSet::new()), None);
+    assert_eq!(proof(&st, &running), None);
     // Only an answer without it is.
-    assert!(clean_proof(
-        &st,
-        &answered("boot-b", "nf-uid"),
-        "nf-uid",
-        &BTreeSet::new()
-    )
-    .unwrap()
-    .contains("boot-b"));
+    assert!(proof(&st, &answered("boot-b", "nf-uid"))
+        .unwrap()
+        .contains("boot-b"));
 }
 
 #[test]
@@ -2058,37 +2049,26 @@ fn after_a_reset_fence_a_clean_proof_needs_a_new_boot_id_as_well() {
     // The same boot, with an answered inventory that lists none of the released pods: that
     // proves a power-off fence clean, but not this one (nothing shows the reset happened).
     let same_boot = answered("boot-a", "nf-uid");
-    assert_eq!(
-        clean_proof(&st, &same_boot, "nf-uid", &BTreeSet::new()),
-        None
-    );
+    assert_eq!(proof(&st, &same_boot), None);
     // No boot ID advertised at all: no proof either.
     let no_boot = Advertisement {
         boot_id: None,
         ..same_boot.clone()
     };
-    assert_eq!(clean_proof(&st, &no_boot, "nf-uid", &BTreeSet::new()), None);
+    assert_eq!(proof(&st, &no_boot), None);
     // A new boot ID with the answered inventory is the proof; without the answer it is not.
-    assert!(clean_proof(
-        &st,
-        &answered("boot-b", "nf-uid"),
-        "nf-uid",
-        &BTreeSet::new()
-    )
-    .unwrap()
-    .contains("boot-b"));
+    assert!(proof(&st, &answered("boot-b", "nf-uid"))
+        .unwrap()
+        .contains("boot-b"));
     let unanswered = Advertisement {
         challenge: None,
         ..answered("boot-b", "nf-uid")
     };
-    assert_eq!(
-        clean_proof(&st, &unanswered, "nf-uid", &BTreeSet::new()),
-        None
-    );
+    assert_eq!(proof(&st, &unanswered), None);
     // The same status on a power-off plan accepts the inventory (the rule is the level's).
     let mut powered = st.clone();
     powered.plan.as_mut().unwrap().levels[0].kind = palisade_model::nodefence::LevelKind::Hardware;
-    assert!(clean_proof(&powered, &same_boot, "nf-uid", &BTreeSet::new()).is_some());
+    assert!(proof(&powered, &same_boot).is_some());
 }
 
 #[test]
