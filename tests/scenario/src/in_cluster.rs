@@ -1,6 +1,7 @@
 //! The controller installed in the cluster like a product: its image pushed to the lab's
 //! registry, `controller/manifests` applied with `kubectl apply -k` through an overlay that
-//! names the image by digest, and the replicas run by `palisade-node` on lab machines (pulled
+//! names the image by digest (on 1.20 it also serves the PodDisruptionBudget as
+//! `policy/v1beta1`), and the replicas run by `palisade-node` on lab machines (pulled
 //! from the registry, with their ServiceAccount token mounted and `KUBERNETES_SERVICE_*` set).
 
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
-use palisade_lab::{Lab, LabConfig, MachineKind, RegistryConfig};
+use palisade_lab::{KubeVersion, Lab, LabConfig, MachineKind, RegistryConfig};
 
 use crate::{cordon, eventually, pod_phase, AgentOptions, Cluster, SYSTEM_NS};
 
@@ -99,7 +100,7 @@ pub fn install(lab: &Lab, c: &Cluster, o: &Install<'_>) -> Result<Installed> {
     let bin = palisade_lab::bin_path("palisade-controller")?;
     let digest = push_binary_image(lab, CONTROLLER_REPO, "dev", &bin)?;
     let registry = lab.registry().context("the lab has no registry")?.host();
-    let dir = overlay(lab, &registry, &digest, &o.patches)?;
+    let dir = overlay(lab, Some((&registry, &digest)), &o.patches)?;
     for n in o.avoid {
         cordon(&c.client, &c.rt, n, true)?;
     }
@@ -162,8 +163,11 @@ pub fn leader(c: &Cluster) -> Option<String> {
 }
 
 /// Writes `<lab dir>/overlay/kustomization.yaml`: `controller/manifests` as the base, the image
-/// by digest, and `patches`.
-fn overlay(lab: &Lab, registry: &str, digest: &str, patches: &[String]) -> Result<PathBuf> {
+/// by digest (`image`: the registry's `host:port` and the digest; `None` keeps the manifests'
+/// name), `patches`, and what the lab's release needs: on 1.20 the PodDisruptionBudget turned
+/// into `policy/v1beta1` (`policy/v1` is served from 1.21), as `controller/manifests/pdb.yaml`
+/// tells a 1.20 user to. Returns the directory, for `kubectl apply -k`.
+pub fn overlay(lab: &Lab, image: Option<(&str, &str)>, patches: &[String]) -> Result<PathBuf> {
     let manifests = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../controller/manifests")
         .canonicalize()
@@ -180,9 +184,13 @@ fn overlay(lab: &Lab, registry: &str, digest: &str, patches: &[String]) -> Resul
     let mut k = format!(
         "apiVersion: kustomize.config.k8s.io/v1beta1\n\
          kind: Kustomization\n\
-         bases:\n  - {base}\n\
-         images:\n  - name: {CONTROLLER_REPO}\n    newName: {registry}/{CONTROLLER_REPO}\n    digest: {digest}\n"
+         bases:\n  - {base}\n"
     );
+    if let Some((registry, digest)) = image {
+        k.push_str(&format!(
+            "images:\n  - name: {CONTROLLER_REPO}\n    newName: {registry}/{CONTROLLER_REPO}\n    digest: {digest}\n"
+        ));
+    }
     if !patches.is_empty() {
         k.push_str("patchesStrategicMerge:\n");
         for (i, p) in patches.iter().enumerate() {
@@ -190,6 +198,28 @@ fn overlay(lab: &Lab, registry: &str, digest: &str, patches: &[String]) -> Resul
             std::fs::write(dir.join(&f), p)?;
             k.push_str(&format!("  - {f}\n"));
         }
+    }
+    let cp = lab
+        .control_plane()
+        .context("the lab has no control plane")?;
+    if cp.version() == KubeVersion::V1_20 {
+        // A JSON patch of the apiVersion: kustomize 2.0 has neither components nor
+        // `$patch: delete`, and the spec means the same in both versions (its selector is not
+        // empty, the one place where they differ).
+        std::fs::write(
+            dir.join("pdb-v1beta1.yaml"),
+            "- op: replace\n  path: /apiVersion\n  value: policy/v1beta1\n",
+        )?;
+        k.push_str(&format!(
+            "patchesJson6902:\n\
+             \x20 - target:\n\
+             \x20     group: policy\n\
+             \x20     version: v1\n\
+             \x20     kind: PodDisruptionBudget\n\
+             \x20     name: palisade-controller\n\
+             \x20     namespace: {SYSTEM_NS}\n\
+             \x20   path: pdb-v1beta1.yaml\n"
+        ));
     }
     std::fs::write(dir.join("kustomization.yaml"), k)?;
     Ok(dir)
