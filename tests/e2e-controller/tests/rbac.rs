@@ -13,9 +13,6 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::*;
-use k8s_openapi::api::authorization::v1::{SelfSubjectRulesReview, SelfSubjectRulesReviewSpec};
-use kube::api::PostParams;
-use kube::Api;
 
 /// Cluster-wide: `verb group/resource[:name]` (`core` for the core group).
 const CLUSTER: &[&str] = &[
@@ -78,55 +75,6 @@ const IN_SYSTEM_NS: &[&str] = &[
     "get core/secrets",
 ];
 
-/// What `c`'s user may do in `ns`, one `verb group/resource[:name]` per permission, plus
-/// `nonResource verb path` lines.
-fn rules(c: &kube::Client, rt: &tokio::runtime::Runtime, ns: &str) -> BTreeSet<String> {
-    let review = SelfSubjectRulesReview {
-        spec: SelfSubjectRulesReviewSpec {
-            namespace: Some(ns.to_string()),
-        },
-        ..Default::default()
-    };
-    let api: Api<SelfSubjectRulesReview> = Api::all(c.clone());
-    let status = rt
-        .block_on(api.create(&PostParams::default(), &review))
-        .expect("SelfSubjectRulesReview")
-        .status
-        .expect("a review has a status");
-    assert!(
-        !status.incomplete,
-        "the review is complete: {:?}",
-        status.evaluation_error
-    );
-    let mut out = BTreeSet::new();
-    for r in &status.resource_rules {
-        let groups = r.api_groups.clone().unwrap_or_default();
-        let resources = r.resources.clone().unwrap_or_default();
-        let names = r.resource_names.clone().unwrap_or_default();
-        for verb in &r.verbs {
-            for g in &groups {
-                let g = if g.is_empty() { "core" } else { g.as_str() };
-                for res in &resources {
-                    if names.is_empty() {
-                        out.insert(format!("{verb} {g}/{res}"));
-                    }
-                    for n in &names {
-                        out.insert(format!("{verb} {g}/{res}:{n}"));
-                    }
-                }
-            }
-        }
-    }
-    for r in &status.non_resource_rules {
-        for verb in &r.verbs {
-            for u in r.non_resource_urls.clone().unwrap_or_default() {
-                out.insert(format!("nonResource {verb} {u}"));
-            }
-        }
-    }
-    out
-}
-
 fn diff(a: &BTreeSet<String>, b: &BTreeSet<String>) -> Vec<String> {
     a.difference(b).cloned().collect()
 }
@@ -154,8 +102,11 @@ fn the_service_account_may_do_exactly_the_reviewed_list() {
         .chain(IN_SYSTEM_NS.iter().map(|s| s.to_string()))
         .collect();
     for (ns, want) in [(SYSTEM_NS, &in_system), ("rbac-other", &cluster)] {
-        let base = rules(&nobody, &rt, ns);
-        let granted: BTreeSet<String> = rules(&sa, &rt, ns).difference(&base).cloned().collect();
+        let base = rules_review(&nobody, &rt, ns);
+        let granted: BTreeSet<String> = rules_review(&sa, &rt, ns)
+            .difference(&base)
+            .cloned()
+            .collect();
         assert!(
             !granted.is_empty() && base.iter().any(|r| r.contains("selfsubjectrulesreviews")),
             "the review sees the bindings and the unbound user's own rights"

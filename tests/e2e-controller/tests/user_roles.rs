@@ -20,7 +20,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use k8s_openapi::api::authorization::v1::{SelfSubjectRulesReview, SelfSubjectRulesReviewSpec};
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{
@@ -111,50 +110,6 @@ fn bind(c: &Client, rt: &tokio::runtime::Runtime, user: &str, role: &str) {
         .expect("create the ClusterRoleBinding");
 }
 
-/// What `c`'s user may do in namespace `default`, one `verb group/resource` per permission
-/// (`core` for the core group), plus `nonResource verb path` lines.
-fn rules(c: &Client, rt: &tokio::runtime::Runtime) -> BTreeSet<String> {
-    let review = SelfSubjectRulesReview {
-        spec: SelfSubjectRulesReviewSpec {
-            namespace: Some("default".to_string()),
-        },
-        ..Default::default()
-    };
-    let status = rt
-        .block_on(
-            Api::<SelfSubjectRulesReview>::all(c.clone()).create(&PostParams::default(), &review),
-        )
-        .expect("SelfSubjectRulesReview")
-        .status
-        .expect("a review has a status");
-    assert!(!status.incomplete, "{:?}", status.evaluation_error);
-    let mut out = BTreeSet::new();
-    for r in &status.resource_rules {
-        let names = r.resource_names.clone().unwrap_or_default();
-        for verb in &r.verbs {
-            for g in r.api_groups.iter().flatten() {
-                let g = if g.is_empty() { "core" } else { g.as_str() };
-                for res in r.resources.iter().flatten() {
-                    if names.is_empty() {
-                        out.insert(format!("{verb} {g}/{res}"));
-                    }
-                    for n in &names {
-                        out.insert(format!("{verb} {g}/{res}:{n}"));
-                    }
-                }
-            }
-        }
-    }
-    for r in &status.non_resource_rules {
-        for verb in &r.verbs {
-            for u in r.non_resource_urls.iter().flatten() {
-                out.insert(format!("nonResource {verb} {u}"));
-            }
-        }
-    }
-    out
-}
-
 /// Asserts that `c`'s user may do exactly `want` beyond what `nobody` may.
 fn assert_grants_exactly(
     who: &str,
@@ -168,7 +123,10 @@ fn assert_grants_exactly(
         .flat_map(|l| l.iter())
         .map(|s| s.to_string())
         .collect();
-    let granted: BTreeSet<String> = rules(c, rt).difference(nobody).cloned().collect();
+    let granted: BTreeSet<String> = rules_review(c, rt, "default")
+        .difference(nobody)
+        .cloned()
+        .collect();
     let extra: Vec<&String> = granted.difference(&want).collect();
     let missing: Vec<&String> = want.difference(&granted).collect();
     assert_eq!(
@@ -273,7 +231,7 @@ fn each_user_role_grants_its_reviewed_verbs_and_edit_or_admin_cannot_fence() {
     let (nobody, _) = user(&lab, &rt, "ur-nobody");
 
     // Exactly the reviewed lists.
-    let base = rules(&nobody, &rt);
+    let base = rules_review(&nobody, &rt, "default");
     assert!(
         base.iter().any(|r| r.contains("selfsubjectrulesreviews")),
         "the review sees the unbound user's own rights: {base:?}"

@@ -376,6 +376,59 @@ pub fn node_ready(c: &Client, rt: &tokio::runtime::Runtime, name: &str) -> Optio
 }
 
 /// Every NodeFence for `node`.
+/// What `c`'s user may do in `ns`, one `verb group/resource[:name]` per permission, plus
+/// `nonResource verb path` lines.
+pub fn rules_review(
+    c: &kube::Client,
+    rt: &tokio::runtime::Runtime,
+    ns: &str,
+) -> std::collections::BTreeSet<String> {
+    let review = k8s_openapi::api::authorization::v1::SelfSubjectRulesReview {
+        spec: k8s_openapi::api::authorization::v1::SelfSubjectRulesReviewSpec {
+            namespace: Some(ns.to_string()),
+        },
+        ..Default::default()
+    };
+    let api: Api<k8s_openapi::api::authorization::v1::SelfSubjectRulesReview> = Api::all(c.clone());
+    let status = rt
+        .block_on(api.create(&PostParams::default(), &review))
+        .expect("SelfSubjectRulesReview")
+        .status
+        .expect("a review has a status");
+    assert!(
+        !status.incomplete,
+        "the review is complete: {:?}",
+        status.evaluation_error
+    );
+    let mut out = std::collections::BTreeSet::new();
+    for r in &status.resource_rules {
+        let groups = r.api_groups.clone().unwrap_or_default();
+        let resources = r.resources.clone().unwrap_or_default();
+        let names = r.resource_names.clone().unwrap_or_default();
+        for verb in &r.verbs {
+            for g in &groups {
+                let g = if g.is_empty() { "core" } else { g.as_str() };
+                for res in &resources {
+                    if names.is_empty() {
+                        out.insert(format!("{verb} {g}/{res}"));
+                    }
+                    for n in &names {
+                        out.insert(format!("{verb} {g}/{res}:{n}"));
+                    }
+                }
+            }
+        }
+    }
+    for r in &status.non_resource_rules {
+        for verb in &r.verbs {
+            for u in r.non_resource_urls.clone().unwrap_or_default() {
+                out.insert(format!("nonResource {verb} {u}"));
+            }
+        }
+    }
+    out
+}
+
 /// When the API server received the audited request `e`.
 pub fn audit_at(e: &palisade_lab::control_plane::AuditEvent) -> k8s_openapi::jiff::Timestamp {
     e.request_received_timestamp
