@@ -14,7 +14,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::sim::{Sim, SimNode};
@@ -26,39 +25,11 @@ use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(120);
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
+use common::PluginOut as Out;
 
 fn plugin(lab: &palisade_lab::Lab, args: &[&str]) -> Out {
     let cp = lab.control_plane().expect("control plane");
     plugin_with(cp.admin_kubeconfig().as_os_str(), args)
-}
-
-/// The plugin with `KUBECONFIG` set to `kubeconfig` (a list of files, as kubectl takes it).
-fn plugin_with(kubeconfig: &std::ffi::OsStr, args: &[&str]) -> Out {
-    let bin = palisade_lab::bin_path("kubectl-palisade")
-        .expect("build the plugin first: cargo build -p kubectl-palisade");
-    let out = Command::new(bin)
-        .env("KUBECONFIG", kubeconfig)
-        .args(args)
-        .output()
-        .expect("run kubectl-palisade");
-    let o = Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    eprintln!(
-        "$ kubectl palisade {}\n{}{}(exit {})",
-        args.join(" "),
-        o.stdout,
-        o.stderr,
-        o.code
-    );
-    o
 }
 
 /// The plugin's standard output as JSON (it was run with `-o json`).

@@ -16,7 +16,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -182,20 +181,8 @@ fn confirm_clean_patch(nf: &NodeFence) -> serde_json::Value {
 
 /// Runs `kubectl palisade` with `kubeconfig`; returns the exit code and the output.
 fn plugin(kubeconfig: &str, args: &[&str]) -> (i32, String) {
-    let bin = palisade_lab::bin_path("kubectl-palisade")
-        .expect("build the plugin first: cargo build -p kubectl-palisade");
-    let out = Command::new(bin)
-        .env("KUBECONFIG", kubeconfig)
-        .args(args)
-        .output()
-        .expect("run kubectl-palisade");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("$ kubectl palisade {}\n{text}", args.join(" "));
-    (out.status.code().unwrap_or(-1), text)
+    let o = plugin_with(std::ffi::OsStr::new(kubeconfig), args);
+    (o.code, o.text())
 }
 
 #[test]

@@ -429,6 +429,47 @@ pub fn rules_review(
     out
 }
 
+/// What one run of `kubectl palisade` returned.
+pub struct PluginOut {
+    /// Its exit code (-1: killed by a signal).
+    pub code: i32,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+}
+
+impl PluginOut {
+    /// Standard output, then standard error.
+    pub fn text(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+/// The plugin with `KUBECONFIG` set to `kubeconfig` (a list of files, as kubectl takes it).
+pub fn plugin_with(kubeconfig: &std::ffi::OsStr, args: &[&str]) -> PluginOut {
+    let bin = palisade_lab::bin_path("kubectl-palisade")
+        .expect("build the plugin first: cargo build -p kubectl-palisade");
+    let out = std::process::Command::new(bin)
+        .env("KUBECONFIG", kubeconfig)
+        .args(args)
+        .output()
+        .expect("run kubectl-palisade");
+    let o = PluginOut {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    eprintln!(
+        "$ kubectl palisade {}\n{}{}(exit {})",
+        args.join(" "),
+        o.stdout,
+        o.stderr,
+        o.code
+    );
+    o
+}
+
 /// When the API server received the audited request `e`.
 pub fn audit_at(e: &palisade_lab::control_plane::AuditEvent) -> k8s_openapi::jiff::Timestamp {
     e.request_received_timestamp
