@@ -46,6 +46,8 @@ fn main() {
                 exclusion: None,
                 advertisement: Default::default(),
                 heartbeat_marker: None,
+                renewal_gap: None,
+                power_off: None,
                 hosts_bridge: false,
                 fence_target: Some(FenceTargetSpec {
                     levels: vec![FenceLevel {

@@ -16,6 +16,11 @@ impl Mono {
         Self(Duration::from_secs(secs))
     }
 
+    /// The instant `ms` milliseconds after the origin.
+    pub fn from_millis(ms: u64) -> Self {
+        Self(Duration::from_millis(ms))
+    }
+
     /// Time elapsed from `earlier` to `self`, zero if `earlier` is later.
     pub fn since(self, earlier: Mono) -> Duration {
         self.0.saturating_sub(earlier.0)

@@ -28,9 +28,10 @@ use palisade_model::policy::{Detection, FenceWhen, FencingPolicySpec};
 
 use crate::clock::Mono;
 use crate::detector::{classify, unhealthy_at, Health, Thresholds};
+use crate::power;
 use crate::selector;
 use crate::snapshot::{FenceState, NodeSnapshot, PolicySnapshot, Snapshot, Tolerance};
-use crate::verdict::{FencePlan, HoldReason, PlanLevel, Verdict, WaitReason};
+use crate::verdict::{Cause, FencePlan, HoldReason, PlanLevel, Verdict, WaitReason};
 
 /// One node's verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,15 +57,7 @@ pub fn guards_holding(s: &Snapshot) -> Vec<String> {
     let nodes: Vec<&NodeSnapshot> = s.nodes.iter().collect();
     s.policies
         .iter()
-        .filter(|p| {
-            quorum_hold(
-                &p.spec,
-                &nodes,
-                s.now.mono,
-                Thresholds::from(&p.spec.detection),
-            )
-            .is_some()
-        })
+        .filter(|p| quorum_hold(&p.spec, &nodes, s.now.mono).is_some())
         .map(|p| p.name.clone())
         .collect()
 }
@@ -109,19 +102,14 @@ enum Gate<'a> {
 
 /// The quorum guard of `spec` over this round's nodes: `Some` when the controller's side may be
 /// the partitioned one (too many covered nodes silent, or every zone silent).
-fn quorum_hold(
-    spec: &FencingPolicySpec,
-    nodes: &[&NodeSnapshot],
-    now: Mono,
-    t: Thresholds,
-) -> Option<HoldReason> {
+fn quorum_hold(spec: &FencingPolicySpec, nodes: &[&NodeSnapshot], now: Mono) -> Option<HoldReason> {
     let covered: Vec<&&NodeSnapshot> = nodes
         .iter()
         .filter(|n| selector::matches(&spec.node_selector, &n.labels))
         .collect();
     let silent = covered
         .iter()
-        .filter(|n| classify(n.last_heartbeat_change, now, t) != Health::Healthy)
+        .filter(|n| judge(n, spec, now, n.last_heartbeat_change).health != Health::Healthy)
         .count();
     let allowed = spec.max_unhealthy().allowed_silent(covered.len());
     if silent > allowed {
@@ -136,7 +124,7 @@ fn quorum_hold(
     let mut zones: BTreeMap<&str, bool> = BTreeMap::new();
     for n in nodes {
         let zone = n.labels.get(key).map_or("", String::as_str);
-        let up = classify(n.last_heartbeat_change, now, t) == Health::Healthy;
+        let up = judge(n, spec, now, n.last_heartbeat_change).health == Health::Healthy;
         *zones.entry(zone).or_insert(false) |= up;
     }
     (!zones.is_empty() && zones.values().all(|up| !up))
@@ -189,7 +177,8 @@ fn gate<'a>(
     let t = Thresholds::from(&spec.detection);
 
     // 2. Health: healthy, unrequested nodes need no decision.
-    let health = classify(node.last_heartbeat_change, now, t);
+    let judged = judge(node, spec, now, node.last_heartbeat_change);
+    let health = judged.health;
     if health == Health::Healthy && !requested {
         return Gate::Skip;
     }
@@ -210,7 +199,7 @@ fn gate<'a>(
     }
 
     // 4. Health proper.
-    let unhealthy_since = unhealthy_at(node.last_heartbeat_change, t);
+    let unhealthy_since = judged.unhealthy_since;
     let since = match health {
         Health::Unhealthy => unhealthy_since,
         _ if overrides.node_health => now.min(unhealthy_since),
@@ -259,7 +248,7 @@ fn gate<'a>(
     if !overrides.quorum_guard {
         let guard = quorum
             .entry(policy.name.clone())
-            .or_insert_with(|| quorum_hold(spec, nodes, now, t));
+            .or_insert_with(|| quorum_hold(spec, nodes, now));
         if let Some(reason) = guard {
             return hold(reason.clone());
         }
@@ -269,7 +258,10 @@ fn gate<'a>(
     // node gets the full Unhealthy threshold from the guard's last hold.
     if !overrides.quorum_guard {
         if let Some(held) = policy.guard_held_at {
-            let until = unhealthy_at(node.last_heartbeat_change.max(held), t);
+            // Power evidence too must come after the guard's hold: the off reads begin, and the
+            // missed renewal counts, from then.
+            let until =
+                judge(node, spec, now, node.last_heartbeat_change.max(held)).unhealthy_since;
             if now < until {
                 return Gate::Verdict(Verdict::Wait {
                     until,
@@ -337,7 +329,8 @@ fn gate<'a>(
                 .collect()
         }
         None if !spec.trust_self_fence.enabled => return hold(HoldReason::NoFenceTarget),
-        None => match self_fence_level(spec, node, health) {
+        // Trust in a self-fence counts from silence alone (power evidence needs a device).
+        None => match self_fence_level(spec, node, classify(node.last_heartbeat_change, now, t)) {
             Ok(level) => vec![level],
             Err(why) => return hold(HoldReason::SelfFenceNotTrusted { why }),
         },
@@ -358,8 +351,50 @@ fn gate<'a>(
             priority: node.pods.iter().map(|p| p.priority).max().unwrap_or(0),
             forgiveness,
             pdb_urgent,
+            cause: judged.cause,
         },
     }))
+}
+
+/// A node's health under its policy, judged at `now` with heartbeat changes counted from
+/// `silent_from` (its last observed change, or later when silence before some instant is no
+/// evidence).
+struct Judged {
+    health: Health,
+    /// When the node is (or will be, if it stays silent) Unhealthy.
+    unhealthy_since: Mono,
+    cause: Cause,
+}
+
+/// Silence, or power evidence when it comes first ([`crate::power::evident_at`]).
+///
+/// Guarantees: never healthier than silence alone says; power evidence only makes a node
+/// Unhealthy sooner, and only by the rule of [`crate::power`].
+fn judge(node: &NodeSnapshot, spec: &FencingPolicySpec, now: Mono, silent_from: Mono) -> Judged {
+    let t = Thresholds::from(&spec.detection);
+    let by_silence = unhealthy_at(silent_from, t);
+    let after =
+        Duration::from_secs(u64::try_from(spec.detection.power_off_after_seconds).unwrap_or(0));
+    if let (Some(run), Some(gap)) = (node.power_off, node.renewal_gap) {
+        if let Some(at) = power::evident_at(Some(run), silent_from, Some(gap), after, now)
+            .filter(|at| *at < by_silence)
+        {
+            return Judged {
+                health: Health::Unhealthy,
+                unhealthy_since: at,
+                cause: Cause::PowerOff {
+                    off_for: run.last.since(run.first),
+                    silent_for: now.since(silent_from),
+                    renewal_gap: gap,
+                },
+            };
+        }
+    }
+    Judged {
+        health: classify(silent_from, now, t),
+        unhealthy_since: by_silence,
+        cause: Cause::Silence,
+    }
 }
 
 /// The trusted self-fence level for a node with no hardware level, or why there is none.

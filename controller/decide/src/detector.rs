@@ -120,7 +120,15 @@ pub enum Observed {
 struct NodeClock {
     last: Heartbeat,
     last_change: Mono,
+    /// The intervals between the last few observed changes, newest last (at most
+    /// [`GAPS_KEPT`]; the interval from a first sighting is not one).
+    gaps: Vec<Duration>,
+    /// A change was observed since the first sighting (intervals count from it).
+    changed: bool,
 }
+
+/// Observed renewal intervals kept per node for [`Detector::renewal_gap`].
+pub const GAPS_KEPT: usize = 4;
 
 /// The per-node observation memory.
 #[derive(Debug, Clone, Default)]
@@ -146,13 +154,23 @@ impl Detector {
                     NodeClock {
                         last: heartbeat,
                         last_change: at,
+                        gaps: Vec::new(),
+                        changed: false,
                     },
                 );
                 Observed::New
             }
             Some(clock) if clock.last != heartbeat => {
                 clock.last = heartbeat;
-                clock.last_change = clock.last_change.max(at);
+                let previous = clock.last_change;
+                clock.last_change = previous.max(at);
+                if clock.changed {
+                    if clock.gaps.len() == GAPS_KEPT {
+                        clock.gaps.remove(0);
+                    }
+                    clock.gaps.push(clock.last_change.since(previous));
+                }
+                clock.changed = true;
                 Observed::Changed
             }
             Some(_) => Observed::Unchanged,
@@ -167,6 +185,21 @@ impl Detector {
     /// When a heartbeat change was last observed for `node`.
     pub fn last_change(&self, node: &str) -> Option<Mono> {
         self.nodes.get(node).map(|c| c.last_change)
+    }
+
+    /// How long the node takes between renewals, as observed: the longest of its last
+    /// [`GAPS_KEPT`] intervals between heartbeat changes, once at least two were observed
+    /// (`None` before: a node's rhythm is not known from one interval, and the interval from a
+    /// first sighting starts mid-way, so it is never one).
+    ///
+    /// Guarantees: never shorter than any of the intervals it covers, so a node silent for
+    /// longer than this has missed a renewal it made in each of them.
+    pub fn renewal_gap(&self, node: &str) -> Option<Duration> {
+        let clock = self.nodes.get(node)?;
+        if clock.gaps.len() < 2 {
+            return None;
+        }
+        clock.gaps.iter().max().copied()
     }
 
     /// The node's last observed heartbeat markers as one opaque string (compared only for
@@ -256,6 +289,37 @@ mod tests {
         assert_eq!(d.health("m1", Mono::from_secs(9), T), None);
         d.forget("m0");
         assert_eq!(d.last_change("m0"), None);
+    }
+
+    #[test]
+    fn the_renewal_gap_is_the_longest_recent_interval_between_changes() {
+        let mut d = Detector::new();
+        let at = |s: u64| Mono::from_secs(s);
+        d.observe("m0", hb("a"), at(0));
+        d.observe("m0", hb("b"), at(1));
+        assert_eq!(
+            d.renewal_gap("m0"),
+            None,
+            "from a first sighting: no rhythm"
+        );
+        d.observe("m0", hb("c"), at(4));
+        assert_eq!(d.renewal_gap("m0"), None, "one interval is no rhythm");
+        d.observe("m0", hb("d"), at(6));
+        assert_eq!(d.renewal_gap("m0"), Some(Duration::from_secs(3)));
+        d.observe("m0", hb("d"), at(9));
+        assert_eq!(
+            d.renewal_gap("m0"),
+            Some(Duration::from_secs(3)),
+            "no change, no interval"
+        );
+        for (i, m) in ["e", "f", "g", "h"].iter().enumerate() {
+            d.observe("m0", hb(m), at(10 + i as u64));
+        }
+        // Intervals 4 (6 → 10), then 1, 1, 1: the longest of the last four.
+        assert_eq!(d.renewal_gap("m0"), Some(Duration::from_secs(4)));
+        d.observe("m0", hb("i"), at(14));
+        assert_eq!(d.renewal_gap("m0"), Some(Duration::from_secs(1)));
+        assert_eq!(d.renewal_gap("m1"), None);
     }
 
     #[test]

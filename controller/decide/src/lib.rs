@@ -19,6 +19,8 @@
 //!   to the snapshot types;
 //! - [`guard`]: the last checks before a fence starts (never the leader's own node, limits
 //!   from counts read from the API);
+//! - [`power`]: power evidence, a machine its own identity-pinned device reads off, which makes
+//!   a node that missed a renewal Unhealthy without waiting out the silence threshold;
 //! - [`phase`]: the `NodeFence` state machine, `next_step(spec, status, observations) -> Step`,
 //!   which never repeats an unsafe step and cannot release without a verified fence.
 //!
@@ -35,6 +37,7 @@ pub mod escalation;
 pub mod guard;
 pub mod majority;
 pub mod phase;
+pub mod power;
 pub mod selector;
 pub mod snapshot;
 pub mod verdict;
@@ -42,4 +45,4 @@ pub mod verdict;
 pub use clock::{Clocks, Mono};
 pub use decide::{decide, guards_holding, Decision};
 pub use phase::{next_step, Observations, Step};
-pub use verdict::{FencePlan, HoldReason, Verdict, WaitReason};
+pub use verdict::{Cause, FencePlan, HoldReason, Verdict, WaitReason};

@@ -50,6 +50,11 @@ pub struct NodeSnapshot {
     pub labels: BTreeMap<String, String>,
     /// When the detector last observed a heartbeat change ([`crate::detector::Detector::last_change`]).
     pub last_heartbeat_change: crate::clock::Mono,
+    /// The node's renewal interval as observed ([`crate::detector::Detector::renewal_gap`]).
+    pub renewal_gap: Option<Duration>,
+    /// The node's current run of power-off reads from its own identity-pinned fence device
+    /// ([`crate::power::PowerWatch::off_run`]).
+    pub power_off: Option<crate::power::OffRun>,
     /// The heartbeat marker observed at `last_heartbeat_change` ([`crate::detector::Detector::marker`]).
     pub heartbeat_marker: Option<String>,
     /// Exclusions read from the node's annotations.

@@ -160,6 +160,45 @@ pub struct FencePlan {
     pub forgiveness: Duration,
     /// Whether a PDB at zero shortened forgiveness.
     pub pdb_urgent: bool,
+    /// What made the node Unhealthy.
+    pub cause: Cause,
+}
+
+/// What made a node Unhealthy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// Its silence reached the policy's `unhealthyAfterSeconds` (or a person asked).
+    Silence,
+    /// Power evidence ([`crate::power`]): its own identity-pinned device read the machine off.
+    PowerOff {
+        /// How long the device had read it off, on every read, when the evidence was complete.
+        off_for: Duration,
+        /// How long the node had been silent then.
+        silent_for: Duration,
+        /// The node's renewal interval (it missed a renewal).
+        renewal_gap: Duration,
+    },
+}
+
+impl Cause {
+    /// Words for the NodeFence's reason and its Events (empty for silence).
+    pub fn words(&self) -> String {
+        match self {
+            Cause::Silence => String::new(),
+            Cause::PowerOff {
+                off_for,
+                silent_for,
+                renewal_gap,
+            } => format!(
+                "; on power evidence: its own fence device read the machine off on every read for \
+                 {:.1}s, and the node is silent {:.1}s (it renews every {:.1}s), before the silence \
+                 threshold",
+                off_for.as_secs_f64(),
+                silent_for.as_secs_f64(),
+                renewal_gap.as_secs_f64()
+            ),
+        }
+    }
 }
 
 /// One level of a plan.
@@ -338,7 +377,7 @@ impl Verdict {
     pub fn message(&self) -> String {
         match self {
             Verdict::Fence(p) => format!(
-                "fencing {} with {} level(s) (policy {}, forgiveness {}s{})",
+                "fencing {} with {} level(s) (policy {}, forgiveness {}s{}){}",
                 p.node,
                 p.levels.len(),
                 p.policy,
@@ -347,7 +386,8 @@ impl Verdict {
                     ", shortened: a PDB allows no disruption"
                 } else {
                     ""
-                }
+                },
+                p.cause.words()
             ),
             Verdict::Wait {
                 reason: WaitReason::Suspect,
@@ -407,6 +447,7 @@ mod tests {
             priority: 0,
             forgiveness: Duration::ZERO,
             pdb_urgent: false,
+            cause: Cause::Silence,
         }
     }
 

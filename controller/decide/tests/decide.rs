@@ -1110,3 +1110,95 @@ fn after_the_quorum_guard_lets_go_a_node_silent_through_it_gets_the_full_thresho
     node_mut(&mut s, "m0").fence = manual(|o| o.quorum_guard = true);
     assert_eq!(label_of(&s, "m0"), "fence");
 }
+
+/// m1 renewed at NOW-1.3 s (every second, as observed), its BMC has read it off since
+/// NOW-1.1 s; forgiveness 0, power evidence after 1 s; every other node healthy.
+fn powered_off() -> Snapshot {
+    use palisade_decide::power::OffRun;
+    let mut s = world();
+    let spec = &mut s.policies[0].spec;
+    spec.detection.power_off_after_seconds = 1;
+    spec.forgiveness.respect_tolerations = false;
+    spec.forgiveness.default_seconds = 0;
+    let ms = |v: u64| Mono::from_millis(NOW * 1000 - v);
+    node_mut(&mut s, "m0").last_heartbeat_change = Mono::from_secs(NOW);
+    let m1 = node_mut(&mut s, "m1");
+    m1.last_heartbeat_change = ms(1_300);
+    m1.renewal_gap = Some(Duration::from_secs(1));
+    m1.power_off = Some(OffRun {
+        first: ms(1_100),
+        first_answered: ms(1_090),
+        last: ms(50),
+    });
+    s
+}
+
+#[test]
+fn a_machine_its_bmc_reads_off_is_fenced_before_the_silence_threshold() {
+    let s = powered_off();
+    let v = verdict_of(&s, "m1").expect("a verdict for m1");
+    let Verdict::Fence(plan) = &v else {
+        panic!("expected a fence, got {v:?}")
+    };
+    assert!(matches!(
+        plan.cause,
+        palisade_decide::Cause::PowerOff { .. }
+    ));
+    assert!(v.message().contains("on power evidence"), "{}", v.message());
+    // The same node, judged by its silence alone, is still healthy (1.3 s of silence).
+    let mut by_silence = s.clone();
+    node_mut(&mut by_silence, "m1").power_off = None;
+    assert_eq!(label_of(&by_silence, "m1"), "none");
+}
+
+#[test]
+fn power_evidence_needs_every_part_of_its_rule() {
+    let cases: [(&str, fn(&mut Snapshot)); 6] = [
+        ("turned off by the policy", |s| {
+            s.policies[0].spec.detection.power_off_after_seconds = 0
+        }),
+        ("the run is shorter than powerOffAfterSeconds", |s| {
+            s.policies[0].spec.detection.power_off_after_seconds = 2
+        }),
+        ("renewed after the first off read", |s| {
+            node_mut(s, "m1").last_heartbeat_change = Mono::from_millis(NOW * 1000 - 1_000)
+        }),
+        ("no renewal missed: it renews every 2 s", |s| {
+            node_mut(s, "m1").renewal_gap = Some(Duration::from_secs(2))
+        }),
+        ("its rhythm is unknown", |s| {
+            node_mut(s, "m1").renewal_gap = None
+        }),
+        ("paused", |s| s.policies[0].spec.paused = true),
+    ];
+    for (why, edit) in cases {
+        let mut s = powered_off();
+        edit(&mut s);
+        let v = verdict_of(&s, "m1");
+        assert!(
+            !matches!(v, Some(Verdict::Fence(_))),
+            "{why}: fenced anyway: {v:?}"
+        );
+    }
+}
+
+#[test]
+fn nodes_read_off_count_toward_the_quorum_guard() {
+    // A PDU or a BMC firmware that reads every machine off at once is not believed past the
+    // guard: three of five read off is more than 40% silent.
+    let mut s = powered_off();
+    let run = node_mut(&mut s, "m1").power_off;
+    for n in ["m2", "m3"] {
+        let m = node_mut(&mut s, n);
+        m.last_heartbeat_change = Mono::from_millis(NOW * 1000 - 1_300);
+        m.renewal_gap = Some(Duration::from_secs(1));
+        m.power_off = run;
+    }
+    assert!(
+        !guards_holding(&s).is_empty(),
+        "the guard must count machines read off as silent"
+    );
+    assert!(decide(&s)
+        .iter()
+        .all(|d| !matches!(d.verdict, Verdict::Fence(_))));
+}

@@ -73,6 +73,7 @@ fn plan() -> FencePlan {
         priority: 0,
         forgiveness: Duration::ZERO,
         pdb_urgent: false,
+        cause: palisade_decide::Cause::Silence,
     }
 }
 

@@ -91,6 +91,19 @@ pub struct Detection {
     #[serde(default = "default_unhealthy_after")]
     #[schemars(range(min = 1))]
     pub unhealthy_after_seconds: i64,
+    /// Power evidence: a node whose own fence device reports its machine off, on every read
+    /// for this long, is Unhealthy at once, without waiting for `unhealthyAfterSeconds`
+    /// (the controller reads each power device every `--power-watch-interval`). Only a direct
+    /// IPMI or Redfish device pinned to the machine's identity gives evidence (a PDU outlet
+    /// or a device behind the firmware-bridge does not), and only while the node is silent
+    /// longer than one and a quarter of its own recent renewal intervals, with no renewal
+    /// observed since the first off read. `0` turns power evidence off; a value at or above
+    /// `unhealthyAfterSeconds` has no effect. Default 5 s: set it above the time your
+    /// machines stay off in a power cycle (a power-cycled machine is not dead, and is judged
+    /// by its silence).
+    #[serde(default = "default_power_off_after")]
+    #[schemars(range(min = 0))]
+    pub power_off_after_seconds: i64,
 }
 
 fn default_suspect_after() -> i64 {
@@ -99,12 +112,16 @@ fn default_suspect_after() -> i64 {
 fn default_unhealthy_after() -> i64 {
     20
 }
+fn default_power_off_after() -> i64 {
+    5
+}
 
 impl Default for Detection {
     fn default() -> Self {
         Self {
             suspect_after_seconds: default_suspect_after(),
             unhealthy_after_seconds: default_unhealthy_after(),
+            power_off_after_seconds: default_power_off_after(),
         }
     }
 }
@@ -502,6 +519,12 @@ impl FencingPolicySpec {
             "at least 1",
             1,
             d.unhealthy_after_seconds,
+        );
+        at_least(
+            "detection.powerOffAfterSeconds",
+            "at least 0",
+            0,
+            d.power_off_after_seconds,
         );
         at_least(
             "limits.maxConcurrent",

@@ -298,6 +298,8 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
                 labels: n.labels().clone(),
                 last_heartbeat_change: detector.last_change(&name).unwrap_or(now.mono),
                 heartbeat_marker: detector.marker(&name),
+                renewal_gap: detector.renewal_gap(&name),
+                power_off: ctx.power.lock().off_run(&name),
                 hosts_bridge: ctx.settings.bridge_node.as_deref() == Some(name.as_str()),
                 exclusion: Exclusion::from_annotations(&annotations),
                 advertisement: ctx
@@ -385,7 +387,13 @@ async fn decide_round(
         let node_ref = fence_of.get(d.node.as_str()).copied();
         match &d.verdict {
             Verdict::Fence(plan) if node_ref == Some(FenceState::None) => {
-                create_fence(ctx, &d.node, &d.verdict.message()).await?;
+                let mut message = d.verdict.message();
+                if matches!(plan.cause, palisade_decide::Cause::PowerOff { .. }) {
+                    if let Some(said) = ctx.power_said.lock().get(&d.node) {
+                        message.push_str(&format!(" ({said})"));
+                    }
+                }
+                create_fence(ctx, &d.node, &message).await?;
             }
             Verdict::Hold(reason) if changed => {
                 ctx.metrics.held(reason.label());

@@ -835,6 +835,72 @@ pub async fn read_power(
     }
 }
 
+/// One read of a power device for the power watch ([`crate::power`]): `Off` or `On` only from
+/// a direct IPMI or Redfish device pinned to the machine's identity (by its URL or by the
+/// Node's system UUID), with the device's answer in words.
+///
+/// Guarantees: a read only, never a power command, bounded by `budget`; a PDU outlet, a
+/// `bridge://` device (the controller cannot see the bridge's identity pin), an unpinned BMC,
+/// a storage device, no answer, an error or a state neither on nor off all read
+/// [`palisade_decide::power::PowerReading::Unknown`], which is never evidence.
+pub async fn watch_read(
+    ctx: &Ctx,
+    node: &str,
+    d: &palisade_model::target::FenceDevice,
+    secret: &BTreeMap<String, String>,
+    budget: Duration,
+) -> (palisade_decide::power::PowerReading, String) {
+    use palisade_decide::power::PowerReading;
+    use palisade_fence::PowerState;
+    let url = palisade_model::target::redact_url(&d.url);
+    if d.kind != DeviceKind::Power
+        || !matches!(
+            DeviceScheme::of(&d.url),
+            Some(DeviceScheme::Ipmi | DeviceScheme::Redfish)
+        )
+    {
+        return (
+            PowerReading::Unknown,
+            format!("{url}: not a direct BMC (no identity to pin): never power evidence"),
+        );
+    }
+    let expected = node_identity(ctx, node);
+    let pinned = Target::parse(&d.url).ok().is_some_and(|mut t| {
+        pin_identity(&d.url, &mut t, expected.as_deref()).is_ok()
+            && match &t {
+                Target::Ipmi(i) => i.system_guid.is_some(),
+                Target::Redfish(r) => r.system_uuid.is_some(),
+                _ => false,
+            }
+    });
+    if !pinned {
+        return (
+            PowerReading::Unknown,
+            format!("{url}: not pinned to the machine's identity (no Node system UUID, no pin in the URL): never power evidence"),
+        );
+    }
+    let read = async {
+        let device = power_device(&d.url, secret, budget, expected.as_deref())?;
+        Ok::<_, AttemptError>(device.status().await?)
+    };
+    match tokio::time::timeout(budget, read).await {
+        Ok(Ok(PowerState::Off)) => (PowerReading::Off, format!("{url} reads power off")),
+        Ok(Ok(PowerState::On)) => (PowerReading::On, format!("{url} reads power on")),
+        Ok(Ok(PowerState::Unknown)) => (
+            PowerReading::Unknown,
+            format!("{url} reads a power state neither on nor off"),
+        ),
+        Ok(Err(e)) => (
+            PowerReading::Unknown,
+            format!("{url} could not be read: {}", e.message()),
+        ),
+        Err(_) => (
+            PowerReading::Unknown,
+            format!("{url} could not be read: no answer within {budget:?}"),
+        ),
+    }
+}
+
 /// A readiness probe of one device: a read only (power state, storage state), never an action.
 /// Returns what the device reported, or why it could not be read.
 ///

@@ -17,6 +17,8 @@
 //!   for the one next step, performing it and persisting the result before asking again;
 //! - [`devices`]: fencing devices (IPMI, SNMP PDU, storage firewall) with credentials from
 //!   Secrets; [`release`]: taint, pod release, VolumeAttachment deletion;
+//! - [`power`]: the leader's continuous read-only power watch of every direct BMC, the
+//!   evidence that fences a machine reported off before the silence threshold;
 //! - [`readiness`]: periodic read-only checks of every FenceTarget's devices (status, Events,
 //!   metrics);
 //! - [`silent`]: the `NodeSilent` mark on the pods of silent nodes (`kubectl get pods` shows it);
@@ -33,6 +35,7 @@ pub mod error;
 pub mod events;
 pub mod leader;
 pub mod metrics;
+pub mod power;
 pub mod readiness;
 pub mod reconcile;
 pub mod release;
@@ -133,6 +136,10 @@ pub struct Ctx {
     pub start_gate: tokio::sync::Mutex<()>,
     /// `NodeFence`s that have a running worker.
     pub workers: Mutex<HashSet<String>>,
+    /// The power watch's runs of off reads ([`power`]; the leader's only).
+    pub power: Mutex<palisade_decide::power::PowerWatch>,
+    /// The words of each node's latest power read.
+    pub power_said: power::Said,
     start: Instant,
 }
 
@@ -166,6 +173,8 @@ impl Ctx {
             members: Mutex::new(palisade_decide::majority::MemberHistory::new()),
             start_gate: tokio::sync::Mutex::new(()),
             workers: Mutex::new(HashSet::new()),
+            power: Mutex::new(palisade_decide::power::PowerWatch::new()),
+            power_said: Mutex::new(HashMap::new()),
             start: Instant::now(),
         })
     }

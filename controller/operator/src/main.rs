@@ -70,6 +70,10 @@ struct Args {
     /// How often the leader checks every FenceTarget's devices (read-only).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     readiness_interval: Duration,
+    /// How often the leader reads the power state of every machine with a direct BMC (power
+    /// evidence: see the policy's `detection.powerOffAfterSeconds`).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    power_watch_interval: Duration,
     /// Serve the validating admission webhook (HTTPS) on this address; needs --webhook-cert
     /// and --webhook-key.
     #[arg(long, requires_all = ["webhook_cert", "webhook_key"])]
@@ -149,6 +153,10 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(palisade_controller::readiness::run(
         ctx.clone(),
         args.readiness_interval,
+    ));
+    tokio::spawn(palisade_controller::power::run(
+        ctx.clone(),
+        args.power_watch_interval,
     ));
     let http = tokio::spawn(server::serve(args.metrics_addr, ctx.clone()));
     if let (Some(addr), Some(cert), Some(key)) =

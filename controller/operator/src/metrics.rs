@@ -56,6 +56,7 @@ pub struct Metrics {
     target_ready: Family<Labels<2>, Gauge>,
     without_working_fence: Gauge,
     check_seconds: Histogram,
+    power_reads: Counters,
     ticks: Counter,
     leader: Gauge,
 }
@@ -94,6 +95,7 @@ impl Default for Metrics {
             target_ready: Family::default(),
             without_working_fence: Gauge::default(),
             check_seconds: Histogram::new(CHECK_BUCKETS),
+            power_reads: Counters::default(),
             ticks: Counter::default(),
             leader: Gauge::default(),
         };
@@ -158,6 +160,11 @@ impl Default for Metrics {
             "palisade_fence_check_seconds",
             "Latency of read-only device checks",
             m.check_seconds.clone(),
+        );
+        r.register(
+            "palisade_power_reads",
+            "Power watch reads, by what the node read (off, on, unknown)",
+            m.power_reads.clone(),
         );
         r.register("palisade_ticks", "Detection ticks", m.ticks.clone());
         r.register(
@@ -248,6 +255,11 @@ impl Metrics {
     /// One readiness check took `seconds`.
     pub fn check_latency(&self, seconds: f64) {
         self.check_seconds.observe(seconds);
+    }
+
+    /// The power watch read a node's power as `state`.
+    pub fn power_read(&self, state: &str) {
+        inc(&self.power_reads, "state", state);
     }
 
     /// The admission webhook denied an object of `kind`.

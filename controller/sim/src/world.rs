@@ -1618,6 +1618,8 @@ impl<'s> World<'s> {
                     labels: BTreeMap::new(),
                     last_heartbeat_change: self.ctl.detector.last_change(&name).unwrap_or(now.mono),
                     heartbeat_marker: self.ctl.detector.marker(&name),
+                    renewal_gap: self.ctl.detector.renewal_gap(&name),
+                    power_off: None,
                     hosts_bridge: false,
                     exclusion: None,
                     advertisement: self.ctl.advertised.get(&name).cloned().unwrap_or_default(),

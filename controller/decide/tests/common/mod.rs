@@ -97,6 +97,8 @@ pub fn node(name: &str, zone: &str) -> NodeSnapshot {
         exclusion: None,
         advertisement: Default::default(),
         heartbeat_marker: Some("lease=1;ready=-".into()),
+        renewal_gap: None,
+        power_off: None,
         hosts_bridge: false,
         fence_target: Some(target(vec![vec![(
             format!("ipmi://bmc-{name}"),
