@@ -375,7 +375,7 @@ fn judge(node: &NodeSnapshot, spec: &FencingPolicySpec, now: Mono, silent_from: 
     let by_silence = unhealthy_at(silent_from, t);
     let after =
         Duration::from_secs(u64::try_from(spec.detection.power_off_after_seconds).unwrap_or(0));
-    if let (Some(run), Some(gap)) = (node.power_off, node.renewal_gap) {
+    if let (Some(run), Some(gap)) = (node.power_off.as_ref(), node.renewal_gap) {
         if let Some(at) = power::evident_at(Some(run), silent_from, Some(gap), after, now)
             .filter(|at| *at < by_silence)
         {
@@ -383,7 +383,7 @@ fn judge(node: &NodeSnapshot, spec: &FencingPolicySpec, now: Mono, silent_from: 
                 health: Health::Unhealthy,
                 unhealthy_since: at,
                 cause: Cause::PowerOff {
-                    off_for: run.last.since(run.first),
+                    off_for: run.sent_after(silent_from).map_or(Duration::ZERO, |s| s.span()),
                     silent_for: now.since(silent_from),
                     renewal_gap: gap,
                 },

@@ -38,22 +38,76 @@ pub enum PowerReading {
 
 /// An unbroken run of off reads. Each read is known only to have seen the state somewhere
 /// between when it was sent and when it was answered, so the run is counted conservatively.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffRun {
-    /// When the first off read of the run was sent (the machine may have been off since no
-    /// earlier than this, as far as the run says).
+    /// The run's reads as (sent, answered), oldest first; at most [`READS_KEPT`] (the oldest
+    /// are dropped, which only shortens what the run can prove).
+    reads: Vec<(Mono, Mono)>,
+}
+
+/// Off reads kept per run.
+pub const READS_KEPT: usize = 64;
+
+/// What the reads of a run sent after some instant prove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffSpan {
+    /// When the first of those reads was sent.
     pub first: Mono,
-    /// When the first off read of the run was answered (the machine was off by then).
+    /// When it was answered (the machine was off by then).
     pub first_answered: Mono,
-    /// When the latest off read of the run was sent (the machine was still off after then).
+    /// When the latest was sent (the machine was still off after then).
     pub last: Mono,
 }
 
-impl OffRun {
-    /// How long the run proves the machine stayed off: from the first read's answer to the
-    /// latest read's sending.
+impl OffSpan {
+    /// How long the reads prove the machine stayed off: from the first one's answer to the
+    /// latest one's sending.
     pub fn span(&self) -> Duration {
         self.last.since(self.first_answered)
+    }
+}
+
+impl OffRun {
+    /// A run of one read.
+    pub fn new(sent: Mono, answered: Mono) -> Self {
+        Self {
+            reads: vec![(sent, answered.max(sent))],
+        }
+    }
+
+    fn push(&mut self, sent: Mono, answered: Mono) {
+        if self.reads.last().is_some_and(|(last, _)| sent < *last) {
+            return;
+        }
+        if self.reads.len() == READS_KEPT {
+            self.reads.remove(0);
+        }
+        self.reads.push((sent, answered.max(sent)));
+    }
+
+    /// The run's reads sent strictly after `instant` (a heartbeat change observed later than a
+    /// read was sent leaves that read, and those before it, out).
+    pub fn sent_after(&self, instant: Mono) -> Option<OffSpan> {
+        let i = self.reads.iter().position(|(sent, _)| *sent > instant)?;
+        let (first, first_answered) = self.reads[i];
+        let (last, _) = *self.reads.last()?;
+        Some(OffSpan {
+            first,
+            first_answered,
+            last,
+        })
+    }
+
+    /// The whole run.
+    pub fn whole(&self) -> Option<OffSpan> {
+        self.sent_after(Mono::default()).or_else(|| {
+            let (first, first_answered) = *self.reads.first()?;
+            Some(OffSpan {
+                first,
+                first_answered,
+                last: self.reads.last()?.0,
+            })
+        })
     }
 }
 
@@ -75,14 +129,12 @@ impl PowerWatch {
     /// a run never extends backwards in time.
     pub fn observe(&mut self, node: &str, reading: PowerReading, sent: Mono, answered: Mono) {
         match reading {
-            PowerReading::Off => {
-                let run = self.runs.entry(node.to_string()).or_insert(OffRun {
-                    first: sent,
-                    first_answered: answered.max(sent),
-                    last: sent,
-                });
-                run.last = run.last.max(sent);
-            }
+            PowerReading::Off => match self.runs.get_mut(node) {
+                Some(run) => run.push(sent, answered),
+                None => {
+                    self.runs.insert(node.to_string(), OffRun::new(sent, answered));
+                }
+            },
             PowerReading::On | PowerReading::Unknown => {
                 self.runs.remove(node);
             }
@@ -95,7 +147,7 @@ impl PowerWatch {
     /// node are not overlapped by the caller (the watch never sends a node's next read before
     /// the previous one answered).
     pub fn off_run(&self, node: &str) -> Option<OffRun> {
-        self.runs.get(node).copied()
+        self.runs.get(node).cloned()
     }
 
     /// Forgets a node (deleted, or its fence started: a new run must begin from scratch).
@@ -123,18 +175,18 @@ pub fn missed_renewal(gap: Duration) -> Duration {
 /// returned is never before the run's first off read plus `after`, nor before the missed
 /// renewal.
 pub fn evident_at(
-    run: Option<OffRun>,
+    run: Option<&OffRun>,
     last_change: Mono,
     gap: Option<Duration>,
     after: Duration,
     now: Mono,
 ) -> Option<Mono> {
-    let run = run?;
     let gap = gap?;
-    if after.is_zero() || run.first <= last_change || run.span() < after {
+    let counted = run?.sent_after(last_change)?;
+    if after.is_zero() || counted.span() < after {
         return None;
     }
-    let at = (run.first_answered + after).max(last_change + missed_renewal(gap));
+    let at = (counted.first_answered + after).max(last_change + missed_renewal(gap));
     (now >= at).then_some(at)
 }
 
@@ -149,55 +201,50 @@ mod tests {
     const AFTER: Duration = Duration::from_secs(1);
     const GAP: Option<Duration> = Some(Duration::from_secs(1));
 
-    fn run(first: u64, last: u64) -> Option<OffRun> {
-        Some(OffRun {
-            first: ms(first),
-            first_answered: ms(first),
-            last: ms(last),
-        })
+    /// Off reads every 100 ms from `first` to `last`, each answered at once.
+    fn run(first: u64, last: u64) -> OffRun {
+        let mut w = PowerWatch::new();
+        let mut at = first;
+        while at <= last {
+            w.observe("n", PowerReading::Off, ms(at), ms(at));
+            at += 100;
+        }
+        w.off_run("n").unwrap()
     }
 
     #[test]
     fn the_rule_case_by_case() {
         // Renewed at 10 s; off from 10.2 s, read off until 11.3 s; missed renewal at 11.25 s.
+        let r = run(10_200, 11_300);
         assert_eq!(
-            evident_at(run(10_200, 11_300), ms(10_000), GAP, AFTER, ms(11_300)),
+            evident_at(Some(&r), ms(10_000), GAP, AFTER, ms(11_300)),
             Some(ms(11_250))
         );
-        // The run does not yet span `after`.
+        // The reads do not yet span `after`.
+        let short = run(10_200, 11_100);
+        assert_eq!(evident_at(Some(&short), ms(10_000), GAP, AFTER, ms(11_300)), None);
+        // A renewal observed at 10.5 s: only the reads sent after it count (10.6 s on), and
+        // they span `after` only once read until 11.6 s.
+        assert_eq!(evident_at(Some(&r), ms(10_500), GAP, AFTER, ms(11_300)), None);
+        let longer = run(10_200, 11_700);
         assert_eq!(
-            evident_at(run(10_200, 11_100), ms(10_000), GAP, AFTER, ms(11_300)),
-            None
+            evident_at(Some(&longer), ms(10_500), GAP, AFTER, ms(11_800)),
+            Some(ms(11_750))
         );
-        // A renewal observed after the first off read: the device is contradicted.
-        assert_eq!(
-            evident_at(run(10_200, 12_300), ms(10_500), GAP, AFTER, ms(12_300)),
-            None
-        );
+        // Renewed after every read: nothing counts.
+        assert_eq!(evident_at(Some(&r), ms(11_400), GAP, AFTER, ms(13_000)), None);
         // The node renews slowly (every 10 s): off reads alone do not make it dead until it
         // has missed a renewal.
         let slow = Some(Duration::from_secs(10));
+        assert_eq!(evident_at(Some(&r), ms(10_000), slow, AFTER, ms(13_000)), None);
         assert_eq!(
-            evident_at(run(10_200, 13_000), ms(10_000), slow, AFTER, ms(13_000)),
-            None
-        );
-        assert_eq!(
-            evident_at(run(10_200, 22_600), ms(10_000), slow, AFTER, ms(22_600)),
+            evident_at(Some(&r), ms(10_000), slow, AFTER, ms(22_600)),
             Some(ms(22_500))
         );
         // No rhythm known, no power evidence; zero turns it off.
+        assert_eq!(evident_at(Some(&r), ms(10_000), None, AFTER, ms(13_000)), None);
         assert_eq!(
-            evident_at(run(10_200, 13_000), ms(10_000), None, AFTER, ms(13_000)),
-            None
-        );
-        assert_eq!(
-            evident_at(
-                run(10_200, 13_000),
-                ms(10_000),
-                GAP,
-                Duration::ZERO,
-                ms(13_000)
-            ),
+            evident_at(Some(&r), ms(10_000), GAP, Duration::ZERO, ms(13_000)),
             None
         );
         assert_eq!(evident_at(None, ms(10_000), GAP, AFTER, ms(13_000)), None);
@@ -209,12 +256,19 @@ mod tests {
         let read = |w: &mut PowerWatch, r, at| w.observe("m0", r, ms(at), ms(at));
         read(&mut w, PowerReading::Off, 1_000);
         read(&mut w, PowerReading::Off, 1_500);
-        assert_eq!(w.off_run("m0"), run(1_000, 1_500));
+        assert_eq!(
+            w.off_run("m0").and_then(|r| r.whole()).map(|s| s.span()),
+            Some(Duration::from_millis(500))
+        );
         read(&mut w, PowerReading::Unknown, 1_700);
         assert_eq!(w.off_run("m0"), None, "no answer is never evidence");
         read(&mut w, PowerReading::Off, 2_000);
         read(&mut w, PowerReading::Off, 1_900);
-        assert_eq!(w.off_run("m0"), run(2_000, 2_000), "never backwards");
+        assert_eq!(
+            w.off_run("m0").and_then(|r| r.whole()).map(|s| (s.first, s.last)),
+            Some((ms(2_000), ms(2_000))),
+            "never backwards"
+        );
         read(&mut w, PowerReading::On, 2_500);
         assert_eq!(w.off_run("m0"), None);
         w.observe("m1", PowerReading::Off, ms(2_500), ms(2_500));
@@ -225,20 +279,31 @@ mod tests {
     #[test]
     fn a_slow_read_counts_from_when_it_was_sent_and_when_it_answered() {
         // A read sent at 10.0 s answers off at 10.8 s; the node's last renewal was observed at
-        // 10.3 s: the machine may have been on at 10.3 s, so the run does not follow it.
+        // 10.3 s: the machine may have been on at 10.3 s, so that read does not count.
         let mut w = PowerWatch::new();
         w.observe("m0", PowerReading::Off, ms(10_000), ms(10_800));
         w.observe("m0", PowerReading::Off, ms(11_700), ms(11_710));
-        let r = w.off_run("m0");
-        assert_eq!(r.map(|r| r.span()), Some(Duration::from_millis(900)));
-        assert_eq!(evident_at(r, ms(10_300), GAP, AFTER, ms(20_000)), None);
+        let r = w.off_run("m0").unwrap();
+        assert_eq!(
+            r.whole().map(|s| s.span()),
+            Some(Duration::from_millis(900))
+        );
+        assert_eq!(evident_at(Some(&r), ms(10_300), GAP, AFTER, ms(20_000)), None);
         // Observed before the first read was sent: evidence, but only once the span from the
         // first answer reaches `after`.
-        assert_eq!(evident_at(r, ms(9_000), GAP, AFTER, ms(20_000)), None);
+        assert_eq!(evident_at(Some(&r), ms(9_000), GAP, AFTER, ms(20_000)), None);
         w.observe("m0", PowerReading::Off, ms(11_900), ms(11_910));
         assert_eq!(
-            evident_at(w.off_run("m0"), ms(9_000), GAP, AFTER, ms(20_000)),
+            evident_at(w.off_run("m0").as_ref(), ms(9_000), GAP, AFTER, ms(20_000)),
             Some(ms(11_800))
         );
+    }
+
+    #[test]
+    fn a_long_run_keeps_its_latest_reads() {
+        let r = run(0, 100 * (READS_KEPT as u64 + 10));
+        let whole = r.whole().unwrap();
+        assert_eq!(whole.first, ms(1_100), "the oldest reads dropped");
+        assert_eq!(whole.last, ms(100 * (READS_KEPT as u64 + 10)));
     }
 }

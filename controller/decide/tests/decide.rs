@@ -1114,7 +1114,7 @@ fn after_the_quorum_guard_lets_go_a_node_silent_through_it_gets_the_full_thresho
 /// m1 renewed at NOW-1.3 s (every second, as observed), its BMC has read it off since
 /// NOW-1.1 s; forgiveness 0, power evidence after 1 s; every other node healthy.
 fn powered_off() -> Snapshot {
-    use palisade_decide::power::OffRun;
+    use palisade_decide::power::PowerReading;
     let mut s = world();
     let spec = &mut s.policies[0].spec;
     spec.detection.power_off_after_seconds = 1;
@@ -1125,11 +1125,11 @@ fn powered_off() -> Snapshot {
     let m1 = node_mut(&mut s, "m1");
     m1.last_heartbeat_change = ms(1_300);
     m1.renewal_gap = Some(Duration::from_secs(1));
-    m1.power_off = Some(OffRun {
-        first: ms(1_100),
-        first_answered: ms(1_090),
-        last: ms(50),
-    });
+    let mut watch = palisade_decide::power::PowerWatch::new();
+    for at in [1_100, 900, 700, 500, 300, 50] {
+        watch.observe("m1", PowerReading::Off, ms(at), ms(at - 10));
+    }
+    m1.power_off = watch.off_run("m1");
     s
 }
 
@@ -1187,12 +1187,12 @@ fn nodes_read_off_count_toward_the_quorum_guard() {
     // A PDU or a BMC firmware that reads every machine off at once is not believed past the
     // guard: three of five read off is more than 40% silent.
     let mut s = powered_off();
-    let run = node_mut(&mut s, "m1").power_off;
+    let run = node_mut(&mut s, "m1").power_off.clone();
     for n in ["m2", "m3"] {
         let m = node_mut(&mut s, n);
         m.last_heartbeat_change = Mono::from_millis(NOW * 1000 - 1_300);
         m.renewal_gap = Some(Duration::from_secs(1));
-        m.power_off = run;
+        m.power_off = run.clone();
     }
     assert!(
         !guards_holding(&s).is_empty(),

@@ -2,7 +2,8 @@
 //! fence devices, continuously, so that a machine its BMC reports off is fenced on that evidence
 //! instead of after the silence threshold ([`palisade_decide::power`] has the rule).
 //!
-//! Every `--power-watch-interval` each FenceTarget's direct power devices are read (a read
+//! Every `--power-watch-interval` each FenceTarget's direct power devices are read, for the
+//! nodes whose policy's power evidence can fence sooner than their silence (a read
 //! only: [`crate::devices::watch_read`]). A node reads off when every power device of one of its
 //! levels reads off, on when any reads on, and unknown otherwise. A read that has not answered
 //! by the next round is not repeated (a dark BMC never queues reads); its answer, whenever it
@@ -65,7 +66,7 @@ pub async fn run(ctx: Arc<Ctx>, every: Duration) {
             .iter()
             .filter(|t| t.spec.validate().is_ok() && watchable(&t.spec))
             .map(|t| t.name_any())
-            .filter(|n| !busy.contains(n))
+            .filter(|n| !busy.contains(n) && evidence_counts(&ctx, n))
             .collect();
         ctx.power.lock().retain(|n| watched.contains(n));
         for t in targets {
@@ -80,6 +81,7 @@ pub async fn run(ctx: Arc<Ctx>, every: Duration) {
                 let (r, words) = read_node(&ctx, &node, &t.spec, &limit, &secrets).await;
                 let answered = ctx.now().mono;
                 ctx.metrics.power_read(label(r));
+                tracing::debug!(%node, reading = label(r), %words, "power watch read");
                 // A fence that started meanwhile owns the node now.
                 let started = ctx
                     .cache
@@ -92,7 +94,14 @@ pub async fn run(ctx: Arc<Ctx>, every: Duration) {
                     let before = watch.off_run(&node).is_some();
                     watch.observe(&node, r, sent, answered);
                     if r == PowerReading::Off && !before {
-                        tracing::info!(%node, %words, "power watch: the machine reads off");
+                        let detector = ctx.detector.lock();
+                        tracing::info!(
+                            %node,
+                            %words,
+                            silent_for = ?detector.last_change(&node).map(|c| sent.since(c)),
+                            renewal_gap = ?detector.renewal_gap(&node),
+                            "power watch: the machine reads off"
+                        );
                     }
                     ctx.power_said.lock().insert(node.clone(), words);
                 }
@@ -107,6 +116,16 @@ pub async fn run(ctx: Arc<Ctx>, every: Duration) {
 fn under_way(f: &palisade_model::NodeFence) -> bool {
     let phase = crate::detect::phase_of(f);
     phase != palisade_model::nodefence::Phase::Pending && !phase.is_terminal()
+}
+
+/// Whether power evidence can change anything for `node`: exactly one policy covers it, and
+/// its `powerOffAfterSeconds` is on and below its `unhealthyAfterSeconds` (otherwise the BMC
+/// is not read at all).
+fn evidence_counts(ctx: &Ctx, node: &str) -> bool {
+    crate::reconcile::policy_for(ctx, node).is_some_and(|p| {
+        let d = &p.detection;
+        d.power_off_after_seconds > 0 && d.power_off_after_seconds < d.unhealthy_after_seconds
+    })
 }
 
 /// A target with a level whose power devices are all direct BMCs (the only ones that may give
