@@ -383,7 +383,9 @@ fn judge(node: &NodeSnapshot, spec: &FencingPolicySpec, now: Mono, silent_from: 
                 health: Health::Unhealthy,
                 unhealthy_since: at,
                 cause: Cause::PowerOff {
-                    off_for: run.sent_after(silent_from).map_or(Duration::ZERO, |s| s.span()),
+                    off_for: run
+                        .sent_after(silent_from)
+                        .map_or(Duration::ZERO, |s| s.span()),
                     silent_for: now.since(silent_from),
                     renewal_gap: gap,
                 },

@@ -132,7 +132,8 @@ impl PowerWatch {
             PowerReading::Off => match self.runs.get_mut(node) {
                 Some(run) => run.push(sent, answered),
                 None => {
-                    self.runs.insert(node.to_string(), OffRun::new(sent, answered));
+                    self.runs
+                        .insert(node.to_string(), OffRun::new(sent, answered));
                 }
             },
             PowerReading::On | PowerReading::Unknown => {
@@ -222,27 +223,42 @@ mod tests {
         );
         // The reads do not yet span `after`.
         let short = run(10_200, 11_100);
-        assert_eq!(evident_at(Some(&short), ms(10_000), GAP, AFTER, ms(11_300)), None);
+        assert_eq!(
+            evident_at(Some(&short), ms(10_000), GAP, AFTER, ms(11_300)),
+            None
+        );
         // A renewal observed at 10.5 s: only the reads sent after it count (10.6 s on), and
         // they span `after` only once read until 11.6 s.
-        assert_eq!(evident_at(Some(&r), ms(10_500), GAP, AFTER, ms(11_300)), None);
+        assert_eq!(
+            evident_at(Some(&r), ms(10_500), GAP, AFTER, ms(11_300)),
+            None
+        );
         let longer = run(10_200, 11_700);
         assert_eq!(
             evident_at(Some(&longer), ms(10_500), GAP, AFTER, ms(11_800)),
             Some(ms(11_750))
         );
         // Renewed after every read: nothing counts.
-        assert_eq!(evident_at(Some(&r), ms(11_400), GAP, AFTER, ms(13_000)), None);
+        assert_eq!(
+            evident_at(Some(&r), ms(11_400), GAP, AFTER, ms(13_000)),
+            None
+        );
         // The node renews slowly (every 10 s): off reads alone do not make it dead until it
         // has missed a renewal.
         let slow = Some(Duration::from_secs(10));
-        assert_eq!(evident_at(Some(&r), ms(10_000), slow, AFTER, ms(13_000)), None);
+        assert_eq!(
+            evident_at(Some(&r), ms(10_000), slow, AFTER, ms(13_000)),
+            None
+        );
         assert_eq!(
             evident_at(Some(&r), ms(10_000), slow, AFTER, ms(22_600)),
             Some(ms(22_500))
         );
         // No rhythm known, no power evidence; zero turns it off.
-        assert_eq!(evident_at(Some(&r), ms(10_000), None, AFTER, ms(13_000)), None);
+        assert_eq!(
+            evident_at(Some(&r), ms(10_000), None, AFTER, ms(13_000)),
+            None
+        );
         assert_eq!(
             evident_at(Some(&r), ms(10_000), GAP, Duration::ZERO, ms(13_000)),
             None
@@ -265,7 +281,9 @@ mod tests {
         read(&mut w, PowerReading::Off, 2_000);
         read(&mut w, PowerReading::Off, 1_900);
         assert_eq!(
-            w.off_run("m0").and_then(|r| r.whole()).map(|s| (s.first, s.last)),
+            w.off_run("m0")
+                .and_then(|r| r.whole())
+                .map(|s| (s.first, s.last)),
             Some((ms(2_000), ms(2_000))),
             "never backwards"
         );
@@ -288,10 +306,16 @@ mod tests {
             r.whole().map(|s| s.span()),
             Some(Duration::from_millis(900))
         );
-        assert_eq!(evident_at(Some(&r), ms(10_300), GAP, AFTER, ms(20_000)), None);
+        assert_eq!(
+            evident_at(Some(&r), ms(10_300), GAP, AFTER, ms(20_000)),
+            None
+        );
         // Observed before the first read was sent: evidence, but only once the span from the
         // first answer reaches `after`.
-        assert_eq!(evident_at(Some(&r), ms(9_000), GAP, AFTER, ms(20_000)), None);
+        assert_eq!(
+            evident_at(Some(&r), ms(9_000), GAP, AFTER, ms(20_000)),
+            None
+        );
         w.observe("m0", PowerReading::Off, ms(11_900), ms(11_910));
         assert_eq!(
             evident_at(w.off_run("m0").as_ref(), ms(9_000), GAP, AFTER, ms(20_000)),

@@ -1153,7 +1153,8 @@ fn a_machine_its_bmc_reads_off_is_fenced_before_the_silence_threshold() {
 
 #[test]
 fn power_evidence_needs_every_part_of_its_rule() {
-    let cases: [(&str, fn(&mut Snapshot)); 6] = [
+    type Edit = fn(&mut Snapshot);
+    let cases: [(&str, Edit); 6] = [
         ("turned off by the policy", |s| {
             s.policies[0].spec.detection.power_off_after_seconds = 0
         }),

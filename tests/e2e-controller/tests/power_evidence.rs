@@ -20,8 +20,8 @@ use palisade_model::nodefence::{EvidenceKind, Phase};
 use serde_json::json;
 
 #[test]
-fn a_machine_switched_off_at_its_bmc_is_fenced_on_that_evidence_and_a_miswired_bmc_proves_nothing(
-) {
+fn a_machine_switched_off_at_its_bmc_is_fenced_on_that_evidence_and_a_miswired_bmc_proves_nothing()
+{
     let (lab, rt, c) = lab_ready(3, false);
     let cp = lab.control_plane().expect("control plane");
     let _ctl = start_controller_as(
