@@ -25,6 +25,7 @@ pub mod duration;
 pub mod identity;
 pub mod nodefence;
 pub mod policy;
+pub mod reference;
 pub mod target;
 
 pub use nodefence::{NodeFence, NodeFenceSpec, NodeFenceStatus, Phase};

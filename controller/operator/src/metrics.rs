@@ -164,7 +164,7 @@ impl Default for Metrics {
         r.register(
             "palisade_power_reads",
             "Power watch reads, by what the node read (off, on, unknown)",
-            m.power_reads.clone(),
+            Listed(m.power_reads.clone()),
         );
         r.register("palisade_ticks", "Detection ticks", m.ticks.clone());
         r.register(
