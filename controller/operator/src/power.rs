@@ -69,6 +69,7 @@ pub async fn run(ctx: Arc<Ctx>, every: Duration) {
             .filter(|n| !busy.contains(n) && evidence_counts(&ctx, n))
             .collect();
         ctx.power.lock().retain(|n| watched.contains(n));
+        ctx.power_said.lock().retain(|n, _| watched.contains(n));
         for t in targets {
             let node = t.name_any();
             if !watched.contains(&node) || !reading.lock().insert(node.clone()) {
