@@ -19,6 +19,8 @@
 #   - nftables: a peer cut of QEMU machines filters their bridged traffic (bridge family).
 #   - OCI images: Debian's docker-registry (distribution 2.8; the lab's registry) and buildah
 #     (hack/images.sh builds the images without a daemon).
+#   - helm 4.3.1, built from its Go module (hack/helm/go.mod, go.sum) and cached outside the
+#     repo, for the chart test.
 #   - Redfish BMCs: sushy-tools (`sushy-emulator`) from PyPI, in a virtualenv in the cache, and
 #     Debian's python3-libvirt for its libvirt backend on libvirt's in-process test driver.
 set -euo pipefail
@@ -147,6 +149,27 @@ else
       -o "$K8S_CURRENT_DIR.tmp/etcd" go.etcd.io/etcd/server/v3 )
   rm -rf "$K8S_CURRENT_DIR"; mv "$K8S_CURRENT_DIR.tmp" "$K8S_CURRENT_DIR"
   say "Kubernetes $K8S_CURRENT and etcd cached in $K8S_CURRENT_DIR"
+fi
+
+# Helm 4, built as a Go module from hack/helm (pinned by its go.mod and go.sum): the chart
+# test lints, templates, installs and upgrades charts/palisade with it.
+HELM_VERSION=4.3.1
+HELM_DIR="$CACHE_DIR/helm-$HELM_VERSION"
+if [ -x "$HELM_DIR/helm" ]; then
+  say "helm $HELM_VERSION cached in $HELM_DIR"
+else
+  GO=""
+  for g in go /usr/local/go/bin/go; do
+    v=$(command -v "$g" >/dev/null 2>&1 && "$g" env GOVERSION 2>/dev/null || true)
+    case "$v" in go1.2[6-9]*|go1.[3-9][0-9]*) GO="$(command -v "$g")"; break ;; esac
+  done
+  [ -n "$GO" ] || { say "helm $HELM_VERSION needs Go 1.26 or later (go or /usr/local/go/bin/go)"; exit 1; }
+  say "building helm $HELM_VERSION from its Go module with $("$GO" env GOVERSION) (a few minutes on 2 cores)"
+  rm -rf "$HELM_DIR.tmp"; mkdir -p "$HELM_DIR.tmp"
+  ( cd "$(dirname "${BASH_SOURCE[0]}")/helm" && GOFLAGS=-mod=readonly nice -n 10 "$GO" build -trimpath \
+      -ldflags "-s -w" -o "$HELM_DIR.tmp/helm" helm.sh/helm/v4/cmd/helm )
+  rm -rf "$HELM_DIR"; mv "$HELM_DIR.tmp" "$HELM_DIR"
+  say "helm $HELM_VERSION cached in $HELM_DIR"
 fi
 
 # Debian's kubectl 1.20, the version of the oldest API server the lab runs.

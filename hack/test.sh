@@ -65,8 +65,9 @@ for t in "${ctl_rest[@]}"; do rest_args+=(--test "$t"); done
 # the CRDs without CEL and the webhook alone at the door, Events, the release and its taints
 # (no out-of-service handling by Kubernetes), recovery and the untaint, and cross-field
 # mistakes reported by the controller (no CEL at the door), and the install's user roles and
-# PodDisruptionBudget (policy/v1beta1 through the overlay).
-compat_ctl=(headline release_scope guard_timing admission config_status identity recovery user_roles)
+# PodDisruptionBudget (policy/v1beta1 through the overlay), and the Helm chart (its PDB by the
+# server's version; server-side apply).
+compat_ctl=(headline release_scope guard_timing admission config_status identity recovery user_roles helm)
 compat_args=()
 for t in "${compat_ctl[@]}"; do
   [ -f "tests/e2e-controller/tests/$t.rs" ] || { echo "hack/test.sh: no test binary $t in $ctl_pkg" >&2; exit 1; }

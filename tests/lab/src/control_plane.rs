@@ -137,7 +137,7 @@ impl std::fmt::Display for KubeVersion {
 
 /// `$XDG_CACHE_HOME/palisade` (or `~/.cache/palisade`), where `hack/install-deps.sh`
 /// caches what it builds.
-fn palisade_cache() -> PathBuf {
+pub fn palisade_cache() -> PathBuf {
     std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
