@@ -816,20 +816,38 @@ pub async fn read_power(
             ))),
         }
     };
-    let url = palisade_model::target::redact_url(&d.url);
+    let (state, words) = bounded_power_read(&d.url, budget, read).await;
+    let read = match state {
+        PowerState::Off => RecheckedPower::Off,
+        PowerState::On => RecheckedPower::On,
+        PowerState::Unknown => RecheckedPower::Unknown,
+    };
+    (read, words)
+}
+
+/// Runs a power read within `budget`: the state read, in words naming the device (redacted),
+/// and [`palisade_fence::PowerState::Unknown`] for anything but a clean answer (no answer, an
+/// error, a state neither on nor off).
+async fn bounded_power_read(
+    url: &str,
+    budget: Duration,
+    read: impl std::future::Future<Output = Result<palisade_fence::PowerState, AttemptError>>,
+) -> (palisade_fence::PowerState, String) {
+    use palisade_fence::PowerState;
+    let url = palisade_model::target::redact_url(url);
     match tokio::time::timeout(budget, read).await {
-        Ok(Ok(PowerState::Off)) => (RecheckedPower::Off, format!("{url} reads power off")),
-        Ok(Ok(PowerState::On)) => (RecheckedPower::On, format!("{url} reads power ON")),
+        Ok(Ok(PowerState::Off)) => (PowerState::Off, format!("{url} reads power off")),
+        Ok(Ok(PowerState::On)) => (PowerState::On, format!("{url} reads power ON")),
         Ok(Ok(PowerState::Unknown)) => (
-            RecheckedPower::Unknown,
+            PowerState::Unknown,
             format!("{url} reads a power state neither on nor off"),
         ),
         Ok(Err(e)) => (
-            RecheckedPower::Unknown,
+            PowerState::Unknown,
             format!("{url} could not be read: {}", e.message()),
         ),
         Err(_) => (
-            RecheckedPower::Unknown,
+            PowerState::Unknown,
             format!("{url} could not be read: no answer within {budget:?}"),
         ),
     }
@@ -883,22 +901,13 @@ pub async fn watch_read(
         let device = power_device(&d.url, secret, budget, expected.as_deref())?;
         Ok::<_, AttemptError>(device.status().await?)
     };
-    match tokio::time::timeout(budget, read).await {
-        Ok(Ok(PowerState::Off)) => (PowerReading::Off, format!("{url} reads power off")),
-        Ok(Ok(PowerState::On)) => (PowerReading::On, format!("{url} reads power on")),
-        Ok(Ok(PowerState::Unknown)) => (
-            PowerReading::Unknown,
-            format!("{url} reads a power state neither on nor off"),
-        ),
-        Ok(Err(e)) => (
-            PowerReading::Unknown,
-            format!("{url} could not be read: {}", e.message()),
-        ),
-        Err(_) => (
-            PowerReading::Unknown,
-            format!("{url} could not be read: no answer within {budget:?}"),
-        ),
-    }
+    let (state, words) = bounded_power_read(&d.url, budget, read).await;
+    let reading = match state {
+        PowerState::Off => PowerReading::Off,
+        PowerState::On => PowerReading::On,
+        PowerState::Unknown => PowerReading::Unknown,
+    };
+    (reading, words)
 }
 
 /// A readiness probe of one device: a read only (power state, storage state), never an action.
