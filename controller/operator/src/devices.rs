@@ -853,6 +853,20 @@ async fn bounded_power_read(
     }
 }
 
+/// Whether a direct BMC at `url` would be pinned to a machine's identity for `node`: by a
+/// `guid=`/`uuid=` in the URL, or by the Node's system UUID (and the two agree).
+pub fn identity_pinned(ctx: &Ctx, node: &str, url: &str) -> bool {
+    let expected = node_identity(ctx, node);
+    Target::parse(url).ok().is_some_and(|mut t| {
+        pin_identity(url, &mut t, expected.as_deref()).is_ok()
+            && match &t {
+                Target::Ipmi(i) => i.system_guid.is_some(),
+                Target::Redfish(r) => r.system_uuid.is_some(),
+                _ => false,
+            }
+    })
+}
+
 /// One read of a power device for the power watch ([`crate::power`]): `Off` or `On` only from
 /// a direct IPMI or Redfish device pinned to the machine's identity (by its URL or by the
 /// Node's system UUID), with the device's answer in words.
@@ -883,15 +897,7 @@ pub async fn watch_read(
         );
     }
     let expected = node_identity(ctx, node);
-    let pinned = Target::parse(&d.url).ok().is_some_and(|mut t| {
-        pin_identity(&d.url, &mut t, expected.as_deref()).is_ok()
-            && match &t {
-                Target::Ipmi(i) => i.system_guid.is_some(),
-                Target::Redfish(r) => r.system_uuid.is_some(),
-                _ => false,
-            }
-    });
-    if !pinned {
+    if !identity_pinned(ctx, node, &d.url) {
         return (
             PowerReading::Unknown,
             format!("{url}: not pinned to the machine's identity (no Node system UUID, no pin in the URL): never power evidence"),

@@ -12,8 +12,9 @@
 //! Guarantees: no device is ever commanded here; nodes with a fence under way (past Pending,
 //! not finished) are not read and their runs are forgotten (the fence reads and commands the
 //! device itself, and a later decision needs a new run); a replica that does not lead reads nothing and remembers nothing,
-//! so a new leader starts every run afresh. Credentials are read from their Secrets at most
-//! every [`SECRET_TTL`] per Secret, and never logged.
+//! so a new leader starts every run afresh. A level with a BMC that is not pinned to the
+//! machine's identity is not read at all. Credentials are read from their Secrets at most
+//! every [`SECRET_TTL`] per Secret (a failed read too), and never logged.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -38,7 +39,9 @@ pub const READ_BUDGET: Duration = Duration::from_secs(5);
 /// The words of each node's latest power read (for the fence's Event).
 pub type Said = Mutex<HashMap<String, String>>;
 
-type Secrets = Mutex<HashMap<(String, String), (Instant, BTreeMap<String, String>)>>;
+/// Each credential Secret's last read (or why it failed), and when.
+type Secrets =
+    Mutex<HashMap<(String, String), (Instant, Result<BTreeMap<String, String>, String>)>>;
 
 /// Watches every `every` while this replica leads.
 pub async fn run(ctx: Arc<Ctx>, every: Duration) {
@@ -177,6 +180,18 @@ async fn read_node(
         let Some(devices) = evidence_level(l) else {
             continue;
         };
+        // A level with a device that cannot prove whose power it reads gives no evidence:
+        // nothing of it is read (no Secret, no BMC session).
+        if !devices
+            .iter()
+            .all(|d| crate::devices::identity_pinned(ctx, node, &d.url))
+        {
+            said.push(format!(
+                "level {}: a BMC not pinned to the machine's identity (no Node system UUID, no pin in the URL): never power evidence",
+                l.name
+            ));
+            continue;
+        }
         let mut all_off = true;
         for d in devices {
             let secret = match secret_for(ctx, d, secrets).await {
@@ -221,14 +236,16 @@ async fn secret_for(
     let key = (r.namespace.clone(), r.name.clone());
     if let Some((at, s)) = secrets.lock().get(&key) {
         if at.elapsed() < SECRET_TTL {
-            return Ok(s.clone());
+            return s.clone();
         }
     }
+    // A failed read is kept as long as a good one: a missing Secret costs one read per
+    // SECRET_TTL, not one per node and round.
     let s = crate::devices::read_secret(ctx, r)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string());
     secrets.lock().insert(key, (Instant::now(), s.clone()));
-    Ok(s)
+    s
 }
 
 #[cfg(test)]
