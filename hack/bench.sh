@@ -3,8 +3,13 @@
 # simulators. Not part of hack/test.sh: tests assert behaviour, benchmarks measure.
 #   hack/bench.sh            every benchmark
 #   hack/bench.sh agents     only one (agents | storage | bridge | node | recovery | scale)
-#   hack/bench.sh recovery   both machine kinds, each on Kubernetes 1.20 and 1.34 side by side
-# Results are printed as tables with medians and ratios, and saved under target/bench/.
+#   hack/bench.sh recovery   both machine kinds, each on Kubernetes 1.20 and 1.34 side by side,
+#                            a cut and a power loss (switched off at the BMC), 20 runs of each
+#                            (RECOVERY_RUNS=3 hack/bench.sh recovery for a quick look; 20 runs
+#                            take about 2 hours on 2 cores, by the samples' ~30 s per namespace
+#                            run and ~50 s per QEMU run)
+# Results are printed as tables with medians (p50) and ratios, and saved under target/bench/
+# (recovery and scale also as JSON; recovery's p50/p99/max tables as Markdown beside it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -47,7 +52,8 @@ fi
 if [ "$want" = all ] || [ "$want" = recovery ]; then
   run recovery palisade-recovery-bench -p palisade-scenario -p palisade-node \
     -p palisade-controller -p palisade-bridge -p palisade-labstore -- \
-    --kind both --kube both --runs 10 --without-seconds 90
+    --kind both --kube both --fault both --runs "${RECOVERY_RUNS:-20}" --without-seconds 90 \
+    --out target/bench/recovery.json
 fi
 if [ "$want" = all ] || [ "$want" = scale ]; then
   # 2,000 simulated nodes; 100 go silent within 2 s (one every 20 ms).

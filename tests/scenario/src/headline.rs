@@ -1,7 +1,8 @@
 //! The headline scenario, shared by `palisade-demo` and the recovery benchmark: a StatefulSet
-//! writer with a ReadWriteOnce CSI volume on m0, m0 cut off the network, and either Palisade
-//! (fencing through the firmware-bridge, release, recovery elsewhere, the at-most-one checker)
-//! or nothing (the pod stays stuck; what Kubernetes alone does).
+//! writer with a ReadWriteOnce CSI volume on m0, m0 cut off the network (or, with
+//! [`Options::power_off`], switched off at its BMC), and either Palisade (fencing through the
+//! firmware-bridge, release, recovery elsewhere, the at-most-one checker) or nothing (the pod
+//! stays stuck; what Kubernetes alone does).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -10,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use palisade_lab::{Cut, Lab};
@@ -53,11 +55,23 @@ impl Timeline {
     }
 }
 
-/// What one run measured, as offsets from the cut (observed by polling the API every 200 ms).
+/// What one run measured, as offsets from the fault: the instant the cut (or the `chassis
+/// power off` command) returned. Observed by polling the API every 200 ms, except where said.
 #[derive(Debug, Default, Clone)]
 pub struct Report {
     /// When each `NodeFence` phase was first observed.
     pub phases: Vec<(Phase, Duration)>,
+    /// When each `NodeFence` phase was entered, by the controller's own timestamps (the
+    /// transitions' `at`, in microseconds; the controller runs on this host's clock).
+    pub stamped: Vec<(Phase, Duration)>,
+    /// Why m0 was fenced (the NodeFence's reason: silence, or power evidence).
+    pub reason: String,
+    /// With [`Options::power_off`]: how long `chassis power off` took, sent → returned (add it
+    /// to any offset to count from the command's sending).
+    pub power_command: Option<Duration>,
+    /// With [`Options::power_off`]: when the controller's power watch first read m0 off (the
+    /// answer to that read, by the controller log's timestamp).
+    pub first_off_read: Option<Duration>,
     /// When the volume was attached to another machine.
     pub attached: Option<Duration>,
     /// When the replacement pod was Running.
@@ -78,7 +92,25 @@ impl Report {
             .find(|(p, _)| *p == phase)
             .map(|(_, d)| *d)
     }
+
+    /// When `phase` was entered, by the controller's timestamp.
+    pub fn stamped(&self, phase: Phase) -> Option<Duration> {
+        self.stamped
+            .iter()
+            .find(|(p, _)| *p == phase)
+            .map(|(_, d)| *d)
+    }
+
+    /// Whether m0 was fenced on power evidence (its BMC read it off) rather than its silence.
+    pub fn on_power_evidence(&self) -> bool {
+        self.reason.contains("on power evidence")
+    }
 }
+
+/// With [`Options::power_off`]: the policy's `detection.powerOffAfterSeconds`.
+pub const POWER_OFF_AFTER_SECONDS: i64 = 1;
+/// With [`Options::power_off`]: the controller's `--power-watch-interval`.
+pub const POWER_WATCH_INTERVAL: &str = "250ms";
 
 /// How to run the scenario.
 #[derive(Debug, Clone, Copy)]
@@ -92,6 +124,14 @@ pub struct Options {
     pub storage_only: bool,
     /// How m0 is cut off.
     pub cut: Cut,
+    /// Switch m0 off at its BMC (`ipmitool chassis power off`) instead of cutting it off
+    /// (`cut` is then unused), with power evidence on: the policy's
+    /// `detection.powerOffAfterSeconds` is [`POWER_OFF_AFTER_SECONDS`], the controller reads
+    /// the BMCs every [`POWER_WATCH_INTERVAL`], and each FenceTarget gets a second level, its
+    /// machine's BMC directly, pinned to the machine's identity (`guid=`), with its password in
+    /// a Secret: the power watch reads only direct, pinned BMCs. The fence itself still goes
+    /// through the bridge (the first level), as after a cut. Not with `in_cluster` or `recover`.
+    pub power_off: bool,
     /// After the replacement writes: heal m0 and wait until the fence is lifted (which needs
     /// the positive proof that the old writer is gone), then judge the writes again.
     pub recover: bool,
@@ -108,6 +148,7 @@ impl Default for Options {
             watch_without: Duration::ZERO,
             storage_only: false,
             cut: Cut::All,
+            power_off: false,
             recover: false,
             in_cluster: false,
         }
@@ -120,6 +161,9 @@ fn short(uid: &str) -> &str {
 
 /// Runs the scenario on a lab whose three machines run `palisade-node` and which has a PDU.
 pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report> {
+    if opts.power_off && (opts.in_cluster || opts.recover) {
+        bail!("power_off runs the controller beside the lab and never powers m0 on again: not with in_cluster or recover");
+    }
     let mut report = Report::default();
     // Storage: the writer's volume on the lab array, attached through CSI by the real
     // attach-detach controller and the lab attacher (an attach grants the node the volume).
@@ -239,15 +283,26 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
     cordon(&c.client, &c.rt, "m2", false)?;
     t.say(format!("StatefulSet app/db: db-0 (uid {}) Running on m0 with PVC data-db-0 (RWO, CSI volume 'db' attached to m0), writing ({} writes acknowledged)", short(&old_uid), read_or_empty(&old_acks).lines().count()));
 
-    // The partition.
+    // The fault: the partition, or the power switched off at the BMC.
     t.print("");
-    t.say(match opts.cut {
-        Cut::All => "cutting m0 off the network (its link goes down; its processes keep running)",
-        Cut::ControlPlane => "cutting m0 off the control plane only (it still reaches the storage and its peers; its processes keep running)",
-        Cut::Peers => "cutting m0 off its peers only (it still reaches the control plane and the storage)",
-    });
-    lab.partition(0, opts.cut)?;
-    let cut = Instant::now();
+    let (cut, cut_at) = if opts.power_off {
+        t.say(format!("switching m0 off at its BMC (ipmitool chassis power off); the controller reads every pinned BMC every {POWER_WATCH_INTERVAL}"));
+        let (took, returned) = power_off(&lab.machines()[0])?;
+        report.power_command = Some(took);
+        t.say(format!(
+            "+0.00s chassis power off returned after {:.3} s",
+            took.as_secs_f64()
+        ));
+        returned
+    } else {
+        t.say(match opts.cut {
+            Cut::All => "cutting m0 off the network (its link goes down; its processes keep running)",
+            Cut::ControlPlane => "cutting m0 off the control plane only (it still reaches the storage and its peers; its processes keep running)",
+            Cut::Peers => "cutting m0 off its peers only (it still reaches the control plane and the storage)",
+        });
+        lab.partition(0, opts.cut)?;
+        (Instant::now(), Timestamp::now())
+    };
     let since = |i: Instant| format!("+{:.2}s", i.duration_since(cut).as_secs_f64());
 
     let Some(palisade) = palisade else {
@@ -301,10 +356,29 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
         }
         (st.phase == Phase::Released).then_some(nf)
     })?;
+    let st = released.status.clone().unwrap_or_default();
+    report.reason = released.spec.reason.clone();
+    report.stamped = st
+        .transitions
+        .iter()
+        .map(|tr| (tr.phase, after(cut_at, tr.at.0)))
+        .collect();
+    if opts.power_off {
+        report.first_off_read = palisade
+            .controller
+            .as_ref()
+            .and_then(|p| first_off_read(&p.log, "m0", cut_at))
+            .map(|at| after(cut_at, at));
+        if let Some(read) = report.first_off_read {
+            t.say(format!(
+                "+{:.2}s (by the controller's log) the power watch first read m0 off",
+                read.as_secs_f64()
+            ));
+        }
+    }
     // On Kubernetes 1.26 and later the out-of-service taint lets the attach-detach controller
     // detach the volume itself once the pod is gone: it may delete m0's VolumeAttachment
     // before Palisade does. The API server's audit log says who did.
-    let st = released.status.clone().unwrap_or_default();
     if !st.release.attachments.iter().any(|a| a.name == old_va) {
         let by = lab
             .control_plane()
@@ -454,6 +528,66 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
     Ok(report)
 }
 
+/// Sends `chassis power off` to `m`'s BMC. Returns how long the command took (sent →
+/// returned) and the instant it returned, on the monotonic and the wall clock.
+fn power_off(m: &palisade_lab::Machine) -> Result<(Duration, (Instant, Timestamp))> {
+    let sent = Instant::now();
+    let out = m
+        .bmc()
+        .ipmitool()
+        .args(["chassis", "power", "off"])
+        .output()
+        .context("running ipmitool")?;
+    let returned = (Instant::now(), Timestamp::now());
+    if !out.status.success() {
+        bail!(
+            "ipmitool chassis power off on {}: {}",
+            m.name(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok((returned.0.duration_since(sent), returned))
+}
+
+/// `at` as an offset from `origin` (zero if earlier).
+fn after(origin: Timestamp, at: Timestamp) -> Duration {
+    Duration::from_secs_f64(at.duration_since(origin).as_secs_f64().max(0.0))
+}
+
+/// When the controller's log (at `log`) first says, at or after `since`, that its power watch
+/// read `node` off: the log line's own timestamp (the controller runs on this host's clock).
+fn first_off_read(log: &Path, node: &str, since: Timestamp) -> Option<Timestamp> {
+    let field = format!("node={node}");
+    read_or_empty(log).lines().find_map(|line| {
+        let plain = strip_ansi(line);
+        if !plain.contains("power watch: the machine reads off")
+            || !plain.split_whitespace().any(|w| w == field)
+        {
+            return None;
+        }
+        let at: Timestamp = plain.split_whitespace().next()?.parse().ok()?;
+        (at >= since).then_some(at)
+    })
+}
+
+/// `line` without its terminal colour codes (`ESC [ … m`), which the controller's log may carry.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(ch) = chars.next() {
+        if ch == '\x1b' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
 /// Heals m0 and waits until its fence is lifted: the storage block and the taint go only after
 /// positive proof that the released writer's container is gone from m0 (a new boot ID, or the
 /// node agent's runtime inventory), and the replacement keeps writing meanwhile.
@@ -488,7 +622,7 @@ fn recover(lab: &Lab, c: &Cluster, t: &Timeline, new_acks: &Path, cut: Instant) 
 /// beside the lab, or `None` when it runs in the cluster).
 struct Palisade {
     bridge: FirmwareBridge,
-    _controller: Option<Proc>,
+    controller: Option<Proc>,
 }
 
 /// The hub port machines reach the firmware-bridge at (an in-cluster controller).
@@ -577,34 +711,98 @@ fn start_palisade(
     ));
     let (controller, bridge_addr) = if opts.in_cluster {
         (None, install_in_cluster(lab, c, t, &bridge)?)
+    } else if opts.power_off {
+        let p = start_power_watching_controller(lab, "palisade-0", &bridge.controller_env())?;
+        (Some(p), bridge.addr.clone())
     } else {
         let (p, _metrics) = start_controller_with(lab, "palisade-0", &bridge.controller_env())?;
         (Some(p), bridge.addr.clone())
     };
+    let mut detection = json!({"suspectAfterSeconds": 2, "unhealthyAfterSeconds": 4});
+    if opts.power_off {
+        detection["powerOffAfterSeconds"] = json!(POWER_OFF_AFTER_SECONDS);
+    }
     policy(
         &c.client,
         &c.rt,
         "lab",
         json!({
-            "detection": {"suspectAfterSeconds": 2, "unhealthyAfterSeconds": 4},
+            "detection": detection,
             "forgiveness": {"respectTolerations": false, "defaultSeconds": 0},
             "fenceWhen": "Always",
         }),
     )?;
-    for m in lab.machines() {
+    for (i, m) in lab.machines().iter().enumerate() {
         let url = crate::bridge::url(&bridge_addr, m.name());
         let mut devices =
             vec![json!({"url": url, "kind": "Storage", "fences": crate::lab_storage_scope()})];
         if !opts.storage_only {
             devices.insert(0, json!({"url": url, "kind": "Power"}));
         }
-        fence_target(&c.client, &c.rt, m.name(), vec![("bridge", devices)])?;
+        let mut levels = vec![("bridge", devices)];
+        if opts.power_off {
+            // A namespace machine's Node reports no SMBIOS UUID: the pin comes from the
+            // inventory (a QEMU machine's Node reports the same UUID).
+            let secret_name = format!("bmc-{}", m.name());
+            secret(
+                &c.client,
+                &c.rt,
+                &secret_name,
+                &[("password", &m.bmc().password()?)],
+            )?;
+            let pinned = format!("{}&guid={}", ipmi_url(lab, i), m.system_uuid());
+            levels.push(("bmc", vec![device(&pinned, "Power", &secret_name)]));
+        }
+        fence_target(&c.client, &c.rt, m.name(), levels)?;
     }
-    t.say("palisade-controller running; FencingPolicy 'lab' (unhealthy after 4 s); FenceTargets: bridge://…/<machine> for power and storage (no credential in the cluster)");
-    Ok(Palisade {
-        bridge,
-        _controller: controller,
-    })
+    t.say(if opts.power_off {
+        format!("palisade-controller running (power watch every {POWER_WATCH_INTERVAL}); FencingPolicy 'lab' (unhealthy after 4 s, or on power evidence after {POWER_OFF_AFTER_SECONDS} s off); FenceTargets: bridge://…/<machine> for power and storage, then each machine's BMC directly, pinned to its identity (read by the power watch; its password in a Secret)")
+    } else {
+        "palisade-controller running; FencingPolicy 'lab' (unhealthy after 4 s); FenceTargets: bridge://…/<machine> for power and storage (no credential in the cluster)".to_string()
+    });
+    Ok(Palisade { bridge, controller })
+}
+
+/// [`start_controller_with`] plus `--power-watch-interval` [`POWER_WATCH_INTERVAL`] (that
+/// function takes no flags; its flags are repeated here, the power watch's added).
+fn start_power_watching_controller(
+    lab: &Lab,
+    identity: &str,
+    env: &[(&str, String)],
+) -> Result<Proc> {
+    let cp = lab
+        .control_plane()
+        .context("the lab has no control plane")?;
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let kubeconfig = cp.admin_kubeconfig().display().to_string();
+    Proc::spawn(
+        lab,
+        "palisade-controller",
+        &format!("controller-{identity}"),
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "--namespace",
+            SYSTEM_NS,
+            "--lease-name",
+            "palisade-controller",
+            "--identity",
+            identity,
+            "--metrics-addr",
+            &metrics,
+            "--lease-duration",
+            "4s",
+            "--renew-interval",
+            "1s",
+            "--resync",
+            "250ms",
+            "--power-watch-interval",
+            POWER_WATCH_INTERVAL,
+        ],
+        &std::iter::once(("RUST_LOG", "info,kube=warn"))
+            .chain(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// Without Palisade: watches for `watch` after the cut and describes what Kubernetes did. A

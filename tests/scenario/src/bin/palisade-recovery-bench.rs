@@ -1,10 +1,22 @@
 //! `palisade-recovery-bench`: how long a StatefulSet with a ReadWriteOnce volume takes to
-//! recover when its machine drops off the network, with Palisade (median and worst of `--runs`,
-//! default 5, each on a fresh lab), per series: a machine kind (`--kind both|netns|qemu`,
-//! default both: namespace machines and QEMU machines) on a Kubernetes release (`--kube
-//! both|1.20|1.34`, default both), and, in the same run, without it (one run, on the first
-//! series, watched for `--without-seconds`, default 90). Series that differ in one respect are
-//! then printed side by side: each kind on 1.20 and 1.34, or, with one release, the two kinds.
+//! recover when its machine fails, with Palisade, for two faults (`--fault both|cut|power`,
+//! default both), run alternately on fresh labs:
+//!
+//! - **cut**: m0 drops off the network and is judged by its silence (policy Unhealthy after
+//!   4 s);
+//! - **power**: m0 is switched off at its BMC (`ipmitool chassis power off`) and is judged on
+//!   power evidence: the controller reads every identity-pinned BMC every 250 ms
+//!   (`--power-watch-interval`), and a machine read off for 1 s (`powerOffAfterSeconds`) that
+//!   missed a renewal is Unhealthy at once ([`headline::Options::power_off`]).
+//!
+//! p50, p99 (nearest rank) and max of `--runs` per fault (default 20), per series: a machine kind
+//! (`--kind both|netns|qemu`, default both: namespace machines and QEMU machines) on a Kubernetes
+//! release (`--kube both|1.20|1.34`, default both); and, in the same run, without Palisade (one
+//! cut, on the first series, watched for `--without-seconds`, default 90; 0 skips it). Series
+//! that differ in one respect are then printed side by side: each kind on 1.20 and 1.34, or,
+//! with one release, the two kinds. With `--out FILE.json` the figures are written as JSON
+//! (every run and every statistic, rewritten after each series) and as a Markdown table beside
+//! it (`FILE.md`).
 //!
 //! After each scenario the lab's m2 is powered off and on through its BMC, to measure what the
 //! machine kind costs: boot time (power on → new boot ID), power-off latency (command → BMC
@@ -12,8 +24,12 @@
 //!
 //! Conditions: node Lease 4 s renewed every second (node agents self-fence after 3 s), Palisade's
 //! policy Suspect 2 s / Unhealthy 4 s, controller resync 250 ms, kube-controller-manager on its
-//! default settings. Offsets are observed by polling the API every 200 ms from the cut.
+//! default settings. Offsets count from the instant the fault returned (the partition, or the
+//! `chassis power off` command; the command's own time is reported beside it). Phases are
+//! observed by polling the API every 200 ms and also read from the controller's own
+//! timestamps; attachment, Running and writing are observed by polling.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -21,26 +37,122 @@ use palisade_lab::{KubeVersion, MachineKind};
 use palisade_model::nodefence::Phase;
 use palisade_scenario::headline::{self, Options, Report, Timeline};
 use palisade_scenario::*;
+use serde_json::{json, Value};
 
-/// The value after `name` on the command line, if `name` is there.
-fn flag(name: &str) -> Result<Option<String>> {
-    let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == name) {
-        Some(i) => Ok(Some(
-            args.get(i + 1)
-                .with_context(|| format!("{name} needs a value"))?
-                .clone(),
-        )),
-        None => Ok(None),
-    }
+/// The flags, each followed by its value.
+const FLAGS: [&str; 6] = [
+    "--kind",
+    "--kube",
+    "--fault",
+    "--runs",
+    "--without-seconds",
+    "--out",
+];
+
+/// What the command line says, checked before anything runs.
+struct Args {
+    kinds: Vec<MachineKind>,
+    kubes: Vec<KubeVersion>,
+    faults: Vec<Fault>,
+    runs: usize,
+    /// `None`: no run without Palisade.
+    without: Option<Duration>,
+    out: Option<PathBuf>,
 }
 
-fn arg(name: &str, default: u64) -> Result<u64> {
-    match flag(name)? {
-        Some(v) => v
-            .parse()
-            .with_context(|| format!("{name} must be a whole number")),
-        None => Ok(default),
+fn parse_args() -> Result<Args> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut given = std::collections::BTreeMap::new();
+    let mut it = args.iter();
+    while let Some(name) = it.next() {
+        if name == "--help" || name == "-h" {
+            println!("usage: palisade-recovery-bench [--kind both|netns|qemu] [--kube both|1.20|1.34] [--fault both|cut|power] [--runs N (1-100, default 20)] [--without-seconds S (0 skips, else 10-900; default 90)] [--out FILE.json]");
+            std::process::exit(0);
+        }
+        if !FLAGS.contains(&name.as_str()) {
+            bail!(
+                "unknown argument {name:?}; the flags are {}",
+                FLAGS.join(", ")
+            );
+        }
+        let value = it.next().with_context(|| format!("{name} needs a value"))?;
+        given.insert(name.as_str(), value.as_str());
+    }
+    let number = |name: &str, default: u64| -> Result<u64> {
+        given.get(name).map_or(Ok(default), |v| {
+            v.parse()
+                .with_context(|| format!("{name} must be a whole number, not {v:?}"))
+        })
+    };
+    let runs = number("--runs", 20)?;
+    if !(1..=100).contains(&runs) {
+        bail!("--runs takes 1 to 100, not {runs}");
+    }
+    let without = match number("--without-seconds", 90)? {
+        0 => None,
+        s @ 10..=900 => Some(Duration::from_secs(s)),
+        s => bail!("--without-seconds takes 0 (no run without Palisade) or 10 to 900, not {s}"),
+    };
+    let kinds = match given.get("--kind").copied().unwrap_or("both") {
+        "both" => vec![MachineKind::Namespace, MachineKind::Qemu],
+        "netns" => vec![MachineKind::Namespace],
+        "qemu" => vec![MachineKind::Qemu],
+        other => bail!("--kind takes both, netns or qemu, not {other:?}"),
+    };
+    let kubes = match given.get("--kube").copied().unwrap_or("both") {
+        "both" => KubeVersion::ALL.to_vec(),
+        other => KubeVersion::parse(other)
+            .map(|v| vec![v])
+            .with_context(|| {
+                let valid: Vec<&str> = KubeVersion::ALL.iter().map(|v| v.minor()).collect();
+                format!("--kube takes both, {}, not {other:?}", valid.join(" or "))
+            })?,
+    };
+    let faults = match given.get("--fault").copied().unwrap_or("both") {
+        "both" => vec![Fault::Cut, Fault::Power],
+        "cut" => vec![Fault::Cut],
+        "power" => vec![Fault::Power],
+        other => bail!("--fault takes both, cut or power, not {other:?}"),
+    };
+    let out = given.get("--out").map(PathBuf::from);
+    if let Some(out) = &out {
+        if out.extension().and_then(|e| e.to_str()) != Some("json") {
+            bail!("--out names a .json file (the Markdown goes beside it), not {out:?}");
+        }
+    }
+    Ok(Args {
+        kinds,
+        kubes,
+        faults,
+        runs: usize::try_from(runs)?,
+        without,
+        out,
+    })
+}
+
+/// How m0 fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// Cut off the network: judged by its silence.
+    Cut,
+    /// Switched off at its BMC: judged on power evidence.
+    Power,
+}
+
+impl Fault {
+    fn flag(self) -> &'static str {
+        match self {
+            Fault::Cut => "cut",
+            Fault::Power => "power",
+        }
+    }
+
+    /// What the offsets count from.
+    fn origin(self) -> &'static str {
+        match self {
+            Fault::Cut => "cut",
+            Fault::Power => "power off",
+        }
     }
 }
 
@@ -144,7 +256,12 @@ impl Series {
     }
 }
 
-fn one(series: Series, palisade: bool, watch: Duration) -> Result<(Report, MachineFigures)> {
+fn one(
+    series: Series,
+    fault: Fault,
+    palisade: bool,
+    watch: Duration,
+) -> Result<(Report, MachineFigures)> {
     let agents = AgentOptions {
         lease_seconds: 4,
         self_fence_seconds: 3.0,
@@ -162,6 +279,7 @@ fn one(series: Series, palisade: bool, watch: Duration) -> Result<(Report, Machi
         Options {
             palisade,
             watch_without: watch,
+            power_off: fault == Fault::Power,
             ..Options::default()
         },
     )?;
@@ -170,53 +288,310 @@ fn one(series: Series, palisade: bool, watch: Duration) -> Result<(Report, Machi
 }
 
 fn secs(d: Option<Duration>) -> String {
-    d.map(|d| format!("{:6.2}", d.as_secs_f64()))
+    fmt(d.map(|d| d.as_secs_f64()))
+}
+
+fn fmt(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:6.2}"))
         .unwrap_or_else(|| "     -".into())
 }
 
-/// The median and the worst (largest) of one figure over a series' runs. With at most 50 runs
-/// the worst is what a nearest-rank p99 would be.
+/// Nearest-rank statistics of one figure over a series' runs (as the scale bench's). With
+/// fewer than 100 runs the p99 is the worst run.
 #[derive(Debug, Clone, Copy, Default)]
 struct Stat {
-    median: Option<f64>,
-    worst: Option<f64>,
+    count: usize,
+    min: Option<f64>,
+    p50: Option<f64>,
+    p99: Option<f64>,
+    max: Option<f64>,
 }
 
-fn stat(mut v: Vec<f64>) -> Stat {
-    if v.is_empty() {
-        return Stat::default();
+impl Stat {
+    fn of(mut v: Vec<f64>) -> Stat {
+        if v.is_empty() {
+            return Stat::default();
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let rank = |p: f64| v[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
+        Stat {
+            count: n,
+            min: Some(v[0]),
+            p50: Some(rank(0.5)),
+            p99: Some(rank(0.99)),
+            max: Some(v[n - 1]),
+        }
     }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Stat {
-        median: Some(if n % 2 == 1 {
-            v[n / 2]
+
+    fn json(self) -> Value {
+        json!({"count": self.count, "min": self.min, "p50": self.p50, "p99": self.p99, "max": self.max})
+    }
+}
+
+/// The machine kind's costs, over every run of a series.
+struct MachineSummary {
+    memory_mib: Stat,
+    off_reported: Stat,
+    off_gone: Stat,
+    boot: Stat,
+}
+
+/// One fault's runs in one series.
+struct FaultRuns {
+    fault: Fault,
+    reports: Vec<Report>,
+    /// The attempts that failed (and were run again), with their errors.
+    failures: Vec<String>,
+}
+
+/// Attempts of one run before the bench gives up. A lab that fails, say a scheduling timeout
+/// before the fault on a loaded machine, measures nothing; every failure is printed and kept in
+/// the JSON.
+const ATTEMPTS: usize = 3;
+
+/// A figure of a run: its key (in the JSON), its name (in the tables) and how to take it.
+struct Figure {
+    key: &'static str,
+    name: &'static str,
+    of: fn(&Report) -> Option<Duration>,
+}
+
+/// The recovery figures, as offsets from the fault's return.
+const FIGURES: [Figure; 11] = [
+    Figure {
+        key: "power_command",
+        name: "power off command (sent → returned)",
+        of: |r| r.power_command,
+    },
+    Figure {
+        key: "first_off_read",
+        name: "→ first off read (controller log)",
+        of: |r| r.first_off_read,
+    },
+    Figure {
+        key: "decided",
+        name: "→ decided (NodeFence Pending)",
+        of: |r| r.phase(Phase::Pending),
+    },
+    Figure {
+        key: "fenced",
+        name: "→ fenced (verified)",
+        of: |r| r.phase(Phase::Fenced),
+    },
+    Figure {
+        key: "released",
+        name: "→ released",
+        of: |r| r.phase(Phase::Released),
+    },
+    Figure {
+        key: "attached",
+        name: "→ volume attached elsewhere",
+        of: |r| r.attached,
+    },
+    Figure {
+        key: "running",
+        name: "→ replacement Running",
+        of: |r| r.running,
+    },
+    Figure {
+        key: "running_from_command_sent",
+        name: "→ replacement Running, from the command's sending",
+        of: |r| Some(r.running? + r.power_command?),
+    },
+    Figure {
+        key: "writing",
+        name: "→ replacement writing",
+        of: |r| r.writing,
+    },
+    Figure {
+        key: "decided_stamped",
+        name: "→ decided (controller's timestamp)",
+        of: |r| r.stamped(Phase::Pending),
+    },
+    Figure {
+        key: "released_stamped",
+        name: "→ released (controller's timestamp)",
+        of: |r| r.stamped(Phase::Released),
+    },
+];
+
+impl FaultRuns {
+    fn stat(&self, of: impl Fn(&Report) -> Option<Duration>) -> Stat {
+        Stat::of(
+            self.reports
+                .iter()
+                .filter_map(|r| of(r).map(|d| d.as_secs_f64()))
+                .collect(),
+        )
+    }
+
+    fn figure(&self, key: &str) -> Stat {
+        FIGURES
+            .iter()
+            .find(|f| f.key == key)
+            .map(|f| self.stat(f.of))
+            .unwrap_or_default()
+    }
+
+    /// The figures this fault has (a cut has no power command nor off read).
+    fn figures(&self) -> impl Iterator<Item = (&'static Figure, Stat)> + '_ {
+        FIGURES
+            .iter()
+            .map(|f| (f, self.stat(f.of)))
+            .filter(|(_, s)| s.count > 0)
+    }
+
+    /// Where the time goes, run by run, as consecutive steps (the p50 of each step over the
+    /// runs): the controller's timestamps for its phases, polling for the rest.
+    fn steps(&self) -> Vec<(&'static str, Stat)> {
+        let step = |from: fn(&Report) -> Option<f64>, to: fn(&Report) -> Option<f64>| {
+            Stat::of(
+                self.reports
+                    .iter()
+                    .filter_map(|r| Some(to(r)? - from(r)?))
+                    .collect(),
+            )
+        };
+        let mut steps = Vec::new();
+        if self.fault == Fault::Power {
+            steps.push((
+                "ipmitool chassis power off (sent → returned)",
+                self.stat(|r| r.power_command),
+            ));
+            steps.push((
+                "returned → the power watch reads it off",
+                self.stat(|r| r.first_off_read),
+            ));
+            steps.push((
+                "first off read → decided (1 s off, a missed renewal)",
+                step(
+                    |r| r.first_off_read.map(|d| d.as_secs_f64()),
+                    |r| r.stamped(Phase::Pending).map(|d| d.as_secs_f64()),
+                ),
+            ));
         } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        }),
-        worst: v.last().copied(),
+            steps.push((
+                "cut → decided (silence past the threshold)",
+                self.stat(|r| r.stamped(Phase::Pending)),
+            ));
+        }
+        steps.push((
+            "decided → fenced (power off + storage block, verified)",
+            step(
+                |r| r.stamped(Phase::Pending).map(|d| d.as_secs_f64()),
+                |r| r.stamped(Phase::Fenced).map(|d| d.as_secs_f64()),
+            ),
+        ));
+        steps.push((
+            "fenced → released (taint, pod, attachment, volumesInUse)",
+            step(
+                |r| r.stamped(Phase::Fenced).map(|d| d.as_secs_f64()),
+                |r| r.stamped(Phase::Released).map(|d| d.as_secs_f64()),
+            ),
+        ));
+        steps.push((
+            "released → re-attached (attach-detach controller, attacher)",
+            step(
+                |r| r.stamped(Phase::Released).map(|d| d.as_secs_f64()),
+                |r| r.attached.map(|d| d.as_secs_f64()),
+            ),
+        ));
+        steps.push((
+            "re-attached → Running (scheduler, node agent, container)",
+            step(
+                |r| r.attached.map(|d| d.as_secs_f64()),
+                |r| r.running.map(|d| d.as_secs_f64()),
+            ),
+        ));
+        steps
     }
 }
 
-fn kinds() -> Result<Vec<MachineKind>> {
-    let kind = flag("--kind")?;
-    Ok(match kind.as_deref().unwrap_or("both") {
-        "both" => vec![MachineKind::Namespace, MachineKind::Qemu],
-        "netns" => vec![MachineKind::Namespace],
-        "qemu" => vec![MachineKind::Qemu],
-        other => bail!("--kind takes both, netns or qemu, not {other:?}"),
+/// Every run of one series.
+struct SeriesRuns {
+    series: Series,
+    faults: Vec<FaultRuns>,
+    figures: Vec<MachineFigures>,
+}
+
+impl SeriesRuns {
+    fn machine(&self) -> MachineSummary {
+        let fig = |f: fn(&MachineFigures) -> f64| Stat::of(self.figures.iter().map(f).collect());
+        MachineSummary {
+            memory_mib: fig(|f| f.memory_mib),
+            off_reported: fig(|f| f.off_reported.as_secs_f64()),
+            off_gone: fig(|f| f.off_gone.as_secs_f64()),
+            boot: fig(|f| f.boot.as_secs_f64()),
+        }
+    }
+
+    fn fault(&self, fault: Fault) -> Option<&FaultRuns> {
+        self.faults.iter().find(|f| f.fault == fault)
+    }
+
+    /// The figures compared between series: name, figure, unit.
+    fn rows(&self) -> Vec<(String, Stat, &'static str)> {
+        let mut rows = Vec::new();
+        for f in &self.faults {
+            for key in ["decided", "released", "running", "writing"] {
+                let name = FIGURES
+                    .iter()
+                    .find(|x| x.key == key)
+                    .map_or(key, |x| x.name);
+                rows.push((
+                    format!("{} {}", f.fault.origin(), name.trim_start_matches("→ ")),
+                    f.figure(key),
+                    "s",
+                ));
+            }
+        }
+        let m = self.machine();
+        rows.extend([
+            ("power on → booted".to_string(), m.boot, "s"),
+            (
+                "power off → BMC reports off".to_string(),
+                m.off_reported,
+                "s",
+            ),
+            ("power off → nothing left".to_string(), m.off_gone, "s"),
+            ("memory per machine".to_string(), m.memory_mib, "MiB"),
+        ]);
+        rows
+    }
+
+    fn json(&self) -> Value {
+        let m = self.machine();
+        json!({
+            "kind": kind_flag(self.series.kind),
+            "kube": self.series.kube.minor(),
+            "faults": self.faults.iter().map(|f| json!({
+                "fault": f.fault.flag(),
+                "runs": f.reports.iter().map(run_json).collect::<Vec<_>>(),
+                "stats": FIGURES.iter().map(|x| (x.key.to_string(), f.stat(x.of).json())).collect::<serde_json::Map<_, _>>(),
+                "decided_on_power_evidence": f.reports.iter().filter(|r| r.on_power_evidence()).count(),
+                "failed_attempts": f.failures,
+                "steps": f.steps().into_iter().map(|(name, s)| json!({"step": name, "p50": s.p50, "p99": s.p99})).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "machine": {
+                "memory_mib": m.memory_mib.json(),
+                "power_off_bmc_reports_off": m.off_reported.json(),
+                "power_off_nothing_left": m.off_gone.json(),
+                "power_on_booted": m.boot.json(),
+            },
+        })
+    }
+}
+
+fn run_json(r: &Report) -> Value {
+    let s = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+    json!({
+        "figures": FIGURES.iter().map(|x| (x.key.to_string(), json!(s((x.of)(r))))).collect::<serde_json::Map<_, _>>(),
+        "phases_polled": r.phases.iter().map(|(p, d)| json!([p.as_str(), d.as_secs_f64()])).collect::<Vec<_>>(),
+        "phases_stamped": r.stamped.iter().map(|(p, d)| json!([p.as_str(), d.as_secs_f64()])).collect::<Vec<_>>(),
+        "reason": r.reason,
+        "verdict_pass": r.verdict_pass,
     })
-}
-
-fn kubes() -> Result<Vec<KubeVersion>> {
-    let kube = flag("--kube")?;
-    match kube.as_deref().unwrap_or("both") {
-        "both" => Ok(KubeVersion::ALL.to_vec()),
-        other => KubeVersion::parse(other).map(|v| vec![v]).with_context(|| {
-            let valid: Vec<&str> = KubeVersion::ALL.iter().map(|v| v.minor()).collect();
-            format!("--kube takes both, {}, not {other:?}", valid.join(" or "))
-        }),
-    }
 }
 
 fn kind_label(kind: MachineKind) -> &'static str {
@@ -234,157 +609,157 @@ fn kind_flag(kind: MachineKind) -> &'static str {
     }
 }
 
-/// The medians and worst runs of one series.
-struct Summary {
-    series: Series,
-    decided: Stat,
-    fenced: Stat,
-    released: Stat,
-    attached: Stat,
-    running: Stat,
-    writing: Stat,
-    memory_mib: Stat,
-    off_reported: Stat,
-    off_gone: Stat,
-    boot: Stat,
-}
-
-impl Summary {
-    /// The figures compared side by side: name, figure, unit.
-    fn rows(&self) -> [(&'static str, Stat, &'static str); 9] {
-        [
-            ("cut → decided", self.decided, "s"),
-            ("cut → fenced (verified)", self.fenced, "s"),
-            ("cut → released", self.released, "s"),
-            ("cut → replacement Running", self.running, "s"),
-            ("cut → replacement writing", self.writing, "s"),
-            ("power on → booted", self.boot, "s"),
-            ("power off → BMC reports off", self.off_reported, "s"),
-            ("power off → nothing left", self.off_gone, "s"),
-            ("memory per machine", self.memory_mib, "MiB"),
-        ]
-    }
-}
-
-fn fmt(v: Option<f64>) -> String {
-    v.map(|v| format!("{v:6.2}"))
-        .unwrap_or_else(|| "     -".into())
-}
-
-fn bench_series(series: Series, runs: u64) -> Result<Summary> {
+fn bench_series(series: Series, faults: &[Fault], runs: usize) -> Result<SeriesRuns> {
     let label = series.label();
-    println!("\n{label} — {runs} run(s) with Palisade, seconds after the cut:");
-    println!("  run  decided  fenced  released  attached  running  writing  verdict   boot  off(bmc)  off(gone)  memory");
-    let mut reports = Vec::new();
+    println!(
+        "\n{label}: {runs} run(s) of each fault with Palisade ({}), alternating, seconds after the fault returned:",
+        faults.iter().map(|f| f.flag()).collect::<Vec<_>>().join(", ")
+    );
+    println!("  run  fault  decided  fenced  released  attached  running  writing  on       verdict   cmd  1st-off   boot  off(bmc)  off(gone)  memory");
+    let mut by_fault: Vec<FaultRuns> = faults
+        .iter()
+        .map(|&fault| FaultRuns {
+            fault,
+            reports: Vec::new(),
+            failures: Vec::new(),
+        })
+        .collect();
     let mut figures = Vec::new();
     for i in 0..runs {
-        let (r, f) =
-            one(series, true, Duration::ZERO).with_context(|| format!("{label} run {i}"))?;
-        println!(
-            "  {i:>3}  {}  {}  {}    {}   {}  {}  {}    {} {}    {}     {:5.0} MiB",
-            secs(r.phase(Phase::Pending)),
-            secs(r.phase(Phase::Fenced)),
-            secs(r.phase(Phase::Released)),
-            secs(r.attached),
-            secs(r.running),
-            secs(r.writing),
-            if r.verdict_pass { "PASS" } else { "FAIL" },
-            secs(Some(f.boot)),
-            secs(Some(f.off_reported)),
-            secs(Some(f.off_gone)),
-            f.memory_mib,
-        );
-        if !r.verdict_pass {
-            bail!("{label} run {i}: the at-most-one checker failed");
+        for fr in &mut by_fault {
+            let fault = fr.fault;
+            let mut attempt = 1;
+            let (r, f) = loop {
+                match one(series, fault, true, Duration::ZERO) {
+                    Ok(done) => break done,
+                    Err(e) if attempt < ATTEMPTS => {
+                        println!(
+                            "  {i:>3}  {:<5}  attempt {attempt} failed, running it again: {e:#}",
+                            fault.flag()
+                        );
+                        fr.failures.push(format!("run {i} attempt {attempt}: {e:#}"));
+                        attempt += 1;
+                    }
+                    Err(e) => {
+                        return Err(e.context(format!(
+                            "{label}, {} run {i}, attempt {attempt} of {ATTEMPTS} (PALISADE_KEEP_LAB=1 keeps the labs' logs)",
+                            fault.flag()
+                        )))
+                    }
+                }
+            };
+            println!(
+                "  {i:>3}  {:<5}  {}  {}  {}    {}   {}  {}  {:<7}  {}  {} {}  {}  {}    {}     {:5.0} MiB",
+                fault.flag(),
+                secs(r.phase(Phase::Pending)),
+                secs(r.phase(Phase::Fenced)),
+                secs(r.phase(Phase::Released)),
+                secs(r.attached),
+                secs(r.running),
+                secs(r.writing),
+                if r.on_power_evidence() { "power" } else { "silence" },
+                if r.verdict_pass { "PASS" } else { "FAIL" },
+                secs(r.power_command),
+                secs(r.first_off_read),
+                secs(Some(f.boot)),
+                secs(Some(f.off_reported)),
+                secs(Some(f.off_gone)),
+                f.memory_mib,
+            );
+            if !r.verdict_pass {
+                bail!(
+                    "{label}, {} run {i}: the at-most-one checker failed",
+                    fault.flag()
+                );
+            }
+            fr.reports.push(r);
+            figures.push(f);
         }
-        reports.push(r);
-        figures.push(f);
     }
-    let col = |f: &dyn Fn(&Report) -> Option<Duration>| {
-        stat(
-            reports
-                .iter()
-                .filter_map(|r| f(r).map(|d| d.as_secs_f64()))
-                .collect(),
-        )
-    };
-    let fig = |f: &dyn Fn(&MachineFigures) -> f64| stat(figures.iter().map(f).collect());
-    let m = Summary {
+    let s = SeriesRuns {
         series,
-        decided: col(&|r| r.phase(Phase::Pending)),
-        fenced: col(&|r| r.phase(Phase::Fenced)),
-        released: col(&|r| r.phase(Phase::Released)),
-        attached: col(&|r| r.attached),
-        running: col(&|r| r.running),
-        writing: col(&|r| r.writing),
-        memory_mib: fig(&|f| f.memory_mib),
-        off_reported: fig(&|f| f.off_reported.as_secs_f64()),
-        off_gone: fig(&|f| f.off_gone.as_secs_f64()),
-        boot: fig(&|f| f.boot.as_secs_f64()),
+        faults: by_fault,
+        figures,
     };
-    for (tag, worst) in [("med", false), ("max", true)] {
-        let pick = |s: Stat| if worst { s.worst } else { s.median };
+    for f in &s.faults {
         println!(
-            "  {tag}  {}  {}  {}    {}   {}  {}          {} {}    {}     {:5.0} MiB",
-            fmt(pick(m.decided)),
-            fmt(pick(m.fenced)),
-            fmt(pick(m.released)),
-            fmt(pick(m.attached)),
-            fmt(pick(m.running)),
-            fmt(pick(m.writing)),
-            fmt(pick(m.boot)),
-            fmt(pick(m.off_reported)),
-            fmt(pick(m.off_gone)),
-            pick(m.memory_mib).unwrap_or(0.0),
+            "  {} ({} runs, {} failed attempt(s) run again; decided on power evidence in {}):",
+            f.fault.flag(),
+            f.reports.len(),
+            f.failures.len(),
+            f.reports.iter().filter(|r| r.on_power_evidence()).count()
         );
+        println!(
+            "    {:<52} {:>6} {:>6} {:>6} {:>6}",
+            "seconds after the fault returned", "p50", "p99", "max", "min"
+        );
+        for (fig, st) in f.figures() {
+            println!(
+                "    {:<52} {} {} {} {}",
+                fig.name,
+                fmt(st.p50),
+                fmt(st.p99),
+                fmt(st.max),
+                fmt(st.min)
+            );
+        }
+        println!("    where the time goes (each step over the runs: p50, p99):");
+        for (name, st) in f.steps() {
+            println!("      {name:<62} {} {}", fmt(st.p50), fmt(st.p99));
+        }
     }
-    if let (Some(d), Some(f), Some(rl), Some(a), Some(rn)) = (
-        m.decided.median,
-        m.fenced.median,
-        m.released.median,
-        m.attached.median,
-        m.running.median,
-    ) {
-        let share = |x: f64| 100.0 * x / rn;
-        println!("  where the median recovery ({rn:.2} s to Running) goes:");
-        println!(
-            "    detect + decide (silence → NodeFence)        {d:5.2} s  {:4.1} %",
-            share(d)
-        );
-        println!(
-            "    fence (power off + storage block, verified)  {:5.2} s  {:4.1} %",
-            f - d,
-            share(f - d)
-        );
-        println!(
-            "    release (taint, pod, attachment, volumesInUse) {:5.2} s  {:4.1} %",
-            rl - f,
-            share(rl - f)
-        );
-        println!(
-            "    re-attach (attach-detach controller + attacher) {:5.2} s  {:4.1} %",
-            a - rl,
-            share(a - rl)
-        );
-        println!(
-            "    start (scheduler, node agent, container)     {:5.2} s  {:4.1} %",
-            rn - a,
-            share(rn - a)
-        );
-    }
-    Ok(m)
+    let m = s.machine();
+    println!(
+        "  the machine (m2, after each run; p50, max): power on → booted {} {} s, power off → BMC reports off {} {} s, → nothing left {} {} s, memory {:.0} {:.0} MiB",
+        fmt(m.boot.p50),
+        fmt(m.boot.max),
+        fmt(m.off_reported.p50),
+        fmt(m.off_reported.max),
+        fmt(m.off_gone.p50),
+        fmt(m.off_gone.max),
+        m.memory_mib.p50.unwrap_or(0.0),
+        m.memory_mib.max.unwrap_or(0.0),
+    );
+    done_when(&s);
+    Ok(s)
 }
 
-/// Two series that differ in one respect (kind or release), side by side: medians and worst
-/// runs, ratio = `b` / `a`.
-fn side_by_side(a: &Summary, b: &Summary) {
+/// The targets, against this series: power loss → Running within 2 s at p50, a
+/// partition → Running within the Unhealthy threshold (4 s) + 2 s at p99.
+fn done_when(s: &SeriesRuns) {
+    let verdict = |v: Option<f64>, limit: f64| match v {
+        Some(v) if v <= limit => "met",
+        Some(_) => "not met",
+        None => "no figure",
+    };
+    if let Some(p) = s.fault(Fault::Power) {
+        let (ret, sent) = (p.figure("running"), p.figure("running_from_command_sent"));
+        println!(
+            "  target: power off → Running p50 ≤ 2 s: {} s after the command returned ({}), {} s after it was sent ({})",
+            fmt(ret.p50).trim(),
+            verdict(ret.p50, 2.0),
+            fmt(sent.p50).trim(),
+            verdict(sent.p50, 2.0),
+        );
+    }
+    if let Some(c) = s.fault(Fault::Cut) {
+        let run = c.figure("running");
+        println!(
+            "  target: cut → Running p99 ≤ threshold + 2 s = 6 s: {} s ({})",
+            fmt(run.p99).trim(),
+            verdict(run.p99, 6.0),
+        );
+    }
+}
+
+/// Two series that differ in one respect (kind or release), side by side: p50 and p99,
+/// ratio = `b` / `a`.
+fn side_by_side(a: &SeriesRuns, b: &SeriesRuns) {
     let ((a_name, same), (b_name, _)) = (a.series.differs(b.series), b.series.differs(a.series));
+    println!("\nside by side, {same} (p50, then p99; ratio = {b_name} / {a_name} of each):");
     println!(
-        "\nside by side, {same} (median, then worst run; ratio = {b_name} / {a_name} of each):"
-    );
-    println!(
-        "  {:<34} {a_name:>6} {:>6}      {b_name:>6} {:>6}      {:>7}  {:>7}",
-        "", "worst", "worst", "ratio", "worst"
+        "  {:<38} {a_name:>6} {:>6}      {b_name:>6} {:>6}      {:>7}  {:>7}",
+        "", "p99", "p99", "ratio", "p99"
     );
     let ratio = |x: Option<f64>, y: Option<f64>| match (x, y) {
         (Some(x), Some(y)) if x > 0.0 => format!("{:6.2}x", y / x),
@@ -392,57 +767,190 @@ fn side_by_side(a: &Summary, b: &Summary) {
     };
     for ((name, x, unit), (_, y, _)) in a.rows().into_iter().zip(b.rows()) {
         println!(
-            "  {name:<34} {} {} {unit:<3}  {} {} {unit:<3}  {}  {}",
-            fmt(x.median),
-            fmt(x.worst),
-            fmt(y.median),
-            fmt(y.worst),
-            ratio(x.median, y.median),
-            ratio(x.worst, y.worst),
+            "  {name:<38} {} {} {unit:<3}  {} {} {unit:<3}  {}  {}",
+            fmt(x.p50),
+            fmt(x.p99),
+            fmt(y.p50),
+            fmt(y.p99),
+            ratio(x.p50, y.p50),
+            ratio(x.p99, y.p99),
         );
     }
 }
 
+/// The series' recovery figures as Markdown tables (one per series: each fault's p50, p99 and
+/// max), for the benchmark page.
+fn markdown(all: &[SeriesRuns], runs: usize) -> String {
+    let mut md = String::new();
+    for s in all {
+        md.push_str(&format!(
+            "\n{}, {runs} runs per fault, seconds after the fault returned:\n\n",
+            s.series.label()
+        ));
+        let head: Vec<String> = s
+            .faults
+            .iter()
+            .flat_map(|f| ["p50", "p99", "max"].map(|p| format!("{} {p}", f.fault.flag())))
+            .collect();
+        md.push_str(&format!("| | {} |\n", head.join(" | ")));
+        md.push_str(&format!("|---|{}\n", "---|".repeat(head.len())));
+        for fig in &FIGURES {
+            let cells: Vec<String> = s
+                .faults
+                .iter()
+                .flat_map(|f| {
+                    let st = f.stat(fig.of);
+                    [st.p50, st.p99, st.max]
+                        .map(|v| v.map_or("-".to_string(), |v| format!("{v:.2}")))
+                })
+                .collect();
+            if cells.iter().all(|c| c == "-") {
+                continue;
+            }
+            md.push_str(&format!("| {} | {} |\n", fig.name, cells.join(" | ")));
+        }
+    }
+    md
+}
+
+/// Writes the JSON (and the Markdown beside it) with what has been measured so far.
+fn write_out(
+    out: &Path,
+    args: &Args,
+    all: &[SeriesRuns],
+    without: Option<&(Report, Duration)>,
+) -> Result<()> {
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let commit = git(&["rev-parse", "--short", "HEAD"]);
+    // Uncommitted changes in the tree the bench was built from (as far as the working
+    // directory tells).
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| !s.is_empty());
+    let doc = json!({
+        "bench": "recovery",
+        "measured_at": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "commit": commit,
+        "uncommitted_changes": dirty,
+        "build": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).ok(),
+        "runs_per_fault": args.runs,
+        "conditions": {
+            "node_lease_seconds": 4, "node_renew_seconds": 1, "self_fence_after_seconds": 3,
+            "suspect_after_seconds": 2, "unhealthy_after_seconds": 4, "controller_resync_ms": 250,
+            "power": {
+                "power_off_after_seconds": headline::POWER_OFF_AFTER_SECONDS,
+                "power_watch_interval": headline::POWER_WATCH_INTERVAL,
+            },
+            "poll_ms": 200,
+            "offsets_from": "the instant the fault returned (the partition, or ipmitool chassis power off)",
+            "percentiles": "nearest rank",
+        },
+        "series": all.iter().map(SeriesRuns::json).collect::<Vec<_>>(),
+        "without_palisade": without.map(|(r, watched)| json!({
+            "watched_seconds": watched.as_secs_f64(),
+            "stuck": r.stuck,
+        })),
+    });
+    std::fs::write(out, serde_json::to_string_pretty(&doc)?)
+        .with_context(|| format!("writing {}", out.display()))?;
+    let md = out.with_extension("md");
+    std::fs::write(&md, markdown(all, args.runs))
+        .with_context(|| format!("writing {}", md.display()))?;
+    Ok(())
+}
+
 fn main() -> Result<()> {
-    let runs = arg("--runs", 5)?.clamp(1, 50);
-    let without = Duration::from_secs(arg("--without-seconds", 90)?.clamp(10, 900));
-    let kinds = kinds()?;
-    let kubes = kubes()?;
+    let args = parse_args()?;
     // Kind by kind, each on every release: consecutive pairs differ in one respect.
-    let series: Vec<Series> = kinds
+    let series: Vec<Series> = args
+        .kinds
         .iter()
-        .flat_map(|&kind| kubes.iter().map(move |&kube| Series { kind, kube }))
+        .flat_map(|&kind| args.kubes.iter().map(move |&kube| Series { kind, kube }))
         .collect();
     println!(
-        "recovery benchmark: {runs} run(s) with Palisade per series ({}), 1 without (watched {without:?})",
-        series.iter().map(|s| s.label()).collect::<Vec<_>>().join("; ")
+        "recovery benchmark: {} run(s) of each fault ({}) with Palisade per series ({}){}",
+        args.runs,
+        args.faults
+            .iter()
+            .map(|f| f.flag())
+            .collect::<Vec<_>>()
+            .join(", "),
+        series
+            .iter()
+            .map(|s| s.label())
+            .collect::<Vec<_>>()
+            .join("; "),
+        match args.without {
+            Some(w) => format!(", 1 without (watched {w:?})"),
+            None => String::new(),
+        }
     );
-    println!("columns: NodeFence phases, attachment, replacement Running and writing (seconds after the cut);");
-    println!("then, on m2 after the scenario: power on → booted (new boot ID), power off → BMC reports off,");
-    println!("power off → no process left, and the machine's memory (PSS) while it ran.");
-    println!("med is the median of the runs; max the worst run, which stands in for the p99 (at most 50 runs).");
-    let mut summaries = Vec::new();
+    println!("faults: cut = m0 off the network, judged by its silence (Unhealthy after 4 s); power = m0 switched off at its BMC,");
+    println!(
+        "judged on power evidence (powerOffAfterSeconds {}, --power-watch-interval {}, the BMC pinned to the machine's identity).",
+        headline::POWER_OFF_AFTER_SECONDS,
+        headline::POWER_WATCH_INTERVAL
+    );
+    println!("columns: NodeFence phases, attachment, replacement Running and writing (seconds after the fault returned, polled");
+    println!("every 200 ms), what the fence was decided on, the verdict, the power-off command's own time and the power watch's");
+    println!("first off read; then, on m2 after the scenario: power on → booted (new boot ID), power off → BMC reports off,");
+    println!("power off → no process left, and the machine's memory (PSS) while it ran. Percentiles are nearest rank: below");
+    println!("100 runs the p99 is the worst run.");
+    let mut all = Vec::new();
     for s in &series {
-        summaries.push(bench_series(*s, runs)?);
+        all.push(bench_series(*s, &args.faults, args.runs)?);
+        if let Some(out) = &args.out {
+            write_out(out, &args, &all, None)?;
+        }
     }
     // Two releases: each kind on 1.20 beside 1.34; one release and two kinds: the kinds.
-    for pair in summaries.chunks_exact(2) {
+    for pair in all.chunks_exact(2) {
         side_by_side(&pair[0], &pair[1]);
     }
 
+    let Some(without) = args.without else {
+        if let Some(out) = &args.out {
+            println!(
+                "\nfigures written to {} and {}",
+                out.display(),
+                out.with_extension("md").display()
+            );
+        }
+        return Ok(());
+    };
     let first = series[0];
     println!(
-        "\nwithout Palisade ({}, same cut), watched for {without:?}:",
+        "\nwithout Palisade ({}, a cut), watched for {without:?}:",
         first.label()
     );
-    let (r, _) = one(first, false, without)?;
-    let stuck = r.stuck.unwrap_or_default();
+    let (r, _) = one(first, Fault::Cut, false, without)?;
+    let stuck = r.stuck.clone().unwrap_or_default();
     println!("  after {:.0} s: {stuck}", without.as_secs_f64());
-    if let Some(rn) = summaries[0].running.median {
+    if let Some(rn) = all[0]
+        .fault(Fault::Cut)
+        .and_then(|f| f.figure("running").p50)
+    {
         println!(
             "  with Palisade the replacement ran after {rn:.2} s; without it, none ran in {:.0} s (ratio > {:.0}x; Kubernetes alone never releases the pod)",
             without.as_secs_f64(),
             without.as_secs_f64() / rn
+        );
+    }
+    if let Some(out) = &args.out {
+        write_out(out, &args, &all, Some(&(r, without)))?;
+        println!(
+            "\nfigures written to {} and {}",
+            out.display(),
+            out.with_extension("md").display()
         );
     }
     Ok(())
