@@ -72,8 +72,13 @@ pub async fn run(ctx: Arc<Ctx>) {
             crate::reconcile::ensure_workers(&ctx, token);
             continue;
         }
-        if let Err(e) = decide_round(&ctx, snap, &mut reported).await {
-            tracing::warn!(error = %e, "decision round failed");
+        match decide_round(&ctx, snap, &mut reported).await {
+            Ok(created) => {
+                for name in created {
+                    crate::reconcile::start_worker(&ctx, name, token);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "decision round failed"),
         }
         crate::reconcile::ensure_workers(&ctx, token);
     }
@@ -356,11 +361,13 @@ fn record_guards(ctx: &Ctx, snap: &Snapshot) {
     }
 }
 
+/// Decides, creates the NodeFences decided, reports holds; returns the names created.
 async fn decide_round(
     ctx: &Ctx,
     snap: Snapshot,
     reported: &mut HashMap<String, String>,
-) -> Result<(), Error> {
+) -> Result<Vec<String>, Error> {
+    let mut created = Vec::new();
     let decisions = decide(&snap);
     {
         let mut v = ctx.verdicts.lock();
@@ -393,7 +400,7 @@ async fn decide_round(
                         message.push_str(&format!(" ({said})"));
                     }
                 }
-                create_fence(ctx, &d.node, &message).await?;
+                created.extend(create_fence(ctx, &d.node, &message).await?);
             }
             Verdict::Hold(reason) if changed => {
                 ctx.metrics.held(reason.label());
@@ -420,7 +427,7 @@ async fn decide_round(
             _ => {}
         }
     }
-    Ok(())
+    Ok(created)
 }
 
 /// `quorum_lost` → `QuorumLost`.
@@ -457,7 +464,8 @@ fn readiness_note(ctx: &Ctx, node: &str) -> String {
     }
 }
 
-async fn create_fence(ctx: &Ctx, node: &str, message: &str) -> Result<(), Error> {
+/// Creates a NodeFence for `node` unless one is unfinished; returns its name if created.
+async fn create_fence(ctx: &Ctx, node: &str, message: &str) -> Result<Option<String>, Error> {
     let api: Api<NodeFence> = Api::all(ctx.client.clone());
     // The cache may lag behind our own create: ask the API whether one is unfinished.
     let existing = api
@@ -469,7 +477,7 @@ async fn create_fence(ctx: &Ctx, node: &str, message: &str) -> Result<(), Error>
         .iter()
         .any(|f| f.spec.node_name == node && !phase_of(f).is_terminal())
     {
-        return Ok(());
+        return Ok(None);
     }
     let mut nf = NodeFence::new(
         "",
@@ -499,7 +507,7 @@ async fn create_fence(ctx: &Ctx, node: &str, message: &str) -> Result<(), Error>
             &format!("node {node}: {message}{}", readiness_note(ctx, node)),
         )
         .await;
-    Ok(())
+    Ok(Some(created.name_any()))
 }
 
 /// A negative control (debug builds only, `PALISADE_PLANTED_BUGS=TrustWithoutWatchdog`): a

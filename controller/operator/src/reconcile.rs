@@ -47,19 +47,24 @@ pub fn ensure_workers(ctx: &Arc<Ctx>, token: i64) {
         if crate::detect::phase_of(&f).is_terminal() {
             continue;
         }
-        let name = f.name_any();
-        let fresh = ctx.workers.lock().insert(name.clone());
-        if !fresh {
-            continue;
-        }
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            if let Err(e) = work(&ctx, &name, token).await {
-                tracing::warn!(nodefence = %name, error = %e, "worker stopped with an error; retried next tick");
-            }
-            ctx.workers.lock().remove(&name);
-        });
+        start_worker(ctx, f.name_any(), token);
     }
+}
+
+/// Starts a worker for the `NodeFence` `name` unless one runs (a fence just created need not
+/// wait for the cache and the next tick).
+pub fn start_worker(ctx: &Arc<Ctx>, name: String, token: i64) {
+    let fresh = ctx.workers.lock().insert(name.clone());
+    if !fresh {
+        return;
+    }
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        if let Err(e) = work(&ctx, &name, token).await {
+            tracing::warn!(nodefence = %name, error = %e, "worker stopped with an error; retried next tick");
+        }
+        ctx.workers.lock().remove(&name);
+    });
 }
 
 fn now_wall() -> Timestamp {
