@@ -712,7 +712,12 @@ fn start_palisade(
     let (controller, bridge_addr) = if opts.in_cluster {
         (None, install_in_cluster(lab, c, t, &bridge)?)
     } else if opts.power_off {
-        let p = start_power_watching_controller(lab, "palisade-0", &bridge.controller_env())?;
+        let (p, _metrics) = start_controller_with_args(
+            lab,
+            "palisade-0",
+            &bridge.controller_env(),
+            &["--power-watch-interval", POWER_WATCH_INTERVAL],
+        )?;
         (Some(p), bridge.addr.clone())
     } else {
         let (p, _metrics) = start_controller_with(lab, "palisade-0", &bridge.controller_env())?;
@@ -761,48 +766,6 @@ fn start_palisade(
         "palisade-controller running; FencingPolicy 'lab' (unhealthy after 4 s); FenceTargets: bridge://…/<machine> for power and storage (no credential in the cluster)".to_string()
     });
     Ok(Palisade { bridge, controller })
-}
-
-/// [`start_controller_with`] plus `--power-watch-interval` [`POWER_WATCH_INTERVAL`] (that
-/// function takes no flags; its flags are repeated here, the power watch's added).
-fn start_power_watching_controller(
-    lab: &Lab,
-    identity: &str,
-    env: &[(&str, String)],
-) -> Result<Proc> {
-    let cp = lab
-        .control_plane()
-        .context("the lab has no control plane")?;
-    let metrics = format!("127.0.0.1:{}", free_port());
-    let kubeconfig = cp.admin_kubeconfig().display().to_string();
-    Proc::spawn(
-        lab,
-        "palisade-controller",
-        &format!("controller-{identity}"),
-        &[
-            "--kubeconfig",
-            &kubeconfig,
-            "--namespace",
-            SYSTEM_NS,
-            "--lease-name",
-            "palisade-controller",
-            "--identity",
-            identity,
-            "--metrics-addr",
-            &metrics,
-            "--lease-duration",
-            "4s",
-            "--renew-interval",
-            "1s",
-            "--resync",
-            "250ms",
-            "--power-watch-interval",
-            POWER_WATCH_INTERVAL,
-        ],
-        &std::iter::once(("RUST_LOG", "info,kube=warn"))
-            .chain(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .collect::<Vec<_>>(),
-    )
 }
 
 /// Without Palisade: watches for `watch` after the cut and describes what Kubernetes did. A

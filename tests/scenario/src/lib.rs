@@ -590,6 +590,16 @@ pub fn start_controller_with(
     identity: &str,
     env: &[(&str, String)],
 ) -> Result<(Proc, String)> {
+    start_controller_with_args(lab, identity, env, &[])
+}
+
+/// [`start_controller_with`] plus extra flags (e.g. `--power-watch-interval`).
+pub fn start_controller_with_args(
+    lab: &Lab,
+    identity: &str,
+    env: &[(&str, String)],
+    args: &[&str],
+) -> Result<(Proc, String)> {
     let cp = lab
         .control_plane()
         .context("the lab has no control plane")?;
@@ -616,7 +626,10 @@ pub fn start_controller_with(
             "1s",
             "--resync",
             "250ms",
-        ],
+        ]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>(),
         &std::iter::once(("RUST_LOG", "info,kube=warn"))
             .chain(env.iter().map(|(k, v)| (*k, v.as_str())))
             .collect::<Vec<_>>(),
