@@ -1,5 +1,7 @@
 //! Seeded schedules: the cluster's configuration and the faults injected into it, in time.
 
+use palisade_decide::power::PowerReading;
+
 use crate::rng::Rng;
 
 /// How a node can be fenced.
@@ -27,6 +29,26 @@ pub enum DeviceMode {
     Fails,
     /// Acknowledges every command and does nothing (reads back the truth).
     Ignores,
+    /// A BMC whose status reads lie: every read says off, whatever the machine's power; its
+    /// commands still work.
+    ReadsOff,
+}
+
+impl DeviceMode {
+    /// Whether a command to the device takes effect.
+    pub fn obeys(self) -> bool {
+        matches!(self, DeviceMode::Works | DeviceMode::ReadsOff)
+    }
+
+    /// What a status read of a BMC in this mode says of a machine that is `powered` or not.
+    pub fn read_power(self, powered: bool) -> PowerReading {
+        match self {
+            DeviceMode::Fails => PowerReading::Unknown,
+            DeviceMode::ReadsOff => PowerReading::Off,
+            DeviceMode::Works | DeviceMode::Ignores if powered => PowerReading::On,
+            DeviceMode::Works | DeviceMode::Ignores => PowerReading::Off,
+        }
+    }
 }
 
 /// One node's configuration.
@@ -85,6 +107,12 @@ pub enum Fault {
     StorageDevice(usize, DeviceMode),
     /// A person powers the node on.
     OperatorPowerOn(usize),
+    /// The machine loses power (a failed supply or outlet): it is off, and its BMC still
+    /// answers as its mode says. A person's power-on or the recovery's brings it back.
+    PowerLoss(usize),
+    /// The machine loses power and gets it back this many milliseconds later (a short power
+    /// cycle): it boots again.
+    PowerCycle(usize, u64),
     /// The node network splits: the nodes whose bit is set reach only each other (their
     /// links to the API are untouched).
     SplitNodes(u64),
@@ -129,6 +157,9 @@ pub struct Schedule {
     pub trust_self_fence: bool,
     /// Whether the policy powers fenced nodes back on.
     pub power_on: bool,
+    /// The policy's `detection.powerOffAfterSeconds`: 0 (no power evidence) or 1–3 s, below
+    /// its `unhealthyAfterSeconds` (4 s), so that power evidence can come first.
+    pub power_off_after: u64,
     /// Faults, sorted by time.
     pub events: Vec<(u64, Fault)>,
     /// Simulated length (milliseconds).
@@ -400,6 +431,15 @@ impl Schedule {
                 }
             }
         }
+        // The policy's power evidence and power faults, drawn apart from `r` too: evidence after
+        // 1 s in half the schedules, 2–3 s in a fifth, none in the rest.
+        let mut power = Rng::new(seed ^ 0x0B0F_F0FF);
+        let power_off_after = match power.below(10) {
+            0..=2 => 0,
+            3..=7 => 1,
+            _ => 2 + power.below(2),
+        };
+        add_power_faults(&mut events, n, &mut power);
         events.sort_by_key(|(t, _)| *t);
         // Hosts that must not power off, drawn apart from `r` too: some power-and-storage
         // nodes reset instead of powering off.
@@ -421,6 +461,7 @@ impl Schedule {
             nodes,
             trust_self_fence: r.chance(if peer { 85 } else { 60 }),
             power_on: r.chance(50),
+            power_off_after,
             events,
             length_ms,
         }
@@ -471,6 +512,36 @@ impl Schedule {
         }
         // Faults drawn for a machine that is not in the cluster yet do nothing to it.
         self.events.sort_by_key(|(t, _)| *t);
+    }
+}
+
+/// In 30 % of the schedules, one or two power faults among `n` nodes, drawn from `r`: a machine
+/// that loses power (and half the time is powered on by a person later), a power cycle of
+/// 0.2–4.2 s (on both sides of a 1 s `powerOffAfterSeconds`: a longer one is fenced by design),
+/// or a BMC whose status reads start lying about a live machine (and half the time stop).
+fn add_power_faults(events: &mut Vec<(u64, Fault)>, n: usize, r: &mut Rng) {
+    if r.chance(30) {
+        for _ in 0..1 + r.below(2) {
+            let node = r.below(n as u64) as usize;
+            let at = 3_000 + r.below(90_000);
+            match r.below(3) {
+                0 => {
+                    events.push((at, Fault::PowerLoss(node)));
+                    if r.chance(50) {
+                        let on = at + 5_000 + r.below(40_000);
+                        events.push((on, Fault::OperatorPowerOn(node)));
+                    }
+                }
+                1 => events.push((at, Fault::PowerCycle(node, 200 + r.below(4_000)))),
+                _ => {
+                    events.push((at, Fault::PowerDevice(node, DeviceMode::ReadsOff)));
+                    if r.chance(50) {
+                        let fixed = at + 5_000 + r.below(30_000);
+                        events.push((fixed, Fault::PowerDevice(node, DeviceMode::Works)));
+                    }
+                }
+            }
+        }
     }
 }
 

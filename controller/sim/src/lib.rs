@@ -6,29 +6,36 @@
 //! controller talks to — an API (pods, Leases with the agents' advertisements, NodeFences, the
 //! out-of-service taint), machines with power and a storage path, node agents that renew,
 //! start and kill containers and self-fence, hardware watchdogs, BMCs and a storage firewall
-//! that succeed, fail or ignore commands — and a clock the simulation owns. [`faults`] draws a
+//! that succeed, fail or ignore commands — and a clock the simulation owns. [`power`] is the
+//! simulated controller's power watch: the leader reads the BMCs and hands the product's off
+//! runs to `decide()` (power evidence). [`faults`] draws a
 //! seeded schedule of faults (partitions, hung, crashed and restarted agents, controller
 //! crashes, leaders frozen before a device command while a standby takes over, API outages,
 //! Lease writes that time out and land late or never, Nodes that join while part of the cluster
 //! is cut off, clock steps, node-network splits, lying
-//! devices, flapping; agents with a peer check that excuse each other during an outage); the
-//! world's checker asserts the invariants
+//! devices, BMCs whose status reads say off, machines that lose power or are power-cycled,
+//! flapping; agents with a peer check that excuse each other during an outage); the
+//! world's checker asserts the invariants ([`Invariant`])
 //! after every tick:
 //!
 //! - at most one live copy of each StatefulSet identity can do harm (a process whose writes
 //!   can land on the storage for a pod with a claim; any live process for a pod without one);
-//! - a pod is released only by a fence whose verified proof covers it.
+//! - a pod is released only by a fence whose verified proof covers it;
+//! - every fence has a cause: none is created for a machine that, in truth, was able to renew
+//!   all along for long enough that neither its silence nor its BMC's reads could justify it
+//!   ([`world::CAUSELESS_WINDOW_MS`]).
 //!
 //! Every run is a seed: the same seed replays the same history. A failing schedule is shrunk
 //! ([`shrink`]) to the fewest fault events that still fail. [`Bug`]s plant known mistakes in
 //! the harness that performs the core's steps, so a test proves the checker catches each.
 
 pub mod faults;
+pub mod power;
 pub mod rng;
 pub mod world;
 
 pub use faults::{Fault, Schedule};
-pub use world::{Bug, Outcome, Violation};
+pub use world::{Bug, Invariant, Outcome, Violation};
 
 /// Runs one schedule and returns what happened.
 pub fn run(schedule: &Schedule, bug: Option<Bug>) -> Outcome {
@@ -57,6 +64,7 @@ pub fn campaign_of(
         c.schedules += 1;
         c.faults += schedule.events.len() as u64;
         c.fences += out.fences;
+        c.power_fences += out.power_fences;
         c.released += out.released;
         c.held += out.held;
         c.excused += out.excused;
@@ -80,6 +88,8 @@ pub struct Campaign {
     pub faults: u64,
     /// NodeFences created.
     pub fences: u64,
+    /// NodeFences created on power evidence.
+    pub power_fences: u64,
     /// Pods released.
     pub released: u64,
     /// Pods held as not covered.

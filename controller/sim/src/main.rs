@@ -7,8 +7,8 @@
 //! `--joins` draws schedules whose cluster grows while part of it is cut off
 //! in every schedule ([`Schedule::generate_with_joins`]; the default campaign does in a quarter).
 //!
-//! Prints a report (schedules, fault events, fences, releases, held pods, violations, runtime,
-//! seed). A violation exits 1 after printing the shrunk schedule, its history and the command
+//! Prints a report (schedules, fault events, fences and those on power evidence, releases,
+//! held pods, violations, runtime, seed). A violation exits 1 after printing the shrunk schedule, its history and the command
 //! that replays it.
 
 use std::time::Instant;
@@ -52,8 +52,8 @@ fn main() {
     if args.iter().any(|a| a == "--trace") {
         let s = generate(seed);
         println!(
-            "nodes: {:?}\ntrust: {} powerOn: {}",
-            s.nodes, s.trust_self_fence, s.power_on
+            "nodes: {:?}\ntrust: {} powerOn: {} powerOffAfterSeconds: {}",
+            s.nodes, s.trust_self_fence, s.power_on, s.power_off_after
         );
         for line in run(&s, bug).history {
             println!("  {line}");
@@ -70,6 +70,10 @@ fn main() {
     println!("  schedules:   {}", c.schedules);
     println!("  fault events: {}", c.faults);
     println!("  fences:      {}", c.fences);
+    println!(
+        "  on power:    {} (fences on power evidence)",
+        c.power_fences
+    );
     println!("  released:    {}", c.released);
     println!("  held:        {}", c.held);
     println!("  excused:     {}", c.excused);
@@ -87,7 +91,7 @@ fn main() {
     if let Some((s, v)) = c.failure {
         let small = shrink(&generate(s), bug);
         let out = run(&small, bug);
-        println!("VIOLATION at seed {s}: {}", v.what);
+        println!("VIOLATION at seed {s} ({:?}): {}", v.invariant, v.what);
         println!(
             "shrunk schedule ({} fault events): {:#?}",
             small.events.len(),

@@ -26,9 +26,11 @@ use palisade_decide::majority::{peer_checked_trust, MemberHistory, Streaks, DEFA
 use palisade_decide::phase::{
     clean_proof, NodePod, ObjectRef, Observations, PeerTrust, Step, UNTAINT_SETTLE_MARGIN,
 };
+use palisade_decide::power::{OffRun, PowerReading, PowerWatch};
 use palisade_decide::snapshot::{
     FenceState, NodeSnapshot, PodSnapshot, PolicySnapshot, Snapshot, Tolerance,
 };
+use palisade_decide::verdict::Cause;
 use palisade_decide::{decide, guards_holding, next_step, Clocks, Mono, Verdict};
 use palisade_model::advertise::{
     Advertisement, MemberSet, PeerCheck, SelfFenceScope, Virtualization, Watchdog, WatchdogAction,
@@ -45,6 +47,7 @@ use palisade_model::target::{
 use palisade_model::{FENCED_TAINT_KEY, OUT_OF_SERVICE_TAINT_KEY};
 
 use crate::faults::{DeviceMode, Fault, Fencing, Schedule};
+use crate::power::{NodeView, Watch};
 use crate::rng::Rng;
 
 /// A known mistake planted in the harness, to prove the checker catches it.
@@ -108,6 +111,11 @@ pub enum Bug {
     /// The old coverage rule (issue 32, item 6): a storage block covers every pod that mounts
     /// a claim, also one whose claim is on storage the block does not cut.
     IgnoreStorageScope,
+    /// Power evidence without a missed renewal: the simulated controller hands `decide()` the
+    /// node's whole off run as if every read had been sent after its last observed renewal,
+    /// and a zero renewal interval, so a BMC whose reads lie fences a live node on its own
+    /// (caught by the causeless-fence check: the fence powers the machine off cleanly).
+    PowerWithoutMissedRenewal,
 }
 
 impl Bug {
@@ -124,11 +132,11 @@ impl Bug {
         Bug::WallClockOnly,
         Bug::PowerOffInsteadOfReset,
         Bug::UnblockWithoutNewBoot,
-        Bug::NodeWideUnblock,
         Bug::CountUnackedRenewal,
         Bug::LatestListOnly,
         Bug::UnfenceBeforeUntaint,
         Bug::IgnoreStorageScope,
+        Bug::PowerWithoutMissedRenewal,
     ];
 
     /// Parses a bug's name (as printed by `{:?}`).
@@ -154,13 +162,17 @@ impl Bug {
     pub const COVERED: [Bug; 2] = [Bug::BootIdAlone, Bug::IgnoreChallenge];
 
     /// Planted bugs too rare for a short random campaign to meet (the simulator found each
-    /// after millions of schedules), each with a schedule seed that breaks at-most-one with it
-    /// (and must not without it). `WallClockStreaks` also broke at-most-one at seed 3978628
-    /// until the blind-spell rule (that schedule's stale writes follow an API outage, and are
-    /// now refused for that reason too); 3978628 stays in the clean list.
-    pub const RECORDED: [(Bug, u64); 2] = [
+    /// after millions of schedules, or tens of thousands), each with a schedule seed that breaks
+    /// at-most-one with it (and must not without it). `WallClockStreaks` also broke
+    /// at-most-one at seed 3978628 until the blind-spell rule (that schedule's stale writes
+    /// follow an API outage, and are now refused for that reason too); 3978628 stays in the
+    /// clean list. `NodeWideUnblock` was met once in the first 10,000 schedules from seed 1 (at
+    /// seed 6860) until the power faults changed that schedule; the next is seed 43369 (no
+    /// power fault: an aimed leader freeze).
+    pub const RECORDED: [(Bug, u64); 3] = [
         (Bug::IgnoreBlindSpell, 4_107_866),
         (Bug::WallClockStreaks, 3_537_759),
+        (Bug::NodeWideUnblock, 43_369),
     ];
 }
 
@@ -176,11 +188,29 @@ struct InFlight {
     answer: Option<Option<bool>>,
 }
 
+/// The invariants the world's checker asserts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invariant {
+    /// At most one copy of each identity can do harm.
+    AtMostOne,
+    /// Every pod a release deleted is named in a NodeFence status.
+    ReleaseRecorded,
+    /// A promise of the devices and recovery is kept: no power command to a host that must not
+    /// power off, nor an unblock of its storage in the boot it had when fencing began; no
+    /// command acted on below a bridge's token floor; no unblock before the untaint settled.
+    Promise,
+    /// Every NodeFence the controller creates has a cause: its machine was not able to renew
+    /// for the whole [`CAUSELESS_WINDOW_MS`] before.
+    CauselessFence,
+}
+
 /// An invariant broken.
 #[derive(Debug, Clone)]
 pub struct Violation {
     /// Simulated time (milliseconds).
     pub at_ms: u64,
+    /// Which invariant.
+    pub invariant: Invariant,
     /// What broke.
     pub what: String,
     /// The last events of the history before it broke.
@@ -194,6 +224,8 @@ pub struct Outcome {
     pub violation: Option<Violation>,
     /// NodeFences created.
     pub fences: u64,
+    /// NodeFences created on power evidence (before the node's silence alone would have).
+    pub power_fences: u64,
     /// Pods released.
     pub released: u64,
     /// Pods held as not covered.
@@ -240,6 +272,20 @@ const MAX_WATCH_LAG_MS: u64 = 1_500;
 const POLL_MS: u64 = 1_000;
 /// The agent's peer request timeout (0.8 of the poll interval, as `palisade-node` sets it).
 const REQUEST_TIMEOUT_MS: u64 = 800;
+/// How long a machine must have been able to renew (powered, its agent running, reaching an
+/// API that is up and answers its writes) before the controller creates its NodeFence for
+/// that fence to have no cause ([`Invariant::CauselessFence`]): one renew interval plus the
+/// longest watch lag.
+///
+/// Within the first renew interval of the window the agent writes its Lease (it tries once
+/// per interval, and every try lands at once); that write is at least the longest watch lag
+/// old at the fence's creation, so the controller has observed it (or a later one) by then: the
+/// node was silent at most this long (2.5 s), short of the policy's 4 s `unhealthyAfterSeconds`.
+/// And every read of its BMC sent after that renewal reached the BMC while the machine was
+/// powered: only a BMC that lies can read it off, and the power rule then still demands a
+/// renewal the node missed, which a node that renews on time never does. (Two renew intervals
+/// plus a controller tick is the same 2.5 s here.)
+pub const CAUSELESS_WINDOW_MS: u64 = RENEW_MS + MAX_WATCH_LAG_MS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Agent {
@@ -279,6 +325,11 @@ struct Machine {
     containers: BTreeSet<String>,
     power_mode: DeviceMode,
     storage_mode: DeviceMode,
+    /// When power returns after a [`Fault::PowerCycle`].
+    power_back_at: Option<u64>,
+    /// Since when the machine has been able to renew without a break (ground truth, for
+    /// [`Invariant::CauselessFence`]).
+    able_since: Option<u64>,
     /// The last Lease write attempt sent (the agent's write clock; starts at its start).
     last_write: u64,
     /// The self-fence latch: once active, lifted only by a successful renewal.
@@ -350,6 +401,8 @@ struct Controller {
     /// Per fence: since when this controller has watched its node carry neither the fence's
     /// release taint nor another's out-of-service taint (as `reconcile.rs::untainted_for`).
     untainted_since: HashMap<usize, Mono>,
+    /// Its power watch (read only while it leads).
+    power: Watch,
 }
 
 /// A leader frozen between its last leadership check and a device command.
@@ -423,6 +476,10 @@ pub struct World<'s> {
     member_history: MemberHistory,
     /// Draws the fate of a timed-out write (late, and how late, or lost), apart from `rng`.
     write_rng: Rng,
+    /// Draws the latency of the power watch's reads, apart from `rng`.
+    watch_rng: Rng,
+    /// The first fence created without a cause ([`Invariant::CauselessFence`]).
+    causeless: Option<String>,
     policy: FencingPolicySpec,
     next_event: usize,
     uid_counter: u64,
@@ -467,6 +524,8 @@ impl<'s> World<'s> {
                 containers: BTreeSet::new(),
                 power_mode: s.nodes[i].power_mode,
                 storage_mode: s.nodes[i].storage_mode,
+                power_back_at: None,
+                able_since: None,
                 last_write: 0,
                 fence_active: false,
                 vouches: BTreeMap::new(),
@@ -480,7 +539,11 @@ impl<'s> World<'s> {
             })
             .collect();
         let policy: FencingPolicySpec = serde_json::from_value(serde_json::json!({
-            "detection": {"suspectAfterSeconds": 2, "unhealthyAfterSeconds": 4},
+            "detection": {
+                "suspectAfterSeconds": 2,
+                "unhealthyAfterSeconds": 4,
+                "powerOffAfterSeconds": s.power_off_after,
+            },
             "forgiveness": {"respectTolerations": false, "defaultSeconds": 0},
             "fenceWhen": "Always",
             "trustSelfFence": {"enabled": s.trust_self_fence, "marginSeconds": 1},
@@ -528,12 +591,15 @@ impl<'s> World<'s> {
                 last_tick: None,
                 lost_api: false,
                 untainted_since: HashMap::new(),
+                power: Watch::default(),
             },
             freeze_trap: None,
             frozen: None,
             late_writes: Vec::new(),
             member_history: MemberHistory::new(),
             write_rng: Rng::new(s.seed ^ 0x0D1A_7E5E),
+            watch_rng: Rng::new(s.seed ^ 0x0BAD_5EAD),
+            causeless: None,
             policy,
             next_event: 0,
             uid_counter: 0,
@@ -567,15 +633,21 @@ impl<'s> World<'s> {
     pub fn run(mut self) -> Outcome {
         while self.now <= self.s.length_ms {
             self.faults();
+            self.power_returns();
             for i in 0..self.machines.len() {
                 self.judge_in_flight(i);
                 self.agent(i);
                 self.watchdog(i);
+                self.track_ability(i);
             }
             self.statefulsets();
             self.land_late_writes();
             self.frozen_leader();
             let leader_frozen = self.frozen.as_ref().is_some_and(|f| !f.deposed);
+            // The leader's power watch reads the BMCs directly, also while the API is down.
+            if self.ctl.up && !leader_frozen {
+                self.power_watch();
+            }
             if self.ctl.up && self.api_up && self.now % 500 == 0 && !leader_frozen {
                 self.controller();
             }
@@ -656,6 +728,11 @@ impl<'s> World<'s> {
                 Fault::PowerDevice(i, m) => self.machines[i].power_mode = m,
                 Fault::StorageDevice(i, m) => self.machines[i].storage_mode = m,
                 Fault::OperatorPowerOn(i) => self.power_on(i),
+                Fault::PowerLoss(i) => self.power_off(i),
+                Fault::PowerCycle(i, off_ms) => {
+                    self.power_off(i);
+                    self.machines[i].power_back_at = Some(self.now + off_ms);
+                }
                 Fault::SplitNodes(mask) => {
                     for (i, m) in self.machines.iter_mut().enumerate() {
                         m.net_side = mask & (1 << i) != 0;
@@ -668,6 +745,34 @@ impl<'s> World<'s> {
                 }
             }
         }
+    }
+
+    /// Power returns to machines whose power cycle is over.
+    fn power_returns(&mut self) {
+        for i in 0..self.machines.len() {
+            if self.machines[i]
+                .power_back_at
+                .is_some_and(|t| t <= self.now)
+            {
+                self.machines[i].power_back_at = None;
+                self.power_on(i);
+            }
+        }
+    }
+
+    /// Whether machine `i` can renew now: powered, its agent running, reaching an API that is
+    /// up and answers its writes in time; [`Machine::able_since`] follows it.
+    fn track_ability(&mut self, i: usize) {
+        let m = &self.machines[i];
+        let able = m.member
+            && m.powered
+            && m.agent == Agent::Running
+            && !m.cut_api
+            && !m.cut_all
+            && m.slow_writes.is_none()
+            && self.api_up;
+        let since = m.able_since;
+        self.machines[i].able_since = able.then(|| since.unwrap_or(self.now));
     }
 
     /// An agent (re)starts: a stale renewal record means it was partitioned or down longer
@@ -1161,7 +1266,7 @@ impl<'s> World<'s> {
             }
             Step::PowerOn(_) => {
                 self.power_command(i, "a power on");
-                if self.machines[i].power_mode == DeviceMode::Works {
+                if self.machines[i].power_mode.obeys() {
                     self.power_on(i);
                 }
             }
@@ -1213,7 +1318,7 @@ impl<'s> World<'s> {
         let mut ok = true;
         for d in devices {
             if reset && d.kind == DeviceKind::Power {
-                if ok && self.machines[i].power_mode == DeviceMode::Works {
+                if ok && self.machines[i].power_mode.obeys() {
                     self.reset_machine(i);
                 }
                 continue;
@@ -1231,7 +1336,7 @@ impl<'s> World<'s> {
                 ok = false;
                 continue;
             }
-            if mode == DeviceMode::Works {
+            if mode.obeys() {
                 match d.kind {
                     DeviceKind::Power => self.power_off(i),
                     DeviceKind::Storage => {
@@ -1241,7 +1346,7 @@ impl<'s> World<'s> {
                 }
             }
             let verified = match d.kind {
-                DeviceKind::Power => !self.machines[i].powered,
+                DeviceKind::Power => mode.read_power(self.machines[i].powered) == PowerReading::Off,
                 DeviceKind::Storage => !self.machines[i].storage_holds.is_empty(),
             };
             if verified || self.bug == Some(Bug::TrustCommand) {
@@ -1303,6 +1408,7 @@ impl<'s> World<'s> {
             last_tick: None,
             lost_api: false,
             untainted_since: HashMap::new(),
+            power: Watch::default(),
         };
     }
 
@@ -1325,7 +1431,10 @@ impl<'s> World<'s> {
 
     fn check(&self) -> Option<Violation> {
         if let Some(what) = &self.broken_promise {
-            return Some(self.violation(what.clone()));
+            return Some(self.violation(Invariant::Promise, what.clone()));
+        }
+        if let Some(what) = &self.causeless {
+            return Some(self.violation(Invariant::CauselessFence, what.clone()));
         }
         if let Some(uid) = self.released_uids.iter().find(|uid| {
             !self.fences.iter().any(|f| {
@@ -1336,9 +1445,10 @@ impl<'s> World<'s> {
                     .any(|p| &p.uid == *uid)
             })
         }) {
-            return Some(self.violation(format!(
-                "pod {uid} was deleted by a release that no NodeFence status records"
-            )));
+            return Some(self.violation(
+                Invariant::ReleaseRecorded,
+                format!("pod {uid} was deleted by a release that no NodeFence status records"),
+            ));
         }
         for (id, (name, backing)) in self.identities.iter().enumerate() {
             let mut live: BTreeMap<&str, usize> = BTreeMap::new();
@@ -1361,18 +1471,22 @@ impl<'s> World<'s> {
                 }
             }
             if live.len() > 1 {
-                return Some(self.violation(format!(
-                    "at-most-one broken for {name}-0: live copies {live:?} (uid → machine)"
-                )));
+                return Some(self.violation(
+                    Invariant::AtMostOne,
+                    format!(
+                        "at-most-one broken for {name}-0: live copies {live:?} (uid → machine)"
+                    ),
+                ));
             }
         }
         None
     }
 
-    fn violation(&self, what: String) -> Violation {
+    fn violation(&self, invariant: Invariant, what: String) -> Violation {
         let from = self.history.len().saturating_sub(40);
         Violation {
             at_ms: self.now,
+            invariant,
             what,
             history: self.history[from..].to_vec(),
         }
@@ -1502,12 +1616,16 @@ impl<'s> World<'s> {
                 .fences
                 .iter()
                 .any(|f| f.node == i && !f.status.phase.is_terminal());
-            if matches!(v, Verdict::Fence(_)) && !open {
+            if let (Verdict::Fence(plan), false) = (v, open) {
                 let mut status = NodeFenceStatus::default();
                 let _ = status.transition(Phase::Pending, self.wall(), "requested");
                 let name = format!("{node}-nf{}", self.fences.len());
-                self.log(format!("NodeFence {name} created"));
+                self.log(format!("NodeFence {name} created{}", plan.cause.words()));
                 self.out.fences += 1;
+                if matches!(plan.cause, Cause::PowerOff { .. }) {
+                    self.out.power_fences += 1;
+                }
+                self.check_cause(i, &name);
                 self.fences.push(Fence {
                     name,
                     node: i,
@@ -1566,6 +1684,85 @@ impl<'s> World<'s> {
         }
     }
 
+    /// The check that the fence the controller creates now for machine `i` has a cause: it
+    /// has none when the machine was able to renew for the whole [`CAUSELESS_WINDOW_MS`]
+    /// before.
+    fn check_cause(&mut self, i: usize, fence: &str) {
+        let Some(since) = self.machines[i].able_since else {
+            return;
+        };
+        if self.now >= since + CAUSELESS_WINDOW_MS && self.causeless.is_none() {
+            self.causeless = Some(format!(
+                "causeless fence: {fence} created for m{i}, which was able to renew all along for the last {} ms (since {since} ms)",
+                self.now - since
+            ));
+        }
+    }
+
+    /// A tick of the leader's power watch ([`crate::power`]) over the machines in the cluster:
+    /// those whose FenceTarget has a power device are watched while the policy's power
+    /// evidence can come before its silence, as the operator's `evidence_counts` says.
+    fn power_watch(&mut self) {
+        let d = &self.policy.detection;
+        let counts =
+            d.power_off_after_seconds > 0 && d.power_off_after_seconds < d.unhealthy_after_seconds;
+        let members = self.members();
+        let watchable: Vec<bool> = members
+            .iter()
+            .map(|&i| {
+                counts
+                    && self.target(i).is_some_and(|t| {
+                        t.levels
+                            .iter()
+                            .flat_map(|l| &l.devices)
+                            .any(|d| d.kind == DeviceKind::Power)
+                    })
+            })
+            .collect();
+        let under_way: Vec<bool> = members
+            .iter()
+            .map(|&i| {
+                self.fences.iter().any(|f| {
+                    f.node == i && f.status.phase != Phase::Pending && !f.status.phase.is_terminal()
+                })
+            })
+            .collect();
+        let views: Vec<NodeView> = members
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| {
+                let m = &self.machines[i];
+                NodeView {
+                    name: &m.name,
+                    says: m.power_mode.read_power(m.powered),
+                    watchable: watchable[k],
+                    fence_under_way: under_way[k],
+                }
+            })
+            .collect();
+        self.ctl.power.tick(self.now, &views, &mut self.watch_rng);
+    }
+
+    /// The renewal interval and off run the snapshot hands `decide()` for node `name`, whose
+    /// last observed heartbeat change was at `last_change`: the detector's and the power
+    /// watch's, or under [`Bug::PowerWithoutMissedRenewal`] a zero interval and the whole run
+    /// moved to just after that change.
+    fn power_evidence(&self, name: &str, last_change: Mono) -> (Option<Duration>, Option<OffRun>) {
+        let gap = self.ctl.detector.renewal_gap(name);
+        let run = self.ctl.power.off_run(name);
+        if self.bug != Some(Bug::PowerWithoutMissedRenewal) {
+            return (gap, run);
+        }
+        let mut forged = PowerWatch::new();
+        if let Some(whole) = run.and_then(|r| r.whole()) {
+            let first = last_change + Duration::from_millis(1);
+            let last = first + whole.span();
+            forged.observe(name, PowerReading::Off, first, first);
+            forged.observe(name, PowerReading::Off, last, last);
+        }
+        (Some(Duration::ZERO), forged.off_run(name))
+    }
+
     /// The controller's watch of fence `f`'s untaint (`reconcile.rs::untainted_for`): since
     /// when, while the fence is Recovering, it has seen the node without release taints.
     fn watch_untaint(&mut self, f: usize) {
@@ -1614,12 +1811,14 @@ impl<'s> World<'s> {
                         }
                     }
                 }
+                let last_change = self.ctl.detector.last_change(&name).unwrap_or(now.mono);
+                let (renewal_gap, power_off) = self.power_evidence(&name, last_change);
                 NodeSnapshot {
                     labels: BTreeMap::new(),
-                    last_heartbeat_change: self.ctl.detector.last_change(&name).unwrap_or(now.mono),
+                    last_heartbeat_change: last_change,
                     heartbeat_marker: self.ctl.detector.marker(&name),
-                    renewal_gap: self.ctl.detector.renewal_gap(&name),
-                    power_off: None,
+                    renewal_gap,
+                    power_off,
                     hosts_bridge: false,
                     exclusion: None,
                     advertisement: self.ctl.advertised.get(&name).cloned().unwrap_or_default(),
@@ -2037,7 +2236,7 @@ impl<'s> World<'s> {
             Step::DeleteAttachment(..) | Step::ClearAttachRecord(..) => {}
             Step::PowerOn(_) => {
                 self.power_command(i, "a power on");
-                if self.machines[i].power_mode == DeviceMode::Works {
+                if self.machines[i].power_mode.obeys() {
                     self.power_on(i);
                 }
                 if self.machines[i].power_mode != DeviceMode::Fails {
@@ -2075,15 +2274,15 @@ impl<'s> World<'s> {
             }
             Step::RecheckPower(devices) => {
                 use palisade_model::nodefence::{PowerRecheck, RecheckedPower};
-                // A read of the machine's power truth (a device that fails reads nothing). No
+                // A status read of the BMC (one that fails reads nothing, one that lies says
+                // off; its commands work, so the machine is off after its verify anyway). No
                 // planted control skips it: a leader's steps from the verify to the releases run
                 // within one tick, and no fault powers a machine on between them.
-                let state = if self.machines[i].power_mode == DeviceMode::Fails {
-                    RecheckedPower::Unknown
-                } else if self.machines[i].powered {
-                    RecheckedPower::On
-                } else {
-                    RecheckedPower::Off
+                let m = &self.machines[i];
+                let state = match m.power_mode.read_power(m.powered) {
+                    PowerReading::Unknown => RecheckedPower::Unknown,
+                    PowerReading::On => RecheckedPower::On,
+                    PowerReading::Off => RecheckedPower::Off,
                 };
                 self.log(format!("{name}: power re-read: {state:?}"));
                 let token = self.ctl.token;

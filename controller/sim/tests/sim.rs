@@ -1,8 +1,9 @@
 //! The deterministic simulation in the test suite: 10,000 seeded schedules of faults against
-//! the real pure core find no violation, every planted bug is caught, and a seed replays the
-//! same history.
+//! the real pure core find no violation, every planted bug is caught, a seed replays the same
+//! history, and power evidence fences a machine that is off, not one that is alive.
 
-use palisade_sim::{campaign, run, shrink, Bug, Schedule};
+use palisade_sim::faults::{DeviceMode, Fencing, NodeConfig};
+use palisade_sim::{campaign, run, shrink, Bug, Fault, Invariant, Schedule};
 
 /// A fixed seed, so the suite is repeatable; `PALISADE_SIM_SEED` picks another (printed).
 fn seed() -> u64 {
@@ -19,8 +20,8 @@ fn ten_thousand_fault_schedules_keep_at_most_one() {
     let s = seed();
     let c = campaign(s, 10_000, None);
     eprintln!(
-        "{} schedules, {} fault events, {} fences, {} released, {} held, {} excused",
-        c.schedules, c.faults, c.fences, c.released, c.held, c.excused
+        "{} schedules, {} fault events, {} fences ({} on power evidence), {} released, {} held, {} excused",
+        c.schedules, c.faults, c.fences, c.power_fences, c.released, c.held, c.excused
     );
     if let Some((seed, v)) = &c.failure {
         let small = shrink(&Schedule::generate(*seed), None);
@@ -31,9 +32,10 @@ fn ten_thousand_fault_schedules_keep_at_most_one() {
             v.history.join("\n")
         );
     }
-    // The campaign must exercise what it judges: fences, releases and held pods happen.
+    // The campaign must exercise what it judges: fences (some on power evidence), releases and
+    // held pods happen.
     assert!(
-        c.fences > 1_000 && c.released > 1_000 && c.held > 100,
+        c.fences > 1_000 && c.released > 1_000 && c.held > 100 && c.power_fences > 50,
         "{c:?}"
     );
 }
@@ -49,9 +51,12 @@ fn every_planted_bug_is_caught() {
             );
         };
         eprintln!(
-            "{bug:?}: caught at seed {seed} after {} schedule(s): {}",
-            c.schedules, v.what
+            "{bug:?}: caught at seed {seed} after {} schedule(s) ({:?}): {}",
+            c.schedules, v.invariant, v.what
         );
+        if bug == Bug::PowerWithoutMissedRenewal {
+            assert_eq!(v.invariant, Invariant::CauselessFence, "{}", v.what);
+        }
         // The shrunk schedule still fails, with no more faults than the original.
         let original = Schedule::generate(seed);
         let small = shrink(&original, Some(bug));
@@ -83,10 +88,12 @@ fn a_seed_replays_the_same_history() {
 /// - 4107866: after an API outage, a controller whose wall clock had stepped back took a Lease
 ///   write made before the outage as fresh and trusted a self-fence its peers still excused
 ///   (now a write first observed right after a blind spell starts no streak).
+/// - 43369: a deposed leader's late unblock lifts a newer fence's block where the unblock is
+///   node-wide (now each fence lifts only its own hold).
 #[test]
 fn the_schedules_that_once_broke_at_most_one_stay_clean() {
     for seed in [
-        3_210_097, 3_348_633, 3_537_759, 3_978_628, 4_000_404, 4_107_866,
+        43_369, 3_210_097, 3_348_633, 3_537_759, 3_978_628, 4_000_404, 4_107_866,
     ] {
         let r = run(&Schedule::generate(seed), None);
         assert!(r.fences > 0, "seed {seed} exercises no fence");
@@ -107,4 +114,107 @@ fn the_old_rules_break_at_most_one_on_the_schedules_that_found_them() {
             "planted bug {bug:?} went unnoticed at seed {seed}"
         );
     }
+}
+
+/// A node of the power-evidence scenarios below: no peer check, no watchdog, working devices.
+fn node(fencing: Fencing) -> NodeConfig {
+    NodeConfig {
+        fencing,
+        self_fence_after: 5,
+        watchdog: None,
+        nowayout: true,
+        power_mode: DeviceMode::Works,
+        storage_mode: DeviceMode::Works,
+        peer_check: None,
+        skew_ms: 0,
+        joins_late: false,
+    }
+}
+
+/// Three nodes, m0 fenced by its BMC, a policy with `powerOffAfterSeconds: 1`, and only
+/// `events`; `seed` draws the rest (watch lag, read latency).
+fn power_schedule(seed: u64, events: Vec<(u64, Fault)>) -> Schedule {
+    Schedule {
+        seed,
+        nodes: vec![
+            node(Fencing::Power),
+            node(Fencing::None),
+            node(Fencing::None),
+        ],
+        trust_self_fence: false,
+        power_on: false,
+        power_off_after: 1,
+        events,
+        length_ms: 40_000,
+    }
+}
+
+/// A machine that loses power is fenced once, with a cause; mostly on its BMC's reading,
+/// before its silence reaches the threshold (a slow read can leave the reads short of
+/// `powerOffAfterSeconds` by then).
+#[test]
+fn a_machine_that_loses_power_is_fenced_on_its_bmc_reading_with_a_cause() {
+    let mut on_power = 0;
+    for seed in 1..=20 {
+        let out = run(
+            &power_schedule(seed, vec![(10_000, Fault::PowerLoss(0))]),
+            None,
+        );
+        assert!(out.violation.is_none(), "seed {seed}: {:?}", out.violation);
+        assert_eq!(out.fences, 1, "seed {seed}:\n{}", out.history.join("\n"));
+        on_power += out.power_fences;
+    }
+    eprintln!("{on_power} of 20 fenced on power evidence");
+    assert!(on_power >= 10, "{on_power} of 20 fenced on power evidence");
+}
+
+/// The product fences a power cycle longer than `powerOffAfterSeconds` by design (the machine
+/// did go off); it had a cause, and the causeless-fence check must agree.
+#[test]
+fn a_power_cycle_longer_than_power_off_after_is_fenced_with_a_cause() {
+    let mut on_power = 0;
+    for seed in 1..=20 {
+        let cycle = vec![(10_000, Fault::PowerCycle(0, 3_800))];
+        let out = run(&power_schedule(seed, cycle), None);
+        assert!(out.violation.is_none(), "seed {seed}: {:?}", out.violation);
+        on_power += out.power_fences;
+    }
+    eprintln!("{on_power} of 20 power cycles fenced on power evidence");
+    assert!(on_power > 0, "no power cycle was fenced on power evidence");
+}
+
+#[test]
+fn a_short_power_cycle_is_judged_by_silence_and_not_fenced() {
+    for seed in 1..=20 {
+        let out = run(
+            &power_schedule(seed, vec![(10_000, Fault::PowerCycle(0, 300))]),
+            None,
+        );
+        assert!(out.violation.is_none(), "seed {seed}: {:?}", out.violation);
+        assert_eq!(out.fences, 0, "seed {seed}:\n{}", out.history.join("\n"));
+    }
+}
+
+/// A BMC whose status reads say off while the machine renews fences nothing: the rule demands a
+/// renewal the node missed. Planted, power evidence without a missed renewal fences the live
+/// node, and only the causeless-fence check can tell (the fence powers it off cleanly).
+#[test]
+fn a_bmc_that_reads_a_live_machine_off_fences_it_only_with_the_planted_bug() {
+    let mut caught = 0;
+    for seed in 1..=20 {
+        let lie = power_schedule(
+            seed,
+            vec![(5_000, Fault::PowerDevice(0, DeviceMode::ReadsOff))],
+        );
+        let out = run(&lie, None);
+        assert!(out.violation.is_none(), "seed {seed}: {:?}", out.violation);
+        assert_eq!(out.fences, 0, "seed {seed}:\n{}", out.history.join("\n"));
+        let planted = run(&lie, Some(Bug::PowerWithoutMissedRenewal));
+        if let Some(v) = planted.violation {
+            assert_eq!(v.invariant, Invariant::CauselessFence, "{}", v.what);
+            caught += 1;
+        }
+    }
+    eprintln!("the planted bug fenced the live node in {caught} of 20");
+    assert!(caught > 0, "the planted bug fenced no live node");
 }
