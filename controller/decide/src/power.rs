@@ -14,7 +14,13 @@
 //!    renewing after its device read off contradicts the device, which then proves nothing);
 //! 4. the node is silent longer than one and a quarter of its own longest recent renewal
 //!    interval ([`crate::detector::Detector::renewal_gap`]): it missed a renewal it would have
-//!    made, so a device that merely lies about the power cannot alone fence a live node.
+//!    made. A device that lies about the power cannot alone fence a live node: it takes a
+//!    second fault, a renewal more than a quarter of an interval late (the simulation's
+//!    `ReadsOff` BMC with late Lease writes shows it).
+//!
+//! Reads are never joined across a pause longer than [`MAX_READ_GAP`]. With reads every
+//! `interval`, evidence takes about `after` plus one interval of off reads (the span counts
+//! from the first read's answer to the latest read's sending).
 //!
 //! Assumptions: a device pinned to the machine's identity reports that machine's power; the
 //! node renews at a rhythm the controller has seen at least twice.
@@ -48,6 +54,10 @@ pub struct OffRun {
 /// Off reads kept per run.
 pub const READS_KEPT: usize = 64;
 
+/// The longest pause between one read's answer and the next read's sending that a run spans:
+/// after a longer one the run starts again (a watch interval above it never gives evidence).
+pub const MAX_READ_GAP: Duration = Duration::from_secs(10);
+
 /// What the reads of a run sent after some instant prove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OffSpan {
@@ -78,6 +88,15 @@ impl OffRun {
     fn push(&mut self, sent: Mono, answered: Mono) {
         if self.reads.last().is_some_and(|(last, _)| sent < *last) {
             return;
+        }
+        // Nothing was read for a while (a stalled watch, a read that hung): the machine may
+        // have been on in between, so the run starts again.
+        if self
+            .reads
+            .last()
+            .is_some_and(|(_, answered)| sent.since(*answered) > MAX_READ_GAP)
+        {
+            self.reads.clear();
         }
         if self.reads.len() == READS_KEPT {
             self.reads.remove(0);
@@ -321,6 +340,15 @@ mod tests {
             evident_at(w.off_run("m0").as_ref(), ms(9_000), GAP, AFTER, ms(20_000)),
             Some(ms(11_800))
         );
+    }
+
+    #[test]
+    fn a_pause_in_the_reads_starts_the_run_again() {
+        let mut w = PowerWatch::new();
+        w.observe("m0", PowerReading::Off, ms(1_000), ms(1_010));
+        w.observe("m0", PowerReading::Off, ms(12_000), ms(12_010));
+        let whole = w.off_run("m0").and_then(|r| r.whole()).unwrap();
+        assert_eq!(whole.first, ms(12_000), "11 s without a read: a new run");
     }
 
     #[test]
