@@ -1599,9 +1599,9 @@ impl<'s> World<'s> {
                 self.ctl.changed_at.insert(name, clocks.mono);
             }
         }
-        // Decide.
+        // Decide (in node order: a replay creates the same fences in the same order).
         let snapshot = self.snapshot(clocks);
-        let verdicts: HashMap<String, Verdict> = decide(&snapshot)
+        let verdicts: BTreeMap<String, Verdict> = decide(&snapshot)
             .into_iter()
             .map(|d| (d.node, d.verdict))
             .collect();
