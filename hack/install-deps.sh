@@ -115,6 +115,18 @@ else
   say "Kubernetes $K8S_VERSION binaries cached in $K8S_BIN_DIR"
 fi
 
+# The path of a Go toolchain of version 1.MINOR or later (`go` on PATH, then /usr/local/go), or
+# fails.
+go_at_least() {
+  local g v minor
+  for g in go /usr/local/go/bin/go; do
+    v=$(command -v "$g" >/dev/null 2>&1 && "$g" env GOVERSION 2>/dev/null || true)
+    minor=$(printf '%s' "$v" | sed -n 's/^go1\.\([0-9][0-9]*\).*/\1/p')
+    if [ -n "$minor" ] && [ "$minor" -ge "$1" ]; then command -v "$g"; return 0; fi
+  done
+  return 1
+}
+
 # Kubernetes 1.34 and etcd 3.6, built as Go modules from hack/kube (pinned by its go.mod and
 # go.sum; the staging modules replaced by their published v0.34 versions).
 K8S_CURRENT=1.34.4
@@ -129,12 +141,7 @@ if have_current; then
   say "Kubernetes $K8S_CURRENT control plane and etcd cached in $K8S_CURRENT_DIR"
 else
   # Debian bookworm's Go is too old for Kubernetes 1.34: take the machine's current toolchain.
-  GO=""
-  for g in go /usr/local/go/bin/go; do
-    v=$(command -v "$g" >/dev/null 2>&1 && "$g" env GOVERSION 2>/dev/null || true)
-    case "$v" in go1.2[4-9]*|go1.[3-9][0-9]*) GO="$(command -v "$g")"; break ;; esac
-  done
-  [ -n "$GO" ] || { say "Kubernetes $K8S_CURRENT needs Go 1.24 or later (go or /usr/local/go/bin/go)"; exit 1; }
+  GO=$(go_at_least 24) || { say "Kubernetes $K8S_CURRENT needs Go 1.24 or later (go or /usr/local/go/bin/go)"; exit 1; }
   say "building Kubernetes $K8S_CURRENT and etcd 3.6 from Go modules with $("$GO" env GOVERSION) (about 15 minutes on 2 cores)"
   rm -rf "$K8S_CURRENT_DIR.tmp"; mkdir -p "$K8S_CURRENT_DIR.tmp"
   ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_CURRENT"
@@ -158,12 +165,7 @@ HELM_DIR="$CACHE_DIR/helm-$HELM_VERSION"
 if [ -x "$HELM_DIR/helm" ]; then
   say "helm $HELM_VERSION cached in $HELM_DIR"
 else
-  GO=""
-  for g in go /usr/local/go/bin/go; do
-    v=$(command -v "$g" >/dev/null 2>&1 && "$g" env GOVERSION 2>/dev/null || true)
-    case "$v" in go1.2[6-9]*|go1.[3-9][0-9]*) GO="$(command -v "$g")"; break ;; esac
-  done
-  [ -n "$GO" ] || { say "helm $HELM_VERSION needs Go 1.26 or later (go or /usr/local/go/bin/go)"; exit 1; }
+  GO=$(go_at_least 26) || { say "helm $HELM_VERSION needs Go 1.26 or later (go or /usr/local/go/bin/go)"; exit 1; }
   say "building helm $HELM_VERSION from its Go module with $("$GO" env GOVERSION) (a few minutes on 2 cores)"
   rm -rf "$HELM_DIR.tmp"; mkdir -p "$HELM_DIR.tmp"
   ( cd "$(dirname "${BASH_SOURCE[0]}")/helm" && GOFLAGS=-mod=readonly nice -n 10 "$GO" build -trimpath \
