@@ -437,12 +437,17 @@ impl World {
             world.create_writer(w)?;
         }
         world.create_identity()?;
+        // A pod's first start on a QEMU machine waits for its guest to boot and register and
+        // for the image to be pulled under TCG: minutes when the suite's other lab runs beside
+        // it (a 180 s wait once ran out in a clean-clone run). A bound on setup, not a check.
+        let first_start = match world.lab.machines().first().map(|m| m.kind()) {
+            Some(MachineKind::Qemu) => Duration::from_secs(420),
+            _ => Duration::from_secs(180),
+        };
         for w in &world.writers {
-            let pod = eventually(
-                &format!("writer {w} Running"),
-                Duration::from_secs(180),
-                || world.writer_pod(w).filter(|p| pod_phase(p) == "Running"),
-            )?;
+            let pod = eventually(&format!("writer {w} Running"), first_start, || {
+                world.writer_pod(w).filter(|p| pod_phase(p) == "Running")
+            })?;
             let node = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
             eventually(
                 &format!("writer {w} acknowledging writes"),
@@ -451,11 +456,9 @@ impl World {
             )?;
             say(&format!("writer {w} Running on {node} and writing"));
         }
-        let pod = eventually(
-            &format!("identity {IDENTITY} Running"),
-            Duration::from_secs(180),
-            || world.identity_pod().filter(|p| pod_phase(p) == "Running"),
-        )?;
+        let pod = eventually(&format!("identity {IDENTITY} Running"), first_start, || {
+            world.identity_pod().filter(|p| pod_phase(p) == "Running")
+        })?;
         let node = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
         say(&format!(
             "volume-less identity {IDENTITY}-0 Running on {node}"
