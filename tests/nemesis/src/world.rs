@@ -447,6 +447,14 @@ impl World {
         for w in &world.writers {
             let pod = eventually(&format!("writer {w} Running"), first_start, || {
                 world.writer_pod(w).filter(|p| pod_phase(p) == "Running")
+            })
+            .with_context(|| {
+                format!(
+                    "writer {w}'s pod as the API has it: {}",
+                    world
+                        .writer_pod(w)
+                        .map_or("none".to_string(), |p| pod_summary(&p))
+                )
             })?;
             let node = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
             eventually(
@@ -735,4 +743,39 @@ impl World {
     pub fn bridge(&self) -> parking_lot::MutexGuard<'_, FirmwareBridge> {
         self.bridge.lock()
     }
+}
+
+/// A pod's node, phase, conditions and container states on one line (why it is not Running).
+fn pod_summary(p: &Pod) -> String {
+    let node = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let status = p.status.clone().unwrap_or_default();
+    let conditions: Vec<String> = status
+        .conditions
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            format!(
+                "{}={} {}",
+                c.type_,
+                c.status,
+                c.message.clone().unwrap_or_default()
+            )
+        })
+        .collect();
+    let containers: Vec<String> = status
+        .container_statuses
+        .unwrap_or_default()
+        .iter()
+        .map(|c| format!("{}: {:?}", c.name, c.state))
+        .collect();
+    format!(
+        "node {node:?}, phase {:?}, conditions [{}], containers [{}]",
+        status.phase.unwrap_or_default(),
+        conditions.join("; "),
+        containers.join("; ")
+    )
 }
