@@ -19,6 +19,8 @@
 #   - nftables: a peer cut of QEMU machines filters their bridged traffic (bridge family).
 #   - OCI images: Debian's docker-registry (distribution 2.8; the lab's registry) and buildah
 #     (hack/images.sh builds the images without a daemon).
+#   - containerd and runc (Debian's): the stock runtime the companion's CRI client is proven
+#     against (agents/node/tests/cri_containerd.rs runs a containerd of its own).
 #   - helm 4.3.1, built from its Go module (hack/helm/go.mod, go.sum) and cached outside the
 #     repo, for the chart test.
 #   - Redfish BMCs: sushy-tools (`sushy-emulator`) from PyPI, in a virtualenv in the cache, and
@@ -40,7 +42,7 @@ PACKAGES=(etcd-server golang-go rsync openipmi ipmitool snmp snmpd fence-agents
           build-essential pkg-config golang-github-modern-go-reflect2-dev
           qemu-system-x86 busybox-static cpio kmod prometheus
           pacemaker pacemaker-cli-utils libxml2-utils librsvg2-bin python3-libvirt
-          docker-registry buildah faketime nftables)
+          docker-registry buildah faketime nftables containerd runc)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -52,11 +54,11 @@ done
 if [ "${#missing[@]}" -gt 0 ]; then
   say "installing Debian packages: ${missing[*]}"
   $SUDO apt-get update -qq
-  # snmpd, etcd-server and docker-registry would start system services; the lab runs its own
-  # instances.
+  # snmpd, etcd-server, docker-registry and containerd would start system services; the lab
+  # and the tests run their own instances.
   DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 $SUDO apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
-  for svc in snmpd etcd prometheus pacemaker corosync docker-registry; do
+  for svc in snmpd etcd prometheus pacemaker corosync docker-registry containerd; do
     if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; fi
     $SUDO pkill -x "$svc" >/dev/null 2>&1 || true
   done

@@ -7,13 +7,15 @@
 //! - `HealthCheckResponse { ServingStatus status = 1; }` with `UNKNOWN = 0, SERVING = 1,
 //!   NOT_SERVING = 2, SERVICE_UNKNOWN = 3`.
 //!
-//! Each gRPC message travels in a 5-byte frame (compressed flag, big-endian length); the
-//! call's outcome is the `grpc-status` trailer (or header, for a trailers-only response).
+//! The call itself (framing, trailers) is [`crate::grpc::unary`].
 
 use std::net::IpAddr;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::grpc::{self, CallError};
+pub use crate::grpc::{frame, unframe};
 
 use crate::probe_outcome::ProbeOutcome;
 
@@ -90,24 +92,21 @@ fn get_varint(b: &[u8], i: &mut usize) -> Option<u64> {
     None
 }
 
-/// Wraps a protobuf message in a gRPC frame (uncompressed).
-pub fn frame(msg: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(5 + msg.len());
-    out.put_u8(0);
-    out.put_u32(u32::try_from(msg.len()).unwrap_or(u32::MAX));
-    out.put_slice(msg);
-    out.freeze()
-}
-
-/// The framed `HealthCheckRequest` for `service` (an empty service asks about the server).
-pub fn encode_request(service: &str) -> Bytes {
+/// The `HealthCheckRequest` message for `service`, not framed (an empty service asks about
+/// the server).
+fn request_message(service: &str) -> BytesMut {
     let mut msg = BytesMut::new();
     if !service.is_empty() {
         msg.put_u8(0x0a); // field 1, length-delimited
         put_varint(&mut msg, service.len() as u64);
         msg.put_slice(service.as_bytes());
     }
-    frame(&msg)
+    msg
+}
+
+/// The framed `HealthCheckRequest` for `service` (an empty service asks about the server).
+pub fn encode_request(service: &str) -> Bytes {
+    frame(&request_message(service))
 }
 
 /// The framed `HealthCheckResponse` with `status` (used by test servers).
@@ -118,25 +117,6 @@ pub fn encode_response(status: ServingStatus) -> Bytes {
         put_varint(&mut msg, status.value());
     }
     frame(&msg)
-}
-
-/// Parses one gRPC frame; returns the message and the bytes after it.
-pub fn unframe(b: &[u8]) -> Result<(&[u8], &[u8]), String> {
-    if b.len() < 5 {
-        return Err(format!("truncated gRPC frame ({} bytes)", b.len()));
-    }
-    if b[0] != 0 {
-        return Err("compressed gRPC messages are not supported".into());
-    }
-    let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
-    let rest = &b[5..];
-    if rest.len() < len {
-        return Err(format!(
-            "truncated gRPC message ({} of {len} bytes)",
-            rest.len()
-        ));
-    }
-    Ok(rest.split_at(len))
 }
 
 /// Decodes a `HealthCheckRequest` message (not framed): the service name.
@@ -201,102 +181,21 @@ fn walk<'a>(msg: &'a [u8], mut f: impl FnMut(u64, Field<'a>)) -> Result<(), Stri
     Ok(())
 }
 
-/// The gRPC status code names the kubelet prints.
-fn code_name(code: u32) -> &'static str {
-    const NAMES: [&str; 17] = [
-        "OK",
-        "Canceled",
-        "Unknown",
-        "InvalidArgument",
-        "DeadlineExceeded",
-        "NotFound",
-        "AlreadyExists",
-        "PermissionDenied",
-        "ResourceExhausted",
-        "FailedPrecondition",
-        "Aborted",
-        "OutOfRange",
-        "Unimplemented",
-        "Internal",
-        "Unavailable",
-        "DataLoss",
-        "Unauthenticated",
-    ];
-    NAMES.get(code as usize).copied().unwrap_or("Unknown")
-}
-
-fn grpc_status(h: &http::HeaderMap) -> Option<(u32, String)> {
-    let code = h.get("grpc-status")?.to_str().ok()?.trim().parse().ok()?;
-    let msg = h
-        .get("grpc-message")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    Some((code, msg))
-}
-
-enum CallError {
-    Connect(String),
-    Rpc(String),
-}
-
 /// One Check call; the status, or why there is none.
 async fn call(host: IpAddr, port: u16, service: &str) -> Result<ServingStatus, CallError> {
     let tcp = tokio::net::TcpStream::connect((host, port))
         .await
         .map_err(|e| CallError::Connect(e.to_string()))?;
-    let (client, conn) = h2::client::handshake(tcp)
-        .await
-        .map_err(|e| CallError::Connect(format!("HTTP/2 handshake: {e}")))?;
-    // The connection future does the I/O; it ends once the client side is dropped.
-    let conn = tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    let res = async {
-        let rpc = |e: h2::Error| CallError::Rpc(e.to_string());
-        let mut client = client.ready().await.map_err(rpc)?;
-        let req = http::Request::builder()
-            .method("POST")
-            .uri(format!("http://{host}:{port}{CHECK_PATH}"))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .header("user-agent", "kube-probe/palisade")
-            .body(())
-            .map_err(|e| CallError::Rpc(e.to_string()))?;
-        let (resp, mut send) = client.send_request(req, false).map_err(rpc)?;
-        send.send_data(encode_request(service), true).map_err(rpc)?;
-        let resp = resp.await.map_err(rpc)?;
-        if resp.status() != http::StatusCode::OK {
-            return Err(CallError::Rpc(format!("HTTP status {}", resp.status())));
+    let uri = format!("http://{host}:{port}{CHECK_PATH}");
+    let msg = match grpc::unary(tcp, &uri, "kube-probe/palisade", &request_message(service)).await {
+        Err(CallError::Status { code: 12, message }) => {
+            return Err(CallError::Rpc(format!(
+                "this server does not implement the grpc health protocol (grpc.health.v1.Health): {message}"
+            )))
         }
-        let (parts, mut body) = resp.into_parts();
-        let mut buf = BytesMut::new();
-        while let Some(chunk) = body.data().await {
-            let chunk = chunk.map_err(rpc)?;
-            let _ = body.flow_control().release_capacity(chunk.len());
-            buf.extend_from_slice(&chunk);
-        }
-        let trailers = body.trailers().await.map_err(rpc)?;
-        let (code, msg) = trailers
-            .as_ref()
-            .and_then(grpc_status)
-            .or_else(|| grpc_status(&parts.headers))
-            .ok_or_else(|| CallError::Rpc("response without grpc-status".into()))?;
-        if code != 0 {
-            return Err(CallError::Rpc(if code == 12 {
-                format!(
-                    "this server does not implement the grpc health protocol (grpc.health.v1.Health): {msg}"
-                )
-            } else {
-                format!("rpc error: code = {} desc = {msg}", code_name(code))
-            }));
-        }
-        let (msg, _) = unframe(&buf).map_err(CallError::Rpc)?;
-        decode_response(msg).map_err(CallError::Rpc)
-    }
-    .await;
-    conn.abort();
-    res
+        r => r?,
+    };
+    decode_response(&msg).map_err(CallError::Rpc)
 }
 
 /// Runs a grpc probe: success when `Check(service)` answers `SERVING` within `timeout`.
@@ -315,7 +214,7 @@ pub async fn check(
         Ok(Err(CallError::Connect(e))) => ProbeOutcome::Failure(format!(
             "failed to connect service \"{host}:{port}\" within {timeout:?}: {e}"
         )),
-        Ok(Err(CallError::Rpc(e))) => ProbeOutcome::Failure(e),
+        Ok(Err(e)) => ProbeOutcome::Failure(e.to_string()),
         Err(_) => ProbeOutcome::Failure(format!(
             "timeout: health rpc did not complete within {timeout:?}"
         )),
