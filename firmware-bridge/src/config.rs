@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use url::Url;
 
@@ -62,7 +63,7 @@ pub enum ConfigError {
 }
 
 /// TLS material for the server.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsFiles {
     /// Server certificate chain (PEM).
@@ -74,7 +75,7 @@ pub struct TlsFiles {
 }
 
 /// Per-client token bucket.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimitConfig {
     /// Bucket size: requests a client may send in a burst. Default 20.
@@ -102,7 +103,7 @@ impl Default for RateLimitConfig {
 }
 
 /// One device in a fencing level, as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceConfig {
     /// Device URL: `ipmi://host:port`, `snmp+pdu://host:port/outlet`, `storagefw+https://...`.
@@ -126,7 +127,7 @@ pub struct DeviceConfig {
 }
 
 /// One fencing level, as written: every device must succeed.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LevelConfig {
     /// A name for logs and evidence (e.g. `ipmi`, `pdu`).
@@ -137,7 +138,7 @@ pub struct LevelConfig {
 }
 
 /// One target (a machine), as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TargetConfig {
     /// The target id used in the API (`bridge://host:port/<id>`).
@@ -151,7 +152,7 @@ pub struct TargetConfig {
 }
 
 /// The configuration file as written.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     /// Listen address, e.g. `127.0.0.1:8443`.

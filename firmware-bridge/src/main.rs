@@ -27,7 +27,7 @@ struct Args {
     /// Validate the config, TLS material and credentials, then exit.
     #[arg(long)]
     check: bool,
-    /// Log format.
+    /// Log format: `text` or `json` (one object per line).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     #[command(flatten)]
@@ -121,3 +121,6 @@ fn run(args: Args, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
 fn bridge_targets(b: &Bridge) -> String {
     format!("{b:?}")
 }
+
+#[cfg(test)]
+mod reference;

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use palisade_telemetry::metrics::Listed;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
@@ -80,7 +81,7 @@ impl Default for Metrics {
             }
             let registered = name.strip_suffix("_total").unwrap_or(name);
             // Help texts end without a full stop: the encoder appends one.
-            registry.register(registered, help, family.clone());
+            registry.register(registered, help, Listed(family.clone()));
             counters.insert(name, (labels, family));
         }
         palisade_telemetry::metrics::register_build_info(
@@ -226,6 +227,23 @@ mod tests {
         m.inc("palisade_bridge_reloads_total", &[]);
         let text = m.render();
         assert!(!text.contains("nonsense"), "{text}");
-        assert!(!text.contains("palisade_bridge_reloads"), "{text}");
+        assert!(
+            !samples(&text)
+                .keys()
+                .any(|s| s.starts_with("palisade_bridge_reloads")),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn every_counter_is_listed_before_its_first_sample() {
+        let text = Metrics::default().render();
+        for (name, _, _) in COUNTERS {
+            let family = name.strip_suffix("_total").unwrap_or(name);
+            assert!(
+                text.contains(&format!("# TYPE {family} counter\n")),
+                "{family} in {text}"
+            );
+        }
     }
 }

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The identity of an authenticated client, taken from its verified certificate.
@@ -46,7 +47,7 @@ impl ClientIdentity {
 }
 
 /// One rule of the policy, as written in the config file.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyRule {
     /// Identity pattern: `name` (CN or any SAN), `cn:name`, `dns:name` or `uri:name`.

@@ -7,6 +7,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// Errors loading a credential.
@@ -47,7 +48,7 @@ pub enum SecretError {
 }
 
 /// Where a credential comes from, as written in the inventory.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SecretRef {
     /// Read the credential from this file (one trailing line ending dropped). The file must have no

@@ -1,10 +1,29 @@
 //! What every Palisade process shares to serve its metrics: the OpenMetrics text of a
-//! `prometheus-client` registry and the `Content-Type` it goes out with.
+//! `prometheus-client` registry and the `Content-Type` it goes out with, and [`Listed`]
+//! families that are exposed before their first sample.
 
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 /// The `Content-Type` of [`encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A family whose `# HELP` and `# TYPE` lines are exposed before its first sample too:
+/// prometheus-client leaves empty families out, and every metric that rules, dashboards and
+/// the reference pages name should be listed from a process's start.
+#[derive(Debug)]
+pub struct Listed<M>(pub M);
+
+impl<M: EncodeMetric> EncodeMetric for Listed<M> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+}
 
 /// The OpenMetrics text exposition of every metric in `registry`, ending in `# EOF`; serve it
 /// as [`CONTENT_TYPE`].
@@ -53,6 +72,19 @@ mod tests {
         assert!(text.contains("# TYPE palisade_example counter\n"), "{text}");
         assert!(text.contains("palisade_example_total 1\n"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn a_listed_family_is_exposed_before_its_first_sample() {
+        use prometheus_client::metrics::family::Family;
+        let mut r = Registry::default();
+        let plain = Family::<Vec<(String, String)>, Counter>::default();
+        let listed = Family::<Vec<(String, String)>, Counter>::default();
+        r.register("palisade_plain", "Left out while empty", plain);
+        r.register("palisade_listed", "Shown while empty", Listed(listed));
+        let text = encode(&r);
+        assert!(!text.contains("palisade_plain"), "{text}");
+        assert!(text.contains("# TYPE palisade_listed counter\n"), "{text}");
     }
 
     #[test]

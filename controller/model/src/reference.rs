@@ -49,17 +49,25 @@ pub fn resources_markdown() -> String {
         {
             let _ = writeln!(out, "{}\n", one_line(d));
         }
-        out.push_str("| Field | Type | Default | Description |\n|---|---|---|---|\n");
+        out.push_str(FIELDS_HEAD);
         for top in ["spec", "status"] {
             if let Some(s) = schema.pointer(&format!("/properties/{top}")) {
-                fields(top, s, &mut out);
+                field_rows(top, s, &mut out);
             }
         }
     }
     out
 }
 
-fn fields(path: &str, schema: &Value, out: &mut String) {
+/// The head of a table of [`field_rows`].
+pub const FIELDS_HEAD: &str = "| Field | Type | Default | Description |\n|---|---|---|---|\n";
+
+/// Appends the table row of the field at `path` with `schema`, then those of every field
+/// inside it (depth-first, in the schema's order; `path[].name` inside an array's items,
+/// `path.*.name` inside a map's values). `schema` is in the CRDs' dialect: OpenAPI 3 with
+/// every subschema inlined, as schemars' `SchemaSettings::openapi3()` with
+/// `inline_subschemas` makes it. The firmware-bridge's config reference uses it too.
+pub fn field_rows(path: &str, schema: &Value, out: &mut String) {
     let _ = writeln!(
         out,
         "| `{path}` | {} | {} | {} |",
@@ -72,14 +80,14 @@ fn fields(path: &str, schema: &Value, out: &mut String) {
     );
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
         for (name, s) in props {
-            fields(&format!("{path}.{name}"), s, out);
+            field_rows(&format!("{path}.{name}"), s, out);
         }
     }
     if let Some(items) = schema.get("items") {
         if items.get("properties").is_some() {
             if let Some(props) = items.get("properties").and_then(Value::as_object) {
                 for (name, s) in props {
-                    fields(&format!("{path}[].{name}"), s, out);
+                    field_rows(&format!("{path}[].{name}"), s, out);
                 }
             }
         }
@@ -90,7 +98,7 @@ fn fields(path: &str, schema: &Value, out: &mut String) {
     {
         if let Some(props) = values.get("properties").and_then(Value::as_object) {
             for (name, s) in props {
-                fields(&format!("{path}.*.{name}"), s, out);
+                field_rows(&format!("{path}.*.{name}"), s, out);
             }
         }
     }

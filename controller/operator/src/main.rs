@@ -190,113 +190,43 @@ async fn main() -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    /// The controller's reference page (`docs/reference/controller.md`): every flag from the
-    /// command line's own definition, every metric from the registry, every shipped alert from
-    /// `controller/manifests/prometheus-rules.yaml`.
-    fn reference_markdown(rules_yaml: &str) -> anyhow::Result<String> {
+    use palisade_test_support::reference::{self, Page};
+
+    /// The controller's reference page, and the test that writes it.
+    const PAGE: Page = Page {
+        path: "docs/reference/controller.md",
+        test: "cargo test -p palisade-controller --bin palisade-controller reference",
+    };
+
+    /// The controller's reference page: every flag from the command line's own definition,
+    /// every metric from the registry, every shipped alert.
+    fn reference_markdown() -> String {
         use clap::CommandFactory;
-        use std::fmt::Write as _;
-        let cell = |s: &str| {
-            s.split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-                .replace('|', "\\|")
-        };
-        let mut out = String::from(
+        format!(
             "# Reference: the controller\n\n\
-             Generated from the code by `PALISADE_WRITE_REFERENCE=1 cargo test -p \
-             palisade-controller --bin palisade-controller reference`; do not edit. The flags come \
-             from the command line's definition (`controller/operator/src/main.rs`), the metrics \
-             from the registry (`controller/operator/src/metrics.rs`), the alerts from \
-             `controller/manifests/prometheus-rules.yaml` (their runbooks are in \
+             Generated from the code by `{}`; do not edit. The flags come from the command line's \
+             definition (`controller/operator/src/main.rs`), the metrics from the registry \
+             (`controller/operator/src/metrics.rs`), the alerts from `{}` (their runbooks are in \
              [operations](../operations.md#runbooks-for-the-shipped-alerts-controllermanifestsprometheus-rulesyaml)).\n\n\
-             ## Flags of `palisade-controller`\n\n\
-             | Flag | Environment | Default | Description |\n|---|---|---|---|\n",
-        );
-        for a in Args::command().get_arguments() {
-            let Some(long) = a.get_long() else { continue };
-            let default: Vec<String> = a
-                .get_default_values()
-                .iter()
-                .map(|v| v.to_string_lossy().into_owned())
-                .collect();
-            writeln!(
-                out,
-                "| `--{long}` | {} | {} | {} |",
-                a.get_env()
-                    .map(|e| format!("`{}`", e.to_string_lossy()))
-                    .unwrap_or_default(),
-                if default.is_empty() {
-                    String::new()
-                } else {
-                    format!("`{}`", default.join(","))
-                },
-                cell(
-                    &a.get_long_help()
-                        .or(a.get_help())
-                        .map(|h| h.to_string())
-                        .unwrap_or_default()
-                )
-            )?;
-        }
-        out.push_str("\n## Metrics\n\nServed on `--metrics-addr` at `/metrics` (OpenMetrics text).\n\n| Metric | Type | Help |\n|---|---|---|\n");
-        let text = palisade_controller::metrics::Metrics::default().render();
-        let mut kinds = std::collections::BTreeMap::new();
-        for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("# TYPE ") {
-                if let Some((name, kind)) = rest.split_once(' ') {
-                    kinds.insert(name.to_string(), kind.to_string());
-                }
-            }
-        }
-        for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("# HELP ") {
-                let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
-                let kind = kinds.get(name).cloned().unwrap_or_default();
-                let shown = if kind == "counter" {
-                    format!("{name}_total")
-                } else {
-                    name.to_string()
-                };
-                writeln!(out, "| `{shown}` | {kind} | {} |", cell(help))?;
-            }
-        }
-        out.push_str("\n## Alerts\n\n| Alert | Severity | For | Expression | Summary |\n|---|---|---|---|---|\n");
-        let rules: serde_json::Value = serde_yaml_ng::from_str(rules_yaml)?;
-        for group in rules["groups"].as_array().into_iter().flatten() {
-            for r in group["rules"].as_array().into_iter().flatten() {
-                let Some(alert) = r["alert"].as_str() else {
-                    continue;
-                };
-                writeln!(
-                    out,
-                    "| `{alert}` | {} | {} | `{}` | {} |",
-                    r["labels"]["severity"].as_str().unwrap_or(""),
-                    r["for"].as_str().unwrap_or(""),
-                    cell(r["expr"].as_str().unwrap_or("")),
-                    cell(r["annotations"]["summary"].as_str().unwrap_or(""))
-                )?;
-            }
-        }
-        Ok(out)
+             {}\n\
+             ## Metrics\n\nServed on `--metrics-addr` at `/metrics` (OpenMetrics text).\n\n\
+             {}\n\
+             ## Alerts\n\n\
+             {}",
+            PAGE.regenerate(),
+            reference::RULES,
+            reference::flags_tables(&Args::command()),
+            reference::metrics_table(&reference::metrics(
+                &palisade_controller::metrics::Metrics::default().render()
+            )),
+            reference::alerts_table(&reference::shipped_alerts()),
+        )
     }
 
     #[test]
     fn reference_page_is_current() {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-        let rules =
-            std::fs::read_to_string(format!("{root}/controller/manifests/prometheus-rules.yaml"))
-                .unwrap();
-        let page = reference_markdown(&rules).unwrap();
-        let path = format!("{root}/docs/reference/controller.md");
-        if std::env::var("PALISADE_WRITE_REFERENCE").is_ok_and(|v| v == "1") {
-            std::fs::write(&path, &page).unwrap();
-        }
-        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            on_disk == page,
-            "docs/reference/controller.md is out of date; run `PALISADE_WRITE_REFERENCE=1 cargo test -p palisade-controller --bin palisade-controller reference`"
-        );
+        let page = reference_markdown();
+        PAGE.check(&page);
         for want in [
             "`--power-watch-interval`",
             "`palisade_power_reads_total` | counter",

@@ -8,13 +8,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use palisade_telemetry::metrics::Listed;
 use parking_lot::Mutex;
-use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
@@ -59,22 +58,6 @@ pub struct Metrics {
     power_reads: Counters,
     ticks: Counter,
     leader: Gauge,
-}
-
-/// A family whose `# HELP` and `# TYPE` lines are exposed before its first sample too:
-/// prometheus-client leaves empty families out, and every metric the shipped rules and
-/// dashboard query should be listed from the controller's start.
-#[derive(Debug)]
-struct Listed<M>(M);
-
-impl<M: EncodeMetric> EncodeMetric for Listed<M> {
-    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        self.0.encode(encoder)
-    }
-
-    fn metric_type(&self) -> MetricType {
-        self.0.metric_type()
-    }
 }
 
 impl Default for Metrics {

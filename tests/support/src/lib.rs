@@ -1,14 +1,18 @@
 //! Helpers shared by Palisade's tests, so that each is written once.
 //!
-//! For now that is polling with a deadline: end-to-end tests wait for the world to reach a
-//! state (a machine boots, a metric appears, a pod is replaced) with [`eventually`] instead of
-//! bare sleeps. [`try_eventually`] is the same for library code that reports a [`Timeout`]
-//! instead of panicking, and [`eventually_async`] polls an async condition on tokio's clock,
-//! so it also works under `tokio::time::pause()`.
+//! Polling with a deadline: end-to-end tests wait for the world to reach a state (a machine
+//! boots, a metric appears, a pod is replaced) with [`eventually`] instead of bare sleeps.
+//! [`try_eventually`] is the same for library code that reports a [`Timeout`] instead of
+//! panicking, and [`eventually_async`] polls an async condition on tokio's clock, so it also
+//! works under `tokio::time::pause()`.
 //!
 //! All three call the condition at once, then again after pauses that start at 50 ms and
 //! double up to 250 ms (the project's one backoff type, `backon`'s), never sleeping past the
 //! deadline.
+//!
+//! [`reference`] renders and checks the generated reference pages in `docs/reference/`.
+
+pub mod reference;
 
 use std::collections::BTreeMap;
 use std::future::Future;
