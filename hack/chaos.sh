@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Fault campaigns, judged by the at-most-one checker. Not part of hack/test.sh (which runs a
 # short, fixed-seed sample of each): these are long, benchmark-like runs.
-#   hack/chaos.sh --sim [--schedules N] [--seed S] [--bug NAME] [--joins]
+#   hack/chaos.sh --sim [--schedules N] [--seed S] [--bug NAME] [--joins] [--record]
 #       the deterministic simulation of the controller core: N seeded fault schedules
 #       (default 1,000,000); a violation exits 1 with the shrunk schedule, its history and
 #       the command that replays it. --bug plants a known mistake (the run must fail).
 #       --joins grows the cluster while part of it is cut off in every schedule (a quarter without).
+#       --record appends the campaign and every planted control's verdict to
+#       docs/data/simulation.jsonl and regenerates docs/simulation-report.md from it.
 #   hack/chaos.sh --lab [--seed S] [--events N] [--minutes M] [--machines K] [--writers W]
 #                 [--plant BUG]... [--only CLASS]... [--no-fence-devices] [--qemu [--no-watchdog]]
 #                 [--print-schedule]
@@ -34,6 +36,7 @@ schedules=1000000
 seed=""
 bug=()
 joins=()
+record=0
 lab_args=()
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -43,6 +46,7 @@ while [ "$#" -gt 0 ]; do
     --seed) seed=$2; shift ;;
     --bug) bug=(--bug "$2"); shift ;;
     --joins) joins=(--joins) ;;
+    --record) record=1 ;;
     --events|--minutes|--machines|--writers) lab_args+=("$1" "$2"); shift ;;
     --plant) lab_args+=(--plant "$2"); shift ;;
     --only) lab_args+=(--only "$2"); shift ;;
@@ -92,6 +96,16 @@ cargo build --release --quiet -p palisade-sim
 say "simulating $schedules schedules from seed $seed ${bug[*]:-} ${joins[*]:-}"
 report="target/chaos/sim-seed$seed.txt"
 status=0
-target/release/palisade-sim --seed "$seed" --schedules "$schedules" "${bug[@]}" "${joins[@]}" | tee "$report" || status=$?
+rec=()
+if [ "$record" = 1 ]; then
+  rec=(--record docs/data/simulation.jsonl --label "$(date -u +%F) $(git rev-parse --short HEAD)")
+  say "running the planted controls"
+  target/release/palisade-sim --controls "${rec[@]}" || status=$?
+fi
+target/release/palisade-sim --seed "$seed" --schedules "$schedules" "${bug[@]}" "${joins[@]}" "${rec[@]}" | tee "$report" || status=$?
+if [ "$record" = 1 ]; then
+  target/release/palisade-sim --report docs/data/simulation.jsonl > docs/simulation-report.md
+  say "recorded in docs/data/simulation.jsonl; docs/simulation-report.md regenerated"
+fi
 say "report: $report"
 exit "$status"

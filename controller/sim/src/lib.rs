@@ -31,6 +31,7 @@
 
 pub mod faults;
 pub mod power;
+pub mod report;
 pub mod rng;
 pub mod world;
 

@@ -2,7 +2,14 @@
 //!
 //! ```text
 //! palisade-sim [--seed S] [--schedules N] [--bug NAME] [--joins] [--trace]
+//!              [--record FILE --label TEXT]
+//! palisade-sim --controls [--record FILE --label TEXT]
+//! palisade-sim --report FILE
 //! ```
+//!
+//! `--record` appends the campaign (or, with `--controls`, every planted control's verdict)
+//! to a history file as JSON lines; `--report` renders such a file as Markdown
+//! ([`palisade_sim::report`]).
 //!
 //! `--joins` draws schedules whose cluster grows while part of it is cut off
 //! in every schedule ([`Schedule::generate_with_joins`]; the default campaign does in a quarter).
@@ -13,7 +20,9 @@
 
 use std::time::Instant;
 
-use palisade_sim::{campaign_of, run, shrink, Bug, Schedule};
+use std::io::Write as _;
+
+use palisade_sim::{campaign_of, report, run, shrink, Bug, Schedule};
 
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter()
@@ -22,8 +31,49 @@ fn arg(args: &[String], name: &str) -> Option<String> {
         .cloned()
 }
 
+/// Appends `lines` to the history file `path`.
+fn record(path: &str, lines: &[serde_json::Value]) {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|e| die(&format!("--record {path}: {e}")));
+    for l in lines {
+        writeln!(f, "{l}").unwrap_or_else(|e| die(&format!("--record {path}: {e}")));
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(path) = arg(&args, "--report") {
+        let history = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| die(&format!("--report {path}: {e}")));
+        match report::render(&history) {
+            Ok(page) => print!("{page}"),
+            Err(e) => die(&format!("--report {path}: {e}")),
+        }
+        return;
+    }
+    let label = arg(&args, "--label").unwrap_or_else(|| "unlabelled".into());
+    let record_to = arg(&args, "--record");
+    if args.iter().any(|a| a == "--controls") {
+        let lines = report::controls(&label);
+        let mut missed = 0;
+        for l in &lines {
+            println!(
+                "{}: caught at {} after {} schedule(s) ({})",
+                l["bug"], l["caught_at"], l["schedules"], l["invariant"]
+            );
+            missed += usize::from(l["caught_at"].is_null());
+        }
+        if let Some(path) = &record_to {
+            record(path, &lines);
+        }
+        if missed > 0 {
+            die(&format!("{missed} planted control(s) not caught"));
+        }
+        return;
+    }
     let seed = arg(&args, "--seed")
         .map(|s| {
             s.parse::<u64>()
@@ -87,7 +137,17 @@ fn main() {
         c.late_writes
     );
     println!("  violations:  {}", u8::from(c.failure.is_some()));
-    println!("  runtime:     {:.1}s", start.elapsed().as_secs_f64());
+    let runtime = start.elapsed().as_secs_f64();
+    println!("  runtime:     {runtime:.1}s");
+    if let Some(path) = &record_to {
+        let joined = args.iter().any(|a| a == "--joins");
+        record(
+            path,
+            &[report::campaign_line(
+                &label, seed, joined, bug, &c, runtime,
+            )],
+        );
+    }
     if let Some((s, v)) = c.failure {
         let small = shrink(&generate(s), bug);
         let out = run(&small, bug);
