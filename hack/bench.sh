@@ -7,7 +7,10 @@
 #                            a cut and a power loss (switched off at the BMC), 20 runs of each
 #                            (RECOVERY_RUNS=3 hack/bench.sh recovery for a quick look; 20 runs
 #                            take about 2 hours on 2 cores, by the samples' ~30 s per namespace
-#                            run and ~50 s per QEMU run)
+#                            run and ~50 s per QEMU run); RECOVERY_KIND=netns|qemu and
+#                            RECOVERY_KUBE=1.20|1.34 narrow it; RECORD=1 then copies the
+#                            figures to docs/data/recovery.json and the page generated from
+#                            them to docs/recovery-report.md
 # Results are printed as tables with medians (p50) and ratios, and saved under target/bench/
 # (recovery and scale also as JSON; recovery's p50/p99/max tables as Markdown beside it).
 set -euo pipefail
@@ -47,13 +50,19 @@ if [ "$want" = all ] || [ "$want" = bridge ]; then
   run bridge bridge-bench -p palisade-bridge --
 fi
 if [ "$want" = all ] || [ "$want" = node ]; then
-  run node node-bench -p palisade-node --features palisade-node/bench -p palisade-controller -- 100
+  run node node-bench -p palisade-node-bench -p palisade-node -p palisade-controller -- 100
 fi
 if [ "$want" = all ] || [ "$want" = recovery ]; then
   run recovery palisade-recovery-bench -p palisade-scenario -p palisade-node \
     -p palisade-controller -p palisade-bridge -p palisade-labstore -- \
-    --kind both --kube both --fault both --runs "${RECOVERY_RUNS:-20}" --without-seconds 90 \
-    --out target/bench/recovery.json
+    --kind "${RECOVERY_KIND:-both}" --kube "${RECOVERY_KUBE:-both}" --fault both \
+    --runs "${RECOVERY_RUNS:-20}" --without-seconds 90 --out target/bench/recovery.json
+  if [ "${RECORD:-0}" = 1 ]; then
+    mkdir -p docs/data
+    cp target/bench/recovery.json docs/data/recovery.json
+    cp target/bench/recovery.md docs/recovery-report.md
+    say "recovery: recorded in docs/data/recovery.json and docs/recovery-report.md"
+  fi
 fi
 if [ "$want" = all ] || [ "$want" = scale ]; then
   # 2,000 simulated nodes; 100 go silent within 2 s (one every 20 ms).

@@ -36,7 +36,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 say "building binaries and tests"
 cargo build --workspace --bins --tests --quiet
 # The benchmark binaries live behind features: build them too, so they cannot rot.
-cargo build --quiet -p palisade-fence -p palisade-node --features bench --bins
+cargo build --quiet -p palisade-fence --features bench --bins
 say "disk: target $(du -sh target 2>/dev/null | cut -f1), free $(df -h --output=avail . | tail -1 | tr -d ' ')"
 
 # Each lab test brings up its own lab (several run side by side); two at a time suits 2 cores.

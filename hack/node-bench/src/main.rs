@@ -45,9 +45,9 @@
 //! Bounded in count and time: at most 200 pods, each start awaited for at most 60 s; at most
 //! 60 KILL pods, each awaited for at most 60 s to start and 60 s to die; at most 20 pull runs,
 //! each cold start awaited for at most 180 s, each warm one 60 s, each buildah run 300 s.
-//! Needs the feature `bench` (it links the lab): `cargo build -p palisade-node --features
-//! bench --bin node-bench`, and the `palisade-node` and `palisade-controller` binaries built
-//! beside it.
+//! A crate of its own (it links the lab; the node agent's crate carries no benchmark):
+//! `cargo build -p palisade-node-bench`, with the `palisade-node` and `palisade-controller`
+//! binaries built beside it.
 //!
 //! Usage: `node-bench [PODS] [KILL_PODS] [PULL_RUNS]` (defaults 100, 20 and 5; `PULL_RUNS`
 //! 0 skips the pull phase).
