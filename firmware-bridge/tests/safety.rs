@@ -133,7 +133,7 @@ async fn operations_on_one_target_are_serialized() {
     for i in 0..4u64 {
         let c = c.clone();
         set.spawn(async move {
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 c.power("m0", PowerAction::Off, 1, &format!("k{i}"), None)
                     .await
                     .unwrap();

@@ -132,7 +132,7 @@ impl SessionKeys {
         match self.suite.confidentiality {
             ConfidentialityAlgorithm::None => Ok(data.to_vec()),
             ConfidentialityAlgorithm::AesCbc128 => {
-                if data.len() < 32 || data.len() % 16 != 0 {
+                if data.len() < 32 || !data.len().is_multiple_of(16) {
                     return Err(DecodeError::Confidentiality("length not IV + n*16"));
                 }
                 let (iv, body) = data.split_at(16);

@@ -648,7 +648,7 @@ impl<'s> World<'s> {
             if self.ctl.up && !leader_frozen {
                 self.power_watch();
             }
-            if self.ctl.up && self.api_up && self.now % 500 == 0 && !leader_frozen {
+            if self.ctl.up && self.api_up && self.now.is_multiple_of(500) && !leader_frozen {
                 self.controller();
             }
             if let Some(v) = self.check() {

@@ -1179,7 +1179,7 @@ fn pull_phase(
             bail!("pod {name}: expected a warm start, its Pulled Event says: {msg}");
         }
 
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             peer(&mut r)?;
         }
         eprintln!(

@@ -210,7 +210,7 @@ pub fn run(
             }
         }
         polls += 1;
-        if polls % ONLINE_EVERY == 0 {
+        if polls.is_multiple_of(ONLINE_EVERY) {
             // The checks that span several statuses, over the history so far; a pod seen in
             // the last few seconds waits for the next round (its fence may not be read yet).
             let cutoff = History::now_us() - PODS_SETTLE_US;

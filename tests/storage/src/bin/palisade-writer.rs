@@ -152,7 +152,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     seq += 1;
                 }
                 Err(ClientError::Refused { code, message }) => {
-                    if refused % 20 == 0 {
+                    if refused.is_multiple_of(20) {
                         tracing::warn!(?code, message, "write refused");
                     }
                     refused += 1;
