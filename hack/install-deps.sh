@@ -13,6 +13,7 @@
 #     built with the machine's Go (1.24 or later) from the project's own pinned Go modules
 #     (hack/kube/go.mod, hack/kube/etcd/go.mod, with their go.sum) and the Go module proxy,
 #     and cached outside the repo. Neither their source nor their binaries are committed.
+#     The kubelet 1.34.4 (the lab's stock machines) from the same module, in a cache of its own.
 #   - For the lab's QEMU machines: qemu-system-x86, busybox-static, cpio, kmod, and Debian's
 #     standard amd64 kernel, extracted (never installed) into the cache: its module tree
 #     (depmod'ed) and the uncompressed `vmlinux` that QEMU boots directly (PVH entry).
@@ -160,6 +161,26 @@ else
   say "Kubernetes $K8S_CURRENT and etcd cached in $K8S_CURRENT_DIR"
 fi
 
+# The kubelet 1.34.4 for the lab's stock machines, built from the same module as the control
+# plane (same pins, same ldflags) into a cache directory of its own, so that adding it did not
+# rebuild the cached control plane.
+KUBELET_DIR="$CACHE_DIR/kubelet-$K8S_CURRENT-m1"
+if [ -s "$KUBELET_DIR/kubelet" ] && [ -x "$KUBELET_DIR/kubelet" ]; then
+  say "kubelet $K8S_CURRENT cached in $KUBELET_DIR"
+else
+  GO=$(go_at_least 24) || { say "the kubelet $K8S_CURRENT needs Go 1.24 or later (go or /usr/local/go/bin/go)"; exit 1; }
+  say "building the kubelet $K8S_CURRENT from Go modules with $("$GO" env GOVERSION) (about 5 minutes on 2 cores)"
+  rm -rf "$KUBELET_DIR.tmp"; mkdir -p "$KUBELET_DIR.tmp"
+  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_CURRENT"
+  ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34"
+  ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
+  ldflags+=" -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
+  ( cd "$HACK_KUBE" && GOFLAGS=-mod=readonly nice -n 10 "$GO" build -trimpath -ldflags "$ldflags" \
+      -o "$KUBELET_DIR.tmp/kubelet" k8s.io/kubernetes/cmd/kubelet )
+  rm -rf "$KUBELET_DIR"; mv "$KUBELET_DIR.tmp" "$KUBELET_DIR"
+  say "kubelet $K8S_CURRENT cached in $KUBELET_DIR"
+fi
+
 # Helm 4, built as a Go module from hack/helm (pinned by its go.mod and go.sum): the chart
 # test lints, templates, installs and upgrades charts/palisade with it.
 HELM_VERSION=4.3.1
@@ -275,4 +296,5 @@ fi
 "$K8S_BIN_DIR/kube-apiserver" --version
 "$K8S_CURRENT_DIR/kube-apiserver" --version
 "$K8S_CURRENT_DIR/etcd" --version | head -1
+"$KUBELET_DIR/kubelet" --version
 say "done"

@@ -36,6 +36,7 @@ pub mod qemu;
 pub mod redfish;
 pub mod redfish_quirks;
 pub mod registry;
+pub mod stock;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -54,6 +55,7 @@ pub use pki::{Ca, Issued};
 pub use qemu::{MachineKind, QemuConfig, WatchdogAction};
 pub use redfish::{Sushy, SushySystem};
 pub use registry::{ImageFile, Registry, RegistryConfig};
+pub use stock::StockLab;
 
 /// The port the hub's API front door listens on, inside the lab.
 pub const API_HUB_PORT: u16 = 6443;
