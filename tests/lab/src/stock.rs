@@ -9,8 +9,9 @@
 //! - the cgroup hierarchies (`ip netns exec` mounts a fresh sysfs without them), mounted again
 //!   from the host's hierarchies, as `/proc/self/cgroup` lists them;
 //! - its own `/run/containerd` (a tmpfs: the shims' sockets, which containerd puts there
-//!   whatever its configuration says) and `/var/log` (the kubelet's `/var/log/containers`
-//!   links), so nothing of the machine lands on the host;
+//!   whatever its configuration says), `/run/netns` (a tmpfs: the pods' network namespaces,
+//!   which it pins there) and `/var/log` (the kubelet's `/var/log/containers` links), so
+//!   nothing of the machine lands on the host;
 //! - the kernel tunables the kubelet insists on (`vm.overcommit_memory=1`, `kernel.panic=10`,
 //!   `kernel.panic_on_oops=1`): files bind-mounted over `/proc/sys` inside the machine, so
 //!   the kubelet reads its values and never writes the host's global settings.
@@ -25,7 +26,8 @@
 //!
 //! Power off kills the machine's PID namespace: containerd, its shims and every container
 //! die with it, and their mounts go with the mount namespace. Only the containers' cgroup
-//! directories outlive them; [`StockLab::stop`] removes those.
+//! directories outlive them; [`StockLab::stop`] removes those (the lab's reaper, which acts
+//! when the owner dies without stopping the lab, does not: empty directories stay).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -109,6 +111,7 @@ done < /proc/self/cgroup
 # What containerd and the kubelet write outside their configured directories stays here.
 mkdir -p /run/containerd
 mount -t tmpfs -o mode=0711 tmpfs /run/containerd
+mount -t tmpfs -o mode=0755 tmpfs /run/netns
 mount --bind "$D/var-log" /var/log
 # The kernel tunables the kubelet checks, as it wants them, seen by this machine only.
 for kv in vm/overcommit_memory=1 kernel/panic=10 kernel/panic_on_oops=1; do

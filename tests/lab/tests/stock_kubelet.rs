@@ -1,5 +1,6 @@
 //! A stock machine: the real kubelet 1.34 with containerd and runc, in the lab.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -58,6 +59,38 @@ fn cgroups_named(ids: &[String]) -> Vec<PathBuf> {
     found
 }
 
+/// The pod network namespaces containerd pinned on the host (`/run/netns/cni-*`).
+fn pinned_pod_netns() -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cni-"))
+        .collect()
+}
+
+/// A pod pinned to `node` running `/bin/busybox sleep <marker>`, on the host's network or the
+/// pod network.
+fn sleeper(name: &str, node: &str, image: &str, host_network: bool, marker: u32) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "hostNetwork": host_network,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": image,
+                "command": ["/bin/busybox", "sleep", marker.to_string()],
+            }],
+        },
+    }))
+    .unwrap()
+}
+
 /// The mount points on the host under `dir`.
 fn mounts_under(dir: &Path) -> Vec<String> {
     std::fs::read_to_string("/proc/self/mounts")
@@ -70,7 +103,8 @@ fn mounts_under(dir: &Path) -> Vec<String> {
 }
 
 #[test]
-fn a_stock_kubelet_registers_its_node_and_runs_a_pinned_pod_that_containerd_lists_by_uid() {
+fn a_stock_kubelet_registers_its_node_and_runs_pinned_pods_that_containerd_lists_by_uid() {
+    let netns_before = pinned_pod_netns();
     let lab = StockLab::start(LabConfig {
         machines: 1,
         pdu: false,
@@ -87,25 +121,6 @@ fn a_stock_kubelet_registers_its_node_and_runs_a_pinned_pod_that_containerd_list
         boot_to_ready.as_secs_f64()
     );
 
-    // A marker no other process on the host carries: the container's own command line.
-    let marker = 3000 + (std::process::id() % 500);
-    let cmdline = format!("/bin/busybox sleep {marker}");
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "sleeper", "namespace": "default"},
-        "spec": {
-            "nodeName": m.name(),
-            "hostNetwork": true,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main",
-                "image": lab.image(BUSYBOX_IMAGE),
-                "command": ["/bin/busybox", "sleep", marker.to_string()],
-            }],
-        },
-    }))
-    .unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -117,25 +132,51 @@ fn a_stock_kubelet_registers_its_node_and_runs_a_pinned_pod_that_containerd_list
     )
     .expect("admin client");
     let pods: kube::Api<Pod> = kube::Api::namespaced(client, "default");
-    let uid = within(
-        &rt,
-        "creating the pod",
-        pods.create(&PostParams::default(), &pod),
-    )
-    .expect("pod created")
-    .metadata
-    .uid
-    .expect("the pod has a UID");
+    // Markers no other process on the host carries: the containers' own command lines.
+    let marker = 3000 + 2 * (std::process::id() % 500);
+    let image = lab.image(BUSYBOX_IMAGE);
+    let mut uids = BTreeMap::new();
+    for (name, host_network, marker) in
+        [("on-host", true, marker), ("on-pod-net", false, marker + 1)]
+    {
+        let pod = sleeper(name, m.name(), &image, host_network, marker);
+        let created = within(
+            &rt,
+            "creating a pod",
+            pods.create(&PostParams::default(), &pod),
+        )
+        .expect("pod created");
+        uids.insert(created.metadata.uid.expect("a UID"), (name, marker));
+    }
 
-    eventually("the pod Running", Duration::from_secs(120), || {
-        let p = within(&rt, "reading the pod", pods.get("sleeper")).ok()?;
-        let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
-        (phase == "Running").then_some(())
-    });
-    let pids = pids_running(&cmdline);
-    assert_eq!(pids.len(), 1, "one `{cmdline}` process runs on the host");
+    let mut pids = Vec::new();
+    for (name, marker) in uids.values() {
+        let ip = eventually("the pod Running", Duration::from_secs(120), || {
+            let p = within(&rt, "reading the pod", pods.get(name)).ok()?;
+            let status = p.status?;
+            (status.phase.as_deref() == Some("Running")).then_some(status.pod_ip)
+        });
+        println!("pod {name} Running at {ip:?}");
+        if *name == "on-host" {
+            assert_eq!(
+                ip,
+                Some(m.address().to_string()),
+                "on the machine's address"
+            );
+        } else {
+            let ip = ip.unwrap_or_default();
+            assert!(
+                ip.starts_with("10.244."),
+                "on the machine's CNI bridge: {ip}"
+            );
+        }
+        let cmdline = format!("/bin/busybox sleep {marker}");
+        let found = pids_running(&cmdline);
+        assert_eq!(found.len(), 1, "one `{cmdline}` process runs on the host");
+        pids.extend(found);
+    }
 
-    // The companion's view: the pod's sandbox and container, listed by the pod's UID.
+    // The companion's view: each pod's sandbox and container, listed by the pod's UID.
     let inv = within(&rt, "the CRI inventory", async {
         let cri = CriClient::connect(&stock::cri_endpoint(m), Duration::from_secs(5))
             .await
@@ -147,17 +188,27 @@ fn a_stock_kubelet_registers_its_node_and_runs_a_pinned_pod_that_containerd_list
         );
         inventory(&cri).await.expect("an inventory")
     });
-    let listed = inv
-        .pods
-        .get(&uid)
-        .unwrap_or_else(|| panic!("containerd lists no pod {uid}: {inv:?}"));
-    assert_eq!(listed.name, "default/sleeper");
-    assert!(listed.live(), "{listed:?}");
-    assert!(
-        listed.containers.iter().any(|(_, live)| *live),
-        "the pod's container is live in containerd: {listed:?}"
+    assert_eq!(
+        inv.live_pods(),
+        uids.keys().cloned().collect(),
+        "containerd runs these pods and nothing else: {inv:?}"
     );
-    assert_eq!(inv.live_pods(), [uid].into(), "nothing else runs there");
+    let mut ids = Vec::new();
+    for (uid, (name, _)) in &uids {
+        let listed = &inv.pods[uid];
+        assert_eq!(listed.name, format!("default/{name}"));
+        assert!(
+            listed.containers.iter().any(|(_, live)| *live),
+            "the pod's container is live in containerd: {listed:?}"
+        );
+        ids.extend(
+            listed
+                .sandboxes
+                .iter()
+                .chain(&listed.containers)
+                .map(|(id, _)| id.clone()),
+        );
+    }
     for (what, comm) in [("kubelet", "kubelet"), ("containerd", "containerd")] {
         let rss: u64 = m
             .processes()
@@ -171,16 +222,10 @@ fn a_stock_kubelet_registers_its_node_and_runs_a_pinned_pod_that_containerd_list
     }
 
     // Teardown leaves nothing of the machine on the host: no container process, no cgroup
-    // of its sandbox or container, no mount.
-    let ids: Vec<String> = listed
-        .sandboxes
-        .iter()
-        .chain(&listed.containers)
-        .map(|(id, _)| id.clone())
-        .collect();
+    // of a sandbox or container, no mount, no pinned pod network namespace.
     assert!(
         !cgroups_named(&ids).is_empty(),
-        "runc made the pod's cgroups"
+        "runc made the pods' cgroups"
     );
     let dir = lab.lab().dir().to_path_buf();
     drop(lab);
@@ -192,4 +237,9 @@ fn a_stock_kubelet_registers_its_node_and_runs_a_pinned_pod_that_containerd_list
     }
     assert_eq!(cgroups_named(&ids), Vec::<PathBuf>::new(), "cgroups left");
     assert_eq!(mounts_under(&dir), Vec::<String>::new(), "mounts left");
+    assert_eq!(
+        pinned_pod_netns(),
+        netns_before,
+        "pod network namespaces left"
+    );
 }
