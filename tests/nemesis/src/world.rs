@@ -5,7 +5,9 @@
 //! real control plane, a BMC per machine and a PDU, the lab storage server with its CSI
 //! attacher, the firmware-bridge holding every credential, two controllers (a leader and a
 //! standby) and `writers` StatefulSets `w0`, `w1`, ..., each writing to its own ReadWriteOnce
-//! CSI volume and logging its acknowledgements under `<lab>/shared/acks/<writer>/`, plus one
+//! CSI volume and logging its acknowledgements under `<lab>/shared/acks/<writer>/` (at least
+//! half of the volumes keep a detached node's access, like NFS: see [`writer_detach`]), plus
+//! one
 //! volume-less identity ([`IDENTITY`]: a StatefulSet whose container only sleeps, or on QEMU
 //! machines beats), judged by process presence ([`crate::presence`]).
 
@@ -26,6 +28,22 @@ use palisade_scenario::{
 };
 use parking_lot::Mutex;
 use serde_json::json;
+
+/// How the volume of writer `w{k}` (of `writers`) treats a node it is detached from. The last
+/// writer and every second one counting back from it (`w1` of two, `w0` of one: at least half
+/// of any campaign's writers) write to volumes that keep a detached node's access, as NFS
+/// does and as an array does when it cannot reach the node: nothing but Palisade's fence
+/// (power, a storage block, a trusted self-fence) stands between their old writer and its
+/// replacement, so a fence that does not hold shows as split-brain writes. The others' volumes
+/// revoke access on detach (LUN masking), as the lab did for every writer before.
+pub fn writer_detach(k: usize, writers: usize) -> palisade_labstore::kube_objects::Detach {
+    use palisade_labstore::kube_objects::Detach;
+    if (writers.saturating_sub(1).saturating_sub(k)).is_multiple_of(2) {
+        Detach::KeepsAccess
+    } else {
+        Detach::Revokes
+    }
+}
 
 /// The namespace the writers run in.
 pub const APP_NS: &str = "app";
@@ -433,8 +451,10 @@ impl World {
             acks,
             lab,
         };
-        for w in &world.writers {
-            world.create_writer(w)?;
+        for (k, w) in world.writers.iter().enumerate() {
+            let detach = writer_detach(k, world.writers.len());
+            say(&format!("writer {w}: its volume {detach:?} on detach"));
+            world.create_writer(w, detach)?;
         }
         world.create_identity()?;
         // A pod's first start on a QEMU machine waits for its guest to boot and register and
@@ -537,7 +557,11 @@ impl World {
             .flatten()
     }
 
-    fn create_writer(&self, w: &str) -> Result<()> {
+    fn create_writer(
+        &self,
+        w: &str,
+        detach: palisade_labstore::kube_objects::Detach,
+    ) -> Result<()> {
         let c = &self.cluster;
         let claim = format!("data-{w}-0");
         c.rt.block_on(palisade_labstore::kube_objects::ensure_volume(
@@ -547,6 +571,7 @@ impl World {
             STORAGE_DATA,
             APP_NS,
             &claim,
+            detach,
         ))?;
         let dir = self.acks.join(w);
         std::fs::create_dir_all(&dir)?;

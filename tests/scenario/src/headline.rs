@@ -187,6 +187,7 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
         STORAGE_DATA,
         "app",
         "data-db-0",
+        palisade_labstore::kube_objects::Detach::Revokes,
     ))?;
     let palisade = if opts.palisade {
         Some(start_palisade(lab, c, t, &storage, opts)?)

@@ -40,6 +40,13 @@ pub const FINALIZER: &str = "external-attacher/lab-palisade-dev";
 /// Annotation recording which lab volume an attachment granted (used on detach even if the PV
 /// is gone by then).
 pub const VOLUME_ANNOTATION: &str = "lab.palisade.dev/volume";
+/// Annotation recording that the granted volume keeps a detached node's access (copied from
+/// the PV's [`KEEPS_ACCESS_ATTRIBUTE`] at attach, used on detach even if the PV is gone).
+pub const KEEPS_ACCESS_ANNOTATION: &str = "lab.palisade.dev/keeps-access-on-detach";
+/// PV `volumeAttributes` key: `"true"` makes the volume behave like NFS or an array that
+/// cannot reach an unreachable node: detaching it never revokes the node's access, whatever
+/// [`Context::revoke_on_detach`] says, so only a fence stops an old node's writes.
+pub const KEEPS_ACCESS_ATTRIBUTE: &str = "keepsAccessOnDetach";
 /// Optional node annotation overriding the node's storage addresses (comma-separated).
 pub const ADDRESSES_ANNOTATION: &str = "lab.palisade.dev/storage-addresses";
 
@@ -85,10 +92,15 @@ pub fn node_addresses(node: &Node) -> Vec<IpAddr> {
         .unwrap_or_default()
 }
 
-async fn volume_of(ctx: &Context, va: &VolumeAttachment) -> Result<String, AttacherError> {
+/// The lab volume an attachment grants, and whether detaching it keeps the node's access.
+async fn volume_of(ctx: &Context, va: &VolumeAttachment) -> Result<(String, bool), AttacherError> {
     let name = va.name_any();
     if let Some(v) = va.annotations().get(VOLUME_ANNOTATION) {
-        return Ok(v.clone());
+        let keeps = va
+            .annotations()
+            .get(KEEPS_ACCESS_ANNOTATION)
+            .is_some_and(|k| k == "true");
+        return Ok((v.clone(), keeps));
     }
     let pv_name = va
         .spec
@@ -116,7 +128,12 @@ async fn volume_of(ctx: &Context, va: &VolumeAttachment) -> Result<String, Attac
             reason: format!("PV {pv_name} belongs to driver {}", csi.driver),
         });
     }
-    Ok(csi.volume_handle)
+    let keeps = csi
+        .volume_attributes
+        .as_ref()
+        .and_then(|a| a.get(KEEPS_ACCESS_ATTRIBUTE))
+        .is_some_and(|k| k == "true");
+    Ok((csi.volume_handle, keeps))
 }
 
 /// Reconciles one VolumeAttachment (idempotent).
@@ -137,8 +154,8 @@ pub async fn reconcile(
         if !has_finalizer {
             return Ok(Action::await_change());
         }
-        let volume = volume_of(&ctx, &va).await?;
-        if ctx.revoke_on_detach {
+        let (volume, keeps_access) = volume_of(&ctx, &va).await?;
+        if ctx.revoke_on_detach && !keeps_access {
             match ctx.storage.revoke(&volume, &node).await {
                 Ok(_) => {}
                 // The volume is gone at the server: nothing left to revoke.
@@ -159,11 +176,20 @@ pub async fn reconcile(
         )
         .await
         .map_err(kube_err(format!("remove finalizer from {name}")))?;
-        tracing::info!(attachment = name, node, volume, "detached: access revoked");
+        if ctx.revoke_on_detach && !keeps_access {
+            tracing::info!(attachment = name, node, volume, "detached: access revoked");
+        } else {
+            tracing::info!(
+                attachment = name,
+                node,
+                volume,
+                "detached: the node keeps its access (no revoke on detach)"
+            );
+        }
         return Ok(Action::await_change());
     }
 
-    let volume = volume_of(&ctx, &va).await?;
+    let (volume, keeps_access) = volume_of(&ctx, &va).await?;
     if !has_finalizer || !va.annotations().contains_key(VOLUME_ANNOTATION) {
         let mut finalizers = va.finalizers().to_vec();
         if !has_finalizer {
@@ -174,7 +200,10 @@ pub async fn reconcile(
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {
                 "finalizers": finalizers,
-                "annotations": {VOLUME_ANNOTATION: volume},
+                "annotations": {
+                    VOLUME_ANNOTATION: volume,
+                    KEEPS_ACCESS_ANNOTATION: if keeps_access { Some("true") } else { None },
+                },
                 "resourceVersion": rv,
             }})),
         )

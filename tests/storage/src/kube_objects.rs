@@ -64,6 +64,16 @@ pub fn csi_node(node: &str) -> CSINode {
     }))
 }
 
+/// How a lab volume treats a node it is detached from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detach {
+    /// The attacher revokes the node's access (an array with LUN masking).
+    Revokes,
+    /// The node keeps its access (NFS, or an array that cannot reach an unreachable node):
+    /// only a fence stops its writes ([`crate::attacher::KEEPS_ACCESS_ATTRIBUTE`]).
+    KeepsAccess,
+}
+
 /// A static RWO PV for lab volume `volume` served at `data_server` (host:port), pre-bound to
 /// the claim `namespace/claim`.
 pub fn persistent_volume(
@@ -72,7 +82,12 @@ pub fn persistent_volume(
     data_server: &str,
     namespace: &str,
     claim: &str,
+    detach: Detach,
 ) -> PersistentVolume {
+    let mut attributes = json!({"server": data_server, "volume": volume});
+    if detach == Detach::KeepsAccess {
+        attributes[crate::attacher::KEEPS_ACCESS_ATTRIBUTE] = json!("true");
+    }
     from_json(json!({
         "apiVersion": "v1",
         "kind": "PersistentVolume",
@@ -83,8 +98,7 @@ pub fn persistent_volume(
             "persistentVolumeReclaimPolicy": "Retain",
             "storageClassName": "",
             "claimRef": {"namespace": namespace, "name": claim},
-            "csi": {"driver": DRIVER, "volumeHandle": volume,
-                    "volumeAttributes": {"server": data_server, "volume": volume}}
+            "csi": {"driver": DRIVER, "volumeHandle": volume, "volumeAttributes": attributes}
         }
     }))
 }
@@ -147,11 +161,12 @@ pub async fn ensure_volume(
     data_server: &str,
     namespace: &str,
     claim: &str,
+    detach: Detach,
 ) -> Result<(), kube::Error> {
     let pvs = Api::<PersistentVolume>::all(client.clone());
     create_or_keep(
         &pvs,
-        &persistent_volume(pv_name, volume, data_server, namespace, claim),
+        &persistent_volume(pv_name, volume, data_server, namespace, claim, detach),
     )
     .await?;
     for _ in 0..300 {
@@ -180,14 +195,23 @@ mod tests {
             "10.213.0.1:7000",
             "default",
             "data-web-0",
+            Detach::Revokes,
         );
         let spec = pv.spec.unwrap();
         assert_eq!(spec.access_modes.unwrap(), vec!["ReadWriteOnce".to_owned()]);
         let csi = spec.csi.unwrap();
         assert_eq!(csi.driver, DRIVER);
         assert_eq!(csi.volume_handle, "web-0");
-        assert_eq!(csi.volume_attributes.unwrap()["server"], "10.213.0.1:7000");
+        let attributes = csi.volume_attributes.unwrap();
+        assert_eq!(attributes["server"], "10.213.0.1:7000");
+        assert!(!attributes.contains_key(crate::attacher::KEEPS_ACCESS_ATTRIBUTE));
         assert_eq!(spec.claim_ref.unwrap().name.unwrap(), "data-web-0");
+        let nfs = persistent_volume("p", "v", "s:1", "d", "c", Detach::KeepsAccess);
+        assert_eq!(
+            nfs.spec.unwrap().csi.unwrap().volume_attributes.unwrap()
+                [crate::attacher::KEEPS_ACCESS_ATTRIBUTE],
+            "true"
+        );
     }
 
     #[test]

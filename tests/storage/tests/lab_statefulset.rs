@@ -196,6 +196,7 @@ fn force_deleted_writer_on_a_partitioned_machine_is_split_brain_unless_storage_f
             DATA,
             "default",
             &format!("data-{v}-0"),
+            kube_objects::Detach::Revokes,
         ))
         .unwrap();
     }

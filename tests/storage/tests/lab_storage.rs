@@ -117,6 +117,7 @@ fn attacher_follows_the_attachment_lifecycle_and_rwo_keeps_a_second_node_out() {
             &srv.data.to_string(),
             "default",
             "data-web-0",
+            kube_objects::Detach::Revokes,
         )
         .await
         .unwrap();
