@@ -21,7 +21,9 @@
 #   - OCI images: Debian's docker-registry (distribution 2.8; the lab's registry) and buildah
 #     (hack/images.sh builds the images without a daemon).
 #   - containerd and runc (Debian's): the stock runtime the companion's CRI client is proven
-#     against (agents/node/tests/cri_containerd.rs runs a containerd of its own).
+#     against (agents/node/tests/cri_containerd.rs runs a containerd of its own), and the CNI
+#     plugins (containernetworking-plugins, only suggested by containerd) the lab's stock
+#     machines give their pods.
 #   - helm 4.3.1, built from its Go module (hack/helm/go.mod, go.sum) and cached outside the
 #     repo, for the chart test.
 #   - Redfish BMCs: sushy-tools (`sushy-emulator`) from PyPI, in a virtualenv in the cache, and
@@ -43,7 +45,8 @@ PACKAGES=(etcd-server golang-go rsync openipmi ipmitool snmp snmpd fence-agents
           build-essential pkg-config golang-github-modern-go-reflect2-dev
           qemu-system-x86 busybox-static cpio kmod prometheus
           pacemaker pacemaker-cli-utils libxml2-utils librsvg2-bin python3-libvirt
-          docker-registry buildah faketime nftables containerd runc)
+          docker-registry buildah faketime nftables containerd runc
+          containernetworking-plugins)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -13,6 +13,8 @@
 //!   ([`pdu_agent`]); an outlet turned off cuts its machine and the machine's BMC;
 //! - an OCI registry ([`registry`], when [`LabConfig::registry`] asks for one): Debian's
 //!   `docker-registry` with TLS from the lab CA, reached by machines at the hub address;
+//! - stock machines ([`stock`]): namespace machines that run the real kubelet with a
+//!   containerd and runc of their own instead of `palisade-node`, pulling from the registry;
 //! - the hub's API front door ([`forwarder`]), which lets machines reach the API server and
 //!   lets the lab cut one machine off the control plane alone.
 //!

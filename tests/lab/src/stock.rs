@@ -217,7 +217,8 @@ impl StockLab {
         if !Path::new("/usr/lib/cni/bridge").is_file() {
             return Err(LabError::MissingTool {
                 tool: "/usr/lib/cni/bridge".into(),
-                hint: "Debian's containernetworking-plugins (a dependency of containerd)".into(),
+                hint: "Debian's containernetworking-plugins (hack/install-deps.sh installs it)"
+                    .into(),
             });
         }
         let version = match config.kube {
