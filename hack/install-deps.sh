@@ -138,6 +138,17 @@ go_at_least() {
 K8S_CURRENT=1.34.4
 K8S_CURRENT_DIR="$CACHE_DIR/k8s-$K8S_CURRENT-m1"
 HACK_KUBE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/kube"
+# Builds Kubernetes commands (package paths) from hack/kube into the directory or file $1 with
+# $GO, stamped with the release's version.
+k8s_build() {
+  local out=$1; shift
+  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_CURRENT"
+  ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34"
+  ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
+  ldflags+=" -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
+  ( cd "$HACK_KUBE" && GOFLAGS=-mod=readonly nice -n 10 "$GO" build -trimpath -ldflags "$ldflags" \
+      -o "$out" "$@" )
+}
 have_current() {
   for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd; do
     [ -s "$K8S_CURRENT_DIR/$b" ] && [ -x "$K8S_CURRENT_DIR/$b" ] || return 1
@@ -150,14 +161,9 @@ else
   GO=$(go_at_least 24) || { say "Kubernetes $K8S_CURRENT needs Go 1.24 or later (go or /usr/local/go/bin/go)"; exit 1; }
   say "building Kubernetes $K8S_CURRENT and etcd 3.6 from Go modules with $("$GO" env GOVERSION) (about 15 minutes on 2 cores)"
   rm -rf "$K8S_CURRENT_DIR.tmp"; mkdir -p "$K8S_CURRENT_DIR.tmp"
-  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_CURRENT"
-  ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34"
-  ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
-  ldflags+=" -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
-  ( cd "$HACK_KUBE" && GOFLAGS=-mod=readonly nice -n 10 "$GO" build -trimpath -ldflags "$ldflags" \
-      -o "$K8S_CURRENT_DIR.tmp/" k8s.io/kubernetes/cmd/kube-apiserver \
+  k8s_build "$K8S_CURRENT_DIR.tmp/" k8s.io/kubernetes/cmd/kube-apiserver \
       k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
-      k8s.io/kubernetes/cmd/kubectl )
+      k8s.io/kubernetes/cmd/kubectl
   ( cd "$HACK_KUBE/etcd" && GOFLAGS=-mod=readonly nice -n 10 "$GO" build -trimpath -ldflags "-s -w" \
       -o "$K8S_CURRENT_DIR.tmp/etcd" go.etcd.io/etcd/server/v3 )
   rm -rf "$K8S_CURRENT_DIR"; mv "$K8S_CURRENT_DIR.tmp" "$K8S_CURRENT_DIR"
@@ -174,12 +180,7 @@ else
   GO=$(go_at_least 24) || { say "the kubelet $K8S_CURRENT needs Go 1.24 or later (go or /usr/local/go/bin/go)"; exit 1; }
   say "building the kubelet $K8S_CURRENT from Go modules with $("$GO" env GOVERSION) (about 5 minutes on 2 cores)"
   rm -rf "$KUBELET_DIR.tmp"; mkdir -p "$KUBELET_DIR.tmp"
-  ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_CURRENT"
-  ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34"
-  ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
-  ldflags+=" -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
-  ( cd "$HACK_KUBE" && GOFLAGS=-mod=readonly nice -n 10 "$GO" build -trimpath -ldflags "$ldflags" \
-      -o "$KUBELET_DIR.tmp/kubelet" k8s.io/kubernetes/cmd/kubelet )
+  k8s_build "$KUBELET_DIR.tmp/kubelet" k8s.io/kubernetes/cmd/kubelet
   rm -rf "$KUBELET_DIR"; mv "$KUBELET_DIR.tmp" "$KUBELET_DIR"
   say "kubelet $K8S_CURRENT cached in $KUBELET_DIR"
 fi

@@ -26,17 +26,8 @@ const CALL: Duration = Duration::from_secs(10);
 mod kubelet {
     use std::collections::HashMap;
 
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct PodSandboxMetadata {
-        #[prost(string, tag = "1")]
-        pub name: String,
-        #[prost(string, tag = "2")]
-        pub uid: String,
-        #[prost(string, tag = "3")]
-        pub namespace: String,
-        #[prost(uint32, tag = "4")]
-        pub attempt: u32,
-    }
+    pub use palisade_node::cri::wire::{ContainerMetadata, PodSandboxMetadata};
+
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct NamespaceOption {
         /// `NamespaceMode`: 2 is `NODE` (the host's network: no CNI needed).
@@ -73,11 +64,6 @@ mod kubelet {
     pub struct RunPodSandboxResponse {
         #[prost(string, tag = "1")]
         pub pod_sandbox_id: String,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ContainerMetadata {
-        #[prost(string, tag = "1")]
-        pub name: String,
     }
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct ImageSpec {
@@ -254,6 +240,7 @@ impl Containerd {
                     config: Some(ContainerConfig {
                         metadata: Some(ContainerMetadata {
                             name: "main".into(),
+                            attempt: 0,
                         }),
                         image: Some(ImageSpec {
                             image: IMAGE.into(),
