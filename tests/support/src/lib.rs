@@ -10,7 +10,7 @@
 //! double up to 250 ms (the project's one backoff type, `backon`'s), never sleeping past the
 //! deadline.
 //!
-//! [`reference`] renders and checks the generated reference pages in `docs/reference/`.
+//! [`mod@reference`] renders and checks the generated reference pages in `docs/reference/`.
 
 pub mod reference;
 
