@@ -780,37 +780,89 @@ fn side_by_side(a: &SeriesRuns, b: &SeriesRuns) {
 
 /// The series' recovery figures as Markdown tables (one per series: each fault's p50, p99 and
 /// max), for the benchmark page.
-fn markdown(all: &[SeriesRuns], runs: usize) -> String {
-    let mut md = String::new();
-    for s in all {
+/// The report page, rendered from the JSON document alone (what [`write_out`] writes, or
+/// `docs/data/recovery.json`), so the page in `docs/` is generated from data.
+///
+/// Guarantees: a document without the fields the page shows is an error, never a page with
+/// holes; a figure no run of a series has is left out of that series' table.
+fn markdown(doc: &Value) -> Result<String> {
+    let get = |v: &Value, key: &str| -> Result<Value> {
+        v.get(key)
+            .cloned()
+            .with_context(|| format!("the recovery document has no {key:?}"))
+    };
+    let text = |v: Value| match v {
+        Value::String(s) => s,
+        Value::Null => "-".to_string(),
+        other => other.to_string(),
+    };
+    let runs = get(doc, "runs_per_fault")?;
+    let mut md = format!(
+        "# Recovery report\n\n\
+         Generated from `docs/data/recovery.json` (written by `hack/bench.sh recovery`; \
+         `RECORD=1` copies it here) by `palisade-recovery-bench`; do not edit. Measured {} at \
+         commit {} ({} build, {} CPUs, load average {} at the end), {} runs per fault; every \
+         run's figures are in the data file. Conditions: node Lease 4 s renewed every second, Suspect 2 s, Unhealthy 4 s, \
+         power evidence after {} s read off; seconds after the fault returned (the partition, \
+         or `ipmitool chassis power off`), nearest-rank percentiles.\n",
+        text(get(doc, "measured_at")?),
+        text(get(doc, "commit")?),
+        text(get(doc, "build")?),
+        text(get(doc, "cpus")?),
+        text(doc.get("load_average").cloned().unwrap_or(Value::Null)),
+        text(runs.clone()),
+        text(get(&get(&get(doc, "conditions")?, "power")?, "power_off_after_seconds")?),
+    );
+    let series = get(doc, "series")?;
+    for s in series.as_array().context("\"series\" is not a list")? {
+        let kind = text(get(s, "kind")?);
+        let kind = [MachineKind::Namespace, MachineKind::Qemu]
+            .into_iter()
+            .find(|k| kind_flag(*k) == kind)
+            .map(kind_label)
+            .with_context(|| format!("unknown machine kind {kind:?}"))?;
         md.push_str(&format!(
-            "\n{}, {runs} runs per fault, seconds after the fault returned:\n\n",
-            s.series.label()
+            "\n## {kind}, Kubernetes {}\n\n",
+            text(get(s, "kube")?)
         ));
-        let head: Vec<String> = s
-            .faults
+        let faults = get(s, "faults")?;
+        let faults = faults.as_array().context("\"faults\" is not a list")?;
+        let head: Vec<String> = faults
             .iter()
-            .flat_map(|f| ["p50", "p99", "max"].map(|p| format!("{} {p}", f.fault.flag())))
+            .map(|f| Ok(text(get(f, "fault")?)))
+            .collect::<Result<Vec<_>>>()?
+            .iter()
+            .flat_map(|f| ["p50", "p99", "max"].map(|p| format!("{f} {p}")))
             .collect();
         md.push_str(&format!("| | {} |\n", head.join(" | ")));
         md.push_str(&format!("|---|{}\n", "---|".repeat(head.len())));
         for fig in &FIGURES {
-            let cells: Vec<String> = s
-                .faults
-                .iter()
-                .flat_map(|f| {
-                    let st = f.stat(fig.of);
-                    [st.p50, st.p99, st.max]
-                        .map(|v| v.map_or("-".to_string(), |v| format!("{v:.2}")))
-                })
-                .collect();
+            let mut cells = Vec::new();
+            for f in faults {
+                let st = get(&get(f, "stats")?, fig.key)?;
+                for p in ["p50", "p99", "max"] {
+                    cells.push(
+                        get(&st, p)?
+                            .as_f64()
+                            .map_or("-".to_string(), |v| format!("{v:.2}")),
+                    );
+                }
+            }
             if cells.iter().all(|c| c == "-") {
                 continue;
             }
             md.push_str(&format!("| {} | {} |\n", fig.name, cells.join(" | ")));
         }
     }
-    md
+    if let Some(w) = doc.get("without_palisade").filter(|w| !w.is_null()) {
+        md.push_str(&format!(
+            "\nWithout Palisade (kube-controller-manager alone, one cut, watched {} s), at the \
+             end: {}.\n",
+            text(get(w, "watched_seconds")?),
+            text(get(w, "stuck")?),
+        ));
+    }
+    Ok(md)
 }
 
 /// Writes the JSON (and the Markdown beside it) with what has been measured so far.
@@ -842,6 +894,11 @@ fn write_out(
         "uncommitted_changes": dirty,
         "build": if cfg!(debug_assertions) { "debug" } else { "release" },
         "cpus": std::thread::available_parallelism().map(|n| n.get()).ok(),
+        // The machine's load when the figures were written (1, 5 and 15 minutes), so that
+        // noise from other work on it is on record beside them.
+        "load_average": std::fs::read_to_string("/proc/loadavg").ok().map(|l| {
+            l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        }),
         "runs_per_fault": args.runs,
         "conditions": {
             "node_lease_seconds": 4, "node_renew_seconds": 1, "self_fence_after_seconds": 3,
@@ -863,8 +920,7 @@ fn write_out(
     std::fs::write(out, serde_json::to_string_pretty(&doc)?)
         .with_context(|| format!("writing {}", out.display()))?;
     let md = out.with_extension("md");
-    std::fs::write(&md, markdown(all, args.runs))
-        .with_context(|| format!("writing {}", md.display()))?;
+    std::fs::write(&md, markdown(&doc)?).with_context(|| format!("writing {}", md.display()))?;
     Ok(())
 }
 
@@ -954,4 +1010,36 @@ fn main() -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `docs/recovery-report.md` is generated from `docs/data/recovery.json`;
+    /// `PALISADE_WRITE_REPORTS=1` rewrites it.
+    #[test]
+    fn the_recovery_report_is_current_with_its_data() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let data = std::fs::read_to_string(format!("{root}/docs/data/recovery.json")).unwrap();
+        let page = markdown(&serde_json::from_str(&data).unwrap()).unwrap();
+        let path = format!("{root}/docs/recovery-report.md");
+        if std::env::var("PALISADE_WRITE_REPORTS").is_ok_and(|v| v == "1") {
+            std::fs::write(&path, &page).unwrap();
+        }
+        assert!(
+            std::fs::read_to_string(&path).unwrap_or_default() == page,
+            "docs/recovery-report.md is out of date; run `PALISADE_WRITE_REPORTS=1 cargo test -p palisade-scenario --bin palisade-recovery-bench`"
+        );
+    }
+
+    #[test]
+    fn a_document_without_a_field_the_page_shows_is_an_error() {
+        assert!(markdown(&json!({})).is_err());
+        let doc = json!({"runs_per_fault": 1, "measured_at": "t", "commit": "c", "build": "debug",
+            "cpus": 2, "conditions": {"power": {"power_off_after_seconds": 1}},
+            "series": [{"kind": "netns", "kube": "1.34", "faults": [{"fault": "cut", "stats": {}}]}]});
+        let err = markdown(&doc).unwrap_err().to_string();
+        assert!(err.contains("power_command"), "{err}");
+    }
 }
