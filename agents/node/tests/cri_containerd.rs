@@ -124,7 +124,13 @@ fn need(bin: &str) {
 
 impl Containerd {
     async fn start() -> (Self, CriClient) {
-        for bin in ["containerd", "ctr", "containerd-shim-runc-v2", "runc"] {
+        for bin in [
+            "containerd",
+            "ctr",
+            "containerd-shim-runc-v2",
+            "runc",
+            "unshare",
+        ] {
             need(bin);
         }
         let dir = tempfile::Builder::new()
@@ -148,8 +154,11 @@ impl Containerd {
         )
         .unwrap();
         let log = std::fs::File::create(dir.path().join("containerd.log")).unwrap();
-        let child = Command::new("containerd")
-            .arg("--config")
+        // In a mount namespace of its own with a private /run/containerd, where containerd
+        // 1.6 puts its shims' sockets whatever its state directory: nothing is left on the host.
+        let child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg("mkdir -p /run/containerd && mount -t tmpfs tmpfs /run/containerd && exec containerd --config \"$0\"")
             .arg(&config)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
