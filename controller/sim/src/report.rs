@@ -185,7 +185,7 @@ pub fn render(history: &str) -> Result<String, String> {
     );
     writeln!(
         out,
-        "**{total} schedules without a planted bug, {violations} violations** (at-most-one, \
+        "**{total} schedules without a planted bug, {violations} {}** (at-most-one, \
          release recorded, promises kept, and no fence without a cause).\n\n\
          ## Campaigns\n\n\
          | Recorded | Seed | Schedules drawn | Planted bug | Schedules | Fault events | Fences | On power evidence | Released | Held | Violations | Runtime (s) |\n\
@@ -193,7 +193,8 @@ pub fn render(history: &str) -> Result<String, String> {
          ## Planted controls\n\n\
          Each is an old rule or a deliberate mistake put back into the simulated controller \
          (`palisade-sim --bug NAME`); the simulation must catch it.\n\n\
-         | Planted bug | Caught | Invariant | Recorded |\n|---|---|---|---|"
+         | Planted bug | Caught | Invariant | Recorded |\n|---|---|---|---|",
+        if violations == 1 { "violation" } else { "violations" }
     )
     .map_err(|e| e.to_string())?;
     for row in controls.values() {
