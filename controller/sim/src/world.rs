@@ -116,6 +116,12 @@ pub enum Bug {
     /// and a zero renewal interval, so a BMC whose reads lie fences a live node on its own
     /// (caught by the causeless-fence check: the fence powers the machine off cleanly).
     PowerWithoutMissedRenewal,
+    /// The agent's vouch clock counts from its last successful renewal instead of its last
+    /// Lease write attempt, so an agent whose writes time out but still land vouches for a
+    /// peer while the controller sees it renew and bounds its trust on that (seed
+    /// 10,729,556, found by a recorded 800,000-schedule campaign, when the simulated agent
+    /// had this rule and the product did not: `WriteClock` stamps every attempt).
+    VouchSinceLastRenewal,
 }
 
 impl Bug {
@@ -169,10 +175,11 @@ impl Bug {
     /// clean list. `NodeWideUnblock` was met once in the first 10,000 schedules from seed 1 (at
     /// seed 6860) until the power faults changed that schedule; the next is seed 43369 (no
     /// power fault: an aimed leader freeze).
-    pub const RECORDED: [(Bug, u64); 3] = [
+    pub const RECORDED: [(Bug, u64); 4] = [
         (Bug::IgnoreBlindSpell, 4_107_866),
         (Bug::WallClockStreaks, 3_537_759),
         (Bug::NodeWideUnblock, 43_369),
+        (Bug::VouchSinceLastRenewal, 10_729_556),
     ];
 }
 
@@ -330,7 +337,8 @@ struct Machine {
     /// Since when the machine has been able to renew without a break (ground truth, for
     /// [`Invariant::CauselessFence`]).
     able_since: Option<u64>,
-    /// The last Lease write attempt sent (the agent's write clock; starts at its start).
+    /// The last Lease write attempt sent (the agent's write clock; starts at its start, and
+    /// is stamped by every attempt, landed or not).
     last_write: u64,
     /// The self-fence latch: once active, lifted only by a successful renewal.
     fence_active: bool,
@@ -905,6 +913,11 @@ impl<'s> World<'s> {
                 + (cfg.skew_ms + jitter).clamp(-1_000, 1_000)
                 + self.machines[i].clock_step_ms;
             self.machines[i].last_attempt = Some(now);
+            // The write clock is stamped before every write that may land, whatever its
+            // outcome (the agent's `WriteClock`): no vouch while a write of its own may count.
+            if self.bug != Some(Bug::VouchSinceLastRenewal) {
+                self.machines[i].last_write = now;
+            }
             let list = self.machines[i].known.clone();
             if !self.machines[i].offered.contains(&list) {
                 self.machines[i].offered.push(list);
