@@ -902,6 +902,61 @@ mod tests {
         );
     }
 
+    /// A Lease write whose answer never comes (the API server may still apply it later)
+    /// stamps the write clock before it is sent, so the agent does not vouch to a peer for a
+    /// whole vouch delay after it: a vouch counted from the last *successful* renewal would
+    /// let a node whose late writes land look healthy to the controller while it vouches (the
+    /// simulation's recorded control `VouchSinceLastRenewal`, seed 10,729,556).
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_write_that_never_answers_still_stamps_the_write_clock() {
+        let svc = tower::service_fn(|req: http::Request<kube::client::Body>| async move {
+            if req.method() == http::Method::PUT {
+                std::future::pending::<()>().await;
+            }
+            let lease = serde_json::json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "m0", "namespace": "kube-node-lease", "resourceVersion": "7"},
+                "spec": {"holderIdentity": "m0"},
+            });
+            Ok::<_, std::convert::Infallible>(
+                http::Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(lease.to_string().into_bytes()))
+                    .expect("valid response"),
+            )
+        });
+        let client = Client::new(svc, "default");
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+        let nodes: Api<Node> = Api::all(client);
+        let writes = crate::peer::WriteClock::starting_at(Instant::now() - Duration::from_secs(60));
+        let before = Instant::now();
+        let res = renew_once(
+            &leases,
+            &nodes,
+            &cfg(),
+            Duration::from_secs(1),
+            &Advertisement::default(),
+            &writes,
+        )
+        .await;
+        assert!(res.is_err(), "the write never answered: {res:?}");
+        let sent = writes.last_write();
+        assert!(sent >= before, "the attempt was not stamped");
+        assert!(
+            sent < before + Duration::from_secs(1),
+            "stamped at the timeout, not at the sending"
+        );
+        // The answer never came; from the sending, a whole vouch delay must pass.
+        let vouch_after = Duration::from_secs(6);
+        assert!(!crate::peer::may_vouch(sent, Instant::now(), vouch_after));
+        tokio::time::advance(sent + vouch_after - Instant::now()).await;
+        assert!(
+            !crate::peer::may_vouch(writes.last_write(), Instant::now(), vouch_after),
+            "vouching within the vouch delay of a write that may still land"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_recorded_renewal_is_as_old_as_its_send_not_its_answer() {
         let d = tempfile::tempdir().unwrap();
