@@ -52,41 +52,54 @@ pub async fn stop_pods(cri: &CriClient, uids: &BTreeSet<String>) -> Result<StopR
         .iter()
         .filter_map(|uid| before.pods.get(uid))
         .collect();
-    let containers = pods
-        .iter()
-        .flat_map(|p| p.containers.iter().filter(|(_, live)| *live))
-        .map(|(id, _)| async move {
-            let req = wire::StopContainerRequest {
-                container_id: id.clone(),
+    let live = |ids: &[(String, bool)]| -> Vec<String> {
+        ids.iter()
+            .filter(|(_, live)| *live)
+            .map(|(id, _)| id.clone())
+            .collect()
+    };
+    let containers: Vec<String> = pods.iter().flat_map(|p| live(&p.containers)).collect();
+    report.errors.extend(
+        stop_each(cri, "StopContainer", &containers, |id| {
+            wire::StopContainerRequest {
+                container_id: id.to_string(),
                 timeout: 0,
-            };
-            cri.call::<_, wire::Empty>("StopContainer", &req)
-                .await
-                .map_err(|e| format!("StopContainer {id}: {e}"))
-        });
-    report.errors.extend(
-        join_all(containers)
-            .await
-            .into_iter()
-            .filter_map(Result::err),
+            }
+        })
+        .await,
     );
-    let sandboxes = pods
-        .iter()
-        .flat_map(|p| p.sandboxes.iter().filter(|(_, live)| *live))
-        .map(|(id, _)| async move {
-            let req = wire::StopPodSandboxRequest {
-                pod_sandbox_id: id.clone(),
-            };
-            cri.call::<_, wire::Empty>("StopPodSandbox", &req)
-                .await
-                .map_err(|e| format!("StopPodSandbox {id}: {e}"))
-        });
+    let sandboxes: Vec<String> = pods.iter().flat_map(|p| live(&p.sandboxes)).collect();
     report.errors.extend(
-        join_all(sandboxes)
-            .await
-            .into_iter()
-            .filter_map(Result::err),
+        stop_each(cri, "StopPodSandbox", &sandboxes, |id| {
+            wire::StopPodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            }
+        })
+        .await,
     );
     report.still_live = chosen(&inventory(cri).await?);
     Ok(report)
+}
+
+/// Calls `method` for every ID at once (the request `req` builds); returns the failures, each
+/// naming its method and ID.
+async fn stop_each<Q: prost::Message>(
+    cri: &CriClient,
+    method: &'static str,
+    ids: &[String],
+    req: impl Fn(&str) -> Q,
+) -> Vec<String> {
+    let calls = ids.iter().map(|id| {
+        let req = req(id);
+        async move {
+            cri.call::<_, wire::Empty>(method, &req)
+                .await
+                .map_err(|e| format!("{method} {id}: {e}"))
+        }
+    });
+    join_all(calls)
+        .await
+        .into_iter()
+        .filter_map(Result::err)
+        .collect()
 }
