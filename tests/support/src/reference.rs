@@ -216,6 +216,8 @@ pub struct Alert {
     pub expr: String,
     /// Its `summary` annotation.
     pub summary: String,
+    /// Its `runbook_url` annotation.
+    pub runbook: String,
 }
 
 impl Alert {
@@ -246,6 +248,7 @@ pub fn alerts(rules_yaml: &str) -> Vec<Alert> {
                 for_: text(&r["for"]),
                 expr: text(&r["expr"]),
                 summary: text(&r["annotations"]["summary"]),
+                runbook: text(&r["annotations"]["runbook_url"]),
             })
         })
         .collect()
@@ -274,15 +277,19 @@ pub fn alerts_naming(metrics: &[Metric], who: &str) -> String {
     }
 }
 
-/// A table with one row per alert: name, severity, `for`, expression and summary.
+/// A table with one row per alert: name (linked to its runbook in the book), severity, `for`,
+/// expression and summary.
 pub fn alerts_table(alerts: &[Alert]) -> String {
     let mut out =
         String::from("| Alert | Severity | For | Expression | Summary |\n|---|---|---|---|---|\n");
     for a in alerts {
+        let name = match a.runbook.split_once('#') {
+            Some((_, anchor)) => format!("[`{}`](../operations.md#{anchor})", a.name),
+            None => format!("`{}`", a.name),
+        };
         let _ = writeln!(
             out,
-            "| `{}` | {} | {} | `{}` | {} |",
-            a.name,
+            "| {name} | {} | {} | `{}` | {} |",
             a.severity,
             a.for_,
             cell(&a.expr),
