@@ -47,6 +47,7 @@ fn main() {
                 advertisement: Default::default(),
                 heartbeat_marker: None,
                 renewal_gap: None,
+                long_gaps: vec![],
                 power_off: None,
                 hosts_bridge: false,
                 fence_target: Some(FenceTargetSpec {

@@ -8,7 +8,9 @@
 //! 3. `paused`, then exclusions (opt-out annotation, maintenance);
 //! 4. health again: a manual request for a non-Unhealthy node holds, a Suspect node waits;
 //! 5. escalation limit, then cooldown (flapping nodes);
-//! 6. the quorum guard: too many covered nodes silent, or every zone fully silent;
+//! 6. the quorum guard: too many covered nodes silent (counting those that renewed late within
+//!    the Unhealthy threshold, [`late_after`]: heartbeats reaching a starving API server late),
+//!    or every zone fully silent;
 //! 7. `fenceWhen`;
 //! 8. forgiveness (pods' unreachable `tolerationSeconds`, shortened by an exhausted PDB);
 //! 9. a plan: FenceTarget levels, or the trusted self-fence level;
@@ -107,14 +109,25 @@ fn quorum_hold(spec: &FencingPolicySpec, nodes: &[&NodeSnapshot], now: Mono) -> 
         .iter()
         .filter(|n| selector::matches(&spec.node_selector, &n.labels))
         .collect();
-    let silent = covered
+    let (silent, answering): (Vec<&&NodeSnapshot>, Vec<&&NodeSnapshot>) = covered
         .iter()
-        .filter(|n| judge(n, spec, now, n.last_heartbeat_change).health != Health::Healthy)
-        .count();
+        .partition(|n| judge(n, spec, now, n.last_heartbeat_change).health != Health::Healthy);
     let allowed = spec.max_unhealthy().allowed_silent(covered.len());
-    if silent > allowed {
+    if silent.len() > allowed {
         return Some(HoldReason::QuorumLost {
-            silent,
+            silent: silent.len(),
+            total: covered.len(),
+            allowed,
+        });
+    }
+    let late = answering
+        .iter()
+        .filter(|n| renewed_late(n, spec, now))
+        .count();
+    if silent.len() + late > allowed {
+        return Some(HoldReason::HeartbeatsLate {
+            silent: silent.len(),
+            late,
             total: covered.len(),
             allowed,
         });
@@ -129,6 +142,28 @@ fn quorum_hold(spec: &FencingPolicySpec, nodes: &[&NodeSnapshot], now: Mono) -> 
     }
     (!zones.is_empty() && zones.values().all(|up| !up))
         .then_some(HoldReason::AllZonesDown { zones: zones.len() })
+}
+
+/// Whether `node`, answering now, renewed late recently: an interval between two of its
+/// observed renewals longer than [`late_after`] ended within the last Unhealthy threshold. A
+/// dead node delays nobody else's renewals; an API server that answers some nodes and not
+/// others (flow control, a slow etcd, a congested control-plane link) delays many, and the
+/// nodes it starves completely look dead. So the quorum guard counts such nodes with the
+/// silent ones.
+fn renewed_late(node: &NodeSnapshot, spec: &FencingPolicySpec, now: Mono) -> bool {
+    let t = Thresholds::from(&spec.detection);
+    let late = late_after(t);
+    node.long_gaps
+        .iter()
+        .any(|g| g.length > late && now.since(g.ended) < t.unhealthy_after)
+}
+
+/// How long an interval between two renewals must be to count as late: halfway from the
+/// Suspect threshold to the Unhealthy one (15 s with the defaults of 10 s and 20 s). Not the
+/// Suspect threshold itself: with the defaults a node agent or kubelet renews every 10 s, so
+/// ordinary jitter crosses it.
+pub fn late_after(t: Thresholds) -> Duration {
+    t.suspect_after + t.unhealthy_after.saturating_sub(t.suspect_after) / 2
 }
 
 fn hold(reason: HoldReason) -> Gate<'static> {
@@ -323,7 +358,7 @@ fn gate<'a>(
                     } else {
                         l.name.clone()
                     },
-                    devices: planned_devices(l),
+                    devices: planned_devices(l, target, spec.power_without_identity),
                     power_off: l.power_off,
                 })
                 .collect()
@@ -539,7 +574,30 @@ fn admit(nodes: &[&NodeSnapshot], mut candidates: Vec<Box<Candidate<'_>>>) -> Ve
 /// A level's devices as planned: in the FenceTarget's order, except that a level that must
 /// not power the machine off runs its storage devices first (no reset before every block is
 /// verified).
-fn planned_devices(l: &palisade_model::target::FenceLevel) -> Vec<PlannedDevice> {
+///
+/// Under `powerWithoutIdentity: AfterProof`, a power device that cannot prove its machine's
+/// identity (anything but a direct IPMI or Redfish BMC) names the target's direct BMCs, one of
+/// which must answer as the node's machine before it acts ([`PlannedDevice::identity_from`]).
+fn planned_devices(
+    l: &palisade_model::target::FenceLevel,
+    target: &palisade_model::target::FenceTargetSpec,
+    rule: palisade_model::policy::PowerWithoutIdentity,
+) -> Vec<PlannedDevice> {
+    use palisade_model::target::{DeviceKind, DeviceScheme};
+    let identifies = |d: &palisade_model::target::FenceDevice| {
+        d.kind == DeviceKind::Power
+            && matches!(
+                DeviceScheme::of(&d.url),
+                Some(DeviceScheme::Ipmi | DeviceScheme::Redfish)
+            )
+    };
+    let provers: Vec<String> = target
+        .levels
+        .iter()
+        .flat_map(|l| &l.devices)
+        .filter(|d| identifies(d))
+        .map(|d| d.url.clone())
+        .collect();
     let mut devices: Vec<PlannedDevice> = l
         .devices
         .iter()
@@ -548,6 +606,10 @@ fn planned_devices(l: &palisade_model::target::FenceLevel) -> Vec<PlannedDevice>
             kind: d.kind,
             timeout_seconds: d.timeout_seconds,
             fences: d.fences.clone(),
+            identity_from: (rule == palisade_model::policy::PowerWithoutIdentity::AfterProof
+                && d.kind == DeviceKind::Power
+                && !identifies(d))
+            .then(|| provers.clone()),
         })
         .collect();
     if l.power_off == palisade_model::target::PowerOff::Disallowed {

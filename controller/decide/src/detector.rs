@@ -125,7 +125,22 @@ struct NodeClock {
     gaps: Vec<Duration>,
     /// A change was observed since the first sighting (intervals count from it).
     changed: bool,
+    /// The node's longest recent intervals ([`Detector::long_gaps`]).
+    long: Vec<LongGap>,
 }
+
+/// One observed interval between two heartbeat changes of a node, kept by
+/// [`Detector::long_gaps`] while no later interval is at least as long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LongGap {
+    /// When the change that ended the interval was observed.
+    pub ended: Mono,
+    /// How long the interval was.
+    pub length: Duration,
+}
+
+/// Long intervals kept per node for [`Detector::long_gaps`].
+pub const LONG_GAPS_KEPT: usize = 8;
 
 /// Observed renewal intervals kept per node for [`Detector::renewal_gap`].
 pub const GAPS_KEPT: usize = 4;
@@ -134,6 +149,8 @@ pub const GAPS_KEPT: usize = 4;
 #[derive(Debug, Clone, Default)]
 pub struct Detector {
     nodes: BTreeMap<String, NodeClock>,
+    /// The end of the controller's latest blind spell ([`Detector::blind`]).
+    blind_until: Option<Mono>,
 }
 
 impl Detector {
@@ -156,6 +173,7 @@ impl Detector {
                         last_change: at,
                         gaps: Vec::new(),
                         changed: false,
+                        long: Vec::new(),
                     },
                 );
                 Observed::New
@@ -168,13 +186,40 @@ impl Detector {
                     if clock.gaps.len() == GAPS_KEPT {
                         clock.gaps.remove(0);
                     }
-                    clock.gaps.push(clock.last_change.since(previous));
+                    let length = clock.last_change.since(previous);
+                    clock.gaps.push(length);
+                    // An interval that began before the end of the controller's own blind spell
+                    // measures the controller, not the node: never a long gap.
+                    if self.blind_until.is_none_or(|b| previous >= b) {
+                        // A later interval at least as long makes every earlier one redundant
+                        // for "the longest interval that ended after T".
+                        clock.long.retain(|g| g.length > length);
+                        if clock.long.len() == LONG_GAPS_KEPT {
+                            clock.long.remove(0);
+                        }
+                        clock.long.push(LongGap {
+                            ended: clock.last_change,
+                            length,
+                        });
+                    }
                 }
                 clock.changed = true;
                 Observed::Changed
             }
             Some(_) => Observed::Unchanged,
         }
+    }
+
+    /// The controller regained sight of the API server at `restored` after a blind spell (an
+    /// outage, a broken watch, the controller paused): an interval between two renewals that
+    /// began before then is the controller's blindness, not the node's lateness, so it is
+    /// never kept as a long gap ([`Detector::long_gaps`]). The blind spell itself already
+    /// re-baselines every node's silence (the caller's sight).
+    ///
+    /// Guarantees: no interval that began before the latest `restored` given is kept as a
+    /// long gap after this call.
+    pub fn blind(&mut self, restored: Mono) {
+        self.blind_until = Some(self.blind_until.map_or(restored, |b| b.max(restored)));
     }
 
     /// Forget a node (its Node object was deleted).
@@ -200,6 +245,23 @@ impl Detector {
             return None;
         }
         clock.gaps.iter().max().copied()
+    }
+
+    /// The node's longest recent renewal intervals, oldest first: each kept interval is longer
+    /// than every interval observed after it (at most [`LONG_GAPS_KEPT`], the oldest dropped
+    /// first). The longest interval that ended at or after any instant `t` is the first one
+    /// whose `ended` is at or after `t`, as long as that instant is no older than the oldest
+    /// kept.
+    ///
+    /// A node whose renewals reach the controller late (a starving API server, a congested
+    /// link) shows here as a long interval that ended recently, even when it looks healthy
+    /// now: the decision counts it as a sign that the control plane, not the node, is failing
+    /// (see [`crate::decide::late_after`], the quorum guard).
+    pub fn long_gaps(&self, node: &str) -> Vec<LongGap> {
+        self.nodes
+            .get(node)
+            .map(|c| c.long.clone())
+            .unwrap_or_default()
     }
 
     /// The node's last observed heartbeat markers as one opaque string (compared only for
@@ -320,6 +382,61 @@ mod tests {
         d.observe("m0", hb("i"), at(14));
         assert_eq!(d.renewal_gap("m0"), Some(Duration::from_secs(1)));
         assert_eq!(d.renewal_gap("m1"), None);
+    }
+
+    #[test]
+    fn long_gaps_keep_the_longest_interval_after_any_instant() {
+        let mut d = Detector::new();
+        let at = |s: u64| Mono::from_secs(s);
+        let secs = |g: &[LongGap]| {
+            g.iter()
+                .map(|g| (g.ended.since(Mono::default()).as_secs(), g.length.as_secs()))
+                .collect::<Vec<_>>()
+        };
+        d.observe("m0", hb("a"), at(0));
+        d.observe("m0", hb("b"), at(5));
+        assert!(
+            d.long_gaps("m0").is_empty(),
+            "a first sighting is no interval"
+        );
+        d.observe("m0", hb("c"), at(6));
+        d.observe("m0", hb("d"), at(16));
+        d.observe("m0", hb("e"), at(17));
+        d.observe("m0", hb("f"), at(20));
+        assert_eq!(secs(&d.long_gaps("m0")), [(16, 10), (20, 3)]);
+        // A later interval as long as an earlier one replaces it.
+        d.observe("m0", hb("g"), at(23));
+        assert_eq!(secs(&d.long_gaps("m0")), [(16, 10), (23, 3)]);
+        d.observe("m0", hb("h"), at(40));
+        assert_eq!(secs(&d.long_gaps("m0")), [(40, 17)]);
+        // Bounded: a falling run keeps the newest LONG_GAPS_KEPT.
+        let mut t = 40;
+        for (i, step) in (1..=10).rev().enumerate() {
+            t += step;
+            d.observe("m0", hb(&format!("r{i}")), at(t));
+        }
+        let kept = d.long_gaps("m0");
+        assert_eq!(kept.len(), LONG_GAPS_KEPT);
+        assert_eq!(kept.last().unwrap().length, Duration::from_secs(1));
+        assert!(kept
+            .windows(2)
+            .all(|w| w[0].length > w[1].length && w[0].ended < w[1].ended));
+        assert!(d.long_gaps("m1").is_empty());
+
+        // An interval that spans the controller's own blind spell is no long gap.
+        let mut d = Detector::new();
+        for (m, t) in [("a", 0), ("b", 1), ("c", 2)] {
+            d.observe("m0", hb(m), at(t));
+        }
+        d.blind(at(8));
+        d.observe("m0", hb("d"), at(9));
+        assert_eq!(
+            secs(&d.long_gaps("m0")),
+            [(2, 1)],
+            "2 → 9 began before the spell ended"
+        );
+        d.observe("m0", hb("e"), at(20));
+        assert_eq!(secs(&d.long_gaps("m0")), [(20, 11)]);
     }
 
     #[test]

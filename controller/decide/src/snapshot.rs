@@ -52,6 +52,9 @@ pub struct NodeSnapshot {
     pub last_heartbeat_change: crate::clock::Mono,
     /// The node's renewal interval as observed ([`crate::detector::Detector::renewal_gap`]).
     pub renewal_gap: Option<Duration>,
+    /// The node's longest recent renewal intervals as observed
+    /// ([`crate::detector::Detector::long_gaps`]): a node that renewed late recently.
+    pub long_gaps: Vec<crate::detector::LongGap>,
     /// The node's current run of power-off reads from its own identity-pinned fence device
     /// ([`crate::power::PowerWatch::off_run`]).
     pub power_off: Option<crate::power::OffRun>,

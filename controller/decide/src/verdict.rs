@@ -94,6 +94,20 @@ pub enum HoldReason {
         /// How many may be silent.
         allowed: usize,
     },
+    /// Heartbeats reach the API late: the covered nodes silent now are few enough, but counted
+    /// with those that renewed late ([`crate::decide::late_after`]) within the last Unhealthy
+    /// threshold they are too many. An API server that answers some nodes and not
+    /// others (flow control, a slow etcd) looks like this; dead nodes do not delay the others.
+    HeartbeatsLate {
+        /// Covered nodes silent now.
+        silent: usize,
+        /// Covered nodes that answer again, but whose last renewals came late.
+        late: usize,
+        /// Covered nodes.
+        total: usize,
+        /// How many may be silent.
+        allowed: usize,
+    },
     /// Every topology zone is fully silent: act on nothing (the node lifecycle controller's rule).
     AllZonesDown {
         /// Number of zones.
@@ -289,6 +303,7 @@ impl HoldReason {
             HoldReason::Cooldown { .. } => "cooldown",
             HoldReason::EscalationLimit { .. } => "escalation_limit",
             HoldReason::QuorumLost { .. } => "quorum_lost",
+            HoldReason::HeartbeatsLate { .. } => "heartbeats_late",
             HoldReason::AllZonesDown { .. } => "all_zones_down",
             HoldReason::NotStateful => "not_stateful",
             HoldReason::NoFenceTarget => "no_fence_target",
@@ -302,7 +317,7 @@ impl HoldReason {
     }
 
     /// Every hold label, for pre-registering metric series.
-    pub const LABELS: [&'static str; 19] = [
+    pub const LABELS: [&'static str; 20] = [
         "no_policy",
         "conflicting_policies",
         "invalid_policy",
@@ -313,6 +328,7 @@ impl HoldReason {
         "cooldown",
         "escalation_limit",
         "quorum_lost",
+        "heartbeats_late",
         "all_zones_down",
         "not_stateful",
         "no_fence_target",
@@ -338,6 +354,7 @@ impl fmt::Display for HoldReason {
             HoldReason::Cooldown { until } => write!(f, "the node was fenced recently; cooldown until {until}"),
             HoldReason::EscalationLimit { fences, window } => write!(f, "the node was fenced {fences} times within {}s; a person must decide (manual NodeFence with overrides.escalation)", window.as_secs()),
             HoldReason::QuorumLost { silent, total, allowed } => write!(f, "quorum guard: {silent} of {total} covered nodes are silent (at most {allowed} allowed); this controller may be the partitioned side"),
+            HoldReason::HeartbeatsLate { silent, late, total, allowed } => write!(f, "quorum guard: {silent} of {total} covered nodes are silent and {late} more renewed late within the Unhealthy threshold (at most {allowed} allowed together); heartbeats are reaching the API server late (a starving API server or etcd), so silence is no evidence of death"),
             HoldReason::AllZonesDown { zones } => write!(f, "all {zones} zone(s) are fully silent; acting on nothing"),
             HoldReason::NotStateful => write!(f, "fenceWhen is StatefulOnly and no pod on the node uses a ReadWriteOnce volume"),
             HoldReason::NoFenceTarget => write!(f, "no FenceTarget level for this node and no trusted self-fence"),
@@ -471,6 +488,12 @@ mod tests {
             },
             HoldReason::QuorumLost {
                 silent: 3,
+                total: 5,
+                allowed: 2,
+            },
+            HoldReason::HeartbeatsLate {
+                silent: 1,
+                late: 2,
                 total: 5,
                 allowed: 2,
             },

@@ -1203,3 +1203,122 @@ fn nodes_read_off_count_toward_the_quorum_guard() {
         .iter()
         .all(|d| !matches!(d.verdict, Verdict::Fence(_))));
 }
+
+/// Issue 32 item 2: an API server that answers some nodes and not others. The node it starves
+/// completely looks dead; the others' renewals arrive late. Counted with the silent ones, the
+/// late nodes trip the quorum guard, and the guard's memory then re-baselines silence.
+#[test]
+fn renewals_arriving_late_elsewhere_hold_a_fence_of_a_silent_node() {
+    use palisade_decide::detector::LongGap;
+    // Thresholds 2 s and 4 s: an interval longer than 3 s is late.
+    assert_eq!(
+        palisade_decide::decide::late_after(palisade_decide::detector::Thresholds {
+            suspect_after: Duration::from_secs(2),
+            unhealthy_after: Duration::from_secs(4),
+        }),
+        Duration::from_secs(3)
+    );
+    let late = |ended: u64| LongGap {
+        ended: Mono::from_secs(ended),
+        length: Duration::from_millis(3_500),
+    };
+    // m0 silent long enough; 40 % of 5 lets 2 be silent. Alone it is fenced.
+    let mut s = world();
+    assert!(matches!(verdict_of(&s, "m0"), Some(Verdict::Fence(_))));
+
+    // One late node elsewhere: 1 silent + 1 late is within what the guard allows.
+    node_mut(&mut s, "m1").long_gaps = vec![late(NOW - 1)];
+    assert!(matches!(verdict_of(&s, "m0"), Some(Verdict::Fence(_))));
+
+    // Two late nodes: heartbeats are reaching the API late, so m0's silence is no evidence.
+    node_mut(&mut s, "m3").long_gaps = vec![late(NOW - 3)];
+    let want = Verdict::Hold(HoldReason::HeartbeatsLate {
+        silent: 1,
+        late: 2,
+        total: 5,
+        allowed: 2,
+    });
+    assert_eq!(verdict_of(&s, "m0"), Some(want.clone()));
+    assert!(want.message().contains("late"), "{}", want.message());
+    assert_eq!(
+        guards_holding(&s),
+        vec!["p".to_string()],
+        "remembered as a hold"
+    );
+
+    // A late renewal older than the Unhealthy threshold (4 s) is over: fenced again.
+    node_mut(&mut s, "m3").long_gaps = vec![late(NOW - 4)];
+    assert!(matches!(verdict_of(&s, "m0"), Some(Verdict::Fence(_))));
+
+    // An interval past the Suspect threshold but short of halfway to Unhealthy is jitter
+    // (with the defaults, a 10 s renewal a little late).
+    node_mut(&mut s, "m3").long_gaps = vec![LongGap {
+        ended: Mono::from_secs(NOW - 1),
+        length: Duration::from_secs(3),
+    }];
+    assert!(matches!(verdict_of(&s, "m0"), Some(Verdict::Fence(_))));
+
+    // A silent node's own earlier lateness does not count twice.
+    let mut s = world();
+    node_mut(&mut s, "m0").long_gaps = vec![late(DEAD)];
+    node_mut(&mut s, "m1").long_gaps = vec![late(NOW - 1)];
+    assert!(matches!(verdict_of(&s, "m0"), Some(Verdict::Fence(_))));
+}
+
+/// Issue 32 item 8: a PDU outlet cannot prove which machine it powers. Under
+/// `powerWithoutIdentity: AfterProof` the plan names, for each such device, the direct BMCs that
+/// must answer as the node's machine before it acts; by default it names none.
+#[test]
+fn a_power_device_without_identity_names_its_provers_when_the_policy_requires_proof() {
+    use palisade_model::policy::PowerWithoutIdentity;
+    let mut s = world();
+    node_mut(&mut s, "m0").fence_target = Some(target(vec![
+        vec![("ipmi://bmc-m0".into(), DeviceKind::Power)],
+        vec![
+            ("snmp+pdu://pdu:161/outlets/3".into(), DeviceKind::Power),
+            ("bridge://127.0.0.1:44881/m0".into(), DeviceKind::Power),
+        ],
+        vec![("redfish+https://bmc2-m0".into(), DeviceKind::Power)],
+    ]));
+    let devices = |s: &Snapshot| {
+        let v = verdict_of(s, "m0");
+        let Some(Verdict::Fence(plan)) = v else {
+            panic!("expected fence, got {v:?}")
+        };
+        plan.levels
+            .iter()
+            .flat_map(|l| match l {
+                PlanLevel::Hardware { devices, .. } => devices.clone(),
+                _ => vec![],
+            })
+            .map(|d| (d.url, d.identity_from))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        devices(&s).iter().all(|(_, from)| from.is_none()),
+        "by default every device acts as the FenceTarget says"
+    );
+    s.policies[0].spec.power_without_identity = PowerWithoutIdentity::AfterProof;
+    let provers = Some(vec![
+        "ipmi://bmc-m0".to_string(),
+        "redfish+https://bmc2-m0".to_string(),
+    ]);
+    assert_eq!(
+        devices(&s),
+        vec![
+            ("ipmi://bmc-m0".to_string(), None),
+            ("snmp+pdu://pdu:161/outlets/3".to_string(), provers.clone()),
+            ("bridge://127.0.0.1:44881/m0".to_string(), provers),
+            ("redfish+https://bmc2-m0".to_string(), None),
+        ]
+    );
+    // A FenceTarget with no direct BMC: the outlet names no prover, so it never acts.
+    node_mut(&mut s, "m0").fence_target = Some(target(vec![vec![(
+        "snmp+pdu://pdu:161/outlets/3".into(),
+        DeviceKind::Power,
+    )]]));
+    assert_eq!(
+        devices(&s),
+        vec![("snmp+pdu://pdu:161/outlets/3".to_string(), Some(vec![]))]
+    );
+}

@@ -46,6 +46,7 @@ fn dev(url: &str, kind: DeviceKind) -> PlannedDevice {
             storage_classes: vec![FAST.into()],
             csi_drivers: vec!["csi.fast".into()],
         }),
+        identity_from: None,
     }
 }
 

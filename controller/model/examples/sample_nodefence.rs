@@ -32,6 +32,7 @@ fn main() -> anyhow::Result<()> {
                     kind: DeviceKind::Power,
                     timeout_seconds: 20,
                     fences: None,
+                    identity_from: None,
                 }],
                 trusted_after: None,
                 silent_since: None,

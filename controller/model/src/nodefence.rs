@@ -399,6 +399,12 @@ pub struct PlannedDevice {
     /// For a storage device: what it fences, from the FenceTarget when the plan was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fences: Option<crate::target::StorageScope>,
+    /// For a power device without an identity of its own under a policy with
+    /// `powerWithoutIdentity: AfterProof`: the direct BMCs of the node's FenceTarget, one of
+    /// which must answer as the Node's machine right before this device acts (empty: none can,
+    /// so the device never acts). Absent: the device acts as planned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_from: Option<Vec<String>>,
 }
 
 /// The last decision verdict, as shown to operators.
@@ -1381,6 +1387,7 @@ mod tests {
                         kind: DeviceKind::Power,
                         timeout_seconds: 20,
                         fences: None,
+                        identity_from: None,
                     }],
                     trusted_after: None,
                     silent_since: None,

@@ -70,6 +70,14 @@ pub struct FencingPolicySpec {
     /// Cooldown and escalation limits, so a flapping node is not fenced in a loop.
     #[serde(default)]
     pub escalation: Escalation,
+    /// Whether a power device that cannot prove which machine it powers (a PDU outlet, or a
+    /// `bridge://` device, whose identity pin the controller cannot see) may act on its own.
+    /// `Allowed` (the default): it acts when its level's turn comes. `AfterProof`: right
+    /// before it acts, a direct IPMI or Redfish BMC of the node's FenceTarget must answer as
+    /// the Node's machine (its `systemUUID`); otherwise nothing is sent to it and its level
+    /// fails, so a dark BMC leaves the fence to a person.
+    #[serde(default)]
+    pub power_without_identity: PowerWithoutIdentity,
     /// Stop starting new fences (fences already under way continue). Default false.
     #[serde(default)]
     pub paused: bool,
@@ -131,8 +139,11 @@ impl Default for Detection {
 #[serde(rename_all = "camelCase")]
 pub struct Limits {
     /// Quorum guard: when more covered nodes than this are silent (Suspect or Unhealthy), the
-    /// controller's side is probably the partitioned one, so nothing is fenced. A count (`2`) or
-    /// a percentage of covered nodes (`"40%"`, rounded down). Default `"40%"`.
+    /// controller's side is probably the partitioned one, so nothing is fenced. Nodes that
+    /// answer but, within the last `unhealthyAfterSeconds`, went longer between two renewals
+    /// than halfway from `suspectAfterSeconds` to `unhealthyAfterSeconds` count too: heartbeats arriving late from several nodes
+    /// mean a starving API server, not dead nodes. A count (`2`) or a percentage of covered
+    /// nodes (`"40%"`, rounded down). Default `"40%"`.
     #[serde(default = "default_max_unhealthy")]
     #[schemars(schema_with = "max_unhealthy_schema")]
     pub max_unhealthy: IntOrString,
@@ -304,6 +315,33 @@ pub struct TrustSelfFence {
     /// either way, and so is an agent that does not advertise the action or the machine.
     #[serde(default)]
     pub virtual_machines: VirtualMachines,
+}
+
+/// Whether a power device without an identity of its own may act
+/// (`powerWithoutIdentity`).
+///
+/// A direct IPMI or Redfish BMC proves, before anything is commanded through it, that it
+/// answers for the Node's machine (its system GUID or UUID against the Node's `systemUUID`).
+/// A PDU outlet has nothing to read: a mis-patched outlet switches another machine off.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PowerWithoutIdentity {
+    /// The device acts when its level's turn comes, as the FenceTarget says. The default,
+    /// because a PDU level exists for the machine whose BMC is dark, and a dark BMC proves
+    /// nothing.
+    #[default]
+    Allowed,
+    /// Right before such a device acts, the controller reads a direct BMC of the node's
+    /// FenceTarget (any level) pinned to the Node's `systemUUID`; only if one answers as that
+    /// machine does the device act. Otherwise nothing is sent to it and its level fails
+    /// (a dark BMC then leaves the fence to a person).
+    ///
+    /// Guarantees: no power-off reaches a device without an identity unless, within the same
+    /// attempt and before it, a BMC answered with the Node's machine identity (the recovery's
+    /// power-on follows a power-off proven so, and is not asked again: the BMC of a machine
+    /// whose outlet is off is dark).
+    /// Assumptions: the outlet powers the machine whose BMC answered (the proof is of the
+    /// FenceTarget, not of the outlet's cabling: a PDU still cannot say what it powers).
+    AfterProof,
 }
 
 /// Whether a trusted self-fence may rest on a virtual machine (`trustSelfFence.virtualMachines`).

@@ -98,6 +98,7 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
     let mut streaks = ctx.streaks.lock();
     if let Some(at) = ctx.cache.sight.restored_at() {
         streaks.blind(ctx.mono_of(at));
+        detector.blind(ctx.mono_of(at));
     }
     for n in stale {
         detector.forget(&n);
@@ -304,6 +305,7 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
                 last_heartbeat_change: detector.last_change(&name).unwrap_or(now.mono),
                 heartbeat_marker: detector.marker(&name),
                 renewal_gap: detector.renewal_gap(&name),
+                long_gaps: detector.long_gaps(&name),
                 power_off: ctx.power.lock().off_run(&name),
                 hosts_bridge: ctx.settings.bridge_node.as_deref() == Some(name.as_str()),
                 exclusion: Exclusion::from_annotations(&annotations),

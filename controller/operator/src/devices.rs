@@ -298,6 +298,15 @@ enum AttemptError {
     /// This controller cannot drive the device that way: nothing was sent.
     #[error("{0}")]
     Unsupported(String),
+    /// Under `powerWithoutIdentity: AfterProof`, no direct BMC answered as the node's machine
+    /// before a device without an identity would have acted: nothing was sent to it.
+    #[error("{device}: identity unproven (powerWithoutIdentity: AfterProof): {why}; nothing sent")]
+    IdentityUnproven {
+        /// The device that did not act (redacted).
+        device: String,
+        /// Which BMCs were asked, and what each said.
+        why: String,
+    },
 }
 
 impl AttemptError {
@@ -317,9 +326,11 @@ impl AttemptError {
             Self::Fence(FenceError::StaleFencingToken { .. })
             | Self::Leadership(_)
             | Self::TermEnded { .. } => AttemptOutcome::StaleToken,
-            Self::Fence(_) | Self::Storage(_) | Self::Prepare(_) | Self::Unsupported(_) => {
-                AttemptOutcome::Failed
-            }
+            Self::Fence(_)
+            | Self::Storage(_)
+            | Self::Prepare(_)
+            | Self::Unsupported(_)
+            | Self::IdentityUnproven { .. } => AttemptOutcome::Failed,
         }
     }
 
@@ -483,6 +494,9 @@ async fn act(
             DeviceKind::Power,
             Some(DeviceScheme::Ipmi | DeviceScheme::SnmpPdu | DeviceScheme::Redfish),
         ) => {
+            if fence {
+                prove_identity(ctx, node, d).await?;
+            }
             let secret = secret_for(ctx, node, &d.url).await?;
             let expected = node_identity(ctx, node);
             let device = power_device(&d.url, &secret, budget_of(d), expected.as_deref())?;
@@ -518,6 +532,10 @@ async fn act(
             ))
         }
         (DeviceKind::Power, Some(DeviceScheme::Bridge)) => {
+            if fence {
+                prove_identity(ctx, node, d).await?;
+                still_leading()?;
+            }
             let device = bridge_device(ctx, &d.url, token)?;
             if !fence {
                 let v =
@@ -883,7 +901,6 @@ pub async fn watch_read(
     budget: Duration,
 ) -> (palisade_decide::power::PowerReading, String) {
     use palisade_decide::power::PowerReading;
-    use palisade_fence::PowerState;
     let url = palisade_model::target::redact_url(&d.url);
     if d.kind != DeviceKind::Power
         || !matches!(
@@ -896,24 +913,85 @@ pub async fn watch_read(
             format!("{url}: not a direct BMC (no identity to pin): never power evidence"),
         );
     }
+    pinned_read(ctx, node, &d.url, secret, budget).await
+}
+
+/// One read of the direct BMC at `url` pinned to the machine's identity (by the URL or by the
+/// Node's system UUID): `Off` or `On` only when it answered as that machine.
+///
+/// Guarantees: a read only, bounded by `budget`; a BMC that cannot be pinned reads
+/// [`palisade_decide::power::PowerReading::Unknown`] without being asked anything.
+async fn pinned_read(
+    ctx: &Ctx,
+    node: &str,
+    url: &str,
+    secret: &BTreeMap<String, String>,
+    budget: Duration,
+) -> (palisade_decide::power::PowerReading, String) {
+    use palisade_decide::power::PowerReading;
+    use palisade_fence::PowerState;
     let expected = node_identity(ctx, node);
-    if !identity_pinned(ctx, node, &d.url) {
+    if !identity_pinned(ctx, node, url) {
         return (
             PowerReading::Unknown,
-            format!("{url}: not pinned to the machine's identity (no Node system UUID, no pin in the URL): never power evidence"),
+            format!("{}: not pinned to the machine's identity (no Node system UUID, no pin in the URL): never power evidence", palisade_model::target::redact_url(url)),
         );
     }
     let read = async {
-        let device = power_device(&d.url, secret, budget, expected.as_deref())?;
+        let device = power_device(url, secret, budget, expected.as_deref())?;
         Ok::<_, AttemptError>(device.status().await?)
     };
-    let (state, words) = bounded_power_read(&d.url, budget, read).await;
+    let (state, words) = bounded_power_read(url, budget, read).await;
     let reading = match state {
         PowerState::Off => PowerReading::Off,
         PowerState::On => PowerReading::On,
         PowerState::Unknown => PowerReading::Unknown,
     };
     (reading, words)
+}
+
+/// Under `powerWithoutIdentity: AfterProof`: before the device `d`, which cannot prove which
+/// machine it powers, acts, one of the direct BMCs it names
+/// ([`PlannedDevice::identity_from`]) must answer as the node's machine. Returns what answered.
+///
+/// Guarantees: `Ok` only after a BMC pinned to the machine's identity answered a read (the
+/// fence crate checks the pin before reading); with no requirement, `Ok` without reading.
+/// Nothing is commanded here. Asked before a power-off only: the recovery's power-on follows a
+/// power-off this fence proved, and the BMC of a machine whose outlet is off is dark.
+/// A `bridge://` device is checked the same way; the bridge's own pin, if it has one, is
+/// checked by the bridge.
+async fn prove_identity(ctx: &Ctx, node: &str, d: &PlannedDevice) -> Result<(), AttemptError> {
+    let Some(provers) = &d.identity_from else {
+        return Ok(());
+    };
+    let budget = budget_of(d);
+    let mut tried = Vec::new();
+    for url in provers {
+        let secret = match secret_for(ctx, node, url).await {
+            Ok(s) => s,
+            Err(e) => {
+                tried.push(format!("{}: {e}", palisade_model::target::redact_url(url)));
+                continue;
+            }
+        };
+        let (reading, words) = pinned_read(ctx, node, url, &secret, budget).await;
+        if reading != palisade_decide::power::PowerReading::Unknown {
+            tracing::info!(node, device = %palisade_model::target::redact_url(&d.url), proof = %words, "identity proven before a device without one acts");
+            return Ok(());
+        }
+        tried.push(words);
+    }
+    Err(AttemptError::IdentityUnproven {
+        device: palisade_model::target::redact_url(&d.url),
+        why: if tried.is_empty() {
+            "the FenceTarget names no direct IPMI or Redfish BMC to prove the machine".into()
+        } else {
+            format!(
+                "no BMC answered as the Node's machine ({})",
+                tried.join("; ")
+            )
+        },
+    })
 }
 
 /// A readiness probe of one device: a read only (power state, storage state), never an action.
@@ -947,6 +1025,13 @@ pub async fn probe(
                 let fw = storage_client(&d.url, &secret)?;
                 let n = storage_node(ctx, node).await?;
                 format!("storage {:?}", fw.status(&n).await?)
+            }
+            (Some(DeviceScheme::SnmpPdu), _) => {
+                let dev = power_device(&d.url, &secret, budget, None)?;
+                format!(
+                    "power {:?} (a PDU outlet has no identity to read: nothing proves which machine it powers)",
+                    dev.status().await?
+                )
             }
             _ => {
                 let expected = node_identity(ctx, node);

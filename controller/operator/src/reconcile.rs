@@ -1799,6 +1799,7 @@ mod tests {
             kind: DeviceKind::Power,
             timeout_seconds: 20,
             fences: None,
+            identity_from: None,
         };
         let mut st = NodeFenceStatus::default();
         // The fence's own power-off and another device's failures do not count.

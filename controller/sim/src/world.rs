@@ -120,7 +120,8 @@ pub enum Bug {
     /// Lease write attempt, so an agent whose writes time out but still land vouches for a
     /// peer while the controller sees it renew and bounds its trust on that (seed
     /// 10,729,556, found by a recorded 800,000-schedule campaign, when the simulated agent
-    /// had this rule and the product did not: `WriteClock` stamps every attempt).
+    /// had this rule and the product did not: `WriteClock` stamps every attempt; recorded at
+    /// seed 11,094,389 since late renewals count against the quorum guard).
     VouchSinceLastRenewal,
 }
 
@@ -175,11 +176,19 @@ impl Bug {
     /// clean list. `NodeWideUnblock` was met once in the first 10,000 schedules from seed 1 (at
     /// seed 6860) until the power faults changed that schedule; the next is seed 43369 (no
     /// power fault: an aimed leader freeze).
+    ///
+    /// `VouchSinceLastRenewal` was recorded at seed 10729556 until late renewals counted
+    /// against the quorum guard (issue 32 item 2): that schedule slows two nodes' writes, and
+    /// the guard now holds the fence until the late one renews on time, past the moment the
+    /// wrong vouch mattered. 364,833 schedules with the bug planted from seed 10729557 found
+    /// the next, 11094389 (one node's writes land late, another is cut off: shrunk to those
+    /// two faults, one node late is within what the guard allows); 10729556 joined the clean
+    /// list.
     pub const RECORDED: [(Bug, u64); 4] = [
         (Bug::IgnoreBlindSpell, 4_107_866),
         (Bug::WallClockStreaks, 3_537_759),
         (Bug::NodeWideUnblock, 43_369),
-        (Bug::VouchSinceLastRenewal, 10_729_556),
+        (Bug::VouchSinceLastRenewal, 11_094_389),
     ];
 }
 
@@ -1554,6 +1563,12 @@ impl<'s> World<'s> {
                 .ctl
                 .last_tick
                 .is_some_and(|t| self.now.saturating_sub(t) > BLIND_GAP_MS);
+        if blind {
+            // Not part of the planted bug: the old controller that forgot its blind spells
+            // had no late-renewal evidence either, and this keeps that evidence from standing
+            // in for the rule the bug removes.
+            self.ctl.detector.blind(clocks.mono);
+        }
         if blind && self.bug != Some(Bug::IgnoreBlindSpell) {
             self.ctl.streaks.blind(clocks.mono);
             self.ctl.guard_held_at = Some(
@@ -1831,6 +1846,7 @@ impl<'s> World<'s> {
                     last_heartbeat_change: last_change,
                     heartbeat_marker: self.ctl.detector.marker(&name),
                     renewal_gap,
+                    long_gaps: self.ctl.detector.long_gaps(&name),
                     power_off,
                     hosts_bridge: false,
                     exclusion: None,

@@ -90,10 +90,12 @@ fn a_seed_replays_the_same_history() {
 ///   (now a write first observed right after a blind spell starts no streak).
 /// - 43369: a deposed leader's late unblock lifts a newer fence's block where the unblock is
 ///   node-wide (now each fence lifts only its own hold).
+/// - 10729556: an agent whose Lease writes time out but land late vouched for a peer within
+///   a vouch delay of such a write (now every write attempt stamps the vouch clock).
 #[test]
 fn the_schedules_that_once_broke_at_most_one_stay_clean() {
     for seed in [
-        43_369, 3_210_097, 3_348_633, 3_537_759, 3_978_628, 4_000_404, 4_107_866,
+        43_369, 3_210_097, 3_348_633, 3_537_759, 3_978_628, 4_000_404, 4_107_866, 10_729_556,
     ] {
         let r = run(&Schedule::generate(seed), None);
         assert!(r.fences > 0, "seed {seed} exercises no fence");

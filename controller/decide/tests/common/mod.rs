@@ -98,6 +98,7 @@ pub fn node(name: &str, zone: &str) -> NodeSnapshot {
         advertisement: Default::default(),
         heartbeat_marker: Some("lease=1;ready=-".into()),
         renewal_gap: None,
+        long_gaps: vec![],
         power_off: None,
         hosts_bridge: false,
         fence_target: Some(target(vec![vec![(
