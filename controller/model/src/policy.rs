@@ -75,7 +75,9 @@ pub struct FencingPolicySpec {
     /// `Allowed` (the default): it acts when its level's turn comes. `AfterProof`: right
     /// before it acts, a direct IPMI or Redfish BMC of the node's FenceTarget must answer as
     /// the Node's machine (its `systemUUID`); otherwise nothing is sent to it and its level
-    /// fails, so a dark BMC leaves the fence to a person.
+    /// fails, so a dark BMC leaves the fence to a person. A FenceTarget reached only through
+    /// the bridge has no BMC the controller can read: under `AfterProof` its power levels
+    /// never act.
     #[serde(default)]
     pub power_without_identity: PowerWithoutIdentity,
     /// Stop starting new fences (fences already under way continue). Default false.
