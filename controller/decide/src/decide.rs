@@ -583,19 +583,12 @@ fn planned_devices(
     target: &palisade_model::target::FenceTargetSpec,
     rule: palisade_model::policy::PowerWithoutIdentity,
 ) -> Vec<PlannedDevice> {
-    use palisade_model::target::{DeviceKind, DeviceScheme};
-    let identifies = |d: &palisade_model::target::FenceDevice| {
-        d.kind == DeviceKind::Power
-            && matches!(
-                DeviceScheme::of(&d.url),
-                Some(DeviceScheme::Ipmi | DeviceScheme::Redfish)
-            )
-    };
+    use palisade_model::target::DeviceKind;
     let provers: Vec<String> = target
         .levels
         .iter()
         .flat_map(|l| &l.devices)
-        .filter(|d| identifies(d))
+        .filter(|d| d.is_direct_bmc())
         .map(|d| d.url.clone())
         .collect();
     let mut devices: Vec<PlannedDevice> = l
@@ -608,7 +601,7 @@ fn planned_devices(
             fences: d.fences.clone(),
             identity_from: (rule == palisade_model::policy::PowerWithoutIdentity::AfterProof
                 && d.kind == DeviceKind::Power
-                && !identifies(d))
+                && !d.is_direct_bmc())
             .then(|| provers.clone()),
         })
         .collect();

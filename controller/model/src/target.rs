@@ -260,6 +260,20 @@ pub enum DeviceScheme {
     Bridge,
 }
 
+impl FenceDevice {
+    /// Whether this is a power device reached directly at its BMC (IPMI or Redfish): the only
+    /// kind that can prove which machine it acts on (a system GUID or UUID to compare with the
+    /// Node's `systemUUID`), read as power evidence, or reset a machine. A PDU outlet or a
+    /// `bridge://` device is not.
+    pub fn is_direct_bmc(&self) -> bool {
+        self.kind == DeviceKind::Power
+            && matches!(
+                DeviceScheme::of(&self.url),
+                Some(DeviceScheme::Ipmi | DeviceScheme::Redfish)
+            )
+    }
+}
+
 impl DeviceScheme {
     /// Parse the scheme of a device URL; `None` when it is not one Palisade knows or the URL has
     /// nothing after `://`.
@@ -485,11 +499,7 @@ impl FenceTargetSpec {
                     errors.push(TargetError::NoStorageToReset { level });
                 }
                 for (device, d) in l.devices.iter().enumerate() {
-                    let resettable = matches!(
-                        DeviceScheme::of(&d.url),
-                        Some(DeviceScheme::Ipmi | DeviceScheme::Redfish)
-                    );
-                    if d.kind == DeviceKind::Power && !resettable {
+                    if d.kind == DeviceKind::Power && !d.is_direct_bmc() {
                         errors.push(TargetError::CannotReset { level, device });
                     }
                 }

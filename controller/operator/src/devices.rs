@@ -902,12 +902,7 @@ pub async fn watch_read(
 ) -> (palisade_decide::power::PowerReading, String) {
     use palisade_decide::power::PowerReading;
     let url = palisade_model::target::redact_url(&d.url);
-    if d.kind != DeviceKind::Power
-        || !matches!(
-            DeviceScheme::of(&d.url),
-            Some(DeviceScheme::Ipmi | DeviceScheme::Redfish)
-        )
-    {
+    if !d.is_direct_bmc() {
         return (
             PowerReading::Unknown,
             format!("{url}: not a direct BMC (no identity to pin): never power evidence"),
@@ -952,7 +947,7 @@ async fn pinned_read(
 
 /// Under `powerWithoutIdentity: AfterProof`: before the device `d`, which cannot prove which
 /// machine it powers, acts, one of the direct BMCs it names
-/// ([`PlannedDevice::identity_from`]) must answer as the node's machine. Returns what answered.
+/// ([`PlannedDevice::identity_from`]) must answer as the node's machine.
 ///
 /// Guarantees: `Ok` only after a BMC pinned to the machine's identity answered a read (the
 /// fence crate checks the pin before reading); with no requirement, `Ok` without reading.

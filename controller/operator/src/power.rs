@@ -143,18 +143,12 @@ fn watchable(spec: &FenceTargetSpec) -> bool {
 fn evidence_level(
     l: &palisade_model::target::FenceLevel,
 ) -> Option<Vec<&palisade_model::target::FenceDevice>> {
-    use palisade_model::target::DeviceScheme;
     let power: Vec<_> = l
         .devices
         .iter()
         .filter(|d| d.kind == DeviceKind::Power)
         .collect();
-    let direct = power.iter().all(|d| {
-        matches!(
-            DeviceScheme::of(&d.url),
-            Some(DeviceScheme::Ipmi | DeviceScheme::Redfish)
-        )
-    });
+    let direct = power.iter().all(|d| d.is_direct_bmc());
     (!power.is_empty() && direct).then_some(power)
 }
 
