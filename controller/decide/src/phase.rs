@@ -107,8 +107,17 @@ pub struct Observations<'a> {
     /// The UID of the Node object named by `spec.nodeName` now (`None`: no such Node).
     pub node_uid: Option<String>,
     /// The `status.nodeInfo.systemUUID` of that Node now (`None`: no such Node, or it reports
-    /// none). Pinned when the fence starts ([`palisade_model::nodefence::PinnedNode`]).
+    /// none). Pinned when the fence starts ([`palisade_model::nodefence::PinnedNode`]) unless
+    /// [`Self::advertised_system_uuid`] names a machine.
     pub node_system_uuid: Option<String>,
+    /// The machine UUID the node's latest observed Lease advertisement names
+    /// ([`palisade_model::advertise::Advertisement::system_uuid`]): the machine that renewed
+    /// last, before the silence; `None` when it names none (an older agent, a kubelet-only
+    /// node). Pinned in preference to [`Self::node_system_uuid`]: the machine that fell silent
+    /// is the one the fence acts on, whatever registered under the node's name since (a
+    /// reinstalled spare's kubelet rewrites the Node's `systemUUID` at once, its agent's
+    /// renewals are seen only after the watch's lag).
+    pub advertised_system_uuid: Option<String>,
     /// Who gave [`Self::clean_proof`] (meaningless without one): a person's confirmation, or
     /// the agent's answer with the machine UUID its renewal advertised.
     pub proof_from: ProofFrom,
@@ -592,10 +601,11 @@ pub fn next_step(spec: &NodeFenceSpec, status: &NodeFenceStatus, obs: &Observati
             return Step::PinNode(palisade_model::nodefence::PinnedNode {
                 name: spec.node_name.clone(),
                 uid: obs.node_uid.clone().unwrap_or_default(),
-                system_uuid: obs
-                    .node_system_uuid
-                    .clone()
-                    .filter(|u| palisade_model::identity::normalize_uuid(u).is_some()),
+                system_uuid: [&obs.advertised_system_uuid, &obs.node_system_uuid]
+                    .into_iter()
+                    .flatten()
+                    .find(|u| palisade_model::identity::normalize_uuid(u).is_some())
+                    .cloned(),
             })
         }
         Some(p) if p.name != spec.node_name => return Step::Fail(FailureReason::SpecChanged),

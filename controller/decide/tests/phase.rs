@@ -152,6 +152,9 @@ struct World {
     node_system_uuid: Option<String>,
     /// The machine UUID the agent's renewals advertise (with its answer).
     answer_uuid: Option<String>,
+    /// The machine UUID the latest observed advertisement names when the fence pins the node
+    /// (`None`: pin what the Node reports).
+    advertised_uuid: Option<String>,
     /// The clean proof is a person's confirmation, not the agent's answer.
     confirmed_by_person: bool,
     /// What the power devices read when re-read before a release.
@@ -187,6 +190,7 @@ impl World {
             node_uid: Some("uid-m0".into()),
             node_system_uuid: Some(M0_UUID.into()),
             answer_uuid: Some(M0_UUID.into()),
+            advertised_uuid: None,
             confirmed_by_person: false,
             power_reads: RecheckedPower::Off,
             older_sibling: None,
@@ -246,6 +250,7 @@ impl World {
             untainted_for: self.untainted_since.get().map(|c| mono.since(c)),
             node_uid: self.node_uid.clone(),
             node_system_uuid: self.node_system_uuid.clone(),
+            advertised_system_uuid: self.advertised_uuid.clone(),
             proof_from: if self.confirmed_by_person {
                 ProofFrom::Person
             } else {
@@ -2146,6 +2151,40 @@ fn the_pin_records_the_machine_the_node_reports() {
         };
         assert_eq!(p.system_uuid, None, "{reported:?}");
     }
+}
+
+/// Another machine took over the node's name just before the fence pinned it (its kubelet
+/// rewrote the Node's `systemUUID`, its agent's renewals not yet observed): the pin names the
+/// machine whose renewals fell silent, and the newcomer's clean answer never lifts the block
+/// (the planted `PinWithoutMachine`'s schedule in the simulation, seed 20269216, found that
+/// pinning the Node's report alone let it).
+#[test]
+fn the_pin_names_the_machine_that_fell_silent_not_one_registered_since() {
+    let mut w = World::new();
+    w.node_system_uuid = Some(OTHER_UUID.into());
+    w.advertised_uuid = Some(M0_UUID.into());
+    let Step::PinNode(p) = next_step(&spec(RequestedBy::Controller), &unpinned(), &w.obs()) else {
+        panic!("the first step pins the node");
+    };
+    assert_eq!(p.system_uuid.as_deref(), Some(M0_UUID));
+    // An advertisement without a comparable UUID leaves the Node's report.
+    w.advertised_uuid = Some("m0".into());
+    let Step::PinNode(p) = next_step(&spec(RequestedBy::Controller), &unpinned(), &w.obs()) else {
+        panic!("the first step pins the node");
+    };
+    assert_eq!(p.system_uuid.as_deref(), Some(OTHER_UUID));
+    // Pinned on the silent machine, the newcomer's answer waits on the mismatch.
+    let mut st = created();
+    w.advertised_uuid = Some(M0_UUID.into());
+    w.answer_uuid = Some(OTHER_UUID.into());
+    assert!(matches!(
+        recover_until_proof_or_mismatch(&mut st, &mut w),
+        Some(Step::Wait {
+            why: WaitFor::IdentityMismatch { .. },
+            ..
+        })
+    ));
+    assert!(st.recovery.clean_proof.is_none());
 }
 
 #[test]

@@ -1059,6 +1059,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 .and_then(|n| n.status.as_ref()?.node_info.as_ref())
                 .map(|i| i.system_uuid.clone())
                 .filter(|u| !u.is_empty()),
+            advertised_system_uuid: advertised.system_uuid.clone(),
             proof_from,
             older_sibling: older_sibling(ctx, &nf),
             phase_seen_for: phase_seen_for(ctx, &nf, status.phase),

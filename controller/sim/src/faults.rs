@@ -74,6 +74,11 @@ pub struct NodeConfig {
     /// The machine is not in the cluster at first (powered off, no Node): it joins with
     /// [`Fault::Join`].
     pub joins_late: bool,
+    /// The machine is a virtual machine (its hypervisor can pause it: [`Fault::Pause`]).
+    pub virtual_machine: bool,
+    /// The machine whose BMC answers at the address this node's FenceTarget names, when it is
+    /// another machine's (a miswired or mistyped address); `None`: the node's own BMC.
+    pub bmc_of: Option<usize>,
 }
 
 /// A fault, applied at a point in simulated time.
@@ -144,6 +149,16 @@ pub enum Fault {
     /// A new machine joins the cluster: it is powered on for the first time, its agent
     /// registers its Node, and every agent that reaches the API from then on counts it.
     Join(usize),
+    /// The hypervisor pauses the virtual machine for this many milliseconds (a migration, a
+    /// snapshot, `werror=stop`, a host suspend): everything on it freezes, its watchdog and
+    /// its clocks too, and its containers run on when it resumes, as if no time had passed.
+    Pause(usize, u64),
+    /// Another machine takes over the node's name (a reinstalled spare registered with the
+    /// same hostname): its kubelet reports its own `systemUUID` on the Node and its agent
+    /// renews the node's Lease with its own machine UUID, an empty runtime and the recovery
+    /// challenge it reads. The original machine stays where it was (powered, on its storage,
+    /// with whatever still runs on it), and never reaches the API again.
+    Impostor(usize),
 }
 
 /// A whole run: configuration plus the faults in time (milliseconds).
@@ -169,7 +184,19 @@ pub struct Schedule {
 impl Schedule {
     /// The schedule of `seed`: in a quarter of them (drawn apart from the rest) the cluster
     /// grows while part of it is cut off (as [`Schedule::generate_with_joins`] does in every one).
+    ///
+    /// Then the machines' identity and nature ([`Schedule::add_machine_faults`]), drawn apart
+    /// too.
     pub fn generate(seed: u64) -> Schedule {
+        let mut s = Schedule::generate_without_machine_faults(seed);
+        s.add_machine_faults(&mut Rng::new(seed ^ 0x1DE7_7171));
+        s
+    }
+
+    /// The schedule of `seed` as drawn before the machines' identity and nature were (no
+    /// miswired BMC, no virtual machine, no other machine under a name): the schedules the
+    /// simulation found before then replay as they were found.
+    pub fn generate_without_machine_faults(seed: u64) -> Schedule {
         let mut s = Schedule::base(seed);
         let mut joins = Rng::new(seed ^ 0x0010_1175);
         if joins.chance(25) {
@@ -224,6 +251,8 @@ impl Schedule {
                     peer_check,
                     skew_ms,
                     joins_late: false,
+                    virtual_machine: false,
+                    bmc_of: None,
                 }
             })
             .collect();
@@ -478,6 +507,7 @@ impl Schedule {
     pub fn generate_with_joins(seed: u64) -> Schedule {
         let mut s = Schedule::base(seed);
         s.add_joins(&mut Rng::new(seed ^ 0x0010_1175));
+        s.add_machine_faults(&mut Rng::new(seed ^ 0x1DE7_7171));
         s
     }
 
@@ -542,6 +572,72 @@ fn add_power_faults(events: &mut Vec<(u64, Fault)>, n: usize, r: &mut Rng) {
                 }
             }
         }
+    }
+}
+
+/// Faults of the machines' identity and nature, drawn from `r` apart from the rest of a
+/// schedule (so every other part of a schedule stays what it was for its seed):
+///
+/// - in 10 % of the schedules, one node with a BMC names another machine's BMC from the start
+///   (a miswired address: issue 32 item 8);
+/// - in 15 %, every machine is a virtual machine, and one or two of them are paused by their
+///   hypervisor for 2–40 s, some while cut off from the control plane (item 4);
+/// - in 6 %, a node's agent hangs for good (no watchdog, a storage-only fence, so its
+///   containers live on behind the block), and 8–30 s later another machine takes over its
+///   name (item 7).
+impl Schedule {
+    /// Faults of the machines' identity and nature, drawn from `r` apart from the rest of a
+    /// schedule (see [`add_machine_faults`]).
+    fn add_machine_faults(&mut self, r: &mut Rng) {
+        add_machine_faults(&mut self.events, &mut self.nodes, r);
+        self.events.sort_by_key(|(t, _)| *t);
+    }
+}
+
+fn add_machine_faults(events: &mut Vec<(u64, Fault)>, nodes: &mut [NodeConfig], r: &mut Rng) {
+    let n = nodes.len();
+    if r.chance(10) {
+        let with_bmc: Vec<usize> = (0..n)
+            .filter(|&i| {
+                matches!(
+                    nodes[i].fencing,
+                    Fencing::Power | Fencing::PowerAndStorage | Fencing::StorageThenReset
+                )
+            })
+            .collect();
+        if !with_bmc.is_empty() {
+            let i = with_bmc[r.below(with_bmc.len() as u64) as usize];
+            let j = (i + 1 + r.below(n as u64 - 1) as usize) % n;
+            nodes[i].bmc_of = Some(j);
+        }
+    }
+    if r.chance(15) {
+        for node in nodes.iter_mut() {
+            node.virtual_machine = true;
+        }
+        for _ in 0..1 + r.below(2) {
+            let node = r.below(n as u64) as usize;
+            let at = 3_000 + r.below(80_000);
+            if r.chance(40) {
+                events.push((at.saturating_sub(1_000), Fault::CutApi(node)));
+                events.push((at + 5_000 + r.below(30_000), Fault::Heal(node)));
+            }
+            events.push((at, Fault::Pause(node, 2_000 + r.below(38_000))));
+        }
+    }
+    if r.chance(6) {
+        // A member from the start (one that joins late has no name to take over yet).
+        let k = r.below(n as u64) as usize;
+        if nodes[k].joins_late {
+            return;
+        }
+        nodes[k].fencing = Fencing::Storage;
+        nodes[k].storage_mode = DeviceMode::Works;
+        nodes[k].watchdog = None;
+        nodes[k].bmc_of = None;
+        let at = 3_000 + r.below(60_000);
+        events.push((at, Fault::HangAgent(k)));
+        events.push((at + 8_000 + r.below(22_000), Fault::Impostor(k)));
     }
 }
 

@@ -123,11 +123,23 @@ pub enum Bug {
     /// had this rule and the product did not: `WriteClock` stamps every attempt; recorded at
     /// seed 11,094,389 since late renewals count against the quorum guard).
     VouchSinceLastRenewal,
+    /// The old agent (issue 32 item 4): it reads no hypervisor, and a virtual machine
+    /// advertises itself as bare metal, so a self-fence is trusted on a machine its hypervisor
+    /// can pause (and resume beside its pods' replacements).
+    VirtualAsBareMetal,
+    /// The old pin (issue 32 item 7): a fence records the Node's name and UID but not its
+    /// `systemUUID`, so another machine that takes over the name answers the recovery
+    /// challenge, and the block of the original machine is lifted.
+    PinWithoutMachine,
+    /// The old direct BMC (issue 32 item 8): commands and reads go to whatever BMC the
+    /// FenceTarget's address reaches, unpinned, and a miswired address powers off another
+    /// machine.
+    IgnoreBmcIdentity,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 16] = [
+    pub const ALL: [Bug; 19] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -144,6 +156,9 @@ impl Bug {
         Bug::UnfenceBeforeUntaint,
         Bug::IgnoreStorageScope,
         Bug::PowerWithoutMissedRenewal,
+        Bug::VirtualAsBareMetal,
+        Bug::PinWithoutMachine,
+        Bug::IgnoreBmcIdentity,
     ];
 
     /// Parses a bug's name (as printed by `{:?}`).
@@ -368,9 +383,43 @@ struct Machine {
     /// The recovery challenge the agent read from its Node when it last reached the API
     /// (a fresh agent has read none).
     challenge_read: Option<String>,
+    /// Paused by its hypervisor (since, until) ([`Fault::Pause`]): nothing on it runs, its
+    /// watchdog and its clocks stand still.
+    paused: Option<(u64, u64)>,
+    /// Another machine took over its name ([`Fault::Impostor`]): it never reaches the API
+    /// again.
+    displaced: bool,
 }
 
 impl Machine {
+    /// The machine resumes from a pause of `ms`: its monotonic clocks did not move meanwhile,
+    /// so every instant its agent and its watchdog measure from moves forward by the pause
+    /// (the agent resumes as if no time had passed), and its peer requests are gone.
+    fn resume(&mut self, ms: u64) {
+        self.paused = None;
+        for t in [
+            &mut self.last_write,
+            &mut self.last_pet,
+            &mut self.next_poll,
+        ] {
+            *t += ms;
+        }
+        for t in [
+            &mut self.last_renew_sent,
+            &mut self.last_attempt,
+            &mut self.excused_until,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            *t += ms;
+        }
+        for sent in self.vouches.values_mut() {
+            *sent += ms;
+        }
+        self.in_flight.clear();
+    }
+
     /// The agent's peer state starts over at `now`: it just wrote (or started), pets, holds no
     /// answers, no excuse and no fence.
     fn fresh_start(&mut self, now: u64) {
@@ -498,10 +547,22 @@ pub struct World<'s> {
     /// The first fence created without a cause ([`Invariant::CauselessFence`]).
     causeless: Option<String>,
     policy: FencingPolicySpec,
+    /// Per Node: another machine that took over its name ([`Fault::Impostor`]), and when it
+    /// last wrote the node's Lease.
+    impostors: Vec<Option<Impostor>>,
     next_event: usize,
     uid_counter: u64,
     history: Vec<String>,
     out: Outcome,
+}
+
+/// Another machine under a node's name ([`Fault::Impostor`]): a reinstalled spare with the
+/// same hostname. Its agent renews the node's Lease every renew interval while it reaches the
+/// API, advertising its own machine UUID, an empty runtime and the challenge it read.
+#[derive(Debug, Clone)]
+struct Impostor {
+    system_uuid: String,
+    last_attempt: Option<u64>,
 }
 
 fn epoch() -> Timestamp {
@@ -553,6 +614,8 @@ impl<'s> World<'s> {
                 net_side: false,
                 clock_step_ms: 0,
                 challenge_read: None,
+                paused: None,
+                displaced: false,
             })
             .collect();
         let policy: FencingPolicySpec = serde_json::from_value(serde_json::json!({
@@ -618,6 +681,7 @@ impl<'s> World<'s> {
             watch_rng: Rng::new(s.seed ^ 0x0BAD_5EAD),
             causeless: None,
             policy,
+            impostors: vec![None; s.nodes.len()],
             next_event: 0,
             uid_counter: 0,
             history: Vec::new(),
@@ -656,6 +720,7 @@ impl<'s> World<'s> {
                 self.agent(i);
                 self.watchdog(i);
                 self.track_ability(i);
+                self.impostor(i);
             }
             self.statefulsets();
             self.land_late_writes();
@@ -712,7 +777,8 @@ impl<'s> World<'s> {
                     }
                 }
                 Fault::RestartAgent(i) => {
-                    if self.machines[i].powered && self.machines[i].agent != Agent::Running {
+                    let m = &self.machines[i];
+                    if m.powered && m.paused.is_none() && m.agent != Agent::Running {
                         self.start_agent(i);
                     }
                 }
@@ -760,13 +826,31 @@ impl<'s> World<'s> {
                         m.net_side = false;
                     }
                 }
+                Fault::Pause(i, ms) => {
+                    let m = &mut self.machines[i];
+                    if self.s.nodes[i].virtual_machine && m.powered && m.paused.is_none() {
+                        m.paused = Some((self.now, self.now + ms));
+                    }
+                }
+                Fault::Impostor(i) => {
+                    self.machines[i].displaced = true;
+                    self.impostors[i] = Some(Impostor {
+                        system_uuid: format!("1a1a0000-0000-4000-8000-{:012x}", i + 1),
+                        last_attempt: None,
+                    });
+                }
             }
         }
     }
 
-    /// Power returns to machines whose power cycle is over.
+    /// Power returns to machines whose power cycle is over; paused machines whose pause is
+    /// over resume.
     fn power_returns(&mut self) {
         for i in 0..self.machines.len() {
+            if let Some((since, _)) = self.machines[i].paused.filter(|p| p.1 <= self.now) {
+                self.machines[i].resume(self.now - since);
+                self.log(format!("m{i} resumes"));
+            }
             if self.machines[i]
                 .power_back_at
                 .is_some_and(|t| t <= self.now)
@@ -783,6 +867,8 @@ impl<'s> World<'s> {
         let m = &self.machines[i];
         let able = m.member
             && m.powered
+            && m.paused.is_none()
+            && !m.displaced
             && m.agent == Agent::Running
             && !m.cut_api
             && !m.cut_all
@@ -833,6 +919,7 @@ impl<'s> World<'s> {
             return;
         }
         let m = &mut self.machines[i];
+        m.paused = None;
         m.containers.clear();
         m.boot += 1;
         self.out.resets += 1;
@@ -840,9 +927,18 @@ impl<'s> World<'s> {
         self.log(format!("m{i} reset (boot {})", self.machines[i].boot));
     }
 
-    /// A power command from the controller: a broken promise for a host that must not power
-    /// off.
-    fn power_command(&mut self, i: usize, what: &str) {
+    /// A power command of a fence of node `i`, carried out by the BMC of machine `b` (the one
+    /// its address reaches): a broken promise when `b` is another machine (the device acted on
+    /// a machine whose identity does not match), or for a host that must not power off.
+    fn power_command(&mut self, i: usize, b: usize, what: &str) {
+        if b != i && self.broken_promise.is_none() {
+            self.broken_promise = Some(format!(
+                "a fence of m{i} sent {what} through a miswired BMC address to machine m{b}, not the node's machine"
+            ));
+        }
+        if what == "a reset" {
+            return;
+        }
         if self.s.nodes[i].fencing == Fencing::StorageThenReset && self.broken_promise.is_none() {
             self.broken_promise = Some(format!(
                 "m{i} must not power off, and the controller sent it {what}"
@@ -850,10 +946,91 @@ impl<'s> World<'s> {
         }
     }
 
-    /// The machine's SMBIOS system UUID: its agent advertises it and its Node reports it
-    /// (one machine per node name: the sim never puts another machine under a name).
+    /// The machine's SMBIOS system UUID: its agent advertises it, its BMC answers it, and its
+    /// Node reports it until another machine takes over the name ([`Fault::Impostor`]).
     fn system_uuid(i: usize) -> String {
         format!("5a5a0000-0000-4000-8000-{:012x}", i + 1)
+    }
+
+    /// The `systemUUID` node `i`'s Node reports now: its machine's, or the impostor's.
+    fn node_uuid(&self, i: usize) -> String {
+        self.impostors[i]
+            .as_ref()
+            .map_or_else(|| Self::system_uuid(i), |m| m.system_uuid.clone())
+    }
+
+    /// The machine whose BMC answers at node `i`'s BMC address: its own, unless miswired.
+    fn bmc(&self, i: usize) -> usize {
+        self.s.nodes[i].bmc_of.unwrap_or(i)
+    }
+
+    /// Whether the controller acts through node `i`'s BMC: it pins the direct BMC to the
+    /// `systemUUID` the Node reports, and the BMC must answer as that machine before anything
+    /// is read or commanded (`devices.rs::pin_identity` and the fence agents' identity check,
+    /// with the model's [`palisade_model::identity::same_machine`]); a mismatch sends nothing.
+    /// Under [`Bug::IgnoreBmcIdentity`] nothing is compared.
+    fn bmc_answers_as_node(&self, i: usize) -> bool {
+        self.bug == Some(Bug::IgnoreBmcIdentity)
+            || palisade_model::identity::same_machine(
+                &Self::system_uuid(self.bmc(i)),
+                &self.node_uuid(i),
+            )
+    }
+
+    /// A status read through node `i`'s BMC: what the BMC reached says of its machine, or
+    /// nothing when it does not answer as the node's machine.
+    fn bmc_read(&self, i: usize) -> PowerReading {
+        if !self.bmc_answers_as_node(i) {
+            return PowerReading::Unknown;
+        }
+        let m = &self.machines[self.bmc(i)];
+        m.power_mode.read_power(m.powered)
+    }
+
+    /// A power-on through node `i`'s BMC for a fence of it: whether the BMC took it (it
+    /// answers as the node's machine and does not fail).
+    fn bmc_power_on(&mut self, i: usize) -> bool {
+        if !self.bmc_answers_as_node(i) {
+            self.log(format!(
+                "m{i}'s BMC address answers as another machine: IdentityMismatch, no power on sent"
+            ));
+            return false;
+        }
+        let b = self.bmc(i);
+        self.power_command(i, b, "a power on");
+        if self.machines[b].power_mode.obeys() {
+            self.power_on(b);
+        }
+        self.machines[b].power_mode != DeviceMode::Fails
+    }
+
+    /// Another machine under node `i`'s name renews the node's Lease once per renew interval
+    /// while the API is up, as a fresh agent on an empty machine that answers the challenge it
+    /// read ([`Fault::Impostor`]).
+    fn impostor(&mut self, i: usize) {
+        let now = self.now;
+        let Some(imp) = &self.impostors[i] else {
+            return;
+        };
+        if !self.api_up || imp.last_attempt.is_some_and(|t| now - t < RENEW_MS) {
+            return;
+        }
+        let ad = Advertisement {
+            self_fence_after: Some(Duration::from_secs(self.s.nodes[i].self_fence_after)),
+            watchdog: None,
+            virtualization: Some(Virtualization::None),
+            scope: Some(SelfFenceScope::All),
+            version: None,
+            boot_id: Some(format!("{}-impostor-boot-1", self.machines[i].name)),
+            system_uuid: Some(imp.system_uuid.clone()),
+            runtime_pods: Some(BTreeSet::new()),
+            challenge: self.node_challenge[i].clone(),
+            peer_check: None,
+        };
+        if let Some(imp) = &mut self.impostors[i] {
+            imp.last_attempt = Some(now);
+        }
+        self.write_lease(i, now as i64, ad);
     }
 
     /// The boot ID the machine's agent advertises.
@@ -863,6 +1040,8 @@ impl<'s> World<'s> {
 
     fn power_off(&mut self, i: usize) {
         let m = &mut self.machines[i];
+        // A hypervisor powers a paused machine off too.
+        m.paused = None;
         if m.powered {
             m.powered = false;
             m.containers.clear();
@@ -876,10 +1055,10 @@ impl<'s> World<'s> {
         let now = self.now;
         let api_up = self.api_up;
         let m = &self.machines[i];
-        if !m.powered || m.agent != Agent::Running {
+        if !m.powered || m.agent != Agent::Running || m.paused.is_some() {
             return;
         }
-        let reaches = api_up && !m.cut_api && !m.cut_all;
+        let reaches = api_up && !m.cut_api && !m.cut_all && !m.displaced;
         if reaches {
             // The Node list, read while the API answers.
             let members = self.members();
@@ -892,15 +1071,28 @@ impl<'s> World<'s> {
         if reaches && m.last_attempt.is_none_or(|t| now - t >= RENEW_MS) {
             let ad = Advertisement {
                 self_fence_after: Some(Duration::from_secs(cfg.self_fence_after)),
-                // The simulated machines are bare metal with a hardware watchdog that resets
-                // them (the sim cannot pause a machine: see docs/simulation.md).
+                // A watchdog that resets the machine (a hardware one, or the hypervisor's
+                // emulated one with a reset action).
                 watchdog: cfg.watchdog.filter(|_| m.watchdog_armed).map(|w| Watchdog {
                     timeout: Duration::from_secs(w),
                     nowayout: cfg.nowayout,
                     action: Some(WatchdogAction::Reset),
-                    driver: Some("iTCO_wdt".into()),
+                    driver: Some(
+                        if cfg.virtual_machine {
+                            "i6300esb"
+                        } else {
+                            "iTCO_wdt"
+                        }
+                        .into(),
+                    ),
                 }),
-                virtualization: Some(Virtualization::None),
+                virtualization: Some(
+                    if cfg.virtual_machine && self.bug != Some(Bug::VirtualAsBareMetal) {
+                        Virtualization::Virtual("kvm".into())
+                    } else {
+                        Virtualization::None
+                    },
+                ),
                 scope: Some(SelfFenceScope::All),
                 version: None,
                 boot_id: Some(self.boot_id(i)),
@@ -1166,9 +1358,16 @@ impl<'s> World<'s> {
     /// the node network, powered off, its agent hung or down, or it runs no peer check), else
     /// whether it may vouch (no Lease write attempt within its vouch delay).
     fn answer(&self, from: usize, to: usize) -> Option<bool> {
+        // A request for node `to` goes to the address its Node reports: once another machine
+        // took over the name, that is the newcomer's, which runs no peer check (the original
+        // machine is never asked again).
+        if self.impostors[to].is_some() {
+            return None;
+        }
         let (a, b) = (&self.machines[from], &self.machines[to]);
         if !b.powered
             || b.agent != Agent::Running
+            || b.paused.is_some()
             || a.cut_all
             || b.cut_all
             || a.net_side != b.net_side
@@ -1185,7 +1384,11 @@ impl<'s> World<'s> {
         };
         let now = self.now;
         let m = &mut self.machines[i];
-        if m.powered && m.watchdog_armed && now.saturating_sub(m.last_pet) > w * 1000 {
+        if m.powered
+            && m.paused.is_none()
+            && m.watchdog_armed
+            && now.saturating_sub(m.last_pet) > w * 1000
+        {
             m.containers.clear();
             m.boot += 1;
             self.log(format!("m{i} reset by its watchdog"));
@@ -1287,10 +1490,7 @@ impl<'s> World<'s> {
                 let _ = self.unblock_storage(f);
             }
             Step::PowerOn(_) => {
-                self.power_command(i, "a power on");
-                if self.machines[i].power_mode.obeys() {
-                    self.power_on(i);
-                }
+                self.bmc_power_on(i);
             }
             _ => {}
         }
@@ -1338,18 +1538,28 @@ impl<'s> World<'s> {
         let reset = reset && self.bug != Some(Bug::PowerOffInsteadOfReset);
         let mut evidence = Vec::new();
         let mut ok = true;
+        let b = self.bmc(i);
         for d in devices {
+            if d.kind == DeviceKind::Power && !self.bmc_answers_as_node(i) {
+                self.log(format!(
+                    "{}: m{i}'s BMC address answers as machine m{b}, not the Node's: IdentityMismatch, nothing sent",
+                    self.fences[f].name
+                ));
+                ok = false;
+                continue;
+            }
             if reset && d.kind == DeviceKind::Power {
-                if ok && self.machines[i].power_mode.obeys() {
-                    self.reset_machine(i);
+                if ok && self.machines[b].power_mode.obeys() {
+                    self.power_command(i, b, "a reset");
+                    self.reset_machine(b);
                 }
                 continue;
             }
             if d.kind == DeviceKind::Power {
-                self.power_command(i, "a power off");
+                self.power_command(i, b, "a power off");
             }
             let (mode, kind) = match d.kind {
-                DeviceKind::Power => (self.machines[i].power_mode, EvidenceKind::PowerOff),
+                DeviceKind::Power => (self.machines[b].power_mode, EvidenceKind::PowerOff),
                 DeviceKind::Storage => {
                     (self.machines[i].storage_mode, EvidenceKind::StorageBlocked)
                 }
@@ -1360,7 +1570,7 @@ impl<'s> World<'s> {
             }
             if mode.obeys() {
                 match d.kind {
-                    DeviceKind::Power => self.power_off(i),
+                    DeviceKind::Power => self.power_off(b),
                     DeviceKind::Storage => {
                         let hold = self.fences[f].name.clone();
                         self.machines[i].storage_holds.insert(hold);
@@ -1368,7 +1578,7 @@ impl<'s> World<'s> {
                 }
             }
             let verified = match d.kind {
-                DeviceKind::Power => mode.read_power(self.machines[i].powered) == PowerReading::Off,
+                DeviceKind::Power => self.bmc_read(i) == PowerReading::Off,
                 DeviceKind::Storage => !self.machines[i].storage_holds.is_empty(),
             };
             if verified || self.bug == Some(Bug::TrustCommand) {
@@ -1755,17 +1965,15 @@ impl<'s> World<'s> {
                 })
             })
             .collect();
+        let says: Vec<PowerReading> = members.iter().map(|&i| self.bmc_read(i)).collect();
         let views: Vec<NodeView> = members
             .iter()
             .enumerate()
-            .map(|(k, &i)| {
-                let m = &self.machines[i];
-                NodeView {
-                    name: &m.name,
-                    says: m.power_mode.read_power(m.powered),
-                    watchable: watchable[k],
-                    fence_under_way: under_way[k],
-                }
+            .map(|(k, &i)| NodeView {
+                name: &self.machines[i].name,
+                says: says[k],
+                watchable: watchable[k],
+                fence_under_way: under_way[k],
             })
             .collect();
         self.ctl.power.tick(self.now, &views, &mut self.watch_rng);
@@ -2072,7 +2280,8 @@ impl<'s> World<'s> {
             unsettled_attachments: vec![],
             untainted_for: self.ctl.untainted_since.get(&f).map(|c| now.mono.since(*c)),
             node_uid: Some(format!("uid-{name}")),
-            node_system_uuid: Some(Self::system_uuid(i)),
+            node_system_uuid: Some(self.node_uuid(i)),
+            advertised_system_uuid: advertised.system_uuid.clone(),
             proof_from: palisade_decide::phase::ProofFrom::Agent(answered.system_uuid.clone()),
             older_sibling: None,
             // Budgets on the wall clock alone, as the recorded schedules were found with.
@@ -2132,7 +2341,12 @@ impl<'s> World<'s> {
         match step {
             Step::Nothing | Step::Wait { .. } | Step::Hold(_) | Step::Refuse { .. } => {}
             Step::RecordToken(t) => self.fences[f].status.fencing_token = Some(t),
-            Step::PinNode(p) => self.fences[f].status.pinned = Some(p),
+            Step::PinNode(mut p) => {
+                if self.bug == Some(Bug::PinWithoutMachine) {
+                    p.system_uuid = None;
+                }
+                self.fences[f].status.pinned = Some(p);
+            }
             Step::Supersede(older) => {
                 self.fences[f].status.superseded_by = Some(older);
                 let _ = self.fences[f].status.fail(
@@ -2264,11 +2478,7 @@ impl<'s> World<'s> {
             }
             Step::DeleteAttachment(..) | Step::ClearAttachRecord(..) => {}
             Step::PowerOn(_) => {
-                self.power_command(i, "a power on");
-                if self.machines[i].power_mode.obeys() {
-                    self.power_on(i);
-                }
-                if self.machines[i].power_mode != DeviceMode::Fails {
+                if self.bmc_power_on(i) {
                     self.fences[f].status.recovery.powered_on_at = Some(MicroTime(wall));
                 }
             }
@@ -2307,8 +2517,7 @@ impl<'s> World<'s> {
                 // off; its commands work, so the machine is off after its verify anyway). No
                 // planted control skips it: a leader's steps from the verify to the releases run
                 // within one tick, and no fault powers a machine on between them.
-                let m = &self.machines[i];
-                let state = match m.power_mode.read_power(m.powered) {
+                let state = match self.bmc_read(i) {
                     PowerReading::Unknown => RecheckedPower::Unknown,
                     PowerReading::On => RecheckedPower::On,
                     PowerReading::Off => RecheckedPower::Off,

@@ -74,7 +74,8 @@ fn a_seed_replays_the_same_history() {
     assert!(!a.is_empty());
 }
 
-/// The schedules that broke at-most-one before their fixes; each must stay clean.
+/// The schedules that broke at-most-one before their fixes; each must stay clean, replayed as
+/// they were found (before the machines' identity and nature were drawn).
 ///
 /// - 3210097: a watchdog reset the node before its storage-only fence; the new boot restarted
 ///   the pod, and a boot ID that differed from the one recorded at the fence was taken as the
@@ -97,7 +98,7 @@ fn the_schedules_that_once_broke_at_most_one_stay_clean() {
     for seed in [
         43_369, 3_210_097, 3_348_633, 3_537_759, 3_978_628, 4_000_404, 4_107_866, 10_729_556,
     ] {
-        let r = run(&Schedule::generate(seed), None);
+        let r = run(&Schedule::generate_without_machine_faults(seed), None);
         assert!(r.fences > 0, "seed {seed} exercises no fence");
         if let Some(v) = r.violation {
             panic!("seed {seed}: {}\n{}", v.what, r.history.join("\n"));
@@ -130,6 +131,8 @@ fn node(fencing: Fencing) -> NodeConfig {
         peer_check: None,
         skew_ms: 0,
         joins_late: false,
+        virtual_machine: false,
+        bmc_of: None,
     }
 }
 
