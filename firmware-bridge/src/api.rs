@@ -515,6 +515,10 @@ async fn mutate_in_span(
         token = tracing::field::Empty,
         status = tracing::field::Empty,
     );
+    // The controller's trace context: the action is a child of the fence step that sent it.
+    if let Some(tp) = headers.get("traceparent").and_then(|v| v.to_str().ok()) {
+        palisade_telemetry::set_remote_parent(&span, tp);
+    }
     let response = mutate(b, id, target, op, headers, body)
         .instrument(span.clone())
         .await;

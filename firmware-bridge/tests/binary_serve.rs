@@ -24,6 +24,9 @@ struct Running {
     log: Arc<Mutex<String>>,
 }
 
+/// The trace context a traced request carries (W3C: version, trace ID, parent span ID, sampled).
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
 fn spawn(config: &std::path::Path, otlp: &str) -> Running {
     let mut child = Command::new(env!("CARGO_BIN_EXE_firmware-bridge"))
         .arg("--config")
@@ -62,6 +65,16 @@ fn spawn(config: &std::path::Path, otlp: &str) -> Running {
 
 impl Running {
     fn client(&self, ca: &Ca, cn: &str) -> BridgeClient {
+        self.client_traced(ca, cn, None)
+    }
+
+    /// A client whose requests carry the trace context `trace` gives.
+    fn client_traced(
+        &self,
+        ca: &Ca,
+        cn: &str,
+        trace: Option<palisade_fence::bridge::TraceContext>,
+    ) -> BridgeClient {
         let (c, k) = ca.client(cn);
         let mut s = ClientSettings::new(
             format!("https://127.0.0.1:{}/", self.port).parse().unwrap(),
@@ -70,6 +83,7 @@ impl Running {
             k.into_bytes(),
         );
         s.request_timeout = Duration::from_secs(60);
+        s.trace_context = trace;
         BridgeClient::new(&s).unwrap()
     }
 
@@ -94,6 +108,18 @@ async fn binary_reloads_on_sighup_and_keeps_state_across_restart() {
     let admin = bridge.client(&ca, "palisade-controller");
     let m0only = bridge.client(&ca, "m0-only");
     admin.healthz().await.unwrap();
+    // A request that carries the controller's trace context: its action span joins that trace
+    // as a child of the sending span (checked with the traces below).
+    let traced = bridge.client_traced(
+        &ca,
+        "palisade-controller",
+        Some(|| Some(TRACEPARENT.into())),
+    );
+    let e = traced
+        .power("m0", PowerAction::Off, 1, "bin-traced", None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.status(), Some(502), "{e}");
 
     // Raise m1's floor to 5. The devices do not exist, so the action fails (502) after the
     // floor was persisted.
@@ -191,6 +217,23 @@ async fn binary_reloads_on_sighup_and_keeps_state_across_restart() {
         })
     };
     assert!(find("palisade-controller", "5", "502"), "{actions:?}");
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let traced: Vec<_> = actions
+        .iter()
+        .filter(|s| s.attributes.get("target").map(String::as_str) == Some("m0"))
+        .collect();
+    assert_eq!(traced.len(), 1, "{actions:?}");
+    let want: Vec<&str> = TRACEPARENT.split('-').collect();
+    assert_eq!(hex(&traced[0].trace_id), want[1], "{traced:?}");
+    assert_eq!(hex(&traced[0].parent_span_id), want[2], "{traced:?}");
+    // Requests without a trace context start traces of their own.
+    assert!(
+        actions
+            .iter()
+            .filter(|s| s.attributes.get("target").map(String::as_str) == Some("m1"))
+            .all(|s| hex(&s.trace_id) != want[1] && s.parent_span_id.is_empty()),
+        "{actions:?}"
+    );
     assert!(find("m0-only", "1", "409"), "{actions:?}");
     assert!(find("palisade-controller", "4", "409"), "{actions:?}");
     for secret in [BMC_PASSWORD, PDU_COMMUNITY] {

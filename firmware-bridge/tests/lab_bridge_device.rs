@@ -69,6 +69,7 @@ impl Bridge {
             key_pem: Secret::new(key),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(60),
+            trace_context: None,
         }
     }
 

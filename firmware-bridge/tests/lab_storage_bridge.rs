@@ -143,6 +143,7 @@ impl Lab {
             key_pem: palisade_fence::Secret::new(client_key),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(60),
+            trace_context: None,
         };
         let fw = direct(&ca, storage.admin_port);
         let node = NodeRef::new("node-m0", vec![IpAddr::from([10, 213, 0, 11])]).unwrap();

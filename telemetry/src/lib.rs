@@ -35,6 +35,36 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::{EnvFilter, Layer as _, Registry};
 
+/// The W3C `traceparent` header that names the current span, when its trace is exported
+/// (`--otlp-endpoint` set and the span passed the filter); `None` otherwise. The controller
+/// sends it with every firmware-bridge request, so the bridge's spans join the fence's trace.
+///
+/// Guarantees: the header carries trace and span IDs and the sampled flag only: no field,
+/// no baggage, nothing of the span's attributes.
+pub fn traceparent() -> Option<String> {
+    use opentelemetry::propagation::TextMapPropagator as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let mut carrier = std::collections::HashMap::new();
+    opentelemetry_sdk::propagation::TraceContextPropagator::new()
+        .inject_context(&tracing::Span::current().context(), &mut carrier);
+    carrier.remove("traceparent")
+}
+
+/// Makes `span` a child of the remote span a W3C `traceparent` header names (a request's, from
+/// the controller). A malformed or invalid header is ignored: the span stays a root, and the
+/// request is served as without one.
+pub fn set_remote_parent(span: &tracing::Span, traceparent: &str) {
+    use opentelemetry::propagation::TextMapPropagator as _;
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let carrier =
+        std::collections::HashMap::from([("traceparent".to_string(), traceparent.to_string())]);
+    let cx = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&carrier);
+    if cx.span().span_context().is_valid() {
+        let _ = span.set_parent(cx);
+    }
+}
+
 /// Crates whose spans stay out of the export: the transport's own (the exporter's HTTP
 /// requests would otherwise be traced and exported in turn) and the runtime's.
 const TRANSPORT: &[&str] = &[

@@ -112,10 +112,13 @@ async fn main() -> anyhow::Result<()> {
         format!("{}-{}", host.trim(), std::process::id())
     });
     let bridge = match (&args.bridge_ca, &args.bridge_cert, &args.bridge_key) {
-        (Some(ca), Some(cert), Some(key)) => Some(
-            palisade_fence::bridge::BridgeIdentity::from_files(ca, cert, key)
-                .context("loading the firmware-bridge client identity")?,
-        ),
+        (Some(ca), Some(cert), Some(key)) => Some(palisade_fence::bridge::BridgeIdentity {
+            // Every bridge request carries the current span's trace context, so the bridge's
+            // action spans join the fence's trace.
+            trace_context: Some(palisade_telemetry::traceparent),
+            ..palisade_fence::bridge::BridgeIdentity::from_files(ca, cert, key)
+                .context("loading the firmware-bridge client identity")?
+        }),
         _ => None,
     };
     let client = palisade_controller::client(args.kubeconfig.as_deref()).await?;

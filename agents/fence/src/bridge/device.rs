@@ -38,6 +38,8 @@ pub struct BridgeIdentity {
     pub connect_timeout: Duration,
     /// Whole-request timeout; must cover a verified power-off on the bridge side.
     pub request_timeout: Duration,
+    /// The trace context sent with every request ([`super::ClientSettings::trace_context`]).
+    pub trace_context: Option<super::TraceContext>,
 }
 
 impl BridgeIdentity {
@@ -54,6 +56,7 @@ impl BridgeIdentity {
             key_pem: Secret::new(key_pem),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(150),
+            trace_context: None,
         })
     }
 }
@@ -99,6 +102,7 @@ impl BridgeDevice {
         );
         settings.connect_timeout = identity.connect_timeout;
         settings.request_timeout = identity.request_timeout;
+        settings.trace_context = identity.trace_context;
         let client =
             BridgeClient::new(&settings).map_err(|e| FenceError::Config(format!("{name}: {e}")))?;
         Ok(Self {

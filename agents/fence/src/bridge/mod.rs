@@ -212,7 +212,14 @@ pub struct ClientSettings {
     pub connect_timeout: Duration,
     /// Whole-request timeout (covers a verified power-off). Default 150 s.
     pub request_timeout: Duration,
+    /// The W3C `traceparent` of the caller's current span, sent with every request so the
+    /// bridge's spans join the caller's trace (the controller passes
+    /// `palisade_telemetry::traceparent`). Default none: no header.
+    pub trace_context: Option<TraceContext>,
 }
+
+/// A source of the W3C `traceparent` header for the request being sent (`None`: no header).
+pub type TraceContext = fn() -> Option<String>;
 
 impl ClientSettings {
     /// Settings with default timeouts.
@@ -224,6 +231,7 @@ impl ClientSettings {
             key_pem,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(150),
+            trace_context: None,
         }
     }
 }
@@ -233,6 +241,7 @@ impl ClientSettings {
 pub struct BridgeClient {
     http: reqwest::Client,
     base: Url,
+    trace: Option<TraceContext>,
 }
 
 fn tls_config(s: &ClientSettings) -> Result<ClientConfig, ClientError> {
@@ -338,6 +347,7 @@ impl BridgeClient {
         Ok(Self {
             http,
             base: s.base_url.clone(),
+            trace: s.trace_context,
         })
     }
 
@@ -353,6 +363,10 @@ impl BridgeClient {
         req: reqwest::RequestBuilder,
         url: &Url,
     ) -> Result<(Value, bool), ClientError> {
+        let req = match self.trace.and_then(|f| f()) {
+            Some(tp) => req.header("traceparent", tp),
+            None => req,
+        };
         let resp = req.send().await.map_err(|e| ClientError::Transport {
             url: url.to_string(),
             chain: chain(&e),
