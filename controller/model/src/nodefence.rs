@@ -287,8 +287,9 @@ pub struct PinnedNode {
     /// The Node object's UID when pinned (empty if the Node did not exist then).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub uid: String,
-    /// The Node's `status.nodeInfo.systemUUID` when pinned, the machine this fence acts on;
-    /// absent if the Node did not exist then or reported no comparable UUID
+    /// The machine this fence acts on: the machine UUID the node's last observed renewal
+    /// advertised when pinned (the machine that fell silent), else the Node's
+    /// `status.nodeInfo.systemUUID`; absent if neither names a comparable UUID
     /// ([`crate::identity::normalize_uuid`]).
     ///
     /// Guarantees (of the controller): while it is set, a recovery answer counts only from a
