@@ -1376,6 +1376,43 @@ fn a_live_container_of_a_pod_the_api_does_not_bind_to_the_node_blocks_the_proof(
     assert!(proof(&st, &ad).is_some());
 }
 
+/// Issue 31: a planted `clean_proof` that checked only the first released pod against the
+/// inventory passed 60,000 simulated schedules, because the per-node term masks it there: a
+/// released pod is force-deleted, so it is bound nowhere and its live container blocks the
+/// proof anyway. The released-pods term is the one that holds when the API still binds a
+/// released pod to the node: a finalizer keeps a force-deleted pod's object (with its
+/// `nodeName`) until its controller removes it, and the simulation has no finalizers. Every
+/// released pod counts, not only the first.
+#[test]
+fn every_released_pod_blocks_the_proof_while_a_finalizer_keeps_it_bound_to_the_node() {
+    let mut st = NodeFenceStatus::default();
+    for (name, pod) in [("db", "db-0"), ("ledger", "ledger-0"), ("queue", "queue-0")] {
+        st.release.pods.push(released(&obj(name, pod), wall(1)));
+    }
+    // Every released pod's object is still bound to the node (finalizers), so the per-node
+    // term passes each of them.
+    let bound: BTreeSet<String> = ["uid-db-0", "uid-ledger-0", "uid-queue-0"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    for live in ["uid-db-0", "uid-ledger-0", "uid-queue-0"] {
+        let mut ad = answered("boot-a", "nf-uid");
+        ad.runtime_pods = Some([live.to_string()].into_iter().collect());
+        assert!(
+            palisade_decide::phase::unbound_in_inventory(&ad, &bound).is_empty(),
+            "the per-node term alone passes {live}"
+        );
+        assert_eq!(
+            clean_proof(&st, &ad, "nf-uid", &bound),
+            None,
+            "a live container of released pod {live} must block the proof"
+        );
+    }
+    let mut ad = answered("boot-a", "nf-uid");
+    ad.runtime_pods = Some(Default::default());
+    assert!(clean_proof(&st, &ad, "nf-uid", &bound).is_some());
+}
+
 /// Seed 3210097 of the simulator: a watchdog reset the node *before* the storage fence, the new
 /// boot restarted the pod (the API still listed it), the fence released it. A boot ID that
 /// differs from the one recorded at the fence said nothing about when that boot began: it was

@@ -185,8 +185,8 @@ impl Schedule {
     /// The schedule of `seed`: in a quarter of them (drawn apart from the rest) the cluster
     /// grows while part of it is cut off (as [`Schedule::generate_with_joins`] does in every one).
     ///
-    /// Then the machines' identity and nature ([`Schedule::add_machine_faults`]), drawn apart
-    /// too.
+    /// Then the machines' identity and nature (`add_machine_faults`: a miswired BMC, paused
+    /// virtual machines, another machine under a name), drawn apart too.
     pub fn generate(seed: u64) -> Schedule {
         let mut s = Schedule::generate_without_machine_faults(seed);
         s.add_machine_faults(&mut Rng::new(seed ^ 0x1DE7_7171));
