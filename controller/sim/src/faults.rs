@@ -575,6 +575,15 @@ fn add_power_faults(events: &mut Vec<(u64, Fault)>, n: usize, r: &mut Rng) {
     }
 }
 
+impl Schedule {
+    /// Faults of the machines' identity and nature, drawn from `r` apart from the rest of a
+    /// schedule (see [`add_machine_faults`]).
+    fn add_machine_faults(&mut self, r: &mut Rng) {
+        add_machine_faults(&mut self.events, &mut self.nodes, r);
+        self.events.sort_by_key(|(t, _)| *t);
+    }
+}
+
 /// Faults of the machines' identity and nature, drawn from `r` apart from the rest of a
 /// schedule (so every other part of a schedule stays what it was for its seed):
 ///
@@ -585,15 +594,6 @@ fn add_power_faults(events: &mut Vec<(u64, Fault)>, n: usize, r: &mut Rng) {
 /// - in 6 %, a node's agent hangs for good (no watchdog, a storage-only fence, so its
 ///   containers live on behind the block), and 8–30 s later another machine takes over its
 ///   name (item 7).
-impl Schedule {
-    /// Faults of the machines' identity and nature, drawn from `r` apart from the rest of a
-    /// schedule (see [`add_machine_faults`]).
-    fn add_machine_faults(&mut self, r: &mut Rng) {
-        add_machine_faults(&mut self.events, &mut self.nodes, r);
-        self.events.sort_by_key(|(t, _)| *t);
-    }
-}
-
 fn add_machine_faults(events: &mut Vec<(u64, Fault)>, nodes: &mut [NodeConfig], r: &mut Rng) {
     let n = nodes.len();
     if r.chance(10) {
