@@ -84,6 +84,20 @@ impl Receiver {
         format!("http://{}", self.addr)
     }
 
+    /// The set-up of a test binary named `service` that exports every span at `info` and
+    /// above to this receiver (text logs).
+    pub fn setup(&self, service: &'static str) -> crate::Setup {
+        crate::Setup {
+            service,
+            default_filter: "info",
+            json: false,
+            otlp: crate::OtlpArgs {
+                otlp_endpoint: Some(self.endpoint()),
+                otlp_ca: None,
+            },
+        }
+    }
+
     /// Every span received so far.
     pub fn spans(&self) -> Vec<ReceivedSpan> {
         self.spans.lock().clone()

@@ -2,8 +2,8 @@
 //! with the OpenTelemetry protocol's message types, as children of their parents, with the
 //! binary's service name; what the filter drops is not exported.
 
+use palisade_telemetry::init;
 use palisade_telemetry::receiver::Receiver;
-use palisade_telemetry::{init, OtlpArgs, Setup};
 
 #[test]
 fn spans_and_their_fields_reach_the_collector() {
@@ -14,16 +14,7 @@ fn spans_and_their_fields_reach_the_collector() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let guard = init(Setup {
-            service: "palisade-test",
-            default_filter: "info",
-            json: false,
-            otlp: OtlpArgs {
-                otlp_endpoint: Some(receiver.endpoint()),
-                otlp_ca: None,
-            },
-        })
-        .unwrap();
+        let guard = init(receiver.setup("palisade-test")).unwrap();
         {
             let fence = tracing::info_span!(
                 "nodefence",

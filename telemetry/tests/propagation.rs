@@ -3,29 +3,15 @@
 //! fence step and the firmware-bridge's action are; a malformed header leaves a root.
 
 use palisade_telemetry::receiver::Receiver;
-use palisade_telemetry::{init, set_remote_parent, traceparent, OtlpArgs, Setup};
+use palisade_telemetry::{init, set_remote_parent, traceparent};
 
-#[test]
-fn a_traceparent_makes_the_remote_span_a_child_in_the_same_trace() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_traceparent_makes_the_remote_span_a_child_in_the_same_trace() {
     // Outside any exported span there is nothing to send.
     assert_eq!(traceparent(), None);
     let receiver = Receiver::start().unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let sent = runtime.block_on(async {
-        let guard = init(Setup {
-            service: "palisade-test",
-            default_filter: "info",
-            json: false,
-            otlp: OtlpArgs {
-                otlp_endpoint: Some(receiver.endpoint()),
-                otlp_ca: None,
-            },
-        })
-        .unwrap();
+    let sent = {
+        let guard = init(receiver.setup("palisade-test")).unwrap();
         let sent = {
             let step = tracing::info_span!("fence_step");
             let _in = step.enter();
@@ -42,7 +28,7 @@ fn a_traceparent_makes_the_remote_span_a_child_in_the_same_trace() {
         drop((action, orphan));
         drop(guard);
         sent
-    });
+    };
     let parts: Vec<&str> = sent.split('-').collect();
     assert_eq!(parts.len(), 4, "{sent}");
     assert_eq!((parts[0], parts[3]), ("00", "01"), "{sent}");
