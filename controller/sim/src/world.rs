@@ -927,18 +927,21 @@ impl<'s> World<'s> {
         self.log(format!("m{i} reset (boot {})", self.machines[i].boot));
     }
 
-    /// A power command of a fence of node `i`, carried out by the BMC of machine `b` (the one
-    /// its address reaches): a broken promise when `b` is another machine (the device acted on
-    /// a machine whose identity does not match), or for a host that must not power off.
-    fn power_command(&mut self, i: usize, b: usize, what: &str) {
+    /// A command of a fence of node `i` that the BMC of machine `b` (the one its address
+    /// reaches) carries out: a broken promise when `b` is another machine (the device acted on
+    /// a machine whose identity does not match).
+    fn bmc_command(&mut self, i: usize, b: usize, what: &str) {
         if b != i && self.broken_promise.is_none() {
             self.broken_promise = Some(format!(
                 "a fence of m{i} sent {what} through a miswired BMC address to machine m{b}, not the node's machine"
             ));
         }
-        if what == "a reset" {
-            return;
-        }
+    }
+
+    /// A power command (off or on) of a fence of node `i` through machine `b`'s BMC
+    /// ([`Self::bmc_command`]): also a broken promise for a host that must not power off.
+    fn power_command(&mut self, i: usize, b: usize, what: &str) {
+        self.bmc_command(i, b, what);
         if self.s.nodes[i].fencing == Fencing::StorageThenReset && self.broken_promise.is_none() {
             self.broken_promise = Some(format!(
                 "m{i} must not power off, and the controller sent it {what}"
@@ -1550,7 +1553,7 @@ impl<'s> World<'s> {
             }
             if reset && d.kind == DeviceKind::Power {
                 if ok && self.machines[b].power_mode.obeys() {
-                    self.power_command(i, b, "a reset");
+                    self.bmc_command(i, b, "a reset");
                     self.reset_machine(b);
                 }
                 continue;
