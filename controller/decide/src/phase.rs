@@ -483,8 +483,9 @@ pub enum Step {
     /// answers it can prove the node clean ([`clean_proof`]).
     PostChallenge,
     /// Release 1, before any pod is released: taint the node so no replacement is scheduled
-    /// back onto it (`palisade.dev/fenced:NoSchedule`), and, when the fence covers every pod
-    /// on it, `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`.
+    /// back onto it (`palisade.dev/fenced:NoSchedule`, [`ReleaseTaints::NoSchedule`]). Release
+    /// 3, once this fence released every pod itself and held none:
+    /// `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute` ([`ReleaseTaints::OutOfService`]).
     ApplyTaint(VerifiedFence, ReleaseTaints),
     /// Release 2: record the pod in `status.release.releasing` (persisted first), then mark it
     /// fenced, patch it Failed, DELETE it with grace 0 and UID precondition, and move its record
@@ -494,9 +495,9 @@ pub enum Step {
     /// previous leader's deletion landed before it could record it): move its record to
     /// `status.release.pods`.
     RecordReleased(ObjectRef),
-    /// Release 3: DELETE a VolumeAttachment (UID precondition), once no pod of the node remains.
+    /// Release 4: DELETE a VolumeAttachment (UID precondition), once no pod of the node remains.
     DeleteAttachment(VerifiedFence, ObjectRef),
-    /// Release 4: clear a PV's attach record.
+    /// Release 5: clear a PV's attach record.
     ClearAttachRecord(VerifiedFence, ObjectRef),
     /// Recover: power the node on through these devices (every power device of every tried level).
     PowerOn(Vec<PlannedDevice>),
@@ -519,11 +520,13 @@ pub enum Step {
 /// The taints a release puts on the fenced node ([`Step::ApplyTaint`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseTaints {
-    /// `palisade.dev/fenced:NoSchedule` only: a pod on the node is held (the fence does not
-    /// cover it), and the out-of-service taint would let Kubernetes 1.26+ delete it.
+    /// `palisade.dev/fenced:NoSchedule`: before the first release (`status.release.taintedAt`).
     NoSchedule,
     /// `palisade.dev/fenced:NoSchedule` and
-    /// `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`: the fence covers every pod.
+    /// `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`
+    /// (`status.release.outOfServiceAt`): the fence covers every pod, none is held, and this
+    /// fence released them all. Never while a held pod is on the node: Kubernetes 1.26+ would
+    /// delete it.
     OutOfService,
 }
 
@@ -856,10 +859,14 @@ fn returned_after_self_fence(
 /// pod is recorded as held first and never released by this fence. The node is tainted
 /// `NoSchedule` before the first release, so the replacements of released pods are not
 /// scheduled back onto the fenced node (where they would be released again, or wait for a
-/// node that may never return) while Kubernetes still counts it Ready. The
-/// out-of-service taint is applied only when every pod on the node is covered (on Kubernetes
-/// 1.26+ the pod garbage collector force-deletes the pods of a NotReady node with that taint,
-/// which would release uncovered pods behind the fence's back). Every release (pod,
+/// node that may never return) while Kubernetes still counts it Ready.
+///
+/// The out-of-service taint is a release of its own: on Kubernetes 1.26+ taint eviction and the
+/// pod garbage collector force-delete the pods of a NotReady node that carries it, and the
+/// attach-detach controller detaches its volumes. So it is applied only when no pod is held
+/// (it would release uncovered pods behind the fence's back), only after this fence released
+/// every pod on the node itself (each one recorded, none left for Kubernetes to delete
+/// unrecorded), and before the attachments. Every release (the out-of-service taint, pod,
 /// VolumeAttachment, attach record) waits on `power_recheck`: after a power-off proof, the
 /// proving devices must have read off under the current token.
 fn releasing(status: &NodeFenceStatus, obs: &Observations<'_>, proof: VerifiedFence) -> Step {
@@ -898,21 +905,20 @@ fn releasing(status: &NodeFenceStatus, obs: &Observations<'_>, proof: VerifiedFe
         };
     }
     if status.release.tainted_at.is_none() {
-        let taints = if held.is_empty() {
-            ReleaseTaints::OutOfService
-        } else {
-            ReleaseTaints::NoSchedule
-        };
-        return Step::ApplyTaint(proof, taints);
+        return Step::ApplyTaint(proof, ReleaseTaints::NoSchedule);
     }
     let next = pods.first().map(|p| p.pod.clone());
-    if next.is_some() || !attachments.is_empty() || !attach_records.is_empty() {
+    let out_of_service = held.is_empty() && status.release.out_of_service_at.is_none();
+    if next.is_some() || out_of_service || !attachments.is_empty() || !attach_records.is_empty() {
         if let Some(step) = power_recheck(status, obs, &proof) {
             return step;
         }
     }
     if let Some(p) = next {
         return Step::ReleasePod(proof, p);
+    }
+    if out_of_service {
+        return Step::ApplyTaint(proof, ReleaseTaints::OutOfService);
     }
     // Only once no covered pod of the node remains are attachments broken, and only those
     // the proof covers (a held pod's volume stays attached: [`NodeVolume::covered`]).

@@ -345,9 +345,12 @@ fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn
         Step::HoldPod(p) => st.release.held.push(released(p, at)),
         Step::RecordCleanProof(p) => st.recovery.clean_proof = Some(p.clone()),
         Step::PostChallenge => w.challenge = true,
-        Step::ApplyTaint(..) => {
+        Step::ApplyTaint(_, which) => {
             w.taint = true;
-            st.release.tainted_at = Some(MicroTime(at));
+            match which {
+                ReleaseTaints::NoSchedule => st.release.tainted_at = Some(MicroTime(at)),
+                ReleaseTaints::OutOfService => st.release.out_of_service_at = Some(MicroTime(at)),
+            }
         }
         Step::ReleasePod(_, p) => {
             w.pods.retain(|x| x.pod != *p);
@@ -451,6 +454,7 @@ fn happy_path_walks_every_phase_in_order() {
             "recheck_power",
             "release_pod:db-0",
             "release_pod:web-1",
+            "apply_taint",
             "delete_attachment",
             "clear_attach_record",
             "enter:Released",
@@ -806,6 +810,15 @@ fn attachments_wait_for_every_pod_to_be_released() {
         matches!(next_step(&sp, &st, &w.obs()), Step::ReleasePod(_, ref p) if p.name == "late")
     );
     w.pods.clear();
+    let out_of_service = next_step(&sp, &st, &w.obs());
+    assert!(
+        matches!(
+            out_of_service,
+            Step::ApplyTaint(_, ReleaseTaints::OutOfService)
+        ),
+        "{out_of_service:?}"
+    );
+    apply(&out_of_service, &mut st, &mut w, &|_| true);
     assert!(matches!(
         next_step(&sp, &st, &w.obs()),
         Step::DeleteAttachment(..)
@@ -1294,6 +1307,26 @@ fn a_power_fence_releases_every_pod() {
     assert_eq!(st.verified_fence().unwrap().coverage(), Coverage::All);
     assert!(!steps.iter().any(|s| matches!(s, Step::HoldPod(_))));
     assert_eq!(st.release.pods.len(), 2);
+    // The order: NoSchedule, the power re-read, every pod released by this fence, and only
+    // then the out-of-service taint (a release of its own on Kubernetes 1.26+: a pod its pod
+    // GC deleted first would be missing from the record), before the attachments.
+    let at = |what: &dyn Fn(&Step) -> bool| steps.iter().position(what);
+    let no_schedule = at(&|s| matches!(s, Step::ApplyTaint(_, ReleaseTaints::NoSchedule)));
+    let recheck = at(&|s| matches!(s, Step::RecheckPower(_)));
+    let last_pod = steps
+        .iter()
+        .rposition(|s| matches!(s, Step::ReleasePod(..)));
+    let out_of_service = at(&|s| matches!(s, Step::ApplyTaint(_, ReleaseTaints::OutOfService)));
+    let attachment = at(&|s| matches!(s, Step::DeleteAttachment(..)));
+    assert!(
+        no_schedule < recheck
+            && recheck < last_pod
+            && last_pod < out_of_service
+            && out_of_service.is_some()
+            && attachment.is_none_or(|a| Some(a) > out_of_service),
+        "{steps:?}"
+    );
+    assert!(st.release.out_of_service_at.is_some());
 }
 
 #[test]

@@ -61,7 +61,14 @@ pub fn marks(f: &NodeFence) -> Vec<Mark> {
         out.push(Mark {
             at: t.0,
             lane: "release",
-            text: "node tainted".into(),
+            text: "node tainted palisade.dev/fenced:NoSchedule".into(),
+        });
+    }
+    if let Some(t) = &st.release.out_of_service_at {
+        out.push(Mark {
+            at: t.0,
+            lane: "release",
+            text: "node tainted out-of-service".into(),
         });
     }
     for r in &st.release.power_rechecks {

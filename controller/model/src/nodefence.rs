@@ -556,10 +556,16 @@ pub enum EvidenceKind {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReleaseProgress {
-    /// When the node was tainted `palisade.dev/fenced:NoSchedule` (and
-    /// `node.kubernetes.io/out-of-service` when the fence covers every pod on it).
+    /// When the node was tainted `palisade.dev/fenced:NoSchedule`, before the first release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tainted_at: Option<MicroTime>,
+    /// When the node was tainted `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`:
+    /// only when the fence covers every pod on the node, and only after this fence released
+    /// them all itself (the taint is a release of its own: Kubernetes' taint eviction and pod
+    /// garbage collector force-delete the node's pods, and the attach-detach controller
+    /// detaches its volumes, none of them recorded here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_of_service_at: Option<MicroTime>,
     /// Pods marked Failed and deleted (grace 0, UID precondition).
     #[serde(default)]
     pub pods: Vec<ReleasedObject>,

@@ -24,7 +24,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use palisade_decide::detector::{Detector, Health, Heartbeat, Observed, Thresholds};
 use palisade_decide::majority::{peer_checked_trust, MemberHistory, Streaks, DEFAULT_WINDOW};
 use palisade_decide::phase::{
-    clean_proof, NodePod, ObjectRef, Observations, PeerTrust, Step, UNTAINT_SETTLE_MARGIN,
+    clean_proof, NodePod, ObjectRef, Observations, PeerTrust, ReleaseTaints, Step,
+    UNTAINT_SETTLE_MARGIN,
 };
 use palisade_decide::power::{OffRun, PowerReading, PowerWatch};
 use palisade_decide::snapshot::{
@@ -2463,13 +2464,19 @@ impl<'s> World<'s> {
                 self.node_challenge[i] = Some(name.clone());
                 self.log(format!("{name}: recovery challenge posted on m{i}"));
             }
-            Step::ApplyTaint(..) => {
+            Step::ApplyTaint(_, which) => {
                 // A taint already there is not this fence's (and not recorded as its).
                 if !self.tainted[i] {
                     self.tainted[i] = true;
                     self.taint_owner[i] = Some(f);
                 }
-                self.fences[f].status.release.tainted_at = Some(MicroTime(wall));
+                let release = &mut self.fences[f].status.release;
+                match which {
+                    ReleaseTaints::NoSchedule => release.tainted_at = Some(MicroTime(wall)),
+                    ReleaseTaints::OutOfService => {
+                        release.out_of_service_at = Some(MicroTime(wall))
+                    }
+                }
             }
             Step::ReleasePod(_, pod) => self.release_pod(f, &pod),
             Step::RecordReleased(pod) => {

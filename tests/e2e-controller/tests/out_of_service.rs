@@ -2,8 +2,10 @@
 //! taint is itself a release: once it lands on a NotReady node, Kubernetes' own controllers
 //! evict and force-delete the node's pods (taint eviction, then the pod garbage collector) and
 //! the attach-detach controller detaches its volumes without waiting for the node. So Palisade
-//! may add it only after the fence is verified, and only when the fence covers every pod on
-//! the node (`release_scope.rs` proves the second on the same release).
+//! may add it only after the fence is verified, only when the fence covers every pod on the
+//! node (`release_scope.rs` proves that on the same release), and only once it released each
+//! of those pods itself: a pod the taint's pod garbage collector deleted first would be
+//! missing from the fence's record of what it released.
 //!
 //! The API server's audit log says who deleted what, and when: these tests read it rather than
 //! the objects, so a delete by anyone (Palisade, a Kubernetes controller) before the fence was
@@ -41,7 +43,7 @@ fn line(t0: Timestamp, e: &AuditEvent) -> String {
 }
 
 #[test]
-fn the_out_of_service_taint_lands_after_the_verified_fence_and_every_release_follows_it() {
+fn the_out_of_service_taint_lands_after_the_verified_fence_and_after_the_pod_was_released() {
     let (lab, rt, c) = lab_ready_on(KubeVersion::V1_34, 3, false);
     let cp = lab.control_plane().expect("control plane");
     assert_eq!(cp.version(), KubeVersion::V1_34);
@@ -98,6 +100,19 @@ fn the_out_of_service_taint_lands_after_the_verified_fence_and_every_release_fol
         at(taint) >= fenced,
         "the out-of-service taint at {} is added after the fence is verified at {fenced}",
         at(taint)
+    );
+    // db-0 was gone before the taint: Palisade's release (marking it Failed, which the
+    // StatefulSet controller may act on with a delete of its own, then its grace-0 delete)
+    // removed it, and no controller acting on the taint could delete it unrecorded.
+    let gone = about_m0
+        .iter()
+        .find(|e| e.verb == "delete" && e.on("pods", "db-0") && e.succeeded())
+        .expect("db-0 was deleted");
+    assert!(
+        at(gone) <= at(taint),
+        "db-0 is deleted ({}) before the out-of-service taint lands ({})",
+        line(t_cut, gone),
+        line(t_cut, taint)
     );
     // Every delete of the old pod and of its attachment, by whoever asked, came after the
     // fence was verified; the attachment is gone and db-0 was deleted at least once.

@@ -342,7 +342,7 @@ pub fn run(lab: &Lab, c: &Cluster, t: &Timeline, opts: Options) -> Result<Report
                     format!("fenced, verified: {}", ev.join("; "))
                 }
                 Phase::Releasing => {
-                    "releasing: node tainted (NoSchedule, out-of-service), pods force-deleted by UID".into()
+                    "releasing: node tainted NoSchedule, pods force-deleted by UID, then out-of-service".into()
                 }
                 Phase::Released => format!(
                     "released: {} pod(s), {} VolumeAttachment(s), {} volumesInUse record(s)",
