@@ -455,7 +455,7 @@ impl AuditCtx<'_> {
         .collect::<Vec<_>>()
         .join("; ");
         let rec = AuditRecord {
-            time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            time: format!("{:.3}", jiff::Timestamp::now()),
             client: self.id.name(),
             action: self.op.name().into(),
             target: self.target.into(),

@@ -222,8 +222,12 @@ impl FenceExecutor {
     }
 }
 
+/// RFC 3339 in UTC, to the millisecond (a time before 1970 or after 9999 reads as the epoch).
 fn rfc3339(t: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    format!(
+        "{:.3}",
+        jiff::Timestamp::try_from(t).unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+    )
 }
 
 fn ms(d: Duration) -> u64 {
@@ -600,6 +604,14 @@ impl Executor for FenceExecutor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Evidence times are UTC, to the millisecond, whatever the clock's precision.
+    #[test]
+    fn evidence_times_are_rfc3339_utc_to_the_millisecond() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_nanos(1_234_567_891);
+        assert_eq!(rfc3339(t), "1970-01-01T00:00:01.234Z");
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+    }
 
     /// The wire's rule for a hold and the storage agent's are one rule: a hold the bridge
     /// accepts is one the agent accepts, and a hold the agent would refuse is refused at the

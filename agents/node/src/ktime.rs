@@ -1,27 +1,22 @@
-//! Conversions from `chrono` times to the API's `Time` and `MicroTime`.
+//! The API's `Time` and `MicroTime` of a [`Timestamp`] (the agent's times are jiff's, as
+//! `k8s-openapi`'s are).
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
-use k8s_openapi::jiff::Timestamp;
 
-fn ts(t: DateTime<Utc>) -> Timestamp {
-    let nanos = i32::try_from(t.timestamp_subsec_nanos()).unwrap_or(0);
-    Timestamp::new(t.timestamp(), nanos).unwrap_or(Timestamp::UNIX_EPOCH)
-}
-
-/// `Time` of a chrono time.
-pub fn time(t: DateTime<Utc>) -> Time {
-    Time(ts(t))
+/// `Time` of a timestamp.
+pub fn time(t: Timestamp) -> Time {
+    Time(t)
 }
 
 /// `Time` now.
 pub fn now() -> Time {
-    time(Utc::now())
+    time(Timestamp::now())
 }
 
 /// `MicroTime` now.
 pub fn micro_now() -> MicroTime {
-    MicroTime(ts(Utc::now()))
+    MicroTime(Timestamp::now())
 }
 
 #[cfg(test)]
@@ -30,9 +25,7 @@ mod tests {
 
     #[test]
     fn conversion_keeps_the_instant() {
-        let t = DateTime::parse_from_rfc3339("2026-11-22T09:00:01.25Z")
-            .unwrap()
-            .with_timezone(&Utc);
+        let t: Timestamp = "2026-11-22T09:00:01.25Z".parse().unwrap();
         assert_eq!(time(t).0.to_string(), "2026-11-22T09:00:01.25Z");
     }
 }

@@ -164,14 +164,10 @@ impl Reporter {
     /// Records an Event about the pod (best effort: failures are logged).
     pub async fn event(&self, pod: &PodRef, warning: bool, reason: &str, message: &str) {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let now = chrono::Utc::now();
+        let now = jiff::Timestamp::now();
         let ev = Event {
             metadata: ObjectMeta {
-                name: Some(format!(
-                    "{}.{:x}",
-                    pod.name,
-                    now.timestamp_nanos_opt().unwrap_or_default()
-                )),
+                name: Some(format!("{}.{:x}", pod.name, now.as_nanosecond())),
                 namespace: Some(pod.namespace.clone()),
                 ..Default::default()
             },

@@ -260,7 +260,7 @@ mod tests {
             pod_uid: pod.into(),
             name: "c".into(),
             attempt: 0,
-            started_at: chrono::Utc::now(),
+            started_at: jiff::Timestamp::now(),
         };
         let stateful = Scope::of(false, &recs);
         let covered = |s: &Scope| {

@@ -16,7 +16,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use chrono::Utc;
+use jiff::Timestamp;
 
 /// The first argument that selects the container shim.
 pub const SHIM_ARG: &str = "__shim";
@@ -49,7 +49,7 @@ pub struct ExitRecord {
     /// The signal, if any.
     pub signal: Option<i32>,
     /// When the shim saw the exit.
-    pub finished_at: chrono::DateTime<Utc>,
+    pub finished_at: Timestamp,
     /// Set when the process could not be started at all.
     pub start_error: Option<String>,
     /// Set when it could not start because its volumes could not be mounted.
@@ -128,7 +128,7 @@ pub fn run_container(dir: &Path) -> i32 {
             &ExitRecord {
                 code: 128,
                 signal: None,
-                finished_at: Utc::now(),
+                finished_at: Timestamp::now(),
                 start_error: Some(msg),
                 mount_failed,
             },
@@ -178,7 +178,7 @@ pub fn run_container(dir: &Path) -> i32 {
         &ExitRecord {
             code,
             signal,
-            finished_at: Utc::now(),
+            finished_at: Timestamp::now(),
             start_error: None,
             mount_failed: false,
         },

@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, Pod, PodStatus,
@@ -185,7 +185,7 @@ struct Ctr {
     spec: Container,
     kind: Kind,
     id: Option<String>,
-    started: Option<(Instant, chrono::DateTime<Utc>)>,
+    started: Option<(Instant, Timestamp)>,
     state: ContainerState,
     last_state: Option<ContainerStateTerminated>,
     restart_count: i32,
@@ -324,7 +324,7 @@ impl Worker {
             if let Some(id) = r.id {
                 // Adopt: the next tick notices if it has exited meanwhile.
                 let info = ctx.runtime.list().into_iter().find(|i| i.id == id);
-                let started_at = info.map(|i| i.started_at).unwrap_or_else(Utc::now);
+                let started_at = info.map(|i| i.started_at).unwrap_or_else(Timestamp::now);
                 ctr.id = Some(id);
                 ctr.started = Some((Instant::now(), started_at));
                 ctr.state = ContainerState {

@@ -6,7 +6,7 @@
 //! ([`Worker::kill_all_with`] turns every kill deadline into "now"), and containers that have
 //! no worker at all are covered by [`crate::self_fence::sweep`].
 
-use chrono::Utc;
+use jiff::Timestamp;
 use tokio::time::Instant;
 
 use super::confirm::{classify, Verdict};
@@ -87,7 +87,7 @@ impl Worker {
                 Some(9),
                 "SelfFenced",
                 Some("killed by palisade-node self-fencing".into()),
-                Utc::now(),
+                Timestamp::now(),
                 policy,
             )
             .await;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, ContainerState, ContainerStateRunning, LifecycleHandler,
 };
@@ -196,12 +196,20 @@ impl Worker {
                     format!("Error: failed to start container {name}: {msg}"),
                 );
                 let policy = self.restart_policy();
-                self.ctrs[i].started = Some((Instant::now(), Utc::now()));
+                self.ctrs[i].started = Some((Instant::now(), Timestamp::now()));
                 if let Some(id) = Some(cfg.id()) {
                     let _ = self.ctx.runtime.remove(&id).await;
                 }
-                self.on_exit(i, 128, None, "StartError", Some(msg), Utc::now(), &policy)
-                    .await;
+                self.on_exit(
+                    i,
+                    128,
+                    None,
+                    "StartError",
+                    Some(msg),
+                    Timestamp::now(),
+                    &policy,
+                )
+                .await;
             }
         }
     }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated};
 use tokio::time::Instant;
 
@@ -144,7 +144,7 @@ impl Worker {
         signal: Option<i32>,
         reason: &str,
         message: Option<String>,
-        finished_at: chrono::DateTime<Utc>,
+        finished_at: Timestamp,
         policy: &str,
     ) {
         let pref = self.pref.clone();

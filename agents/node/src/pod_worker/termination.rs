@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use nix::sys::signal::Signal;
 use tokio::sync::{mpsc, watch};
@@ -354,9 +354,11 @@ impl Worker {
             return;
         }
         let exit = self.ctx.runtime.exit_status(&id).ok().flatten();
-        let (code, signal, at) =
-            exit.map(|e| (e.code, e.signal, e.finished_at))
-                .unwrap_or((137, Some(9), Utc::now()));
+        let (code, signal, at) = exit.map(|e| (e.code, e.signal, e.finished_at)).unwrap_or((
+            137,
+            Some(9),
+            Timestamp::now(),
+        ));
         let policy = match reason {
             KillReason::PodTermination => "Never".to_string(),
             _ => self.restart_policy(),
@@ -414,9 +416,11 @@ impl Worker {
             return;
         };
         let exit = self.ctx.runtime.exit_status(&id).ok().flatten();
-        let (code, signal, at) =
-            exit.map(|e| (e.code, e.signal, e.finished_at))
-                .unwrap_or((137, Some(9), Utc::now()));
+        let (code, signal, at) = exit.map(|e| (e.code, e.signal, e.finished_at)).unwrap_or((
+            137,
+            Some(9),
+            Timestamp::now(),
+        ));
         let r = if code == 0 { "Completed" } else { "Error" };
         self.on_exit(i, code, signal, r, None, at, "Never").await;
         self.ctrs[i].finished = true;

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use chrono::Utc;
+use jiff::Timestamp;
 use nix::sys::signal::Signal;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -90,7 +90,7 @@ impl Fake {
                 self.exited = Some(ExitStatus {
                     code,
                     signal: None,
-                    finished_at: Utc::now(),
+                    finished_at: Timestamp::now(),
                 });
             }
         }
@@ -101,7 +101,7 @@ impl Fake {
             self.exited = Some(ExitStatus {
                 code: 128 + signal as i32,
                 signal: Some(signal as i32),
-                finished_at: Utc::now(),
+                finished_at: Timestamp::now(),
             });
         }
     }
@@ -202,7 +202,7 @@ impl Runtime for FakeRuntime {
             pod_uid: config.pod_uid.clone(),
             name: config.name.clone(),
             attempt: config.attempt,
-            started_at: Utc::now(),
+            started_at: Timestamp::now(),
         };
         Self::record(
             &mut st,

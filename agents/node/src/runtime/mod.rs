@@ -9,7 +9,7 @@ pub mod process;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use jiff::Timestamp;
 
 /// Errors of a runtime.
 #[derive(Debug, thiserror::Error)]
@@ -104,7 +104,7 @@ pub struct ContainerInfo {
     /// Restart attempt.
     pub attempt: u32,
     /// When the main process started.
-    pub started_at: DateTime<Utc>,
+    pub started_at: Timestamp,
 }
 
 /// How a container's main process ended.
@@ -115,7 +115,7 @@ pub struct ExitStatus {
     /// The signal that killed it, if any.
     pub signal: Option<i32>,
     /// When the exit was observed.
-    pub finished_at: DateTime<Utc>,
+    pub finished_at: Timestamp,
 }
 
 /// The runtime interface the pod workers use.

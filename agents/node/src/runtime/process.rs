@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use chrono::Utc;
+use jiff::Timestamp;
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
@@ -154,7 +154,7 @@ impl Runtime for ProcessRuntime {
             pod_uid: config.pod_uid.clone(),
             name: config.name.clone(),
             attempt: config.attempt,
-            started_at: Utc::now(),
+            started_at: Timestamp::now(),
         };
         let meta = Meta {
             info: info.clone(),
@@ -249,7 +249,7 @@ impl Runtime for ProcessRuntime {
         let rec = ExitRecord {
             code: 137,
             signal: Some(9),
-            finished_at: Utc::now(),
+            finished_at: Timestamp::now(),
             start_error: None,
             mount_failed: false,
         };
