@@ -455,7 +455,7 @@ impl AuditCtx<'_> {
         .collect::<Vec<_>>()
         .join("; ");
         let rec = AuditRecord {
-            time: format!("{:.3}", jiff::Timestamp::now()),
+            time: crate::fence_executor::rfc3339(std::time::SystemTime::now()),
             client: self.id.name(),
             action: self.op.name().into(),
             target: self.target.into(),

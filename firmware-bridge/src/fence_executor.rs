@@ -222,8 +222,9 @@ impl FenceExecutor {
     }
 }
 
-/// RFC 3339 in UTC, to the millisecond (a time before 1970 or after 9999 reads as the epoch).
-fn rfc3339(t: SystemTime) -> String {
+/// RFC 3339 in UTC, to the millisecond (a time before 1970 or after 9999 reads as the epoch):
+/// the bridge's evidence and audit times.
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     format!(
         "{:.3}",
         jiff::Timestamp::try_from(t).unwrap_or(jiff::Timestamp::UNIX_EPOCH)

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
 
@@ -186,8 +186,8 @@ impl Reporter {
                 component: Some("palisade-node".into()),
                 host: Some(self.node_name.clone()),
             }),
-            first_timestamp: Some(crate::ktime::time(now)),
-            last_timestamp: Some(crate::ktime::time(now)),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
             count: Some(1),
             ..Default::default()
         };

@@ -525,7 +525,7 @@ mod tests {
     #[test]
     fn transition_time_is_kept_while_status_is_unchanged() {
         let s = spec("Always", &[], &[], &["a"]);
-        let t0 = crate::ktime::time(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(100));
+        let t0 = Time(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(100));
         let t1 = crate::ktime::now();
         let statuses = [running("a", true)];
         let input = ConditionInputs {

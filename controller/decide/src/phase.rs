@@ -23,10 +23,11 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use palisade_model::nodefence::{
-    FailureReason, LevelKind, NodeFenceSpec, NodeFenceStatus, Phase, PlannedDevice, RequestedBy,
-    VerifiedFence,
+    FailureReason, LevelKind, NodeFenceSpec, NodeFenceStatus, Phase, PlannedDevice,
+    ReleaseProgress, RequestedBy, VerifiedFence,
 };
 use palisade_model::policy::{Recovery, UntaintWhen};
 use palisade_model::target::DeviceKind;
@@ -528,6 +529,18 @@ pub enum ReleaseTaints {
     /// fence released them all. Never while a held pod is on the node: Kubernetes 1.26+ would
     /// delete it.
     OutOfService,
+}
+
+impl ReleaseTaints {
+    /// Records in `release` that these taints were applied at `at`: the NoSchedule taint in
+    /// `taintedAt`, the out-of-service taint in `outOfServiceAt` (what [`next_step`] reads to
+    /// go on).
+    pub fn record(self, release: &mut ReleaseProgress, at: MicroTime) {
+        match self {
+            ReleaseTaints::NoSchedule => release.tainted_at = Some(at),
+            ReleaseTaints::OutOfService => release.out_of_service_at = Some(at),
+        }
+    }
 }
 
 impl Step {

@@ -347,10 +347,7 @@ fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn
         Step::PostChallenge => w.challenge = true,
         Step::ApplyTaint(_, which) => {
             w.taint = true;
-            match which {
-                ReleaseTaints::NoSchedule => st.release.tainted_at = Some(MicroTime(at)),
-                ReleaseTaints::OutOfService => st.release.out_of_service_at = Some(MicroTime(at)),
-            }
+            which.record(&mut st.release, MicroTime(at));
         }
         Step::ReleasePod(_, p) => {
             w.pods.retain(|x| x.pod != *p);

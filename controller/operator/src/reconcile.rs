@@ -1521,15 +1521,10 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 Step::ApplyTaint(proof, which) => {
                     ctx.leader.check(token).await?;
                     crate::release::apply_taint(&ctx.client, &node, &uid, &proof, which).await?;
+                    which.record(&mut status.release, MicroTime(now_wall()));
                     let taints = match which {
-                        ReleaseTaints::OutOfService => {
-                            status.release.out_of_service_at = Some(MicroTime(now_wall()));
-                            "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute (every pod on it released by this fence)"
-                        }
-                        ReleaseTaints::NoSchedule => {
-                            status.release.tainted_at = Some(MicroTime(now_wall()));
-                            "palisade.dev/fenced:NoSchedule"
-                        }
+                        ReleaseTaints::OutOfService => "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute (every pod on it released by this fence)",
+                        ReleaseTaints::NoSchedule => "palisade.dev/fenced:NoSchedule",
                     };
                     persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal, "Tainted", &format!("node {node} tainted {taints}"))).await?;
                 }

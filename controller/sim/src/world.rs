@@ -24,8 +24,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use palisade_decide::detector::{Detector, Health, Heartbeat, Observed, Thresholds};
 use palisade_decide::majority::{peer_checked_trust, MemberHistory, Streaks, DEFAULT_WINDOW};
 use palisade_decide::phase::{
-    clean_proof, NodePod, ObjectRef, Observations, PeerTrust, ReleaseTaints, Step,
-    UNTAINT_SETTLE_MARGIN,
+    clean_proof, NodePod, ObjectRef, Observations, PeerTrust, Step, UNTAINT_SETTLE_MARGIN,
 };
 use palisade_decide::power::{OffRun, PowerReading, PowerWatch};
 use palisade_decide::snapshot::{
@@ -2470,13 +2469,7 @@ impl<'s> World<'s> {
                     self.tainted[i] = true;
                     self.taint_owner[i] = Some(f);
                 }
-                let release = &mut self.fences[f].status.release;
-                match which {
-                    ReleaseTaints::NoSchedule => release.tainted_at = Some(MicroTime(wall)),
-                    ReleaseTaints::OutOfService => {
-                        release.out_of_service_at = Some(MicroTime(wall))
-                    }
-                }
+                which.record(&mut self.fences[f].status.release, MicroTime(wall));
             }
             Step::ReleasePod(_, pod) => self.release_pod(f, &pod),
             Step::RecordReleased(pod) => {

@@ -45,6 +45,7 @@ use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, Pod, PodStatus,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -329,7 +330,7 @@ impl Worker {
                 ctr.started = Some((Instant::now(), started_at));
                 ctr.state = ContainerState {
                     running: Some(ContainerStateRunning {
-                        started_at: Some(crate::ktime::time(started_at)),
+                        started_at: Some(Time(started_at)),
                     }),
                     ..Default::default()
                 };

@@ -8,6 +8,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, ContainerState, ContainerStateRunning, LifecycleHandler,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::time::Instant;
 
 use super::image::{self, ImageConfig};
@@ -136,7 +137,7 @@ impl Worker {
                 c.started = Some((Instant::now(), info.started_at));
                 c.state = ContainerState {
                     running: Some(ContainerStateRunning {
-                        started_at: Some(crate::ktime::time(info.started_at)),
+                        started_at: Some(Time(info.started_at)),
                     }),
                     ..Default::default()
                 };

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::time::Instant;
 
 use super::{Kind, Worker};
@@ -156,8 +157,8 @@ impl Worker {
             signal,
             reason: Some(reason.into()),
             message,
-            started_at: Some(crate::ktime::time(started_at)),
-            finished_at: Some(crate::ktime::time(finished_at)),
+            started_at: Some(Time(started_at)),
+            finished_at: Some(Time(finished_at)),
             container_id: c.id.as_ref().map(|i| format!("palisade://{i}")),
         };
         tracing::info!(container = %c.spec.name, code, reason, "container exited");
