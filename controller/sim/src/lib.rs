@@ -4,6 +4,7 @@
 //! The pure core runs unchanged: the detector, [`palisade_decide::decide()`] and the `NodeFence`
 //! state machine [`palisade_decide::next_step`]. Around it, [`world`] simulates what the I/O
 //! controller talks to — an API (pods, Leases with the agents' advertisements, NodeFences, the
+//! release taints, and Kubernetes' pod GC, which force-deletes the pods of a Node with the
 //! out-of-service taint), machines with power and a storage path, node agents that renew,
 //! start and kill containers and self-fence, hardware watchdogs, BMCs and a storage firewall
 //! that succeed, fail or ignore commands — and a clock the simulation owns. [`power`] is the

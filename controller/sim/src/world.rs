@@ -24,7 +24,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use palisade_decide::detector::{Detector, Health, Heartbeat, Observed, Thresholds};
 use palisade_decide::majority::{peer_checked_trust, MemberHistory, Streaks, DEFAULT_WINDOW};
 use palisade_decide::phase::{
-    clean_proof, NodePod, ObjectRef, Observations, PeerTrust, Step, UNTAINT_SETTLE_MARGIN,
+    clean_proof, NodePod, ObjectRef, Observations, PeerTrust, ReleaseTaints, Step,
+    UNTAINT_SETTLE_MARGIN,
 };
 use palisade_decide::power::{OffRun, PowerReading, PowerWatch};
 use palisade_decide::snapshot::{
@@ -72,6 +73,11 @@ pub enum Bug {
     /// Record a released pod only after its deletion (no write-ahead record): a controller
     /// that dies in between leaves a deleted pod the status does not name.
     RecordAfterDelete,
+    /// The old release order (before stop 45): the out-of-service taint goes on with the
+    /// NoSchedule taint, before the power re-read and before Palisade released and recorded
+    /// the node's pods. Kubernetes' pod GC then deletes pods no NodeFence records (the CI
+    /// failure of `in_cluster.rs`), and may do so after the machine came back on.
+    OutOfServiceFirst,
     /// Measure the self-fence wait on the wall clock only (a step of the controller's wall
     /// clock shortens it).
     WallClockOnly,
@@ -139,7 +145,7 @@ pub enum Bug {
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 19] = [
+    pub const ALL: [Bug; 20] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -148,6 +154,7 @@ impl Bug {
         Bug::IgnoreMajorityBound,
         Bug::LooseMajority,
         Bug::RecordAfterDelete,
+        Bug::OutOfServiceFirst,
         Bug::WallClockOnly,
         Bug::PowerOffInsteadOfReset,
         Bug::UnblockWithoutNewBoot,
@@ -441,6 +448,21 @@ struct Pod {
     deleted: bool,
 }
 
+/// An out-of-service taint on a Node, and Kubernetes acting on it (1.26+): taint eviction
+/// marks the node's pods terminating at once, and the pod GC force-deletes them on its next
+/// pass, every [`POD_GC_PERIOD_MS`]. The simulated pod GC does not wait for the Node to be
+/// `NotReady`, as the real one does: it acts on more Nodes than the real one, never fewer.
+#[derive(Debug, Clone, Copy)]
+struct OutOfService {
+    /// The fence that added it, as the Node's record says (`None`: another actor's).
+    owner: Option<usize>,
+    /// The pod GC's next pass (true time, ms).
+    gc_at: u64,
+}
+
+/// How often Kubernetes' pod GC runs (`kube-controller-manager`'s default, 20 s).
+const POD_GC_PERIOD_MS: u64 = 20_000;
+
 #[derive(Debug, Clone)]
 struct Fence {
     name: String,
@@ -517,12 +539,17 @@ pub struct World<'s> {
     pods: Vec<Pod>,
     identities: Vec<(String, Backing)>,
     fences: Vec<Fence>,
-    /// Per Node: whether it carries the release taints (`palisade.dev/fenced` and
-    /// out-of-service).
+    /// Per Node: whether it carries the NoSchedule release taint (`palisade.dev/fenced`).
     tainted: Vec<bool>,
-    /// Per Node: the fence that added its release taints, as the Node's record of it says
-    /// (`None`: not tainted, or tainted before any fence, by another actor).
+    /// Per Node: the fence that added its NoSchedule release taint, as the Node's record of it
+    /// says (`None`: not tainted, or tainted before any fence, by another actor).
     taint_owner: Vec<Option<usize>>,
+    /// Per Node: the out-of-service taint, if it carries one, and what Kubernetes does
+    /// because of it.
+    out_of_service: Vec<Option<OutOfService>>,
+    /// Draws when Kubernetes' pod GC acts on an out-of-service taint (a stream of its own, so
+    /// that the other draws of a schedule do not depend on it).
+    podgc_rng: Rng,
     /// Per Node: when its release taints were last removed (true time, ms).
     untainted_at: Vec<Option<u64>>,
     /// Per Node: its recovery challenge annotation (the name of the fence that wrote it).
@@ -640,6 +667,7 @@ impl<'s> World<'s> {
             lease_log: vec![vec![(0, 0, 0, Advertisement::default())]; s.nodes.len()],
             skew_rng: Rng::new(s.seed ^ 0x5EED_C10C),
             crash_rng: Rng::new(s.seed ^ 0x0C2A_54ED),
+            podgc_rng: Rng::new(s.seed ^ 0x9D6C_0005),
             net_rng: Rng::new(s.seed ^ 0x0A75_DE1A),
             released_uids: BTreeSet::new(),
             broken_promise: None,
@@ -656,6 +684,7 @@ impl<'s> World<'s> {
             fences: Vec::new(),
             tainted: vec![false; s.nodes.len()],
             taint_owner: vec![None; s.nodes.len()],
+            out_of_service: vec![None; s.nodes.len()],
             untainted_at: vec![None; s.nodes.len()],
             node_challenge: vec![None; s.nodes.len()],
             api_up: true,
@@ -722,6 +751,7 @@ impl<'s> World<'s> {
                 self.track_ability(i);
                 self.impostor(i);
             }
+            self.pod_gc();
             self.statefulsets();
             self.land_late_writes();
             self.frozen_leader();
@@ -1412,7 +1442,7 @@ impl<'s> World<'s> {
             let usable: Vec<usize> = (0..self.machines.len())
                 .filter(|&i| {
                     let m = &self.machines[i];
-                    m.member && m.powered && !m.cut_api && !m.cut_all && !self.tainted[i]
+                    m.member && m.powered && !m.cut_api && !m.cut_all && !self.any_taint(i)
                 })
                 .collect();
             if usable.is_empty() {
@@ -2006,7 +2036,7 @@ impl<'s> World<'s> {
     /// when, while the fence is Recovering, it has seen the node without release taints.
     fn watch_untaint(&mut self, f: usize) {
         let i = self.fences[f].node;
-        if self.fences[f].status.phase == Phase::Recovering && !self.tainted[i] {
+        if self.fences[f].status.phase == Phase::Recovering && !self.any_taint(i) {
             let now = self.clocks().mono;
             self.ctl.untainted_since.entry(f).or_insert(now);
         } else {
@@ -2019,13 +2049,13 @@ impl<'s> World<'s> {
     /// [`UNTAINT_SETTLE_MARGIN`] ago (true time), else the promise is broken.
     fn untaint_settled_before_unblock(&mut self, f: usize) {
         let i = self.fences[f].node;
-        let settled = !self.tainted[i]
+        let settled = !self.any_taint(i)
             && self.untainted_at[i]
                 .is_some_and(|t| self.now >= t + UNTAINT_SETTLE_MARGIN.as_millis() as u64);
         if !settled && self.broken_promise.is_none() {
             self.broken_promise = Some(format!(
                 "{}: storage of m{i} unblocked before the untaint settled (tainted {}, untainted at {:?} ms, now {} ms)",
-                self.fences[f].name, self.tainted[i], self.untainted_at[i], self.now
+                self.fences[f].name, self.any_taint(i), self.untainted_at[i], self.now
             ));
         }
     }
@@ -2269,16 +2299,8 @@ impl<'s> World<'s> {
             peer_trust,
             clean_proof: clean,
             challenge_posted: self.node_challenge[i].as_deref() == Some(fence.name.as_str()),
-            taints_added: if self.tainted[i] && self.taint_owner[i] == Some(f) {
-                vec![FENCED_TAINT_KEY.into(), OUT_OF_SERVICE_TAINT_KEY.into()]
-            } else {
-                Vec::new()
-            },
-            taints_foreign: if self.tainted[i] && self.taint_owner[i] != Some(f) {
-                vec![FENCED_TAINT_KEY.into(), OUT_OF_SERVICE_TAINT_KEY.into()]
-            } else {
-                Vec::new()
-            },
+            taints_added: self.taint_keys(i, |owner| owner == Some(f)),
+            taints_foreign: self.taint_keys(i, |owner| owner != Some(f)),
             // No VolumeAttachments are simulated: nothing detaches.
             unsettled_attachments: vec![],
             untainted_for: self.ctl.untainted_since.get(&f).map(|c| now.mono.since(*c)),
@@ -2289,6 +2311,81 @@ impl<'s> World<'s> {
             older_sibling: None,
             // Budgets on the wall clock alone, as the recorded schedules were found with.
             phase_seen_for: None,
+        }
+    }
+
+    /// Whether Node `i` carries any release taint (either key, anyone's).
+    fn any_taint(&self, i: usize) -> bool {
+        self.tainted[i] || self.out_of_service[i].is_some()
+    }
+
+    /// The release-taint keys on Node `i` whose recorded owner passes `whose`.
+    fn taint_keys(&self, i: usize, whose: impl Fn(Option<usize>) -> bool) -> Vec<String> {
+        let mut keys = Vec::new();
+        if self.tainted[i] && whose(self.taint_owner[i]) {
+            keys.push(FENCED_TAINT_KEY.into());
+        }
+        if self.out_of_service[i].is_some_and(|o| whose(o.owner)) {
+            keys.push(OUT_OF_SERVICE_TAINT_KEY.into());
+        }
+        keys
+    }
+
+    /// Fence `f` puts the out-of-service taint on Node `i`. Kubernetes' pod GC first acts on
+    /// it within a pass: half the time within 2 s (a pass that was about to run), else
+    /// anywhere in its 20 s period.
+    fn taint_out_of_service(&mut self, i: usize, f: usize) {
+        let within = if self.podgc_rng.below(2) == 0 {
+            2_000
+        } else {
+            POD_GC_PERIOD_MS
+        };
+        let gc_at = self.now + self.podgc_rng.below(within / TICK_MS + 1) * TICK_MS;
+        self.out_of_service[i] = Some(OutOfService {
+            owner: Some(f),
+            gc_at,
+        });
+        self.log(format!(
+            "{}: out-of-service taint on m{i} (pod GC in {} ms)",
+            self.fences[f].name,
+            gc_at - self.now
+        ));
+    }
+
+    /// Kubernetes acting on out-of-service taints: on each pass, the pod GC force-deletes
+    /// every pod still bound to a tainted Node. Such a deletion is a release (the StatefulSet
+    /// replaces the pod at once), and the checker holds it to the same rule as Palisade's:
+    /// some NodeFence must record it.
+    fn pod_gc(&mut self) {
+        if !self.api_up {
+            return;
+        }
+        for i in 0..self.out_of_service.len() {
+            let Some(o) = self.out_of_service[i] else {
+                continue;
+            };
+            if self.now < o.gc_at {
+                continue;
+            }
+            self.out_of_service[i] = Some(OutOfService {
+                gc_at: self.now + POD_GC_PERIOD_MS,
+                ..o
+            });
+            let doomed: Vec<String> = self
+                .pods
+                .iter()
+                .filter(|p| p.node == i && !p.deleted)
+                .map(|p| p.uid.clone())
+                .collect();
+            for uid in doomed {
+                if let Some(p) = self.pods.iter_mut().find(|p| p.uid == uid) {
+                    p.deleted = true;
+                }
+                self.released_uids.insert(uid.clone());
+                self.log(format!(
+                    "pod GC force-deleted pod {uid} on m{i} (out-of-service taint)"
+                ));
+            }
         }
     }
 
@@ -2465,9 +2562,14 @@ impl<'s> World<'s> {
             }
             Step::ApplyTaint(_, which) => {
                 // A taint already there is not this fence's (and not recorded as its).
+                let no_schedule = which == ReleaseTaints::NoSchedule;
                 if !self.tainted[i] {
                     self.tainted[i] = true;
                     self.taint_owner[i] = Some(f);
+                }
+                let old_order = no_schedule && self.bug == Some(Bug::OutOfServiceFirst);
+                if (!no_schedule || old_order) && self.out_of_service[i].is_none() {
+                    self.taint_out_of_service(i, f);
                 }
                 which.record(&mut self.fences[f].status.release, MicroTime(wall));
             }
@@ -2503,9 +2605,15 @@ impl<'s> World<'s> {
                     }
                 }
                 // Only the taints this fence recorded adding (one Node update with the record).
-                if self.taint_owner[i] == Some(f) {
-                    self.tainted[i] = false;
-                    self.taint_owner[i] = None;
+                let oos_owned = self.out_of_service[i].is_some_and(|o| o.owner == Some(f));
+                if self.taint_owner[i] == Some(f) || oos_owned {
+                    if self.taint_owner[i] == Some(f) {
+                        self.tainted[i] = false;
+                        self.taint_owner[i] = None;
+                    }
+                    if oos_owned {
+                        self.out_of_service[i] = None;
+                    }
                     self.untainted_at[i] = Some(self.now);
                     self.log(format!("{name}: release taints removed from m{i}"));
                 }
