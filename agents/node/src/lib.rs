@@ -26,13 +26,15 @@
 //!   pause);
 //!   [`grpc_health`] is the gRPC health-check client of grpc probes, and [`probe_outcome`]
 //!   the outcome type every probe action returns;
-//! - [`cri`] reads and stops a stock node's containers through its runtime's CRI socket (the
-//!   companion beside a stock kubelet), over the gRPC call of [`grpc`];
+//! - [`cri`] reads and stops a stock node's containers through its runtime's CRI socket, over
+//!   the gRPC call of [`grpc`]; [`companion`] (the `palisade-companion` binary) runs beside a
+//!   stock kubelet and answers the recovery challenge from that inventory;
 //! - [`peer`] asks the other nodes, when the Lease cannot be renewed, whether they lost the API
 //!   too: a strict majority that did excuses the node from self-fencing.
 
 pub mod backoff;
 pub mod cgroup;
+pub mod companion;
 pub mod cri;
 pub mod env;
 #[cfg(test)]

@@ -697,6 +697,7 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
                 boot_id: node::boot_id(),
                 system_uuid: system_uuid.clone(),
                 runtime_pods: Some(answer.runtime_pods),
+                runtime_source: palisade_model::advertise::RuntimeSource::NodeAgent,
                 challenge: answer.challenge,
                 peer_check: peer_check.as_ref().map(|(p, book, peers)| {
                     palisade_model::advertise::PeerCheck {

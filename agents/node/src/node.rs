@@ -80,7 +80,7 @@ pub enum NodeError {
 }
 
 impl NodeError {
-    fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, NodeError::Api { source: kube::Error::Api(s), .. } if s.code == 404)
     }
 }
@@ -104,7 +104,7 @@ pub struct NodeConfig {
     pub max_pods: u32,
 }
 
-async fn bounded<T>(
+pub(crate) async fn bounded<T>(
     what: &'static str,
     node: &str,
     timeout: Duration,
@@ -267,9 +267,18 @@ pub fn boot_id() -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// The file that holds the machine's SMBIOS system UUID: `PALISADE_PRODUCT_UUID_FILE` (the
+/// lab's namespace machines, which have no DMI table of their own) or
+/// `/sys/class/dmi/id/product_uuid`.
+pub fn product_uuid_file() -> std::path::PathBuf {
+    std::env::var_os("PALISADE_PRODUCT_UUID_FILE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/sys/class/dmi/id/product_uuid".into())
+}
+
 /// The machine's SMBIOS system UUID, if readable.
 pub fn system_uuid() -> Option<String> {
-    std::fs::read_to_string("/sys/class/dmi/id/product_uuid")
+    std::fs::read_to_string(product_uuid_file())
         .ok()
         .map(|s| s.trim().to_lowercase())
         .filter(|s| !s.is_empty())

@@ -25,6 +25,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
+use palisade_model::advertise::RuntimeSource;
 use palisade_model::nodefence::{
     FailureReason, LevelKind, NodeFenceSpec, NodeFenceStatus, Phase, PlannedDevice,
     ReleaseProgress, RequestedBy, VerifiedFence,
@@ -231,8 +232,8 @@ impl NodeVolume {
 /// Guarantees: `Some` only when the advertisement answers `challenge`, its runtime inventory
 /// is complete, names none of the released pods and no pod outside `bound`, and, when the
 /// verified level reset the
-/// machine instead of powering it off ([`LevelKind::StorageThenReset`]), its boot ID differs
-/// from the one recorded when fencing started. No clock takes part: the challenge is written
+/// machine instead of powering it off ([`LevelKind::StorageThenReset`]) or the inventory was
+/// read from the CRI, its boot ID differs from the one recorded when fencing started. No clock takes part: the challenge is written
 /// only after every released pod was deleted, so the answer orders the inventory after the
 /// release by causality (a Lease write composed earlier, however late it lands or is observed,
 /// cannot carry it). A boot ID alone is never the proof: a boot that began before the release
@@ -244,6 +245,16 @@ impl NodeVolume {
 /// page cache, its mounts, processes outside any pod), and only a new boot shows it happened. A
 /// node that advertised no boot ID when fencing began never gets that proof (it waits, and says
 /// so).
+///
+/// An inventory read from the CRI by the companion beside a stock kubelet
+/// ([`RuntimeSource::Cri`]) also needs a new boot, whatever the fence: the companion cannot
+/// see processes started outside the CRI, and it does not start pods; the kubelet does, from
+/// its own view of the API, which the challenge does not order (a kubelet that was partitioned
+/// with a released pod in its memory may start it again after the inventory, until it sees the
+/// deletion). A new boot ends both: the old boot's processes are gone, and the boot's kubelet
+/// learned its pods from the API after the fence powered the machine off or reset it. Such an
+/// inventory names every pod of which the runtime holds any record, live or exited, so a
+/// kubelet of the new boot that still manages a released pod keeps the proof away.
 ///
 /// Assumptions: the agent keeps [`palisade_model::advertise::Advertisement::challenge`]'s
 /// guarantee: its inventory names every pod with a live container and every pod it manages,
@@ -269,7 +280,8 @@ pub fn clean_proof(
         }
         _ => None,
     };
-    if reset_fence && new_boot.is_none() {
+    let from_cri = ad.runtime_source == RuntimeSource::Cri;
+    if (reset_fence || from_cri) && new_boot.is_none() {
         return None;
     }
     let inventory = ad.runtime_pods.as_ref()?;
@@ -281,7 +293,12 @@ pub fn clean_proof(
         && unbound_in_inventory(ad, bound).is_empty();
     none_left.then(|| {
         format!(
-            "the node agent's runtime inventory, taken after it read recovery challenge {challenge}, lists none of the {} released pod(s) and only pods the API binds to the node ({} listed){}",
+            "the {}, taken after it read recovery challenge {challenge}, lists none of the {} released pod(s) and only pods the API binds to the node ({} listed){}",
+            if from_cri {
+                "companion's inventory of the container runtime (CRI; blind to processes outside it)"
+            } else {
+                "node agent's runtime inventory"
+            },
             status.release.pods.len(),
             inventory.len(),
             new_boot.unwrap_or_default()

@@ -15,7 +15,7 @@ use palisade_decide::phase::{
 };
 use palisade_decide::verdict::{FencePlan, PlanLevel};
 use palisade_decide::{Clocks, HoldReason, Mono, Verdict, WaitReason};
-use palisade_model::advertise::Advertisement;
+use palisade_model::advertise::{Advertisement, RuntimeSource};
 use palisade_model::nodefence::{
     Coverage, Evidence, EvidenceKind, FailureReason, NodeFenceSpec, NodeFenceStatus, Phase,
     PinnedNode, PlannedDevice, PowerRecheck, RecheckedPower, ReleasedObject, RequestedBy,
@@ -1473,6 +1473,37 @@ fn a_new_boot_id_alone_is_never_a_clean_proof() {
     assert!(proof(&st, &answered("boot-b", "nf-uid"))
         .unwrap()
         .contains("boot-b"));
+}
+
+/// Issue 35: a stock node's companion answers the challenge from the CRI. The kubelet, not
+/// the companion, starts pods, from its own view of the API: a kubelet partitioned with a
+/// released pod in its memory may start it again after an inventory that did not list it.
+/// So such an inventory is a proof only from a boot that began after the fence started.
+#[test]
+fn an_inventory_read_from_the_cri_is_a_proof_only_from_a_new_boot() {
+    let mut st = NodeFenceStatus::default();
+    st.release.pods.push(released(&obj("db", "db-0"), wall(1)));
+    st.recovery.boot_id_at_fence = Some("boot-a".into());
+    let mut same_boot = answered("boot-a", "nf-uid");
+    // The node agent's answer on the same boot is a proof (it starts nothing unread) ...
+    assert!(proof(&st, &same_boot).is_some());
+    // ... the companion's is not.
+    same_boot.runtime_source = RuntimeSource::Cri;
+    assert_eq!(proof(&st, &same_boot), None);
+    // No boot ID recorded when fencing began: no boot can be shown to be new.
+    let mut unknown = st.clone();
+    unknown.recovery.boot_id_at_fence = None;
+    let mut new_boot = answered("boot-b", "nf-uid");
+    new_boot.runtime_source = RuntimeSource::Cri;
+    assert_eq!(proof(&unknown, &new_boot), None);
+    // A new boot whose runtime still holds a record of the released pod: no proof.
+    let mut still = new_boot.clone();
+    still.runtime_pods = Some(["uid-db-0".to_string()].into_iter().collect());
+    assert_eq!(proof(&st, &still), None);
+    // A new boot, an answer without it: the proof, and it says what it could not see.
+    let p = proof(&st, &new_boot).expect("a proof");
+    assert!(p.contains("CRI; blind to processes outside it"), "{p}");
+    assert!(p.contains("boot-b"), "{p}");
 }
 
 #[test]

@@ -56,6 +56,10 @@ pub const RUNTIME_PODS: &str = "palisade.dev/runtime-pods";
 /// Lease annotation: `"true"` once the agent has scanned its runtime since it started, so
 /// [`RUNTIME_PODS`] is complete (absent or anything else: the inventory proves nothing).
 pub const RUNTIME_COMPLETE: &str = "palisade.dev/runtime-complete";
+/// Lease annotation: where [`RUNTIME_PODS`] was read. `cri`: by the companion beside a stock
+/// kubelet, from the container runtime's CRI (see [`RuntimeSource::Cri`]); absent: by the node
+/// agent, which is the runtime itself. Any other value: the inventory reads as absent.
+pub const RUNTIME_SOURCE: &str = "palisade.dev/runtime-source";
 /// Node annotation, written by the controller once a fence's release is recorded: the
 /// recovery challenge (the `NodeFence`'s UID). The agent reads it from its Node.
 pub const RECOVERY_CHALLENGE: &str = "palisade.dev/recovery-challenge";
@@ -393,6 +397,20 @@ impl PeerCheck {
     }
 }
 
+/// Where a runtime inventory ([`Advertisement::runtime_pods`]) was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RuntimeSource {
+    /// The node agent, which runs the node's pods itself: it names every pod it manages, and
+    /// starts a pod only after a read of it that follows the challenge it answered.
+    #[default]
+    NodeAgent,
+    /// The companion beside a stock kubelet, from the container runtime's CRI: every pod with
+    /// any sandbox or container record (live or exited; the kubelet keeps a record of each pod
+    /// it manages). It cannot see processes started outside the CRI, and it does not start
+    /// pods: the kubelet does, from its own view of the API, which may lag the challenge.
+    Cri,
+}
+
 /// What one renewal advertises.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Advertisement {
@@ -412,6 +430,8 @@ pub struct Advertisement {
     /// The runtime inventory, only when complete: every pod UID with a live container, and
     /// every pod the agent manages (it may start or restart its containers).
     pub runtime_pods: Option<BTreeSet<String>>,
+    /// Where [`Self::runtime_pods`] was read ([`RUNTIME_SOURCE`]).
+    pub runtime_source: RuntimeSource,
     /// The recovery challenge the agent had read from its Node before it took
     /// [`Self::runtime_pods`].
     ///
@@ -454,7 +474,13 @@ impl Advertisement {
                 .map(|v| v.trim().to_string())
                 .filter(|v| !v.is_empty()),
         });
-        let runtime_pods = (a.get(RUNTIME_COMPLETE).map(|v| v.trim()) == Some("true")).then(|| {
+        let runtime_source = match a.get(RUNTIME_SOURCE).map(|v| v.trim()) {
+            None => Some(RuntimeSource::NodeAgent),
+            Some("cri") => Some(RuntimeSource::Cri),
+            Some(_) => None,
+        };
+        let complete = a.get(RUNTIME_COMPLETE).map(|v| v.trim()) == Some("true");
+        let runtime_pods = (complete && runtime_source.is_some()).then(|| {
             a.get(RUNTIME_PODS)
                 .map(|v| {
                     v.split(',')
@@ -481,6 +507,7 @@ impl Advertisement {
                 .map(|v| v.trim().to_string())
                 .filter(|v| !v.is_empty()),
             runtime_pods,
+            runtime_source: runtime_source.unwrap_or(RuntimeSource::Cri),
             challenge: a
                 .get(CHALLENGE_ANSWERED)
                 .map(|v| v.trim().to_string())
@@ -547,6 +574,10 @@ impl Advertisement {
         put(
             RUNTIME_COMPLETE,
             self.runtime_pods.as_ref().map(|_| "true".to_string()),
+        );
+        put(
+            RUNTIME_SOURCE,
+            (self.runtime_source == RuntimeSource::Cri).then(|| "cri".to_string()),
         );
         put(CHALLENGE_ANSWERED, self.challenge.clone());
         // Rounded so that what the controller reads is never more generous than the agent:
@@ -826,6 +857,32 @@ mod tests {
     }
 
     #[test]
+    fn an_inventory_says_where_it_was_read_and_an_unknown_source_proves_nothing() {
+        let agent = a(&[(RUNTIME_PODS, "u1"), (RUNTIME_COMPLETE, "true")]);
+        let ad = Advertisement::from_annotations(&agent);
+        assert_eq!(ad.runtime_source, RuntimeSource::NodeAgent);
+        assert!(ad.runtime_pods.is_some());
+        let cri = a(&[
+            (RUNTIME_PODS, "u1"),
+            (RUNTIME_COMPLETE, "true"),
+            (RUNTIME_SOURCE, " cri "),
+        ]);
+        let ad = Advertisement::from_annotations(&cri);
+        assert_eq!(ad.runtime_source, RuntimeSource::Cri);
+        assert_eq!(ad.to_annotations()[RUNTIME_SOURCE].as_deref(), Some("cri"));
+        for bad in ["", "CRI", "agent", "crio"] {
+            let odd = a(&[
+                (RUNTIME_PODS, "u1"),
+                (RUNTIME_COMPLETE, "true"),
+                (RUNTIME_SOURCE, bad),
+            ]);
+            let ad = Advertisement::from_annotations(&odd);
+            assert_eq!(ad.runtime_pods, None, "{bad:?}");
+            assert_eq!(ad.runtime_source, RuntimeSource::Cri, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn annotations_round_trip_and_withdraw() {
         let ad = Advertisement {
             self_fence_after: Some(Duration::from_secs(10)),
@@ -840,6 +897,7 @@ mod tests {
             boot_id: Some("b".into()),
             system_uuid: Some("4c4c4544-0042-3510-8056-b4c04f335331".into()),
             runtime_pods: Some(["x".to_string()].into_iter().collect()),
+            runtime_source: RuntimeSource::Cri,
             challenge: Some("c-1".into()),
             peer_check: Some(PeerCheck {
                 vouch_after: Duration::from_secs(6),

@@ -34,7 +34,8 @@ use palisade_decide::snapshot::{
 use palisade_decide::verdict::Cause;
 use palisade_decide::{decide, guards_holding, next_step, Clocks, Mono, Verdict};
 use palisade_model::advertise::{
-    Advertisement, MemberSet, PeerCheck, SelfFenceScope, Virtualization, Watchdog, WatchdogAction,
+    Advertisement, MemberSet, PeerCheck, RuntimeSource, SelfFenceScope, Virtualization, Watchdog,
+    WatchdogAction,
 };
 use palisade_model::nodefence::{
     Evidence, EvidenceKind, LevelKind, NodeFenceSpec, NodeFenceStatus, Phase, PlannedDevice,
@@ -1057,6 +1058,7 @@ impl<'s> World<'s> {
             boot_id: Some(format!("{}-impostor-boot-1", self.machines[i].name)),
             system_uuid: Some(imp.system_uuid.clone()),
             runtime_pods: Some(BTreeSet::new()),
+            runtime_source: RuntimeSource::NodeAgent,
             challenge: self.node_challenge[i].clone(),
             peer_check: None,
         };
@@ -1132,6 +1134,7 @@ impl<'s> World<'s> {
                 system_uuid: Some(Self::system_uuid(i)),
                 // Taken from the runtime at this renewal, before this tick's kills.
                 runtime_pods: Some(m.containers.clone()),
+                runtime_source: RuntimeSource::NodeAgent,
                 challenge: m.challenge_read.clone(),
                 peer_check: cfg.peer_check.map(|(vouch_after, answer_valid)| PeerCheck {
                     vouch_after: Duration::from_secs(vouch_after),

@@ -550,7 +550,8 @@ pub(crate) fn write_files(f: &MachineFiles<'_>) -> Result<()> {
         .map_err(LabError::io(dir.join("command.sh")))?;
 
     let mut env = format!(
-        "export {lab_env}='{lab}'\nexport {machine_env}='{marker}'\nexport PALISADE_MACHINE_NAME='{name}'\nexport PALISADE_MACHINE_ADDRESS='{addr}'\nexport PALISADE_MACHINE_DIR='{dir}'\nexport PALISADE_NODE_KUBECONFIG='{kc}'\n",
+        "export {lab_env}='{lab}'\nexport {machine_env}='{marker}'\nexport PALISADE_MACHINE_NAME='{name}'\nexport PALISADE_MACHINE_ADDRESS='{addr}'\nexport PALISADE_MACHINE_DIR='{dir}'\nexport PALISADE_NODE_KUBECONFIG='{kc}'\nexport PALISADE_MACHINE_UUID='{uuid}'\n",
+        uuid = m.system_uuid,
         lab_env = process::LAB_ENV,
         lab = f.lab_id,
         machine_env = MACHINE_ENV,

@@ -85,10 +85,24 @@ pub fn cri_endpoint(m: &Machine) -> String {
 
 /// The boot command of a stock machine running `kubelet`: the shell text for
 /// [`LabConfig::machine_command`]. It needs the lab's registry (`PALISADE_REGISTRY`,
-/// `PALISADE_REGISTRY_CA` in the machine's environment).
-pub fn boot_command(kubelet: &Path) -> String {
+/// `PALISADE_REGISTRY_CA` in the machine's environment). With `companion` (the
+/// `palisade-companion` binary), the machine also runs Palisade's companion beside the kubelet,
+/// as a systemd unit would: with the node's own credentials, on containerd's CRI socket,
+/// writing every second (its log: `stock/companion.log`).
+pub fn boot_command(kubelet: &Path, companion: Option<&Path>) -> String {
+    let companion = companion
+        .map(|bin| {
+            format!(
+                "\"{}\" --node-name \"$PALISADE_MACHINE_NAME\" --kubeconfig \"$PALISADE_NODE_KUBECONFIG\" \\\n  \
+                 --cri-endpoint \"unix://$D/containerd.sock\" --interval 1s --timeout 3s >> \"$D/companion.log\" 2>&1 &\n\
+                 echo \"the companion is running beside the kubelet\"",
+                bin.display()
+            )
+        })
+        .unwrap_or_default();
     BOOT.replace("@KUBELET@", &kubelet.display().to_string())
         .replace("@PAUSE@", PAUSE_IMAGE)
+        .replace("@COMPANION@", &companion)
 }
 
 /// The boot command. The machine's environment supplies its name, address, directory, node
@@ -108,6 +122,14 @@ while IFS=: read -r _ ctrls _; do
   opts=$ctrls; case $ctrls in name=*) opts="none,$ctrls";; esac
   mkdir -p "/sys/fs/cgroup/${ctrls#name=}"; mount -t cgroup -o "$opts" cgroup "/sys/fs/cgroup/${ctrls#name=}"
 done < /proc/self/cgroup
+# The machine's own identity, which a namespace machine lacks (the host has no DMI table):
+# the kubelet reports /etc/machine-id as the Node's systemUUID when there is no
+# /sys/class/dmi/id/product_uuid, and Palisade's companion reads the file named by
+# PALISADE_PRODUCT_UUID_FILE instead of that one. Both then name the machine its BMC names.
+echo "$PALISADE_MACHINE_UUID" | tr -d - > "$D/machine-id"
+mount --bind "$D/machine-id" /etc/machine-id
+echo "$PALISADE_MACHINE_UUID" > "$D/product_uuid"
+export PALISADE_PRODUCT_UUID_FILE="$D/product_uuid"
 # What containerd and the kubelet write outside their configured directories stays here.
 mkdir -p /run/containerd
 mount -t tmpfs -o mode=0711 tmpfs /run/containerd
@@ -159,6 +181,7 @@ kind: KubeletConfiguration
 address: $PALISADE_MACHINE_ADDRESS
 port: 10250
 readOnlyPort: 0
+nodeLeaseDurationSeconds: 4
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
 authentication:
@@ -179,6 +202,9 @@ imageGCLowThresholdPercent: 99
 localStorageCapacityIsolation: false
 EOF
 
+# A socket left by the previous boot would pass for a live containerd (the kubelet then
+# finds nothing listening and exits, which powers the machine off).
+rm -f "$D/containerd.sock"
 containerd --config "$D/containerd.toml" >> "$D/containerd.log" 2>&1 &
 i=0
 until [ -S "$D/containerd.sock" ]; do
@@ -187,6 +213,7 @@ until [ -S "$D/containerd.sock" ]; do
   sleep 0.1
 done
 echo "containerd is up; starting the kubelet"
+@COMPANION@
 exec "@KUBELET@" --config "$D/kubelet.yaml" --kubeconfig "$PALISADE_NODE_KUBECONFIG" \
   --root-dir "$D/kubelet" --hostname-override "$PALISADE_MACHINE_NAME" \
   --node-ip "$PALISADE_MACHINE_ADDRESS" --v=2 >> "$D/kubelet.log" 2>&1
@@ -210,7 +237,13 @@ impl StockLab {
     /// the machines are namespace machines running [`boot_command`], and the pause and
     /// busybox images are pushed before this returns. It does not wait for the nodes: see
     /// [`StockLab::wait_node_ready`].
-    pub fn start(mut config: LabConfig) -> Result<StockLab> {
+    pub fn start(config: LabConfig) -> Result<StockLab> {
+        StockLab::start_with(config, false)
+    }
+
+    /// [`StockLab::start`], with Palisade's companion running beside each kubelet when
+    /// `companion` is set (see [`boot_command`]).
+    pub fn start_with(mut config: LabConfig, companion: bool) -> Result<StockLab> {
         for tool in ["containerd", "containerd-shim-runc-v2", "runc", "mount"] {
             require_tool(tool)?;
         }
@@ -229,7 +262,12 @@ impl StockLab {
         config.kube = Some(version);
         config.control_plane = true;
         config.machine_kind = MachineKind::Namespace;
-        config.machine_command = boot_command(&kubelet);
+        let companion = if companion {
+            Some(crate::bin_path("palisade-companion")?)
+        } else {
+            None
+        };
+        config.machine_command = boot_command(&kubelet, companion.as_deref());
         if config
             .registry
             .as_ref()
