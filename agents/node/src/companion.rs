@@ -149,13 +149,14 @@ pub async fn pass(client: &Client, cfg: &CompanionConfig) -> Result<Advertisemen
 /// Runs a pass every `cfg.interval`, for ever; a failed pass is logged and the next one runs
 /// on time.
 pub async fn run(client: Client, cfg: CompanionConfig) {
-    let mut answered = None::<String>;
+    let mut last = None;
     loop {
         match pass(&client, &cfg).await {
             Ok(ad) => {
-                if ad.challenge != answered {
-                    tracing::info!(challenge = ?ad.challenge, pods = ?ad.runtime_pods, "recovery challenge answered from the container runtime");
-                    answered = ad.challenge;
+                let now = Some((ad.challenge.clone(), ad.runtime_pods.clone()));
+                if now != last {
+                    tracing::info!(challenge = ?ad.challenge, pods = ?ad.runtime_pods, "advertised: the challenge answered and the pods the container runtime holds");
+                    last = now;
                 }
             }
             Err(e) => tracing::warn!(error = %e, "advertisement not written"),

@@ -210,6 +210,12 @@ fn a_fenced_stock_node_rejoins_on_its_companions_answer_from_containerd() {
     let proof = st.recovery.clean_proof.clone().unwrap_or_default();
     println!("clean proof: {proof}");
     println!("recovery: {:?}", st.recovery);
+    let m0 = &lab.lab().machines()[0];
+    let log = std::fs::read_to_string(palisade_lab::stock::stock_dir(m0).join("companion.log"))
+        .unwrap_or_default();
+    for l in log.lines().filter(|l| l.contains("advertised")) {
+        println!("m0 companion: {l}");
+    }
     assert!(proof.contains("(CRI;"), "proved from the CRI: {proof}");
     assert!(proof.contains("boot ID changed"), "on a new boot: {proof}");
     let after = advertisement(&c, &rt, "m0");
