@@ -64,3 +64,31 @@ pub mod virt;
 pub mod volumes;
 pub mod watchdog;
 pub mod watchdog_device;
+
+/// What a node-side binary (`palisade-node`, `palisade-companion`) starts with: rustls' `ring`
+/// provider, a tokio runtime of two workers, and its telemetry (logs to stderr, as JSON lines
+/// with `json`; spans to `otlp`'s endpoint, if any) set up within that runtime. Keep the guard
+/// alive for as long as the binary runs.
+pub fn start(
+    service: &'static str,
+    json: bool,
+    otlp: palisade_telemetry::OtlpArgs,
+) -> anyhow::Result<(tokio::runtime::Runtime, palisade_telemetry::Guard)> {
+    use anyhow::Context as _;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    let guard = {
+        let _in = rt.enter();
+        palisade_telemetry::init(palisade_telemetry::Setup {
+            service,
+            default_filter: "info,kube=warn",
+            json,
+            otlp,
+        })?
+    };
+    Ok((rt, guard))
+}

@@ -277,21 +277,7 @@ fn main() -> anyhow::Result<()> {
     }
     let args = Args::parse();
     args.validate()?;
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("tokio runtime")?;
-    let _telemetry = {
-        let _in = rt.enter();
-        palisade_telemetry::init(palisade_telemetry::Setup {
-            service: "palisade-node",
-            default_filter: "info,kube=warn",
-            json: false,
-            otlp: args.otlp.clone(),
-        })?
-    };
+    let (rt, _telemetry) = palisade_node::start("palisade-node", false, args.otlp.clone())?;
     // Read after the telemetry is up, so that a world-readable key's warning is logged.
     let peer_key = args.peer_key()?;
     rt.block_on(run(args, peer_key))

@@ -15,10 +15,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::*;
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use palisade_lab::stock::{StockLab, BUSYBOX_IMAGE};
 use palisade_lab::{Cut, LabConfig};
@@ -31,6 +28,24 @@ fn advertisement(c: &kube::Client, rt: &tokio::runtime::Runtime, node: &str) -> 
     let lease = rt.block_on(leases.get_opt(node)).ok().flatten();
     let a: BTreeMap<String, String> = lease.map(|l| l.annotations().clone()).unwrap_or_default();
     Advertisement::from_annotations(&a)
+}
+
+/// `line` without its terminal colour codes (`ESC [ … m`).
+fn plain(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(ch) = chars.next() {
+        if ch == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(ch);
+        }
+    }
+    out
 }
 
 /// Polls `f` every 250 ms until it returns `Some`, or calls `dump` after `timeout`.
@@ -116,39 +131,15 @@ fn a_fenced_stock_node_rejoins_on_its_companions_answer_from_containerd() {
     );
     ipmi_targets(lab.lab(), &c, &rt);
 
-    // db-0 on m0 (the others cordoned until it runs there), from the lab's registry.
-    cordon(&c, &rt, "m1", true);
-    cordon(&c, &rt, "m2", true);
-    let sts: StatefulSet = serde_json::from_value(json!({
-        "metadata": {"name": "db", "namespace": "app"},
-        "spec": {
-            "replicas": 1, "serviceName": "db",
-            "selector": {"matchLabels": {"app": "db"}},
-            "template": {
-                "metadata": {"labels": {"app": "db"}},
-                "spec": {
-                    "hostNetwork": true,
-                    "terminationGracePeriodSeconds": 5,
-                    "containers": [{"name": "app", "image": lab.image(BUSYBOX_IMAGE),
-                                    "command": ["/bin/busybox", "sleep", "100000"]}]
-                }
-            }
-        }
-    }))
-    .unwrap();
-    rt.block_on(
-        Api::<StatefulSet>::namespaced(c.clone(), "app").create(&PostParams::default(), &sts),
-    )
-    .expect("create StatefulSet");
-    let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
-    let old = eventually("db-0 Running on m0", Duration::from_secs(120), || {
-        let p = rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
-        let on_m0 = p.spec.as_ref()?.node_name.as_deref() == Some("m0");
-        (on_m0 && pod_phase(&p) == "Running").then_some(p)
-    });
+    // db-0 on m0, from the lab's registry.
+    let old = db_on_m0_running(
+        &c,
+        &rt,
+        json!({"name": "app", "image": lab.image(BUSYBOX_IMAGE),
+               "command": ["/bin/busybox", "sleep", "100000"]}),
+        true,
+    );
     let old_uid = old.uid().expect("a UID");
-    cordon(&c, &rt, "m1", false);
-    cordon(&c, &rt, "m2", false);
 
     // The companion advertises on the kubelet's Lease: its boot, and the pod containerd runs.
     let before = eventually(
@@ -213,8 +204,28 @@ fn a_fenced_stock_node_rejoins_on_its_companions_answer_from_containerd() {
     let m0 = &lab.lab().machines()[0];
     let log = std::fs::read_to_string(palisade_lab::stock::stock_dir(m0).join("companion.log"))
         .unwrap_or_default();
-    for l in log.lines().filter(|l| l.contains("advertised")) {
+    // While containerd still held a record of the released db-0 (its exited sandbox, until the
+    // kubelet's container GC), the companion's answers named it, and nothing was lifted on
+    // them: the untaint follows the last answer that named it.
+    let untainted = st.recovery.untainted_at.as_ref().expect("untainted").0;
+    for l in log.lines().map(plain).filter(|l| l.contains("advertised")) {
         println!("m0 companion: {l}");
+        let answered = !l.contains("challenge=None");
+        if answered && l.contains(old_uid.as_str()) {
+            let at: k8s_openapi::jiff::Timestamp = l
+                .split_whitespace()
+                .next()
+                .and_then(|t| t.parse().ok())
+                .expect("a timestamp opens each log line");
+            println!(
+                "  an answer that names the released db-0; the untaint came {:.1} s later",
+                secs_between(at, untainted)
+            );
+            assert!(
+                at < untainted,
+                "the untaint came before an answer that named the released db-0"
+            );
+        }
     }
     assert!(proof.contains("(CRI;"), "proved from the CRI: {proof}");
     assert!(proof.contains("boot ID changed"), "on a new boot: {proof}");

@@ -49,20 +49,11 @@ fn main() -> anyhow::Result<()> {
     }
     palisade_node::cri::parse_endpoint(&args.cri_endpoint)
         .with_context(|| format!("--cri-endpoint {:?}", args.cri_endpoint))?;
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("tokio runtime")?;
-    let _telemetry = {
-        let _in = rt.enter();
-        palisade_telemetry::init(palisade_telemetry::Setup {
-            service: "palisade-companion",
-            default_filter: "info,kube=warn",
-            json: args.log_json,
-            otlp: palisade_telemetry::OtlpArgs::default(),
-        })?
-    };
+    let (rt, _telemetry) = palisade_node::start(
+        "palisade-companion",
+        args.log_json,
+        palisade_telemetry::OtlpArgs::default(),
+    )?;
     rt.block_on(async {
         let config = match &args.kubeconfig {
             Some(path) => {

@@ -739,6 +739,23 @@ pub fn assert_each_phase_once(st: &palisade_model::nodefence::NodeFenceStatus) {
 /// The StatefulSet `app/db` (one replica whose container only sleeps, a host image), placed
 /// on m0 (m1 and m2 are cordoned until it runs there); returns its Running pod.
 pub fn db_on_m0(c: &Client, rt: &tokio::runtime::Runtime) -> Pod {
+    db_on_m0_running(
+        c,
+        rt,
+        json!({"name": "app", "image": "host",
+               "command": ["/bin/sh", "-c", "exec sleep 100000"]}),
+        false,
+    )
+}
+
+/// [`db_on_m0`] with `container` as the StatefulSet's only container, on the host's network
+/// when `host_network` is set (a stock machine's pod then needs no CNI address).
+pub fn db_on_m0_running(
+    c: &Client,
+    rt: &tokio::runtime::Runtime,
+    container: serde_json::Value,
+    host_network: bool,
+) -> Pod {
     use k8s_openapi::api::apps::v1::StatefulSet;
     cordon(c, rt, "m1", true);
     cordon(c, rt, "m2", true);
@@ -750,9 +767,9 @@ pub fn db_on_m0(c: &Client, rt: &tokio::runtime::Runtime) -> Pod {
             "template": {
                 "metadata": {"labels": {"app": "db"}},
                 "spec": {
+                    "hostNetwork": host_network,
                     "terminationGracePeriodSeconds": 5,
-                    "containers": [{"name": "app", "image": "host",
-                                    "command": ["/bin/sh", "-c", "exec sleep 100000"]}]
+                    "containers": [container]
                 }
             }
         }
@@ -763,7 +780,7 @@ pub fn db_on_m0(c: &Client, rt: &tokio::runtime::Runtime) -> Pod {
     )
     .expect("create StatefulSet");
     let pods: Api<Pod> = Api::namespaced(c.clone(), "app");
-    let old = eventually("db-0 Running on m0", Duration::from_secs(90), || {
+    let old = eventually("db-0 Running on m0", Duration::from_secs(120), || {
         let p = rt.block_on(pods.get_opt("db-0")).ok().flatten()?;
         let on_m0 = p.spec.as_ref()?.node_name.as_deref() == Some("m0");
         (on_m0 && pod_phase(&p) == "Running").then_some(p)
