@@ -438,29 +438,11 @@ fn metric(text: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-/// Removes ANSI escape sequences (the agent's log may be coloured).
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut it = s.chars();
-    while let Some(c) = it.next() {
-        if c == '\u{1b}' {
-            for d in it.by_ref() {
-                if d.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// `late_ms` of every "grace period over: SIGKILL" line after byte `from` of the agent log.
 fn agent_late_ms(log: &Path, from: u64) -> Option<Vec<f64>> {
     let bytes = std::fs::read(log).ok()?;
     let tail = bytes.get(usize::try_from(from).ok()?..)?;
-    let text = strip_ansi(&String::from_utf8_lossy(tail));
+    let text = palisade_test_support::strip_ansi(&String::from_utf8_lossy(tail));
     Some(
         text.lines()
             .filter(|l| l.contains("grace period over: SIGKILL"))
@@ -830,7 +812,7 @@ fn agent_took_ms(log: &Path, from: u64, image: &str, timeout: Duration) -> anyho
         let tail = bytes
             .get(usize::try_from(from).unwrap_or(usize::MAX)..)
             .unwrap_or_default();
-        let text = strip_ansi(&String::from_utf8_lossy(tail));
+        let text = palisade_test_support::strip_ansi(&String::from_utf8_lossy(tail));
         let took = text
             .lines()
             .filter(|l| l.contains("pulled image"))

@@ -443,29 +443,11 @@ struct LogDecision {
     verdict: String,
 }
 
-/// Removes ANSI escape sequences (`ESC [ … letter`).
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for d in chars.by_ref() {
-                if d.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The controller's decision lines (its `tracing` output, timestamps in UTC to the µs).
 fn parse_decisions(log: &str) -> Vec<LogDecision> {
     log.lines()
         .filter_map(|line| {
-            let line = strip_ansi(line);
+            let line = palisade_test_support::strip_ansi(line);
             if !line.contains(" decision ") {
                 return None;
             }

@@ -30,24 +30,6 @@ fn advertisement(c: &kube::Client, rt: &tokio::runtime::Runtime, node: &str) -> 
     Advertisement::from_annotations(&a)
 }
 
-/// `line` without its terminal colour codes (`ESC [ … m`).
-fn plain(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(ch) = chars.next() {
-        if ch == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(ch);
-        }
-    }
-    out
-}
-
 /// Polls `f` every 250 ms until it returns `Some`, or calls `dump` after `timeout`.
 fn wait_for<T>(
     what: &str,
@@ -208,7 +190,11 @@ fn a_fenced_stock_node_rejoins_on_its_companions_answer_from_containerd() {
     // kubelet's container GC), the companion's answers named it, and nothing was lifted on
     // them: the untaint follows the last answer that named it.
     let untainted = st.recovery.untainted_at.as_ref().expect("untainted").0;
-    for l in log.lines().map(plain).filter(|l| l.contains("advertised")) {
+    for l in log
+        .lines()
+        .map(palisade_test_support::strip_ansi)
+        .filter(|l| l.contains("advertised"))
+    {
         println!("m0 companion: {l}");
         let answered = !l.contains("challenge=None");
         if answered && l.contains(old_uid.as_str()) {

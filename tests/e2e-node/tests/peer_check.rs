@@ -32,24 +32,6 @@ fn pid_of(i: usize) -> Option<i32> {
     pid_of_sleep(&sleep_arg(i).to_string())
 }
 
-/// The log without its terminal colours (fields are written as `name\x1b[..m=\x1b[..mvalue`).
-fn plain(log: &str) -> String {
-    let mut out = String::with_capacity(log.len());
-    let mut chars = log.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// Removes the key file when the test ends, however it ends.
 struct KeyFile(std::path::PathBuf);
 
@@ -190,7 +172,7 @@ fn peer_lab_with(
             &format!("m{i} knows every peer's address"),
             Duration::from_secs(60),
             || {
-                let log = plain(&agent_log(&lab, i));
+                let log = palisade_test_support::strip_ansi(&agent_log(&lab, i));
                 let last = log.lines().rev().find(|l| l.contains("peer set changed"))?;
                 (0..machines)
                     .all(|j| last.contains(&format!("\"m{j}@")))
@@ -200,7 +182,8 @@ fn peer_lab_with(
     }
     for i in 0..machines {
         assert!(
-            plain(&agent_log(&lab, i)).contains("advertisement changed: renewing the Lease now"),
+            palisade_test_support::strip_ansi(&agent_log(&lab, i))
+                .contains("advertisement changed: renewing the Lease now"),
             "m{i} renewed its Lease as soon as its member list changed"
         );
     }

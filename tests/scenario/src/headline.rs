@@ -560,7 +560,7 @@ fn after(origin: Timestamp, at: Timestamp) -> Duration {
 fn first_off_read(log: &Path, node: &str, since: Timestamp) -> Option<Timestamp> {
     let field = format!("node={node}");
     read_or_empty(log).lines().find_map(|line| {
-        let plain = strip_ansi(line);
+        let plain = palisade_test_support::strip_ansi(line);
         if !plain.contains("power watch: the machine reads off")
             || !plain.split_whitespace().any(|w| w == field)
         {
@@ -569,24 +569,6 @@ fn first_off_read(log: &Path, node: &str, since: Timestamp) -> Option<Timestamp>
         let at: Timestamp = plain.split_whitespace().next()?.parse().ok()?;
         (at >= since).then_some(at)
     })
-}
-
-/// `line` without its terminal colour codes (`ESC [ … m`), which the controller's log may carry.
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(ch) = chars.next() {
-        if ch == '\x1b' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(ch);
-        }
-    }
-    out
 }
 
 /// Heals m0 and waits until its fence is lifted: the storage block and the taint go only after

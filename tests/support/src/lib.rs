@@ -11,6 +11,7 @@
 //! deadline.
 //!
 //! [`mod@reference`] renders and checks the generated reference pages in `docs/reference/`.
+//! [`strip_ansi`] reads a Palisade binary's log as plain text.
 
 pub mod reference;
 
@@ -244,5 +245,37 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert_eq!(s["a_total{x=\"1\"}"], 3.0);
         assert_eq!(s["b"], 2.5);
+    }
+}
+
+/// `text` without its terminal escape sequences (`ESC [ … <letter>`): a Palisade binary's log
+/// colours its levels and field names (`name\x1b[2m=\x1b[0mvalue`), also in a file.
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod ansi_tests {
+    #[test]
+    fn colour_codes_are_removed_and_text_kept() {
+        let coloured = "\u{1b}[2m2026-11-30T03:22:45Z\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m challenge\u{1b}[2m=\u{1b}[0mNone";
+        assert_eq!(
+            super::strip_ansi(coloured),
+            "2026-11-30T03:22:45Z  INFO challenge=None"
+        );
+        assert_eq!(super::strip_ansi("plain=text"), "plain=text");
     }
 }
