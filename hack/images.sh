@@ -9,11 +9,12 @@
 #       --authfile FILE  registry credentials (containers-auth.json format), never on the
 #                        command line
 #       --no-build       do not run cargo build --release first
-#       --only NAME      only this image (controller, bridge, node, writer, storage-server,
-#                        attacher)
+#       --only NAME      only this image (controller, bridge, node, companion, writer,
+#                        storage-server, attacher)
 #
 # Images: palisade/controller, palisade/bridge (firmware-bridge, for those who run it in a
-# container), palisade/node (palisade-node, root), and the lab's workloads: palisade/writer,
+# container), palisade/node (palisade-node, root), palisade/companion (palisade-companion,
+# root), and the lab's workloads: palisade/writer,
 # palisade/storage-server and palisade/attacher. Their
 # digests are printed and written to target/images/digests.txt (`name@sha256:...`, and
 # `host:port/name@sha256:...` for what was pushed: the registry gets recompressed layers).
@@ -51,12 +52,14 @@ SOURCE=${SOURCE:-unknown}
 
 # name  cargo package  binary  user
 # The node agent runs as root (it creates the containers' namespaces and cgroups, and pets
-# the watchdog); everything else runs as 65532.
+# the watchdog), and so does the companion (the runtime's socket and the machine's UUID are
+# root's, controller/manifests/companion/daemonset.yaml); everything else runs as 65532.
 IMAGES=(
   "writer palisade-labstore palisade-writer 65532:65532"
   "controller palisade-controller palisade-controller 65532:65532"
   "bridge palisade-bridge firmware-bridge 65532:65532"
   "node palisade-node palisade-node 0:0"
+  "companion palisade-node palisade-companion 0:0"
   "storage-server palisade-labstore palisade-storage-server 65532:65532"
   "attacher palisade-labstore palisade-attacher 65532:65532"
 )

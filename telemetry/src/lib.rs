@@ -127,7 +127,8 @@ impl Drop for Guard {
     }
 }
 
-/// Installs the global subscriber: logs to stderr and, with an OTLP endpoint, the exporter.
+/// Installs the global subscriber: logs to stderr (coloured only when stderr is a terminal)
+/// and, with an OTLP endpoint, the exporter.
 ///
 /// Errors: a malformed endpoint, an `https://` endpoint without `--otlp-ca`, an unreadable
 /// CA, credentials in the URL, or an OTLP endpoint outside a tokio runtime. Nothing is
@@ -143,7 +144,10 @@ pub fn init(setup: Setup) -> anyhow::Result<Guard> {
     };
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(setup.default_filter));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a person at a terminal: a log file or a collector gets plain text.
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let fmt = if setup.json {
         fmt.json().boxed()
     } else {

@@ -79,6 +79,11 @@ pub struct NodeConfig {
     /// The machine whose BMC answers at the address this node's FenceTarget names, when it is
     /// another machine's (a miswired or mistyped address); `None`: the node's own BMC.
     pub bmc_of: Option<usize>,
+    /// The node's containers do not die when its agent kills them (processes in
+    /// uninterruptible sleep on I/O to a hung device, which SIGKILL does not end): only a reset
+    /// (its watchdog's, a BMC's) or a power loss ends them. Its agent's runtime inventory
+    /// still names them.
+    pub kill_hangs: bool,
 }
 
 /// A fault, applied at a point in simulated time.
@@ -186,10 +191,12 @@ impl Schedule {
     /// grows while part of it is cut off (as [`Schedule::generate_with_joins`] does in every one).
     ///
     /// Then the machines' identity and nature (`add_machine_faults`: a miswired BMC, paused
-    /// virtual machines, another machine under a name), drawn apart too.
+    /// virtual machines, another machine under a name), and nodes whose kills hang
+    /// (`add_hung_kills`), each drawn apart too.
     pub fn generate(seed: u64) -> Schedule {
         let mut s = Schedule::generate_without_machine_faults(seed);
         s.add_machine_faults(&mut Rng::new(seed ^ 0x1DE7_7171));
+        add_hung_kills(&mut s.nodes, &mut Rng::new(seed ^ 0x0D57_A7E5));
         s
     }
 
@@ -253,6 +260,7 @@ impl Schedule {
                     joins_late: false,
                     virtual_machine: false,
                     bmc_of: None,
+                    kill_hangs: false,
                 }
             })
             .collect();
@@ -576,11 +584,39 @@ fn add_power_faults(events: &mut Vec<(u64, Fault)>, n: usize, r: &mut Rng) {
 }
 
 impl Schedule {
+    /// Nodes whose containers outlive their agent's kills ([`NodeConfig::kill_hangs`]), drawn from
+    /// `r` apart from the rest of a schedule: in 30 % of the schedules, one or two nodes. Only a
+    /// reset or a power loss ends such a node's containers, so a self-fence is complete only when
+    /// its watchdog has reset the machine: every term of the controller's trust that waits for
+    /// the watchdog is needed.
+    fn add_hung_kills(nodes: &mut [NodeConfig], r: &mut Rng) {
+        if r.chance(30) {
+            for _ in 0..1 + r.below(2) {
+                let i = r.below(nodes.len() as u64) as usize;
+                nodes[i].kill_hangs = true;
+            }
+        }
+    }
+
     /// Faults of the machines' identity and nature, drawn from `r` apart from the rest of a
     /// schedule (see [`add_machine_faults`]).
     fn add_machine_faults(&mut self, r: &mut Rng) {
         add_machine_faults(&mut self.events, &mut self.nodes, r);
         self.events.sort_by_key(|(t, _)| *t);
+    }
+}
+
+/// Nodes whose containers outlive their agent's kills ([`NodeConfig::kill_hangs`]), drawn from
+/// `r` apart from the rest of a schedule: in 30 % of the schedules, one or two nodes. Only a
+/// reset or a power loss ends such a node's containers, so a self-fence is complete only when
+/// its watchdog has reset the machine: every term of the controller's trust that waits for
+/// the watchdog is needed.
+fn add_hung_kills(nodes: &mut [NodeConfig], r: &mut Rng) {
+    if r.chance(30) {
+        for _ in 0..1 + r.below(2) {
+            let i = r.below(nodes.len() as u64) as usize;
+            nodes[i].kill_hangs = true;
+        }
     }
 }
 

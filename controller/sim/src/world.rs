@@ -142,11 +142,20 @@ pub enum Bug {
     /// FenceTarget's address reaches, unpinned, and a miswired address powers off another
     /// machine.
     IgnoreBmcIdentity,
+    /// Bound a peer-checked node's self-fence without its watchdog's timeout (the term of
+    /// `peer_checked_trust` that issue 31 found no schedule needed, before nodes whose kills
+    /// hang): trust comes when the node's excuse ended, although its containers may live on
+    /// until its watchdog resets it.
+    PeerTrustWithoutWatchdog,
+    /// Wait for a self-fence only for its timeout and the margin, not its watchdog's timeout
+    /// (`Advertisement::trust` without that term): the node's agent kills its containers on
+    /// time, but a kill that hangs leaves them running until the watchdog resets the machine.
+    TrustBeforeWatchdog,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 20] = [
+    pub const ALL: [Bug; 22] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -167,6 +176,8 @@ impl Bug {
         Bug::VirtualAsBareMetal,
         Bug::PinWithoutMachine,
         Bug::IgnoreBmcIdentity,
+        Bug::PeerTrustWithoutWatchdog,
+        Bug::TrustBeforeWatchdog,
     ];
 
     /// Parses a bug's name (as printed by `{:?}`).
@@ -926,7 +937,7 @@ impl<'s> World<'s> {
         let stale = m
             .last_renew_sent
             .is_none_or(|t| now.saturating_sub(t) > after);
-        if stale && !m.containers.is_empty() {
+        if stale && !self.s.nodes[i].kill_hangs {
             m.containers.clear();
         }
     }
@@ -1187,7 +1198,9 @@ impl<'s> World<'s> {
                 .map(|p| p.uid.clone())
                 .collect();
             let m = &mut self.machines[i];
-            m.containers.retain(|c| want.contains(c));
+            if !cfg.kill_hangs {
+                m.containers.retain(|c| want.contains(c));
+            }
             m.containers.extend(want);
             m.last_pet = now;
         } else {
@@ -1209,7 +1222,7 @@ impl<'s> World<'s> {
             if !m.fence_active && stale && !excused {
                 m.fence_active = true;
             }
-            if m.fence_active {
+            if m.fence_active && !cfg.kill_hangs {
                 m.containers.clear();
             }
             let excusing = stale && !m.fence_active;
@@ -2189,6 +2202,7 @@ impl<'s> World<'s> {
                     .watchdog
                     .as_ref()
                     .map(|w| w.timeout)
+                    .filter(|_| self.bug != Some(Bug::PeerTrustWithoutWatchdog))
                     .unwrap_or_default();
                 match peer_checked_trust(since, peer.answer_valid, watchdog, margin) {
                     Some(t) if self.bug == Some(Bug::WallClockStreaks) => {
@@ -2298,7 +2312,11 @@ impl<'s> World<'s> {
             },
             heartbeat_marker: fresh_or_watched,
             self_fence_wait: advertised
-                .trust_wait(margin, self.policy.trust_self_fence.virtual_machines),
+                .trust_wait(margin, self.policy.trust_self_fence.virtual_machines)
+                .map(|wait| match (&advertised.watchdog, self.bug) {
+                    (Some(w), Some(Bug::TrustBeforeWatchdog)) => wait.saturating_sub(w.timeout),
+                    _ => wait,
+                }),
             peer_trust,
             clean_proof: clean,
             challenge_posted: self.node_challenge[i].as_deref() == Some(fence.name.as_str()),

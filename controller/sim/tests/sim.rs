@@ -133,6 +133,7 @@ fn node(fencing: Fencing) -> NodeConfig {
         joins_late: false,
         virtual_machine: false,
         bmc_of: None,
+        kill_hangs: false,
     }
 }
 
