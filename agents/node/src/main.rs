@@ -541,70 +541,100 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
     // the agent runs; softdog's parameters are read-only).
     let virtualization = palisade_node::virt::detect(&palisade_node::virt::Roots::host());
     tracing::info!(virtualization = virtualization.as_str(), "machine detected");
-    let mut watchdog_expiry = None::<watchdog_device::Expiry>;
+    // What the watchdog's expiry does, read when it is opened (the advertiser reads it).
+    let watchdog_expiry = Arc::new(parking_lot::Mutex::new(None::<watchdog_device::Expiry>));
     let watchdog = match &args.watchdog {
         Some(path) => {
-            let dev = palisade_node::watchdog::open(path)?;
-            // Opening armed it. Set its timeout and nowayout, and advertise only what the
-            // kernel reports back; a watchdog that cannot be armed so is still petted (it is
-            // running), but never advertised, so the controller never trusts it.
-            let ctl = watchdog_device::Linux::new(&dev, path, Path::new("/sys/class/watchdog"));
-            let expiry = watchdog_device::expiry(
-                &watchdog_device::ExpiryRoots {
-                    device: ctl.sysfs_dir(),
-                    sys: Path::new("/sys"),
-                    proc: Path::new("/proc"),
-                },
-                &virtualization,
+            // Opening a watchdog (and arming it) pets it. After a stale renewal record the
+            // self-fence is already under way and the controller counts on the reset the
+            // last pet scheduled: open it only once the Lease is renewed again.
+            let opens_now =
+                palisade_node::watchdog::opens_at_start(last_renewal, args.self_fence_after);
+            let dev = if opens_now {
+                Some(palisade_node::watchdog::open(path)?)
+            } else {
+                tracing::warn!(device = %path.display(), "stale Lease at start: the watchdog is opened (which pets it) only once the Lease is renewed");
+                None
+            };
+            let path = path.clone();
+            let (expiry, state, m) = (
+                watchdog_expiry.clone(),
+                watchdog_state.clone(),
+                metrics.clone(),
             );
-            tracing::info!(device = %path.display(), driver = ?expiry.driver, action = expiry.action.as_str(), "watchdog expiry action");
-            watchdog_expiry = Some(expiry);
-            match watchdog_device::arm(
-                &ctl,
-                watchdog_device::ArmRequest {
-                    timeout: args.watchdog_timeout,
-                    nowayout: !args.watchdog_allow_disarm,
-                    interval: args.watchdog_interval,
-                },
-            ) {
-                Ok(armed) => {
-                    tracing::info!(device = %path.display(), timeout = ?armed.timeout, nowayout = armed.nowayout, "watchdog armed");
-                    metrics.watchdog_armed(Some(armed));
-                    *watchdog_state.lock() = Some(armed);
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "watchdog not armed as asked: the self-fence is not advertised as trustworthy");
-                    metrics
-                        .watchdog_arm_failures
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-            }
+            let virtualization = virtualization.clone();
+            let (renewed, excused, fence) =
+                (renew_rx.clone(), excused_rx.clone(), fence_state_rx.clone());
+            let request = watchdog_device::ArmRequest {
+                timeout: args.watchdog_timeout,
+                nowayout: !args.watchdog_allow_disarm,
+                interval: args.watchdog_interval,
+            };
             let cfg = palisade_node::watchdog::WatchdogConfig {
                 path: path.clone(),
                 interval: args.watchdog_interval,
                 max_lease_age: args.self_fence_after,
             };
-            tracing::info!(device = %path.display(), interval = ?args.watchdog_interval, "petting the watchdog while the Lease is renewed");
-            let state = watchdog_state.clone();
-            let m = metrics.clone();
-            let task = palisade_node::watchdog::run(
-                cfg,
-                dev,
-                renew_rx.clone(),
-                excused_rx.clone(),
-                fence_state_rx.clone(),
-                shutdown_rx,
-                {
-                    // Disarm only once no container has a live process (every container
-                    // counts: the runtime alone cannot tell which pods use a PVC).
-                    let runtime = ctx.runtime.clone();
-                    Arc::new(move || {
-                        palisade_node::inventory::live_pods(runtime.as_ref()).is_empty()
-                    })
-                },
-            );
+            // Disarm only once no container has a live process (every container counts: the
+            // runtime alone cannot tell which pods use a PVC).
+            let may_disarm: Arc<dyn Fn() -> bool + Send + Sync> = {
+                let runtime = ctx.runtime.clone();
+                Arc::new(move || palisade_node::inventory::live_pods(runtime.as_ref()).is_empty())
+            };
             Some(tokio::spawn(async move {
-                let r = task.await;
+                let dev = match dev {
+                    Some(dev) => dev,
+                    None => {
+                        let mut renewed = renewed.clone();
+                        if !palisade_node::watchdog::renewed_since_start(
+                            &mut renewed,
+                            shutdown_rx.clone(),
+                        )
+                        .await
+                        {
+                            return Ok(());
+                        }
+                        tracing::info!(device = %path.display(), "Lease renewed: opening the watchdog");
+                        palisade_node::watchdog::open(&path)?
+                    }
+                };
+                // Opening armed it. Set its timeout and nowayout, and advertise only what the
+                // kernel reports back; a watchdog that cannot be armed so is still petted (it
+                // is running), but never advertised, so the controller never trusts it.
+                let ctl =
+                    watchdog_device::Linux::new(&dev, &path, Path::new("/sys/class/watchdog"));
+                let read = watchdog_device::expiry(
+                    &watchdog_device::ExpiryRoots {
+                        device: ctl.sysfs_dir(),
+                        sys: Path::new("/sys"),
+                        proc: Path::new("/proc"),
+                    },
+                    &virtualization,
+                );
+                tracing::info!(device = %path.display(), driver = ?read.driver, action = read.action.as_str(), "watchdog expiry action");
+                *expiry.lock() = Some(read);
+                match watchdog_device::arm(&ctl, request) {
+                    Ok(armed) => {
+                        tracing::info!(device = %path.display(), timeout = ?armed.timeout, nowayout = armed.nowayout, "watchdog armed");
+                        m.watchdog_armed(Some(armed));
+                        *state.lock() = Some(armed);
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "watchdog not armed as asked: the self-fence is not advertised as trustworthy");
+                        m.watchdog_arm_failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                tracing::info!(device = %path.display(), interval = ?cfg.interval, "petting the watchdog while the Lease is renewed");
+                let r = palisade_node::watchdog::run(
+                    cfg,
+                    dev,
+                    renewed,
+                    excused,
+                    fence,
+                    shutdown_rx,
+                    may_disarm,
+                )
+                .await;
                 // The petting loop is gone: stop advertising the watchdog (the machine still
                 // resets at its timeout; what is withdrawn is only the claim).
                 *state.lock() = None;
@@ -669,14 +699,15 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
             palisade_model::advertise::Advertisement {
                 self_fence_after: Some(after),
                 // What the kernel reported when the agent armed it, while the agent pets it.
-                watchdog: watchdog_state
-                    .lock()
-                    .map(|a| palisade_model::advertise::Watchdog {
+                watchdog: watchdog_state.lock().map(|a| {
+                    let expiry = watchdog_expiry.lock();
+                    palisade_model::advertise::Watchdog {
                         timeout: a.timeout,
                         nowayout: a.nowayout,
-                        action: watchdog_expiry.as_ref().map(|e| e.action),
-                        driver: watchdog_expiry.as_ref().and_then(|e| e.driver.clone()),
-                    }),
+                        action: expiry.as_ref().map(|e| e.action),
+                        driver: expiry.as_ref().and_then(|e| e.driver.clone()),
+                    }
+                }),
                 virtualization: Some(virtualization.clone()),
                 scope: Some(scope),
                 version: Some(env!("CARGO_PKG_VERSION").to_string()),

@@ -59,6 +59,38 @@ pub fn should_pet(lease_age: Duration, max_lease_age: Duration, excused: bool) -
     lease_age <= max_lease_age || excused
 }
 
+/// Whether a starting agent opens its watchdog at once (opening it, and arming it, pet it):
+/// only when its last recorded renewal (`last_renewal_age`) is at most `self_fence_after` old,
+/// or none was recorded (a first start: no earlier self-fence to postpone).
+///
+/// Guarantees: after a stale record the agent opens the device only once it has renewed again
+/// ([`renewed_since_start`]), so a restart never postpones the reset that the last pet before
+/// the self-fence scheduled, which the controller's trust counts on
+/// (`palisade_model::advertise::Advertisement::trust`: the death of the agent that held the
+/// device adds one pet, which that wait covers; a restart after it adds none).
+pub fn opens_at_start(last_renewal_age: Option<Duration>, self_fence_after: Duration) -> bool {
+    last_renewal_age.is_none_or(|age| age <= self_fence_after)
+}
+
+/// Waits for a renewal after the one `renewed` holds now (the starting value, which a stale
+/// record backdates, does not count); `false` if `shutdown` came first or a channel closed.
+pub async fn renewed_since_start(
+    renewed: &mut watch::Receiver<Instant>,
+    mut shutdown: watch::Receiver<bool>,
+) -> bool {
+    renewed.borrow_and_update();
+    tokio::select! {
+        r = renewed.changed() => r.is_ok(),
+        _ = async {
+            while shutdown.changed().await.is_ok() {
+                if *shutdown.borrow() {
+                    break;
+                }
+            }
+        } => false,
+    }
+}
+
 /// Opens the device for writing (never creating it).
 pub fn open(path: &Path) -> Result<std::fs::File, WatchdogError> {
     std::fs::OpenOptions::new()
@@ -158,6 +190,40 @@ mod tests {
         assert!(should_pet(max, max, false));
         assert!(!should_pet(max + Duration::from_millis(1), max, false));
         assert!(should_pet(max + Duration::from_secs(60), max, true));
+    }
+
+    #[test]
+    fn a_stale_renewal_record_defers_opening_the_watchdog() {
+        let after = Duration::from_secs(8);
+        assert!(opens_at_start(None, after), "a first start opens it");
+        assert!(opens_at_start(Some(after), after));
+        assert!(!opens_at_start(
+            Some(after + Duration::from_millis(1)),
+            after
+        ));
+        assert!(!opens_at_start(Some(Duration::MAX), after));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_renewal_after_the_start_opens_a_deferred_watchdog() {
+        // The starting value (fresh-looking or not) is not a renewal.
+        let (renew_tx, mut renew_rx) = watch::channel(Instant::now());
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let waiting =
+            tokio::spawn(async move { renewed_since_start(&mut renew_rx, stop_rx).await });
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(!waiting.is_finished(), "no renewal yet: not opened");
+        renew_tx.send_replace(Instant::now());
+        assert!(waiting.await.unwrap(), "renewed: opened");
+
+        // Shutdown first: never opened.
+        let (_renew_tx, mut renew_rx) = watch::channel(Instant::now());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let waiting =
+            tokio::spawn(async move { renewed_since_start(&mut renew_rx, stop_rx).await });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stop_tx.send_replace(true);
+        assert!(!waiting.await.unwrap());
     }
 
     #[test]

@@ -20,8 +20,9 @@
 //! ([`Streaks::majority_since_among`], over the member set the node advertised), no strict majority can have vouched for anyone after `t_h`
 //! (two strict majorities of one set share a node; the silent node is not healthy). A silent
 //! node's excuse therefore ends by `t_h + answer_valid`, its watchdog resets it by
-//! `+ watchdog timeout`, and [`peer_checked_trust`] adds both, the policy's margin and the clock
-//! skew before it trusts the self-fence.
+//! `+ 2 × watchdog timeout` (one for its agent's last pet, one for the pet the kernel adds if
+//! that agent dies first), and [`peer_checked_trust`] adds both, the policy's margin and the
+//! clock skew before it trusts the self-fence.
 //!
 //! Assumptions: node and controller wall clocks differ by at most [`MAX_CLOCK_SKEW`] (a write
 //! stamped in the future beyond it, or observed more than [`MAX_OBSERVATION_DELAY`] after its
@@ -306,16 +307,19 @@ impl MemberHistory {
 /// trusted, given the healthy majority's start `majority_since` (`None`: no healthy majority
 /// now, no trust yet).
 ///
-/// Guarantees: at least the node's vouch validity plus its watchdog timeout plus `margin` plus
-/// two clock skews after the majority's start: any excuse the node held ended by the first,
-/// and its watchdog reset it within the second.
+/// Guarantees: at least the node's vouch validity plus twice its watchdog timeout plus
+/// `margin` plus two clock skews after the majority's start: any excuse the node held ended by
+/// the first, its agent stopped petting then, and its watchdog reset it within two timeouts of
+/// that last pet: one for the pet, one for the pet the kernel adds when the agent that held
+/// the device dies before the reset (an unexpected close; see
+/// `palisade_model::advertise::Advertisement::trust`).
 pub fn peer_checked_trust(
     majority_since: Option<Mono>,
     answer_valid: Duration,
     watchdog: Duration,
     margin: Duration,
 ) -> Option<Mono> {
-    majority_since.map(|t| t + answer_valid + watchdog + margin + MAX_CLOCK_SKEW * 2)
+    majority_since.map(|t| t + answer_valid + watchdog * 2 + margin + MAX_CLOCK_SKEW * 2)
 }
 
 #[cfg(test)]
@@ -518,14 +522,15 @@ mod tests {
     }
 
     #[test]
-    fn trust_waits_for_validity_watchdog_margin_and_skew() {
+    fn trust_waits_for_validity_two_watchdog_timeouts_margin_and_skew() {
         let trust = peer_checked_trust(
             Some(m(100)),
             Duration::from_secs(3),
             Duration::from_secs(10),
             Duration::from_secs(2),
         );
-        assert_eq!(trust, Some(m(117)));
+        // 100 + 3 + 2 × 10 + 2 + 2 × 1.
+        assert_eq!(trust, Some(m(127)));
         assert_eq!(
             peer_checked_trust(None, Duration::ZERO, Duration::ZERO, Duration::ZERO),
             None

@@ -627,12 +627,13 @@ fn self_fence_plan_trusts_after_timeout_plus_margin() {
     let Some(Verdict::Fence(plan)) = verdict_of(&s, "m0") else {
         panic!("expected fence")
     };
-    // Self-fence timeout + watchdog timeout + margin, from the last observed renewal.
+    // Self-fence timeout + twice the watchdog timeout + margin, from the last observed
+    // renewal.
     assert_eq!(
         plan.levels,
         vec![PlanLevel::SelfFence {
             silent_since: Mono::from_secs(DEAD),
-            wait: Duration::from_secs(15 + 10 + 5),
+            wait: Duration::from_secs(15 + 2 * 10 + 5),
             scope: palisade_model::nodefence::Coverage::All,
             marker: Some("lease=1;ready=-".into()),
         }]
@@ -640,8 +641,8 @@ fn self_fence_plan_trusts_after_timeout_plus_margin() {
     // Persisted in wall-clock terms relative to the round's clocks.
     let persisted = plan.to_status(&s.now);
     let t = persisted.levels[0].trusted_after.as_ref().unwrap().0;
-    assert_eq!(t, wall(DEAD as i64 + 30 - NOW as i64));
-    assert_eq!(persisted.levels[0].trust_wait_seconds, Some(30));
+    assert_eq!(t, wall(DEAD as i64 + 40 - NOW as i64));
+    assert_eq!(persisted.levels[0].trust_wait_seconds, Some(40));
     assert_eq!(
         persisted.levels[0].silent_since.as_ref().unwrap().0,
         wall(DEAD as i64 - NOW as i64)

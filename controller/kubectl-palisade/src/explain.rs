@@ -140,7 +140,7 @@ pub enum Fencing {
     NoFencingLevel,
     /// No FenceTarget, and the node's advertisement earns no trust (SelfFenceNotTrusted).
     SelfFenceNotTrusted { why: String },
-    /// A trusted self-fence after this much silence (self-fence + watchdog + margin).
+    /// A trusted self-fence after this much silence (self-fence + 2 × watchdog + margin).
     TrustedSelfFence { after_seconds: u64 },
 }
 
@@ -428,7 +428,7 @@ pub fn text(e: &Explanation) -> String {
         ),
         Fencing::NoFencingLevel => writeln!(o, "  fencing:     no FenceTarget, and the policy does not trust self-fencing: held (NoFencingLevel)"),
         Fencing::SelfFenceNotTrusted { why } => writeln!(o, "  fencing:     no FenceTarget; the node's last advertisement earns no trust ({why}): held (SelfFenceNotTrusted)"),
-        Fencing::TrustedSelfFence { after_seconds } => writeln!(o, "  fencing:     trusted self-fence after {after_seconds}s of silence (self-fence + watchdog + margin)"),
+        Fencing::TrustedSelfFence { after_seconds } => writeln!(o, "  fencing:     trusted self-fence after {after_seconds}s of silence (self-fence + 2 × watchdog + margin)"),
     };
     let _ = match &e.node_fence {
         Some(f) => writeln!(

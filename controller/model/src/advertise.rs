@@ -613,12 +613,19 @@ impl Advertisement {
     /// advertised as virtual or undetermined, also with a watchdog whose action is the
     /// hypervisor's. Never for an advertisement that says nothing about the action or the
     /// machine (an older agent), nor for a watchdog known not to reset or not classified. The
-    /// wait is the self-fence timeout plus the watchdog timeout plus `margin`, so that even an
-    /// agent that hangs right after its last renewal (and so never kills anything) is reset by
-    /// its watchdog before the wait ends.
+    /// wait is the self-fence timeout plus **twice** the watchdog timeout plus `margin`, so
+    /// that the watchdog has reset the machine before the wait ends even when the agent's
+    /// kills did not end its containers (processes in uninterruptible sleep on a hung device
+    /// ignore SIGKILL), and even when the agent died after its last pet: the kernel pets a
+    /// running watchdog once more when the process that held it open dies (an unexpected
+    /// close, `nowayout` or not), at any instant up to the reset the last pet scheduled. One
+    /// timeout covers the last pet, the second that final one.
     ///
     /// Assumptions: the agent stops petting the watchdog no later than its self-fence timeout
-    /// after the last renewal it sent; the watchdog resets (or powers off) the machine within
+    /// after the last renewal it sent, and a restarted agent whose last renewal is older than
+    /// that does not open the watchdog (opening and arming pet it) until it renewed again
+    /// (`palisade-node`'s `watchdog::opens_at_start`), so that only the death of the agent
+    /// that last petted adds a pet; the watchdog resets (or powers off) the machine within
     /// its timeout of the last pet, which the agent's advertised action stands for on bare
     /// metal; the machine's clocks and watchdog are never frozen while its processes survive
     /// (true of bare metal; for a virtual machine, the operator's assertion when it accepts
@@ -652,7 +659,7 @@ impl Advertisement {
                 return Err(Distrust::HypervisorAction { driver: driver() });
             }
         }
-        Ok(after + wd.timeout + margin)
+        Ok(after + wd.timeout * 2 + margin)
     }
 
     /// [`Advertisement::trust`]'s wait, or `None` when the advertisement earns no trust.
@@ -708,7 +715,7 @@ mod tests {
         let ad = Advertisement::from_annotations(&full);
         assert_eq!(
             ad.trust_wait(Duration::from_secs(2), REFUSE),
-            Some(Duration::from_secs(17))
+            Some(Duration::from_secs(22))
         );
         for missing in [
             SELF_FENCE_AFTER,

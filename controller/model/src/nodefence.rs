@@ -327,8 +327,8 @@ pub struct PlannedLevel {
     /// silence. A renewal observed after it restarts the wait from that renewal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub silent_since: Option<MicroTime>,
-    /// For a self-fence level: the advertised self-fence timeout plus the advertised watchdog
-    /// timeout plus the policy's margin.
+    /// For a self-fence level: the advertised self-fence timeout plus twice the advertised
+    /// watchdog timeout plus the policy's margin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub trust_wait_seconds: Option<i64>,

@@ -295,7 +295,8 @@ pub enum FenceWhen {
 #[serde(rename_all = "camelCase")]
 pub struct TrustSelfFence {
     /// When the node has no hardware fencing level, count it as fenced once its advertised
-    /// self-fence timeout plus `marginSeconds` has passed since it went silent. Default false.
+    /// self-fence timeout plus twice its watchdog timeout plus `marginSeconds` has passed since
+    /// it went silent. Default false.
     #[serde(default)]
     pub enabled: bool,
     /// Safety margin on top of the advertised timeout. Default 10 s.

@@ -46,7 +46,7 @@ pub fn campaign_line(
 
 /// Runs every planted control and returns one history line each: the bugs of [`Bug::ALL`]
 /// in a random campaign of at most [`CONTROL_SCHEDULES`] from seed 1, the rare ones of
-/// [`Bug::RECORDED`] at their recorded seed.
+/// [`Bug::RECORDED`] at their recorded seed, and those of [`Bug::AIMED`] on their schedule.
 pub fn controls(label: &str) -> Vec<Value> {
     let mut out = Vec::new();
     for bug in Bug::ALL {
@@ -61,14 +61,19 @@ pub fn controls(label: &str) -> Vec<Value> {
             "invariant": c.failure.as_ref().map(|(_, v)| format!("{:?}", v.invariant)),
         }));
     }
-    for (bug, seed) in Bug::RECORDED {
-        let v = run(&Schedule::generate(seed), Some(bug)).violation;
+    let aimed = Bug::AIMED.map(|bug| {
+        let schedule = bug.aimed_schedule().expect("an aimed bug has its schedule");
+        (bug, schedule)
+    });
+    let recorded = Bug::RECORDED.map(|(bug, seed)| (bug, Schedule::generate(seed)));
+    for (bug, schedule) in recorded.into_iter().chain(aimed) {
+        let v = run(&schedule, Some(bug)).violation;
         out.push(json!({
             "kind": "control",
             "label": label,
             "bug": format!("{bug:?}"),
             "recorded": true,
-            "caught_at": v.as_ref().map(|_| seed),
+            "caught_at": v.as_ref().map(|_| schedule.seed),
             "schedules": 1,
             "invariant": v.as_ref().map(|v| format!("{:?}", v.invariant)),
         }));

@@ -224,3 +224,28 @@ fn a_bmc_that_reads_a_live_machine_off_fences_it_only_with_the_planted_bug() {
     eprintln!("the planted bug fenced the live node in {caught} of 20");
     assert!(caught > 0, "the planted bug fenced no live node");
 }
+
+/// Each bug of `Bug::AIMED` breaks at-most-one on the schedule made for it, and the same
+/// schedule is clean without it.
+#[test]
+fn the_aimed_controls_break_at_most_one_on_their_schedules() {
+    for bug in Bug::AIMED {
+        let s = bug.aimed_schedule().expect("a schedule");
+        let clean = run(&s, None);
+        if let Some(v) = clean.violation {
+            panic!(
+                "{bug:?}'s schedule without the bug: {}\n{}",
+                v.what,
+                clean.history.join("\n")
+            );
+        }
+        let broken = run(&s, Some(bug));
+        let v = broken.violation.unwrap_or_else(|| {
+            panic!(
+                "planted bug {bug:?} went unnoticed on its schedule\n{}",
+                broken.history.join("\n")
+            )
+        });
+        assert_eq!(v.invariant, Invariant::AtMostOne, "{}", v.what);
+    }
+}

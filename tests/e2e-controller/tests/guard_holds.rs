@@ -306,13 +306,13 @@ fn trusted_self_fence(sim: &Sim<'_>, ctl: &Controller) {
         HELD,
     );
     sim.silence("trust-self");
-    // It counts as fenced once its advertised 8 s, plus the watchdog's 3 s, plus the 2 s
-    // margin have passed since its last observed renewal, and never before.
+    // It counts as fenced once its advertised 8 s, plus twice the watchdog's 3 s, plus the
+    // 2 s margin have passed since its last observed renewal, and never before.
     let nf = sim.wait_fence_phase("trust-self", Phase::Released, FENCED);
     let st = nf.status.as_ref().expect("status");
     let level = &st.plan.as_ref().expect("plan").levels[0];
     assert_eq!(level.kind, palisade_model::nodefence::LevelKind::SelfFence);
-    assert_eq!(level.trust_wait_seconds, Some(13));
+    assert_eq!(level.trust_wait_seconds, Some(16));
     let since = level.silent_since.as_ref().expect("silentSince").0;
     assert!(since > first, "the wait restarted from the later renewal");
     let trusted_after = level.trusted_after.as_ref().expect("trusted_after").0;

@@ -12,7 +12,7 @@
 //! recently, within a window smaller than `vouch_after`, so a vouching peer is never one the
 //! controller counts healthy at the instant it vouches. The controller trusts a silent node's
 //! self-fence only after it has seen a healthy strict majority continuously for
-//! `answer_valid` + watchdog + margin; two strict majorities intersect, so while the node is
+//! `answer_valid` + 2 × watchdog + margin; two strict majorities intersect, so while the node is
 //! excused the controller cannot have seen that majority for long enough. Hence an answer is
 //! valid for `answer_valid` after its *request was sent* (and no longer, whatever the peer
 //! answers later).
