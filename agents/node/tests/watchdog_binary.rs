@@ -37,6 +37,43 @@ current-context: x
     kubeconfig
 }
 
+/// Starts `palisade-node` as `node` with `--watchdog wd`: a 4 s Lease renewed every second, a
+/// self-fence after 2 s, petting every 100 ms, no peer check (it would need a key and peers);
+/// its log goes to `stderr`.
+fn spawn_agent(
+    node: &str,
+    kubeconfig: &Path,
+    state: &Path,
+    wd: &Path,
+    stderr: Stdio,
+) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_palisade-node"))
+        .args(["--node-name", node, "--address", "127.0.0.1"])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--state-dir")
+        .arg(state)
+        .args([
+            "--lease-duration",
+            "4s",
+            "--renew-interval",
+            "1s",
+            "--self-fence-after",
+            "2s",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--watchdog-interval",
+            "100ms",
+            "--no-peer-check",
+        ])
+        .arg("--watchdog")
+        .arg(wd)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
 fn pets(path: &Path) -> usize {
     std::fs::read(path)
         .unwrap_or_default()
@@ -52,32 +89,13 @@ fn agent_pets_only_while_the_lease_is_fresh_and_disarms_on_sigterm() {
     let wd = dir.path().join("watchdog");
     std::fs::write(&wd, b"").unwrap();
     let node = format!("wd-test-{}", std::process::id());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_palisade-node"))
-        .args(["--node-name", &node, "--address", "127.0.0.1"])
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .args([
-            "--lease-duration",
-            "4s",
-            "--renew-interval",
-            "1s",
-            "--self-fence-after",
-            "2s",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--watchdog-interval",
-            "100ms",
-            // The watchdog alone: the peer check would need a key (and peers).
-            "--no-peer-check",
-        ])
-        .arg("--watchdog")
-        .arg(&wd)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_agent(
+        &node,
+        &kubeconfig,
+        &dir.path().join("state"),
+        &wd,
+        Stdio::null(),
+    );
 
     eventually("first pets", Duration::from_secs(20), || {
         (pets(&wd) > 0).then_some(())
@@ -135,31 +153,13 @@ fn an_agent_restarted_with_a_stale_lease_does_not_open_the_watchdog() {
         .unwrap();
     let log = dir.path().join("agent.log");
     let node = format!("wd-stale-{}", std::process::id());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_palisade-node"))
-        .args(["--node-name", &node, "--address", "127.0.0.1"])
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .arg("--state-dir")
-        .arg(&state)
-        .args([
-            "--lease-duration",
-            "4s",
-            "--renew-interval",
-            "1s",
-            "--self-fence-after",
-            "2s",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--watchdog-interval",
-            "100ms",
-            "--no-peer-check",
-        ])
-        .arg("--watchdog")
-        .arg(&wd)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_agent(
+        &node,
+        &kubeconfig,
+        &state,
+        &wd,
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
     let held = |reader: &mut std::fs::File| {
         let mut buf = [0u8; 16];
         match reader.read(&mut buf) {

@@ -86,6 +86,28 @@ pub struct NodeConfig {
     pub kill_hangs: bool,
 }
 
+impl NodeConfig {
+    /// A node of a schedule made by hand: `fencing`, working devices, a self-fence after 5 s,
+    /// no watchdog, no peer check, a member from the start, bare metal, its own BMC, kills
+    /// that work.
+    pub fn plain(fencing: Fencing) -> NodeConfig {
+        NodeConfig {
+            fencing,
+            self_fence_after: 5,
+            watchdog: None,
+            nowayout: true,
+            power_mode: DeviceMode::Works,
+            storage_mode: DeviceMode::Works,
+            peer_check: None,
+            skew_ms: 0,
+            joins_late: false,
+            virtual_machine: false,
+            bmc_of: None,
+            kill_hangs: false,
+        }
+    }
+}
+
 /// A fault, applied at a point in simulated time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fault {

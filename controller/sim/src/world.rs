@@ -215,18 +215,9 @@ impl Bug {
     /// pets it again, and m0's pod writes beside its replacement until 58 s.
     pub fn aimed_schedule(self) -> Option<Schedule> {
         let node = |watchdog: Option<u64>, kill_hangs: bool| crate::faults::NodeConfig {
-            fencing: Fencing::None,
-            self_fence_after: 5,
             watchdog,
-            nowayout: true,
-            power_mode: DeviceMode::Works,
-            storage_mode: DeviceMode::Works,
-            peer_check: None,
-            skew_ms: 0,
-            joins_late: false,
-            virtual_machine: false,
-            bmc_of: None,
             kill_hangs,
+            ..crate::faults::NodeConfig::plain(Fencing::None)
         };
         match self {
             Bug::ArmWhileStale => Some(Schedule {

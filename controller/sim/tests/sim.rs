@@ -121,20 +121,7 @@ fn the_old_rules_break_at_most_one_on_the_schedules_that_found_them() {
 
 /// A node of the power-evidence scenarios below: no peer check, no watchdog, working devices.
 fn node(fencing: Fencing) -> NodeConfig {
-    NodeConfig {
-        fencing,
-        self_fence_after: 5,
-        watchdog: None,
-        nowayout: true,
-        power_mode: DeviceMode::Works,
-        storage_mode: DeviceMode::Works,
-        peer_check: None,
-        skew_ms: 0,
-        joins_late: false,
-        virtual_machine: false,
-        bmc_of: None,
-        kill_hangs: false,
-    }
+    NodeConfig::plain(fencing)
 }
 
 /// Three nodes, m0 fenced by its BMC, a policy with `powerOffAfterSeconds: 1`, and only

@@ -25,7 +25,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::Status;
 use kube::{Api, Client};
-use palisade_lab::{KubeVersion, Lab, LabConfig};
+use palisade_lab::{KubeVersion, Lab};
 use palisade_model::cel::RULES;
 use palisade_model::cel_cases::{self, Case};
 use palisade_model::{FenceTarget, FencingPolicy, NodeFence};
@@ -35,13 +35,7 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// A lab with nothing but a Kubernetes 1.34 control plane.
 fn control_plane_lab() -> Lab {
-    Lab::start(LabConfig {
-        kube: Some(KubeVersion::V1_34),
-        machines: 0,
-        pdu: false,
-        ..Default::default()
-    })
-    .expect("lab starts")
+    common::control_plane_lab(KubeVersion::V1_34)
 }
 
 /// Server-side applies the CRDs for this server's minor version and waits until each is

@@ -25,7 +25,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use kube::api::{DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use palisade_lab::{KubeVersion, Lab, LabConfig};
+use palisade_lab::{KubeVersion, Lab};
 use palisade_model::advertise::{BOOT_ID, RUNTIME_PODS, RUNTIME_SOURCE};
 use serde_json::json;
 
@@ -188,13 +188,7 @@ fn refused(what: &str, answer: Result<(), String>, expected: &str) {
 
 #[test]
 fn the_companion_writes_only_palisades_annotations_on_its_own_nodes_lease() {
-    let lab = Lab::start(LabConfig {
-        kube: Some(KubeVersion::V1_34),
-        machines: 0,
-        pdu: false,
-        ..Default::default()
-    })
-    .expect("lab starts");
+    let lab = common::control_plane_lab(KubeVersion::V1_34);
     let rt = rt();
     let c = client(&lab, &rt);
     node_and_lease(&c, &rt, "m0");
@@ -247,18 +241,11 @@ fn the_companion_writes_only_palisades_annotations_on_its_own_nodes_lease() {
 
     // RBAC alone cannot keep a companion to its own node: the test can see the hole the policy
     // closes.
+    let write_m1 = |tag: &str| patch_lease(&companion, &rt, "m1", palisade_annotation(tag));
     eventually(
         "RBAC lets the companion's account patch a Lease",
         WAIT,
-        || {
-            patch_lease(
-                &companion,
-                &rt,
-                "m1",
-                palisade_annotation("before-the-policy"),
-            )
-            .ok()
-        },
+        || write_m1("before-the-policy").ok(),
     );
 
     for obj in objects("admission-policy.yaml") {
@@ -280,14 +267,9 @@ fn the_companion_writes_only_palisades_annotations_on_its_own_nodes_lease() {
         "the policy refuses m0's companion a write on m1's Lease",
         WAIT,
         || {
-            patch_lease(
-                &companion,
-                &rt,
-                "m1",
-                palisade_annotation("after-the-policy"),
-            )
-            .err()
-            .filter(|m| m.contains(other_node))
+            write_m1("after-the-policy")
+                .err()
+                .filter(|m| m.contains(other_node))
         },
     );
 

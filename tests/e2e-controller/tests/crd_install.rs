@@ -9,17 +9,11 @@ mod common;
 use common::*;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use palisade_lab::{KubeVersion, Lab, LabConfig};
+use palisade_lab::KubeVersion;
 
 #[test]
 fn cel_rules_a_server_refuses_are_logged_in_its_words_and_the_controller_goes_on() {
-    let lab = Lab::start(LabConfig {
-        machines: 0,
-        pdu: false,
-        kube: Some(KubeVersion::V1_20),
-        ..Default::default()
-    })
-    .expect("lab starts");
+    let lab = common::control_plane_lab(KubeVersion::V1_20);
     let rt = rt();
     let c = client(&lab, &rt);
     namespace(&c, &rt, SYSTEM_NS);

@@ -13,7 +13,7 @@ use common::{client, eventually, rt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::Api;
-use palisade_lab::{KubeVersion, Lab, LabConfig};
+use palisade_lab::KubeVersion;
 use palisade_model::FenceTarget;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -40,13 +40,7 @@ fn generate(dir: &std::path::Path, inventory: &str, template: Option<&str>) -> S
 
 #[test]
 fn the_api_server_accepts_every_generated_fence_target() {
-    let lab = Lab::start(LabConfig {
-        kube: Some(KubeVersion::V1_34),
-        machines: 0,
-        pdu: false,
-        ..Default::default()
-    })
-    .expect("lab starts");
+    let lab = common::control_plane_lab(KubeVersion::V1_34);
     let rt = rt();
     let c = client(&lab, &rt);
     let minor = rt.block_on(c.apiserver_version()).expect("/version").minor;

@@ -26,6 +26,17 @@ pub fn start_lab(machines: usize, pdu: bool) -> Lab {
     palisade_scenario::lab_with_agents(machines, pdu, &Default::default()).expect("lab starts")
 }
 
+/// A lab with nothing but a control plane of Kubernetes `kube` (no machines, no PDU).
+pub fn control_plane_lab(kube: palisade_lab::KubeVersion) -> Lab {
+    Lab::start(palisade_lab::LabConfig {
+        kube: Some(kube),
+        machines: 0,
+        pdu: false,
+        ..Default::default()
+    })
+    .expect("lab starts")
+}
+
 /// A tokio runtime for the test's API calls.
 pub fn rt() -> tokio::runtime::Runtime {
     palisade_scenario::runtime().expect("runtime")
