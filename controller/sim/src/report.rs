@@ -160,6 +160,8 @@ pub fn render(history: &str) -> Result<String, String> {
                 let caught = field(line, &v, "caught_at")?;
                 let verdict = if caught.is_null() {
                     "**not caught**".to_string()
+                } else if Bug::parse(&bug).is_some_and(|b| Bug::AIMED.contains(&b)) {
+                    "on the schedule made for it (`Bug::aimed_schedule`)".to_string()
                 } else if recorded {
                     format!("at its recorded seed {}", text(line, &v, "caught_at")?)
                 } else {

@@ -70,7 +70,7 @@ fn a_flapping_node_reset_by_its_own_watchdog_is_released_on_its_trusted_self_fen
     lab.partition(0, Cut::ControlPlane).unwrap();
 
     // The agent self-fences 8 s after its last renewal and the watchdog (6 s) resets the VM;
-    // the controller trusts the self-fence 8 + 6 + 2 s after the last renewal it saw. The
+    // the controller trusts the self-fence 8 + 2 × 6 + 2 s after the last renewal it saw. The
     // deadline only bounds the test: the assertion is that the fence releases at all, and
     // after the reset.
     let nf = eventually(

@@ -6,8 +6,8 @@
 //!
 //! With `trustSelfFence` on and no FenceTarget, the agent is frozen (SIGSTOP, inside the
 //! guest): nothing pets the watchdog, the VM is powered off by it, and only after that does
-//! the controller, on its own clock (last renewal + self-fence timeout + advertised watchdog
-//! timeout + margin), trust the self-fence and release the pod. The test fails if the agent
+//! the controller, on its own clock (last renewal + self-fence timeout + twice the advertised
+//! watchdog timeout + margin), trust the self-fence and release the pod. The test fails if the agent
 //! advertised a timeout the driver does not hold (the 30 s default would fire after the
 //! release), or if the release came before the VM was gone.
 

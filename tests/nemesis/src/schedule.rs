@@ -577,8 +577,9 @@ fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault
             target,
             first_ms: rng.gen_range(5_000..=7_000),
             heal_ms: rng.gen_range(1_000..=2_000),
-            // Past the agent's self-fence (8 s), its watchdog (6 s) and the controller's wait.
-            hold_ms: rng.gen_range(22_000..=25_000),
+            // Past the agent's self-fence (8 s), its watchdog (6 s) and the controller's wait
+            // (8 s + 2 × 6 s + the margin after the last renewal).
+            hold_ms: rng.gen_range(28_000..=31_000),
         },
         "flap" => Fault::Flap {
             target,
@@ -810,7 +811,7 @@ mod tests {
             else {
                 panic!("{:?}", e.fault)
             };
-            assert!(first_ms > 4_000 && heal_ms >= 1_000 && hold_ms <= 25_000);
+            assert!(first_ms > 4_000 && heal_ms >= 1_000 && (28_000..=31_000).contains(&hold_ms));
         }
     }
 
