@@ -563,7 +563,7 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
                 metrics.clone(),
             );
             let virtualization = virtualization.clone();
-            let (renewed, excused, fence) =
+            let (mut renewed, excused, fence) =
                 (renew_rx.clone(), excused_rx.clone(), fence_state_rx.clone());
             let request = watchdog_device::ArmRequest {
                 timeout: args.watchdog_timeout,
@@ -585,7 +585,6 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
                 let dev = match dev {
                     Some(dev) => dev,
                     None => {
-                        let mut renewed = renewed.clone();
                         if !palisade_node::watchdog::renewed_since_start(
                             &mut renewed,
                             shutdown_rx.clone(),
@@ -595,7 +594,9 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
                             return Ok(());
                         }
                         tracing::info!(device = %path.display(), "Lease renewed: opening the watchdog");
-                        palisade_node::watchdog::open(&path)?
+                        palisade_node::watchdog::open(&path).inspect_err(|e| {
+                            tracing::error!(error = %e, "the watchdog cannot be opened: the self-fence is not advertised as trustworthy");
+                        })?
                     }
                 };
                 // Opening armed it. Set its timeout and nowayout, and advertise only what the
