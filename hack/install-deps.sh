@@ -113,7 +113,7 @@ else
   fi
   mkdir -p "$K8S_BIN_DIR.tmp"
   for b in kube-apiserver kube-controller-manager kube-scheduler; do
-    f=$(find "$src/_output" -type f -name "$b" -size +1M | head -1)
+    f=$(find "$src/_output" -type f -name "$b" -size +1M | sed -n 1p)
     [ -n "$f" ] || { say "built tree has no $b"; exit 1; }
     install -m 0755 "$f" "$K8S_BIN_DIR.tmp/$b"
   done
@@ -299,6 +299,6 @@ fi
 
 "$K8S_BIN_DIR/kube-apiserver" --version
 "$K8S_CURRENT_DIR/kube-apiserver" --version
-"$K8S_CURRENT_DIR/etcd" --version | head -1
+"$K8S_CURRENT_DIR/etcd" --version | sed -n 1p
 "$KUBELET_DIR/kubelet" --version
 say "done"
