@@ -22,10 +22,13 @@
 //! - [`power`]: power evidence, a machine its own identity-pinned device reads off, which makes
 //!   a node that missed a renewal Unhealthy without waiting out the silence threshold;
 //! - [`phase`]: the `NodeFence` state machine, `next_step(spec, status, observations) -> Step`,
-//!   which never repeats an unsafe step and cannot release without a verified fence.
+//!   which never repeats an unsafe step and cannot release without a verified fence;
+//! - [`record`]: the application of a step, and of what its I/O answered, to the fence's
+//!   status (the record and the Event to tell).
 //!
 //! The I/O controller builds the inputs from its caches, performs the returned step, records
-//! the result with the `palisade-model` status methods, and asks again.
+//! its result with [`record::apply`], and asks again. The simulation drives the same
+//! functions against its simulated world.
 
 pub mod acceptance;
 pub mod budget;
@@ -38,6 +41,7 @@ pub mod guard;
 pub mod majority;
 pub mod phase;
 pub mod power;
+pub mod record;
 pub mod selector;
 pub mod snapshot;
 pub mod verdict;

@@ -58,19 +58,7 @@ use tracing::Instrument as _;
 use crate::error::Error;
 use crate::Ctx;
 
-/// The result of running one level.
-#[derive(Debug, Default)]
-pub struct LevelRun {
-    /// Every attempt, in order.
-    pub attempts: Vec<DeviceAttempt>,
-    /// Evidence, one per verified device.
-    pub evidence: Vec<Evidence>,
-    /// `None` when every device was verified; otherwise why the level failed.
-    pub failure: Option<String>,
-    /// For a level that resets instead of powering off: the resets that were not accepted
-    /// (they do not fail the level, whose proof is the storage block).
-    pub resets_failed: Vec<String>,
-}
+pub use palisade_decide::record::LevelRun;
 
 fn now() -> MicroTime {
     MicroTime(Timestamp::now())

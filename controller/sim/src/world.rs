@@ -28,6 +28,7 @@ use palisade_decide::phase::{
     UNTAINT_SETTLE_MARGIN,
 };
 use palisade_decide::power::{OffRun, PowerReading, PowerWatch};
+use palisade_decide::record::{self, Answer, LevelRun};
 use palisade_decide::snapshot::{
     FenceState, NodeSnapshot, PodSnapshot, PolicySnapshot, Snapshot, Tolerance,
 };
@@ -39,7 +40,7 @@ use palisade_model::advertise::{
 };
 use palisade_model::nodefence::{
     Evidence, EvidenceKind, LevelKind, NodeFenceSpec, NodeFenceStatus, Phase, PlannedDevice,
-    ReleasedObject, RequestedBy,
+    RequestedBy,
 };
 use palisade_model::policy::FencingPolicySpec;
 use palisade_model::target::{
@@ -2541,21 +2542,14 @@ impl<'s> World<'s> {
         }
     }
 
-    fn released(&self, o: &ObjectRef) -> ReleasedObject {
-        ReleasedObject {
-            namespace: o.namespace.clone(),
-            name: o.name.clone(),
-            uid: o.uid.clone(),
-            at: MicroTime(self.wall()),
-        }
-    }
-
-    /// Releases `pod` as `reconcile.rs` does: the write-ahead record, the deletion, then the
-    /// record moved to `pods`. One release in eight, the controller dies right after the
-    /// deletion and another takes over at once (its next round finishes the record).
-    fn release_pod(&mut self, f: usize, pod: &ObjectRef) {
+    /// Releases `pod` as `reconcile.rs` does: the write-ahead record, then the deletion. One
+    /// release in eight, the controller dies right after the deletion and another takes over
+    /// at once (its next round finishes the record): then `false`, else the caller records
+    /// the release through the core.
+    fn release_pod(&mut self, f: usize, pod: &ObjectRef) -> bool {
         if self.bug != Some(Bug::RecordAfterDelete) {
-            self.fences[f].status.release.releasing = Some(self.released(pod));
+            let wall = self.wall();
+            record::intend_release(&mut self.fences[f].status, pod, wall);
         }
         if let Some(p) = self.pods.iter_mut().find(|p| p.uid == pod.uid) {
             p.deleted = true;
@@ -2567,17 +2561,50 @@ impl<'s> World<'s> {
                 self.fences[f].name, pod.uid
             ));
             self.restart_controller();
-            return;
+            return false;
         }
-        let r = self.released(pod);
-        self.fences[f].status.release.releasing = None;
-        self.fences[f].status.release.pods.push(r);
         self.out.released += 1;
-        self.log(format!("{}: released pod {}", self.fences[f].name, pod.uid));
+        true
     }
 
-    fn apply(&mut self, f: usize, step: Step) {
+    /// A planted release outside the state machine (the pod deleted, then its release
+    /// recorded as a leader that resumes would).
+    fn planted_release(&mut self, f: usize, pod: ObjectRef) {
+        if self.release_pod(f, &pod) {
+            self.record(f, &Step::RecordReleased(pod), Answer::Nothing);
+        }
+    }
+
+    /// Records `step`, whose simulated I/O answered `answer`, in fence `f`'s status through
+    /// the controller's core ([`record::apply`]). A step the status refuses (a stale command
+    /// applied after the fence moved on) changes nothing, as the operator's failed write would.
+    fn record(&mut self, f: usize, step: &Step, answer: Answer) {
         let wall = self.wall();
+        let i = self.fences[f].node;
+        let node = self.machines[i].name.clone();
+        let name = self.fences[f].name.clone();
+        let token = self.ctl.token;
+        let mut status = self.fences[f].status.clone();
+        let facts = record::Facts {
+            node: &node,
+            at: wall,
+            token,
+            leader: "sim",
+            challenge: &name,
+            kept_taints: &[],
+        };
+        match record::apply(&mut status, step, answer, facts) {
+            Ok(r) => {
+                self.fences[f].status = status;
+                if let Some(note) = r.note {
+                    self.log(format!("{name}: {}: {}", note.reason, note.message));
+                }
+            }
+            Err(e) => self.log(format!("{name}: {} not recorded: {e}", step.label())),
+        }
+    }
+
+    fn apply(&mut self, f: usize, mut step: Step) {
         let i = self.fences[f].node;
         let label = step.label();
         let name = self.fences[f].name.clone();
@@ -2590,131 +2617,46 @@ impl<'s> World<'s> {
             self.log(format!("{name}: {label} refused for a stale token"));
             return;
         }
-        match step {
-            Step::Nothing | Step::Wait { .. } | Step::Hold(_) | Step::Refuse { .. } => {}
-            Step::RecordToken(t) => self.fences[f].status.fencing_token = Some(t),
-            Step::PinNode(mut p) => {
-                if self.bug == Some(Bug::PinWithoutMachine) {
-                    p.system_uuid = None;
-                }
-                self.fences[f].status.pinned = Some(p);
-            }
-            Step::Supersede(older) => {
-                self.fences[f].status.superseded_by = Some(older);
-                let _ = self.fences[f].status.fail(
-                    palisade_model::nodefence::FailureReason::Superseded,
-                    wall,
-                    "superseded",
-                );
-            }
-            Step::Cancel => {
-                let _ = self.fences[f]
-                    .status
-                    .transition(Phase::Done, wall, "cancelled");
-            }
-            Step::StartFencing { plan, token } => {
-                let boot = self
+        if let (Step::PinNode(p), Some(Bug::PinWithoutMachine)) = (&mut step, self.bug) {
+            p.system_uuid = None;
+        }
+        // The step's simulated I/O; its answer is recorded by the core below.
+        let answer = match &step {
+            Step::StartFencing { .. } => Answer::Started {
+                boot_id: self
                     .ctl
                     .advertised
                     .get(&self.machines[i].name)
-                    .and_then(|a| a.boot_id.clone());
-                let st = &mut self.fences[f].status;
-                st.plan = Some(plan);
-                st.fencing_token = Some(token);
-                st.recovery.boot_id_at_fence = boot;
-                let _ = st.transition(Phase::Fencing, wall, "fencing");
-                if self.bug == Some(Bug::ReleaseUnverified) {
-                    let bound: Vec<ObjectRef> = self
-                        .pods
-                        .iter()
-                        .filter(|p| p.node == i && !p.deleted)
-                        .map(|p| ObjectRef {
-                            namespace: "app".into(),
-                            name: String::new(),
-                            uid: p.uid.clone(),
-                        })
-                        .collect();
-                    for p in bound {
-                        self.release_pod(f, &p);
-                    }
-                }
-            }
+                    .and_then(|a| a.boot_id.clone()),
+                verdict: None,
+            },
             Step::RunLevel {
                 level,
                 devices,
                 reset,
             } => {
-                let (ok, evidence) = self.drive_devices(f, level, &devices, reset);
-                let st = &mut self.fences[f].status;
-                if ok && !evidence.is_empty() {
-                    let _ = st.record_level_verified(level, evidence, wall, "verified");
-                    self.log(format!("{name}: level {level} verified"));
-                } else {
-                    let _ = st.record_level_failed(level, wall, "failed");
-                    self.log(format!("{name}: level {level} failed"));
-                }
+                let (ok, evidence) = self.drive_devices(f, *level, devices, *reset);
+                Answer::Level(LevelRun {
+                    evidence,
+                    failure: (!ok).then(|| "a device did not verify".to_string()),
+                    ..LevelRun::default()
+                })
             }
-            Step::TrustSelfFence { level } => {
-                let e = Evidence {
-                    level,
-                    device: String::new(),
-                    kind: EvidenceKind::SelfFenceTimeout,
-                    observed: "silent past the advertised time".into(),
-                    at: MicroTime(wall),
-                };
-                let _ =
-                    self.fences[f]
-                        .status
-                        .record_level_verified(level, vec![e], wall, "trusted");
-                self.log(format!("{name}: self-fence trusted"));
+            Step::HoldPod(pod) if self.bug == Some(Bug::ReleaseUncovered) => {
+                self.planted_release(f, pod.clone());
+                return;
             }
-            Step::Enter(p) => {
-                let _ = self.fences[f].status.transition(p, wall, p.as_str());
-                self.log(format!("{name}: {}", p.as_str()));
-            }
-            Step::Fail(r) => {
-                let _ = self.fences[f].status.fail(r, wall, r.as_str());
-                self.log(format!("{name}: failed {}", r.as_str()));
-            }
-            Step::RestartSelfFenceWait {
-                level,
-                silent_since,
-                trusted_after,
-                marker,
-            } => {
-                if let Some(l) = self.fences[f].status.plan.as_mut().and_then(|p| {
-                    p.levels
-                        .get_mut(usize::try_from(level).unwrap_or(usize::MAX))
-                }) {
-                    l.silent_since = Some(MicroTime(silent_since));
-                    l.silent_marker = marker;
-                    l.trusted_after = Some(MicroTime(trusted_after));
-                }
-            }
-            Step::FailLevel { level, why } => {
-                let _ = self.fences[f].status.record_level_failed(level, wall, why);
-            }
-            Step::HoldPod(pod) => {
-                if self.bug == Some(Bug::ReleaseUncovered) {
-                    self.release_pod(f, &pod);
-                } else {
-                    let r = self.released(&pod);
-                    self.fences[f].status.release.held.push(r);
-                    self.out.held += 1;
-                    self.log(format!("{name}: held pod {} (not covered)", pod.uid));
-                }
-            }
-            Step::RecordCleanProof(p) => {
-                self.fences[f].status.recovery.clean_proof = Some(p.clone());
-                self.log(format!("{name}: clean proof: {p}"));
+            Step::HoldPod(_) => {
+                self.out.held += 1;
+                Answer::Nothing
             }
             Step::PostChallenge => {
                 self.node_challenge[i] = Some(name.clone());
-                self.log(format!("{name}: recovery challenge posted on m{i}"));
+                Answer::Nothing
             }
             Step::ApplyTaint(_, which) => {
                 // A taint already there is not this fence's (and not recorded as its).
-                let no_schedule = which == ReleaseTaints::NoSchedule;
+                let no_schedule = *which == ReleaseTaints::NoSchedule;
                 if !self.tainted[i] {
                     self.tainted[i] = true;
                     self.taint_owner[i] = Some(f);
@@ -2723,27 +2665,31 @@ impl<'s> World<'s> {
                 if (!no_schedule || old_order) && self.out_of_service[i].is_none() {
                     self.taint_out_of_service(i, f);
                 }
-                which.record(&mut self.fences[f].status.release, MicroTime(wall));
+                Answer::Nothing
             }
-            Step::ReleasePod(_, pod) => self.release_pod(f, &pod),
-            Step::RecordReleased(pod) => {
-                let r = self.released(&pod);
-                let st = &mut self.fences[f].status;
-                st.release.releasing = None;
-                st.release.pods.push(r);
-                self.log(format!("{name}: recorded the release of pod {}", pod.uid));
-            }
-            Step::DeleteAttachment(..) | Step::ClearAttachRecord(..) => {}
-            Step::PowerOn(_) => {
-                if self.bmc_power_on(i) {
-                    self.fences[f].status.recovery.powered_on_at = Some(MicroTime(wall));
+            Step::ReleasePod(_, pod) => {
+                if !self.release_pod(f, pod) {
+                    return;
                 }
+                Answer::Nothing
             }
+            Step::PowerOn(_) => Answer::Recovery {
+                attempts: Vec::new(),
+                result: if self.bmc_power_on(i) {
+                    Ok(())
+                } else {
+                    Err("the BMC did not power the machine on".into())
+                },
+            },
             Step::Unfence(_) => {
                 self.untaint_settled_before_unblock(f);
-                if self.unblock_storage(f) {
-                    self.fences[f].status.recovery.unfenced_at = Some(MicroTime(wall));
-                    self.log(format!("{name}: storage unfenced"));
+                Answer::Recovery {
+                    attempts: Vec::new(),
+                    result: if self.unblock_storage(f) {
+                        Ok(())
+                    } else {
+                        Err("the storage did not lift the block".into())
+                    },
                 }
             }
             Step::RemoveTaint => {
@@ -2752,6 +2698,7 @@ impl<'s> World<'s> {
                 {
                     self.untaint_settled_before_unblock(f);
                     if self.unblock_storage(f) {
+                        let wall = self.wall();
                         self.fences[f].status.recovery.unfenced_at = Some(MicroTime(wall));
                         self.log(format!("{name}: storage unfenced before the untaint"));
                     }
@@ -2769,10 +2716,7 @@ impl<'s> World<'s> {
                     self.untainted_at[i] = Some(self.now);
                     self.log(format!("{name}: release taints removed from m{i}"));
                 }
-                self.fences[f].status.recovery.untainted_at = Some(MicroTime(wall));
-            }
-            Step::RecordUntaintObserved => {
-                self.fences[f].status.recovery.untaint_observed_at = Some(MicroTime(wall));
+                Answer::Untainted { left: Vec::new() }
             }
             Step::RecheckPower(devices) => {
                 use palisade_model::nodefence::{PowerRecheck, RecheckedPower};
@@ -2785,23 +2729,38 @@ impl<'s> World<'s> {
                     PowerReading::On => RecheckedPower::On,
                     PowerReading::Off => RecheckedPower::Off,
                 };
-                self.log(format!("{name}: power re-read: {state:?}"));
+                let wall = self.wall();
                 let token = self.ctl.token;
-                for d in devices {
-                    self.fences[f]
-                        .status
-                        .release
-                        .power_rechecks
-                        .push(PowerRecheck {
-                            device: d.url,
+                Answer::Power(
+                    devices
+                        .iter()
+                        .map(|d| PowerRecheck {
+                            device: d.url.clone(),
                             token,
                             state,
                             observed: format!("{state:?}"),
                             at: MicroTime(wall),
-                        });
-                }
+                        })
+                        .collect(),
+                )
+            }
+            _ => Answer::Nothing,
+        };
+        self.record(f, &step, answer);
+        if matches!(step, Step::StartFencing { .. }) && self.bug == Some(Bug::ReleaseUnverified) {
+            let bound: Vec<ObjectRef> = self
+                .pods
+                .iter()
+                .filter(|p| p.node == i && !p.deleted)
+                .map(|p| ObjectRef {
+                    namespace: "app".into(),
+                    name: String::new(),
+                    uid: p.uid.clone(),
+                })
+                .collect();
+            for p in bound {
+                self.planted_release(f, p);
             }
         }
-        let _ = label;
     }
 }

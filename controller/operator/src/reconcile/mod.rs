@@ -24,22 +24,22 @@ use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef as StoreRef;
 use kube::{Api, ResourceExt};
 use palisade_decide::detector::{Health, Thresholds};
-use palisade_decide::phase::{
-    NodePod, NodeVolume, ObjectRef, Observations, ReleaseTaints, Step, WaitFor,
-};
+use palisade_decide::phase::{NodePod, NodeVolume, ObjectRef, Observations, Step};
 use palisade_decide::{next_step, Verdict};
 use palisade_model::advertise::Advertisement;
-use palisade_model::nodefence::{
-    AttemptOutcome, Evidence, EvidenceKind, FailureReason, NodeFenceStatus, Phase, PlannedDevice,
-    ReleasedObject, VerdictRecord,
-};
+use palisade_model::nodefence::{AttemptOutcome, NodeFenceStatus, Phase, PlannedDevice};
 use palisade_model::policy::{Detection, Recovery};
 use palisade_model::NodeFence;
 use tracing::Instrument as _;
 
+use palisade_decide::record::{self, Answer};
+
 use crate::error::Error;
 use crate::events::{Kind, Recorder};
 use crate::Ctx;
+
+mod start;
+mod wait;
 
 /// Starts a worker for every unfinished `NodeFence` that has none.
 pub fn ensure_workers(ctx: &Arc<Ctx>, token: i64) {
@@ -163,105 +163,6 @@ fn peer_trust(
     }
 }
 
-/// The prefix of the verdict labels a fence records while its self-fence level waits.
-const FENCING_WAIT: &str = "fencing_wait_";
-
-/// What a self-fence level waits for, as a verdict label and a message an operator can act on
-/// (recorded in the status once per label, and named when the fence's budget runs out).
-fn fencing_wait(
-    ctx: &Ctx,
-    node: &str,
-    why: &WaitFor,
-    until: Option<Timestamp>,
-    advertised: &Advertisement,
-) -> (String, String) {
-    if *why == WaitFor::SelfFence {
-        let at = until.map_or_else(|| "an unknown time".to_string(), |t| t.to_string());
-        return (
-            format!("{FENCING_WAIT}self_fence"),
-            format!("waiting out node {node}'s self-fence: trusted at {at} (its self-fence timeout, watchdog timeout and the policy's margin after the last renewal this controller saw, on its own clock)"),
-        );
-    }
-    let label = format!("{FENCING_WAIT}healthy_majority");
-    let Some(peer) = advertised.peer_check else {
-        return (
-            label,
-            format!("waiting for a healthy majority for node {node}'s self-fence"),
-        );
-    };
-    let members = peer
-        .members
-        .and_then(|m| ctx.members.lock().get(m).cloned());
-    let Some(members) = members else {
-        return (label, format!("waiting for a healthy majority: node {node}'s peer check counts a Node set this controller never saw, so its self-fence earns no trust (fence it through a FenceTarget level, or confirm it is off and create a NodeFence by hand)"));
-    };
-    let healthy: Vec<String> = ctx
-        .streaks
-        .lock()
-        .healthy_among(&members, ctx.now().mono)
-        .into_iter()
-        .map(str::to_string)
-        .collect();
-    let window = palisade_model::advertise::PeerCheck::healthy_window(peer.vouch_after);
-    (
-        label,
-        format!(
-            "waiting for a healthy majority: node {node} runs a peer check, so its self-fence is trusted only after this controller has seen a strict majority of the {n} Nodes it counts ({all}) renew without a break (need {need}; healthy now: [{healthy}]); a node counts healthy only while its Lease writes follow each other within {window:?} (--peer-vouch-after minus 4 s)",
-            n = members.len(),
-            all = members.iter().cloned().collect::<Vec<_>>().join(", "),
-            need = members.len() / 2 + 1,
-            healthy = healthy.join(", "),
-        ),
-    )
-}
-
-/// Whether starting `nf` now would exceed the policy's `maxConcurrent` or its per-domain
-/// limit, counted from a fresh LIST of NodeFences (the decision counted from the cache, which
-/// can lag behind fences another worker just started).
-fn at_limit(
-    ctx: &Ctx,
-    all: &[NodeFence],
-    nf: &NodeFence,
-    policy: &palisade_model::FencingPolicySpec,
-) -> Option<String> {
-    let in_flight: Vec<&NodeFence> = all
-        .iter()
-        .filter(|f| f.name_any() != nf.name_any())
-        .filter(|f| {
-            matches!(
-                crate::detect::phase_of(f),
-                Phase::Fencing | Phase::Fenced | Phase::Releasing
-            )
-        })
-        .collect();
-    let max = usize::try_from(policy.limits.max_concurrent).unwrap_or(0);
-    let key = &policy.limits.per_domain.topology_key;
-    let domain_of = |node: &str| {
-        ctx.cache
-            .nodes
-            .get(&StoreRef::new(node))
-            .and_then(|n| n.labels().get(key).cloned())
-            .unwrap_or_default()
-    };
-    let ours = domain_of(&nf.spec.node_name);
-    let in_domain = in_flight
-        .iter()
-        .filter(|f| domain_of(&f.spec.node_name) == ours)
-        .count();
-    let per = usize::try_from(policy.limits.per_domain.max_concurrent).unwrap_or(0);
-    palisade_decide::guard::start_limit(in_flight.len(), max, &ours, in_domain, per)
-        .map(|why| why.to_string())
-}
-
-/// Every `NodeFence`, read from the API server (not the watch cache), for the start gate.
-async fn fresh_fences(api: &Api<NodeFence>) -> Result<Vec<NodeFence>, Error> {
-    Ok(api
-        .list(&Default::default())
-        .await
-        .map_err(|e| Error::kube("listing NodeFences before starting a fence", e))?
-        .items)
-}
-
 /// Whether a self-fence may be trusted or released on in this phase: then the node's heartbeat
 /// is read fresh from the API rather than from the watch cache.
 fn self_fence_pending(status: &NodeFenceStatus) -> bool {
@@ -305,32 +206,7 @@ async fn fresh_marker(ctx: &Ctx, node: &str) -> Result<Option<String>, Error> {
 /// fences created in the same second are otherwise ordered by name alone, which must not let a
 /// new request displace the one already fencing.
 fn older_sibling(ctx: &Ctx, nf: &NodeFence) -> Option<String> {
-    older_among(ctx.cache.fences.state().iter().map(|f| &**f), nf)
-}
-
-/// The sibling of `nf` among `fences` that acts instead of it, by the order of
-/// [`older_sibling`]. The decision reads the watch cache; the start gate reads the API again
-/// ([`fresh_fences`]) so that a sibling the cache has not seen yet cannot start beside this one.
-fn older_among<'a>(
-    fences: impl IntoIterator<Item = &'a NodeFence>,
-    nf: &NodeFence,
-) -> Option<String> {
-    let key = |f: &NodeFence| {
-        (
-            crate::detect::phase_of(f) == Phase::Pending,
-            f.metadata.creation_timestamp.clone().map(|t| t.0),
-            f.name_any(),
-        )
-    };
-    let ours = key(nf);
-    fences
-        .into_iter()
-        .filter(|f| f.spec.node_name == nf.spec.node_name && f.name_any() != nf.name_any())
-        .filter(|f| !crate::detect::phase_of(f).is_terminal())
-        .map(key)
-        .filter(|k| *k < ours)
-        .min()
-        .map(|(_, _, name)| name)
+    start::older_among(ctx.cache.fences.state().iter().map(|f| &**f), nf)
 }
 
 pub use palisade_model::nodefence::ANNOTATION_CONFIRM_CLEAN;
@@ -437,29 +313,6 @@ async fn persist_now(
         .map_err(|e| Error::kube(format!("persisting NodeFence {} status", nf.name_any()), e))
 }
 
-/// Transition with metrics and an Event.
-async fn enter(
-    ctx: &Ctx,
-    nf: &NodeFence,
-    status: &mut NodeFenceStatus,
-    to: Phase,
-    message: String,
-) -> Result<(), Error> {
-    let from = status.phase;
-    let entered = status.entered_at();
-    status
-        .transition(to, now_wall(), message.clone())
-        .map_err(|source| Error::Status {
-            name: nf.name_any(),
-            source,
-        })?;
-    if let Some(at) = entered {
-        let secs = now_wall().duration_since(at).as_secs_f64();
-        ctx.metrics.phase_duration(from.as_str(), secs.max(0.0));
-    }
-    Ok(())
-}
-
 /// Persists the status, then records the Event: an Event is only ever sent for a step that is
 /// durable.
 async fn persist_then_tell(
@@ -481,33 +334,6 @@ async fn event(ctx: &Ctx, nf: &NodeFence, kind: Kind, reason: &str, message: &st
         .await;
 }
 
-/// Moves `pod` from `status.release.releasing` to `status.release.pods`, persists, and tells.
-async fn record_released(
-    ctx: &Ctx,
-    api: &Api<NodeFence>,
-    nf: &NodeFence,
-    mut status: NodeFenceStatus,
-    step: &str,
-    pod: &ObjectRef,
-    what: &str,
-) -> Result<NodeFence, Error> {
-    status.release.releasing = None;
-    status.release.pods.push(released(pod));
-    let message = format!(
-        "pod {}/{} (uid {}) {what}",
-        pod.namespace, pod.name, pod.uid
-    );
-    persist_then_tell(
-        ctx,
-        api,
-        nf,
-        status,
-        step,
-        (Kind::Normal, "PodReleased", &message),
-    )
-    .await
-}
-
 /// The planted bug `ReleaseUnverified` ([`palisade_fence::planted`], debug builds only): deletes the
 /// node's pods (grace 0, UID precondition) as fencing starts, before any level is verified,
 /// and records them released. It bypasses [`crate::release::release_pod`], which takes a
@@ -523,7 +349,10 @@ async fn planted_release_unverified(
     for p in pods {
         tracing::error!(pod = %p.pod.name, node, "planted bug ReleaseUnverified: deleting a pod before the fence is verified");
         planted_force_delete(ctx, &p.pod).await;
-        status.release.pods.push(released(&p.pod));
+        status
+            .release
+            .pods
+            .push(record::released(&p.pod, now_wall()));
     }
     persist(api, nf, status, "planted_release_unverified").await?;
     Ok(())
@@ -540,7 +369,7 @@ async fn planted_release_uncovered(
 ) -> Result<(), Error> {
     tracing::error!(pod = %pod.name, "planted bug ReleaseUncovered: deleting a pod the fence does not cover");
     planted_force_delete(ctx, pod).await;
-    status.release.pods.push(released(pod));
+    status.release.pods.push(record::released(pod, now_wall()));
     persist(api, nf, status, "planted_release_uncovered").await?;
     Ok(())
 }
@@ -560,15 +389,6 @@ async fn planted_force_delete(ctx: &Ctx, pod: &ObjectRef) {
     let _ = pods_api.delete(&pod.name, &dp).await;
 }
 
-fn released(o: &ObjectRef) -> ReleasedObject {
-    ReleasedObject {
-        namespace: o.namespace.clone(),
-        name: o.name.clone(),
-        uid: o.uid.clone(),
-        at: MicroTime(now_wall()),
-    }
-}
-
 /// Names the next device step of `nf` for idempotency keys: the `NodeFence` UID, the token and
 /// the number of attempts already persisted. A step resumed after a crash (its attempts were
 /// never persisted) gets the same name, so a bridge answers it from its record instead of
@@ -579,49 +399,6 @@ fn step_name(nf: &NodeFence, token: i64, status: &NodeFenceStatus) -> crate::dev
     crate::devices::StepIds {
         step: format!("nf-{uid}-t{token}-a{}", status.attempts.len()),
         hold: format!("palisade-{uid}"),
-    }
-}
-
-/// One recovery action (power on, or lifting the storage fence) on the devices of the fence's
-/// level: records every attempt and, on success, the time in the field `mark` selects,
-/// persists, and emits an Event. Returns `false` when this activation must stop: a stale
-/// fencing token (a newer leader acts) or a failed action (retried on a later tick).
-#[allow(clippy::too_many_arguments)]
-async fn recovery_action(
-    ctx: &Ctx,
-    api: &Api<NodeFence>,
-    nf: &NodeFence,
-    mut status: NodeFenceStatus,
-    devices: &[PlannedDevice],
-    token: i64,
-    mark: fn(&mut NodeFenceStatus) -> &mut Option<MicroTime>,
-    done: (&str, String),
-    failed: &str,
-) -> Result<bool, Error> {
-    if recovery_retry_at(&status, devices).is_some_and(|at| now_wall() < at) {
-        return Ok(false);
-    }
-    let level = status.verified_fence().map(|v| v.level()).unwrap_or(0);
-    let step = step_name(nf, token, &status);
-    let (attempts, result) =
-        crate::devices::recover(ctx, &nf.spec.node_name, level, devices, token, &step).await;
-    if stale_token(ctx, nf, token, &attempts).await {
-        return Ok(false);
-    }
-    status.attempts.extend(attempts);
-    if result.is_ok() {
-        *mark(&mut status) = Some(MicroTime(now_wall()));
-    }
-    persist(api, nf, status, "recovery").await?;
-    match result {
-        Ok(()) => {
-            event(ctx, nf, Kind::Normal, done.0, &done.1).await;
-            Ok(true)
-        }
-        Err(e) => {
-            event(ctx, nf, Kind::Warning, failed, &e).await;
-            Ok(false)
-        }
     }
 }
 
@@ -762,47 +539,6 @@ fn untainted_for(ctx: &Ctx, nf: &NodeFence, untainted: bool) -> Option<std::time
     }
     let now = ctx.now().mono;
     Some(now.since(*since.entry(uid.to_string()).or_insert(now)))
-}
-
-/// The status label and Event (reason, message) of a recovery wait on the untaint or on the
-/// machine identity (recorded and told once per label), or `None` for any other wait.
-fn untaint_wait(
-    node: &str,
-    why: &WaitFor,
-    until: Option<Timestamp>,
-) -> Option<(String, Kind, &'static str, String)> {
-    let (label, kind, reason, message) = match why {
-        WaitFor::Untaint => ("recovery_untaint", Kind::Normal, "WaitingForUntaint", format!("node {node}: the release taints this fence removed are still on the observed Node; the storage block stays")),
-        WaitFor::ForeignOutOfService(key) => ("recovery_foreign_out_of_service", Kind::Warning, "ForeignOutOfServiceTaint", format!("node {node} carries taint {key}, which this fence did not add and never removes; Kubernetes may still force-delete pods and force-detach volumes because of it, so the storage block stays until it is gone (its owner removes it)")),
-        WaitFor::AttachmentsSettle(names) => ("recovery_attachments_settle", Kind::Normal, "WaitingForAttachments", format!("node {node}: VolumeAttachment(s) {} are being deleted or detached; the storage block stays until they settle", names.join(", "))),
-        WaitFor::IdentityMismatch { pinned, found, from } => ("recovery_identity_mismatch", Kind::Warning, "IdentityMismatch", format!("node {node}: this fence pinned machine {pinned} (the Node's systemUUID when it started), but {} {}; no recovery answer counts until machine {pinned} answers (or a person confirms the node clean), so the storage block and the taints stay", match from { palisade_decide::phase::IdentityFrom::Node => "the Node now reports systemUUID", palisade_decide::phase::IdentityFrom::Answer => "the renewal that answered the recovery challenge advertises machine" }, found.as_deref().unwrap_or("none (an agent that does not advertise its machine)"))),
-        WaitFor::UntaintMargin => ("recovery_untaint_margin", Kind::Normal, "UntaintSettling", format!("node {node}: untaint observed; the storage block stays until {} ({} s margin for lagging pod-GC and attach-detach caches)", until.map(|t| t.to_string()).unwrap_or_default(), palisade_decide::phase::UNTAINT_SETTLE_MARGIN.as_secs())),
-        _ => return None,
-    };
-    Some((label.to_string(), kind, reason, message))
-}
-
-/// What an operator must know when a fence failed with power devices that gave no answer
-/// (`dark`, from [`palisade_model::nodefence::NodeFenceStatus::dark_power_devices`]): empty
-/// when none did.
-///
-/// Guarantees: never suggests that a dark device proves anything; names every dark device and
-/// the two ways on (another level that can prove the power off without the BMC, or a person).
-fn dark_advice(node: &str, dark: &[&str]) -> String {
-    if dark.is_empty() {
-        return String::new();
-    }
-    format!(
-        ". No answer from {}: a BMC that does not answer is no proof that node {node} is off \
-         (the machine may have lost its power, or only the BMC its network), so nothing is released on it; \
-         a later fence tries again after the cooldown, within the escalation limit. To fence without the BMC, give the \
-         node's FenceTarget a PDU or storage level; or check the machine and, once a person knows \
-         it is off, release its pods with `kubectl palisade delete-pod NAMESPACE/POD --confirm`",
-        dark.iter()
-            .map(|d| palisade_model::target::redact_url(d))
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
 }
 
 /// Drives one `NodeFence` until it waits, finishes, or we lose leadership.
@@ -1078,34 +814,13 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
         } else {
             tracing::info_span!("step", nodefence = name, node = %node, phase = status.phase.as_str(), step = label, token)
         };
+        let mut latest: Option<NodeFence> = None;
         let done = async {
-            match step {
+            // Held from the count of fences in flight to the persisted start (StartFencing).
+            let mut _gate = None;
+            // The step's I/O; its answer is recorded below by the shared core.
+            let answer = match &step {
                 Step::Nothing => return Ok(true),
-                Step::PinNode(pinned) => {
-                    status.pinned = Some(pinned);
-                    persist(&api, &nf, status, label).await?;
-                }
-                Step::Supersede(older) => {
-                    let msg = format!(
-                        "NodeFence {older} for node {node} is older and unfinished: only it acts; this one does nothing"
-                    );
-                    status.superseded_by = Some(older);
-                    status
-                        .fail(FailureReason::Superseded, wall, msg.clone())
-                        .map_err(|source| Error::Status {
-                            name: name.into(),
-                            source,
-                        })?;
-                    persist_then_tell(
-                        ctx,
-                        &api,
-                        &nf,
-                        status,
-                        label,
-                        (Kind::Warning, "Superseded", &msg),
-                    )
-                    .await?;
-                }
                 Step::Refuse { ours, recorded } => {
                     tracing::warn!(
                         nodefence = name,
@@ -1115,176 +830,37 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                     );
                     return Ok(true);
                 }
-                Step::RecordToken(t) => {
-                    status.fencing_token = Some(t);
-                    persist_then_tell(
-                        ctx,
-                        &api,
-                        &nf,
-                        status,
-                        label,
-                        (
-                            Kind::Normal,
-                            "TokenRecorded",
-                            &format!(
-                                "leader {} resumes with fencing token {t}",
-                                ctx.settings.identity
-                            ),
-                        ),
-                    )
-                    .await?;
-                }
                 Step::Hold(reason) => {
-                    let held = format!("hold_{}", reason.label());
-                    if status.verdict.as_ref().map(|v| v.label.as_str()) != Some(held.as_str()) {
-                        let message = reason.to_string();
-                        status.verdict = Some(VerdictRecord {
-                            label: held,
-                            message: message.clone(),
-                            at: MicroTime(wall),
-                        });
-                        persist_then_tell(
-                            ctx,
-                            &api,
-                            &nf,
-                            status,
-                            label,
-                            (
-                                Kind::Warning,
-                                &format!("Held{}", crate::detect::camel(reason.label())),
-                                &message,
-                            ),
-                        )
-                        .await?;
-                    }
+                    wait::record_hold(ctx, &api, &nf, status, label, reason, wall).await?;
                     return Ok(true);
                 }
                 Step::Wait { why, until } => {
-                    if let Some((label, kind, reason, message)) = untaint_wait(&node, &why, until) {
-                        if status.verdict.as_ref().map(|r| &r.label) != Some(&label) {
-                            status.verdict = Some(VerdictRecord {
-                                label: label.clone(),
-                                message: message.clone(),
-                                at: MicroTime(wall),
-                            });
-                            persist(&api, &nf, status, &label).await?;
-                            event(ctx, &nf, kind, reason, &message).await;
-                        }
-                        return Ok(true);
-                    }
-                    if why == WaitFor::NodeExists {
-                        let label = "node_not_found".to_string();
-                        if status.verdict.as_ref().map(|r| &r.label) != Some(&label) {
-                            let fails_at = until.map(|t| t.to_string()).unwrap_or_default();
-                            let message = format!("no Node named {node} exists; this fence fails with NodeNotFound at {fails_at} unless it registers");
-                            status.verdict = Some(VerdictRecord {
-                                label: label.clone(),
-                                message: message.clone(),
-                                at: MicroTime(wall),
-                            });
-                            persist(&api, &nf, status, &label).await?;
-                            event(ctx, &nf, Kind::Warning, "NodeNotFound", &message).await;
-                        }
-                        return Ok(true);
-                    }
-                    if matches!(why, WaitFor::SelfFence | WaitFor::HealthyMajority) {
-                        let (label, message) = fencing_wait(ctx, &node, &why, until, &advertised);
-                        if status.verdict.as_ref().map(|r| &r.label) != Some(&label) {
-                            status.verdict = Some(VerdictRecord {
-                                label: label.clone(),
-                                message: message.clone(),
-                                at: MicroTime(wall),
-                            });
-                            persist(&api, &nf, status, &label).await?;
-                            if why == WaitFor::HealthyMajority {
-                                event(ctx, &nf, Kind::Warning, "WaitingForHealthyMajority", &message).await;
-                            }
-                        }
-                        return Ok(true);
-                    }
-                    if let (WaitFor::Verdict(label), Some(v)) = (&why, verdict.as_ref()) {
-                        if status.verdict.as_ref().map(|r| &r.label) != Some(label) {
-                            status.verdict = Some(VerdictRecord {
-                                label: label.clone(),
-                                message: v.message(),
-                                at: MicroTime(wall),
-                            });
-                            persist(&api, &nf, status, label).await?;
-                        }
-                    }
-                    return Ok(true);
-                }
-                Step::Cancel => {
-                    enter(ctx, &nf, &mut status, Phase::Done, format!("node {node} renewed its heartbeat again before anything was done; cancelled")).await?;
-                    persist(&api, &nf, status, label).await?;
-                    ctx.metrics.fence("cancelled");
-                    event(
-                        ctx,
-                        &nf,
-                        Kind::Normal,
-                        "Cancelled",
-                        &format!("node {node} is healthy again; nothing was done"),
-                    )
-                    .await;
-                }
-                Step::StartFencing { plan, token: t } => {
-                    if palisade_decide::guard::own_node(&node, ctx.settings.node_name.as_deref())
-                        == palisade_decide::guard::OwnNode::HandOver
-                    {
-                        let msg = format!(
-                            "node {node} runs this leader ({}): handing leadership over before anything is fenced",
-                            ctx.settings.identity
-                        );
-                        tracing::warn!(nodefence = name, "{msg}");
-                        event(ctx, &nf, Kind::Warning, "LeaderOnTarget", &msg).await;
-                        ctx.leader
-                            .hand_over(t, ctx.settings.lease_duration.saturating_mul(2))
-                            .await?;
-                        return Ok(true);
-                    }
-                    if !has_finalizer(&nf) {
-                        // Before anything is fenced: from here on the fence holds the node.
-                        set_finalizer(&api, &nf, true).await?;
-                        return Ok(false);
-                    }
-                    let _gate = ctx.start_gate.lock().await;
-                    // Under the gate, from the API (the decision read the watch cache, which
-                    // may not hold a sibling created a moment ago): an older unfinished fence
-                    // of this node, or a limit reached, and this one does not start. The next
-                    // round, once the cache holds the sibling, supersedes it.
-                    let fresh = fresh_fences(&api).await?;
-                    if let Some(older) = older_among(&fresh, &nf) {
-                        tracing::info!(nodefence = name, %older, "not starting: an older unfinished fence of the node exists (read from the API)");
-                        return Ok(true);
-                    }
-                    if let Some(why) = policy.as_ref().and_then(|p| at_limit(ctx, &fresh, &nf, p)) {
-                        tracing::info!(nodefence = name, %why, "not starting: limit reached (counted from the API)");
-                        return Ok(true);
-                    }
-                    let levels: Vec<String> = plan.levels.iter().map(|l| l.name.clone()).collect();
-                    status.plan = Some(plan);
-                    status.recovery.boot_id_at_fence = boot_id(ctx, &node);
-                    status.fencing_token = Some(t);
-                    if let Some(v) = verdict.as_ref() {
-                        status.verdict = Some(VerdictRecord {
-                            label: v.label(),
-                            message: v.message(),
-                            at: MicroTime(wall),
-                        });
-                    }
-                    let msg = format!("fencing node {node} with levels {levels:?} under token {t}");
-                    enter(ctx, &nf, &mut status, Phase::Fencing, msg.clone()).await?;
-                    let stored = persist_then_tell(
+                    wait::record_wait(
                         ctx,
                         &api,
                         &nf,
                         status,
-                        label,
-                        (Kind::Normal, "Fencing", &msg),
+                        wait::Waiting {
+                            node: &node,
+                            why,
+                            until: *until,
+                            verdict: verdict.as_ref(),
+                            advertised: &advertised,
+                            at: wall,
+                        },
                     )
                     .await?;
-                    if palisade_fence::planted::active(palisade_fence::planted::Planted::ReleaseUnverified) {
-                        planted_release_unverified(ctx, &api, &stored, &node).await?;
+                    return Ok(true);
+                }
+                Step::StartFencing { token: t, .. } => {
+                    match start::may_start(ctx, &api, &nf, *t, policy.as_ref()).await? {
+                        start::Start::Go(gate) => _gate = Some(gate),
+                        start::Start::Stop => return Ok(true),
+                        start::Start::Again => return Ok(false),
+                    }
+                    Answer::Started {
+                        boot_id: boot_id(ctx, &node),
+                        verdict: verdict.as_ref().map(|v| (v.label(), v.message())),
                     }
                 }
                 Step::RunLevel {
@@ -1292,337 +868,72 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                     devices,
                     reset,
                 } => {
-                    let step = step_name(&nf, token, &status);
+                    let ids = step_name(&nf, token, &status);
                     let run = crate::devices::run_level(
-                        ctx, &node, level, &devices, token, reset, &step,
+                        ctx, &node, *level, devices, token, *reset, &ids,
                     )
                     .await;
                     if stale_token(ctx, &nf, token, &run.attempts).await {
                         return Ok(true);
                     }
-                    status.attempts.extend(run.attempts);
-                    // The level concludes now, after the devices answered (not when the step began).
-                    let wall = now_wall();
-                    let (kind, reason, msg) = match run.failure {
-                        None => {
-                            let mut msg = format!(
-                                "level {level} verified: {}",
-                                run.evidence
-                                    .iter()
-                                    .map(|e| e.observed.as_str())
-                                    .collect::<Vec<_>>()
-                                    .join("; ")
-                            );
-                            if reset {
-                                msg.push_str(&if run.resets_failed.is_empty() {
-                                    "; the machine was reset, not powered off (recovery waits for a new boot ID)".to_string()
-                                } else {
-                                    format!(
-                                        "; reset not accepted ({}): the storage block stays until the node reports a new boot ID",
-                                        run.resets_failed.join("; ")
-                                    )
-                                });
-                            }
-                            status
-                                .record_level_verified(level, run.evidence, wall, msg.clone())
-                                .map_err(|source| Error::Status {
-                                    name: name.into(),
-                                    source,
-                                })?;
-                            (Kind::Normal, "LevelVerified", msg)
-                        }
-                        Some(why) => {
-                            let msg = format!("level {level} failed: {why}");
-                            status
-                                .record_level_failed(level, wall, msg.clone())
-                                .map_err(|source| Error::Status {
-                                    name: name.into(),
-                                    source,
-                                })?;
-                            (Kind::Warning, "LevelFailed", msg)
-                        }
-                    };
-                    persist_then_tell(ctx, &api, &nf, status, label, (kind, reason, &msg)).await?;
-                }
-                Step::TrustSelfFence { level } => {
-                    let observed = format!(
-                        "node {node} silent past its advertised self-fence timeout plus margin"
-                    );
-                    let evidence = vec![Evidence {
-                        level,
-                        device: String::new(),
-                        kind: EvidenceKind::SelfFenceTimeout,
-                        observed: observed.clone(),
-                        at: MicroTime(wall),
-                    }];
-                    status
-                        .record_level_verified(level, evidence, wall, observed.clone())
-                        .map_err(|source| Error::Status {
-                            name: name.into(),
-                            source,
-                        })?;
-                    persist_then_tell(
-                        ctx,
-                        &api,
-                        &nf,
-                        status,
-                        label,
-                        (Kind::Normal, "LevelVerified", &observed),
-                    )
-                    .await?;
-                }
-                Step::Enter(phase) => {
-                    let msg = match phase {
-                        Phase::Fenced => format!("node {node} is verified fenced"),
-                        Phase::Releasing => format!("releasing node {node}'s pods and volumes"),
-                        Phase::Released => format!(
-                            "node {node} released: {} pod(s), {} VolumeAttachment(s)",
-                            status.release.pods.len(),
-                            status.release.attachments.len()
-                        ),
-                        Phase::Recovering => format!("recovering node {node}"),
-                        Phase::Done if !foreign_kept.is_empty() => format!(
-                            "node {node} recovered; release taint(s) {} stay: this fence did not add them",
-                            foreign_kept.join(", ")
-                        ),
-                        Phase::Done => format!("node {node} recovered"),
-                        other => format!("entered {}", other.as_str()),
-                    };
-                    enter(ctx, &nf, &mut status, phase, msg.clone()).await?;
-                    persist(&api, &nf, status, label).await?;
-                    match phase {
-                        Phase::Released => ctx.metrics.fence("released"),
-                        Phase::Done => ctx.metrics.fence("done"),
-                        _ => {}
-                    }
-                    event(ctx, &nf, Kind::Normal, phase.as_str(), &msg).await;
-                }
-                Step::Fail(reason) => {
-                    let msg = match reason {
-                        FailureReason::AllLevelsFailed => format!(
-                            "every fencing level failed for node {node}; NOTHING was released: {}{}",
-                            status
-                                .levels
-                                .iter()
-                                .map(|l| l.message.as_str())
-                                .collect::<Vec<_>>()
-                                .join("; "),
-                            dark_advice(&node, &status.dark_power_devices())
-                        ),
-                        // What the fence was waiting for when its budget ran out, in words
-                        // an operator can act on (recorded by the wait itself).
-                        FailureReason::BudgetExceeded => match status
-                            .verdict
-                            .as_ref()
-                            .filter(|v| v.label.starts_with(FENCING_WAIT))
-                        {
-                            Some(v) => format!(
-                                "fence of node {node} failed: BudgetExceeded while {}",
-                                v.message
-                            ),
-                            None => format!("fence of node {node} failed: BudgetExceeded"),
-                        },
-                        FailureReason::PowerNotOff => format!(
-                            "fence of node {node} failed: PowerNotOff: before a release its power device read on, or could not be read {} times; nothing more is released: {}",
-                            palisade_decide::phase::POWER_REREADS,
-                            status
-                                .release
-                                .power_rechecks
-                                .last()
-                                .map(|r| r.observed.as_str())
-                                .unwrap_or_default()
-                        ),
-                        other => format!("fence of node {node} failed: {}", other.as_str()),
-                    };
-                    status
-                        .fail(reason, wall, msg.clone())
-                        .map_err(|source| Error::Status {
-                            name: name.into(),
-                            source,
-                        })?;
-                    persist(&api, &nf, status, label).await?;
-                    ctx.metrics.fence("failed");
-                    event(ctx, &nf, Kind::Warning, "FenceFailed", &msg).await;
-                }
-                Step::RestartSelfFenceWait {
-                    level,
-                    silent_since,
-                    trusted_after,
-                    marker,
-                } => {
-                    let planned = status.plan.as_mut().and_then(|p| {
-                        p.levels
-                            .get_mut(usize::try_from(level).unwrap_or(usize::MAX))
-                    });
-                    let Some(planned) = planned else {
-                        return Ok(true);
-                    };
-                    planned.silent_since = Some(MicroTime(silent_since));
-                    planned.silent_marker = marker;
-                    planned.trusted_after = Some(MicroTime(trusted_after));
-                    persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal,
-                        "SelfFenceWaitRestarted",
-                        &format!("node {node} renewed at {silent_since} during the self-fence wait; its self-fence is trusted from {trusted_after} at the earliest"))).await?;
-                }
-                Step::FailLevel { level, why } => {
-                    let msg = format!("level {level} failed: {why}");
-                    status
-                        .record_level_failed(level, wall, msg.clone())
-                        .map_err(|source| Error::Status {
-                            name: name.into(),
-                            source,
-                        })?;
-                    persist_then_tell(
-                        ctx,
-                        &api,
-                        &nf,
-                        status,
-                        label,
-                        (Kind::Warning, "LevelFailed", &msg),
-                    )
-                    .await?;
+                    Answer::Level(run)
                 }
                 Step::HoldPod(pod)
                     if palisade_fence::planted::active(
                         palisade_fence::planted::Planted::ReleaseUncovered,
                     ) =>
                 {
-                    planted_release_uncovered(ctx, &api, &nf, status, &pod).await?;
-                }
-                Step::HoldPod(pod) => {
-                    let coverage = status
-                        .verified_fence()
-                        .map(|v| v.coverage().as_str())
-                        .unwrap_or("nothing");
-                    status.release.held.push(released(&pod));
-                    persist_then_tell(ctx, &api, &nf, status, label, (Kind::Warning,
-                        "NotCoveredByFence",
-                        &format!(
-                            "pod {}/{} (uid {}) is NOT released: the verified fence covers {coverage} pods and this pod mounts no PersistentVolumeClaim, so it may still run on {node}",
-                            pod.namespace, pod.name, pod.uid
-                        ))).await?;
-                }
-                Step::RecordCleanProof(proof) => {
-                    status.recovery.clean_proof = Some(proof.clone());
-                    persist_then_tell(
-                        ctx,
-                        &api,
-                        &nf,
-                        status,
-                        label,
-                        (
-                            Kind::Normal,
-                            "ReleasedPodsGone",
-                            &format!("node {node}: {proof}"),
-                        ),
-                    )
-                    .await?;
+                    planted_release_uncovered(ctx, &api, &nf, status, pod).await?;
+                    return Ok(false);
                 }
                 Step::ApplyTaint(proof, which) => {
                     ctx.leader.check(token).await?;
-                    crate::release::apply_taint(&ctx.client, &node, &uid, &proof, which).await?;
-                    which.record(&mut status.release, MicroTime(now_wall()));
-                    let taints = match which {
-                        ReleaseTaints::OutOfService => "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute (every pod on it released by this fence)",
-                        ReleaseTaints::NoSchedule => "palisade.dev/fenced:NoSchedule",
-                    };
-                    persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal, "Tainted", &format!("node {node} tainted {taints}"))).await?;
+                    crate::release::apply_taint(&ctx.client, &node, &uid, proof, *which).await?;
+                    Answer::Nothing
                 }
                 Step::ReleasePod(proof, pod) => {
                     ctx.leader.check(token).await?;
                     // Write-ahead: the status names the pod before its deletion is sent, so a
                     // leader that dies after the deletion leaves a record the next one completes.
-                    let nf = if status.release.releasing.as_ref().map(|r| r.uid.as_str())
-                        == Some(pod.uid.as_str())
-                    {
-                        nf
-                    } else {
-                        status.release.releasing = Some(released(&pod));
-                        persist(&api, &nf, status.clone(), "release_pod_intent").await?
-                    };
+                    if !record::release_intended(&status, pod) {
+                        record::intend_release(&mut status, pod, now_wall());
+                        latest = Some(persist(&api, &nf, status.clone(), "release_pod_intent").await?);
+                    }
                     ctx.leader.check(token).await?;
-                    crate::release::release_pod(&ctx.client, &node, &pod, &proof).await?;
-                    record_released(
-                        ctx,
-                        &api,
-                        &nf,
-                        status,
-                        label,
-                        &pod,
-                        "marked Failed and deleted with grace 0",
-                    )
-                    .await?;
-                }
-                Step::RecordReleased(pod) => {
-                    record_released(
-                        ctx,
-                        &api,
-                        &nf,
-                        status,
-                        label,
-                        &pod,
-                        "is gone: its release, started before a leader change, is recorded",
-                    )
-                    .await?;
+                    crate::release::release_pod(&ctx.client, &node, pod, proof).await?;
+                    Answer::Nothing
                 }
                 Step::DeleteAttachment(proof, va) => {
                     ctx.leader.check(token).await?;
-                    crate::release::delete_attachment(&ctx.client, &va, &proof).await?;
-                    status.release.attachments.push(released(&va));
-                    persist_then_tell(
-                        ctx,
-                        &api,
-                        &nf,
-                        status,
-                        label,
-                        (
-                            Kind::Normal,
-                            "AttachmentReleased",
-                            &format!("VolumeAttachment {} (uid {}) deleted", va.name, va.uid),
-                        ),
-                    )
-                    .await?;
+                    crate::release::delete_attachment(&ctx.client, va, proof).await?;
+                    Answer::Nothing
                 }
                 Step::ClearAttachRecord(proof, record) => {
                     ctx.leader.check(token).await?;
-                    crate::release::clear_attach_record(&ctx.client, &node, &record, &proof).await?;
-                    status.release.attach_records.push(released(&record));
-                    persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal,
-                        "AttachRecordCleared",
-                        &format!(
-                            "volume {} removed from node {node}'s volumesInUse (the node is fenced and mounts nothing)",
-                            record.name
-                        ))).await?;
+                    crate::release::clear_attach_record(&ctx.client, &node, record, proof).await?;
+                    Answer::Nothing
                 }
                 Step::PowerOn(devices) | Step::Unfence(devices) => {
-                    type Mark = fn(&mut NodeFenceStatus) -> &mut Option<MicroTime>;
-                    let (mark, done, failed): (Mark, _, _) = if label == "power_on" {
-                        (
-                            |s| &mut s.recovery.powered_on_at,
-                            ("PoweredOn", format!("node {node} powered on")),
-                            "PowerOnFailed",
-                        )
-                    } else {
-                        (
-                            |s| &mut s.recovery.unfenced_at,
-                            ("Unfenced", format!("node {node}'s storage fence lifted")),
-                            "UnfenceFailed",
-                        )
-                    };
-                    if !recovery_action(ctx, &api, &nf, status, &devices, token, mark, done, failed)
-                        .await?
-                    {
+                    // A device that keeps refusing is asked again only after a delay.
+                    if recovery_retry_at(&status, devices).is_some_and(|at| now_wall() < at) {
                         return Ok(true);
                     }
+                    let level = status.verified_fence().map(|v| v.level()).unwrap_or(0);
+                    let ids = step_name(&nf, token, &status);
+                    let (attempts, result) =
+                        crate::devices::recover(ctx, &node, level, devices, token, &ids).await;
+                    if stale_token(ctx, &nf, token, &attempts).await {
+                        return Ok(true);
+                    }
+                    Answer::Recovery { attempts, result }
                 }
                 Step::RecheckPower(devices) => {
-                    use palisade_model::nodefence::{PowerRecheck, RecheckedPower};
                     let mut read = Vec::new();
-                    for d in &devices {
+                    for d in devices {
                         let (state, observed) =
                             crate::devices::read_power(ctx, &node, d, token).await;
                         tracing::info!(nodefence = name, node = %node, device = %palisade_model::target::redact_url(&d.url), ?state, %observed, "power re-read before release");
-                        read.push(PowerRecheck {
+                        read.push(palisade_model::nodefence::PowerRecheck {
                             device: d.url.clone(),
                             token,
                             state,
@@ -1630,49 +941,67 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                             at: MicroTime(now_wall()),
                         });
                     }
-                    let said = read
-                        .iter()
-                        .map(|r| r.observed.as_str())
-                        .collect::<Vec<_>>()
-                        .join("; ");
-                    let (kind, reason, msg) = if read.iter().all(|r| r.state == RecheckedPower::Off) {
-                        (Kind::Normal, "PowerRechecked", format!("node {node}: power re-read before releasing under fencing token {token}: {said}"))
-                    } else if read.iter().any(|r| r.state == RecheckedPower::On) {
-                        (Kind::Warning, "PowerOnBeforeRelease", format!("node {node} is powered on again since its fence was verified ({said}); nothing more is released and the fence fails (PowerNotOff)"))
-                    } else {
-                        (Kind::Warning, "PowerUnreadable", format!("node {node}: a power device could not be read before releasing ({said}); nothing is released on doubt: it is read again in {} s, at most {} times under fencing token {token}, then the fence fails (PowerNotOff)", palisade_decide::phase::POWER_REREAD_RETRY.as_secs(), palisade_decide::phase::POWER_REREADS))
-                    };
-                    status.release.power_rechecks.extend(read);
-                    persist_then_tell(ctx, &api, &nf, status, label, (kind, reason, &msg)).await?;
+                    Answer::Power(read)
                 }
                 Step::PostChallenge => {
                     ctx.leader.check(token).await?;
-                    let challenge = nf.metadata.uid.clone().unwrap_or_default();
-                    crate::release::post_challenge(&ctx.client, &node, &challenge).await?;
-                    event(
-                        ctx,
-                        &nf,
-                        Kind::Normal,
-                        "RecoveryChallengePosted",
-                        &format!("node {node}: recovery challenge {challenge} posted; the node's agent must answer it with a runtime inventory that lists none of the released pods"),
-                    )
-                    .await;
+                    crate::release::post_challenge(&ctx.client, &node, &uid).await?;
+                    Answer::Nothing
                 }
                 Step::RemoveTaint => {
                     ctx.leader.check(token).await?;
                     let left = crate::release::remove_taint(&ctx.client, &node, &uid).await?;
-                    status.recovery.untainted_at = Some(MicroTime(now_wall()));
-                    let mut msg = format!("the release taints this fence added were removed from node {node}; the storage block stays until the untaint has settled");
-                    if !left.is_empty() {
-                        msg.push_str(&format!("; taint(s) {} stay: this fence did not add them", left.join(", ")));
-                    }
-                    persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal, "Untainted", &msg)).await?;
+                    Answer::Untainted { left }
                 }
-                Step::RecordUntaintObserved => {
-                    status.recovery.untaint_observed_at = Some(MicroTime(wall));
-                    persist_then_tell(ctx, &api, &nf, status, label, (Kind::Normal,
-                        "UntaintObserved",
-                        &format!("node {node} carries no release taint of this fence and no out-of-service taint; the storage block is lifted once its VolumeAttachments have settled and {} s have passed", palisade_decide::phase::UNTAINT_SETTLE_MARGIN.as_secs()))).await?;
+                _ => Answer::Nothing,
+            };
+            // The step concludes now, after the world answered (not when it began).
+            let at = now_wall();
+            let record = record::apply(
+                &mut status,
+                &step,
+                answer,
+                record::Facts {
+                    node: &node,
+                    at,
+                    token,
+                    leader: &ctx.settings.identity,
+                    challenge: &uid,
+                    kept_taints: &foreign_kept,
+                },
+            )
+            .map_err(|source| Error::Status {
+                name: name.into(),
+                source,
+            })?;
+            if !record.changed && record.note.is_none() {
+                return Ok(true);
+            }
+            if let Some((from, entered)) = record.left {
+                let secs = at.duration_since(entered).as_secs_f64();
+                ctx.metrics.phase_duration(from.as_str(), secs.max(0.0));
+            }
+            let stored = if record.changed {
+                Some(persist(&api, latest.as_ref().unwrap_or(&nf), status, label).await?)
+            } else {
+                None
+            };
+            if let Some(outcome) = record.outcome {
+                ctx.metrics.fence(outcome);
+            }
+            if let Some(note) = &record.note {
+                let kind = if note.warning { Kind::Warning } else { Kind::Normal };
+                event(ctx, &nf, kind, note.reason, &note.message).await;
+            }
+            let failed_recovery = matches!(step, Step::PowerOn(_) | Step::Unfence(_))
+                && record.note.as_ref().is_some_and(|n| n.warning);
+            if failed_recovery {
+                // Tried again on a later tick, after the retry delay.
+                return Ok(true);
+            }
+            if let (Step::StartFencing { .. }, Some(stored)) = (&step, stored) {
+                if palisade_fence::planted::active(palisade_fence::planted::Planted::ReleaseUnverified) {
+                    planted_release_unverified(ctx, &api, &stored, &node).await?;
                 }
             }
             Ok::<bool, Error>(false)
@@ -1749,20 +1078,20 @@ mod start_gate_tests {
     fn the_gate_finds_an_older_sibling_the_cache_did_not_hold() {
         let ours = fence("m0-b", "m0", 200, None);
         // The cache held only this fence; the API holds an older one of the same node.
-        assert_eq!(older_among([&ours], &ours), None);
+        assert_eq!(start::older_among([&ours], &ours), None);
         let older = fence("m0-a", "m0", 100, None);
         let fresh = vec![older.clone(), ours.clone()];
-        assert_eq!(older_among(&fresh, &ours).as_deref(), Some("m0-a"));
+        assert_eq!(start::older_among(&fresh, &ours).as_deref(), Some("m0-a"));
         // One that started already comes first, even if younger; finished ones and other
         // nodes' fences never count.
         let started = fence("m0-c", "m0", 300, Some(Phase::Fencing));
         assert_eq!(
-            older_among([&older, &started], &ours).as_deref(),
+            start::older_among([&older, &started], &ours).as_deref(),
             Some("m0-c")
         );
         let done = fence("m0-d", "m0", 50, Some(Phase::Done));
         let other = fence("m1-a", "m1", 10, Some(Phase::Fencing));
-        assert_eq!(older_among([&done, &other, &ours], &ours), None);
+        assert_eq!(start::older_among([&done, &other, &ours], &ours), None);
     }
 }
 
@@ -1833,8 +1162,8 @@ mod tests {
 
     #[test]
     fn dark_advice_names_every_dark_device_and_never_claims_proof() {
-        assert_eq!(dark_advice("m0", &[]), "");
-        let a = dark_advice("m0", &["ipmi://admin@10.0.0.1", "redfish+https://bmc"]);
+        assert_eq!(record::dark_advice("m0", &[]), "");
+        let a = record::dark_advice("m0", &["ipmi://admin@10.0.0.1", "redfish+https://bmc"]);
         for want in [
             "ipmi://",
             "redfish+https://bmc",
