@@ -19,6 +19,8 @@
 //!   to the snapshot types;
 //! - [`guard`]: the last checks before a fence starts (never the leader's own node, limits
 //!   from counts read from the API);
+//! - [`memory`]: what one replica remembers of what it observed (heartbeat clocks, the
+//!   advertisements, streaks, Node sets, guard holds, verdicts);
 //! - [`power`]: power evidence, a machine its own identity-pinned device reads off, which makes
 //!   a node that missed a renewal Unhealthy without waiting out the silence threshold;
 //! - [`phase`]: the `NodeFence` state machine, `next_step(spec, status, observations) -> Step`,
@@ -39,6 +41,7 @@ pub mod detector;
 pub mod escalation;
 pub mod guard;
 pub mod majority;
+pub mod memory;
 pub mod phase;
 pub mod power;
 pub mod record;

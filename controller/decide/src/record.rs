@@ -617,7 +617,9 @@ mod tests {
         }))
         .unwrap();
         let mut status = NodeFenceStatus::default();
-        status.transition(Phase::Pending, at(0), "requested").unwrap();
+        status
+            .transition(Phase::Pending, at(0), "requested")
+            .unwrap();
         let step = Step::StartFencing { plan, token: 3 };
         let answer = Answer::Started {
             boot_id: Some("boot-1".into()),

@@ -87,66 +87,31 @@ pub async fn run(ctx: Arc<Ctx>) {
 /// Step 1: feed the detector.
 pub fn observe(ctx: &Ctx, now: Clocks) {
     let nodes = ctx.cache.nodes.state();
-    let mut detector = ctx.detector.lock();
-    let names: HashSet<String> = nodes.iter().map(|n| n.name_any()).collect();
-    ctx.members.lock().record(names.iter().cloned().collect());
-    let stale: Vec<String> = detector
-        .nodes()
-        .filter(|n| !names.contains(*n))
-        .map(str::to_string)
-        .collect();
-    let mut streaks = ctx.streaks.lock();
+    let mut memory = ctx.memory.lock();
+    memory.nodes_now(nodes.iter().map(|n| n.name_any()).collect());
     if let Some(at) = ctx.cache.sight.restored_at() {
-        streaks.blind(ctx.mono_of(at));
-        detector.blind(ctx.mono_of(at));
-    }
-    for n in stale {
-        detector.forget(&n);
-    }
-    let gone: Vec<String> = streaks
-        .nodes()
-        .filter(|n| !names.contains(*n))
-        .map(str::to_string)
-        .collect();
-    for n in gone {
-        streaks.forget(&n);
+        memory.blind(ctx.mono_of(at));
     }
     for node in &nodes {
         let name = node.name_any();
-        let hb = heartbeat(ctx, node);
-        let seen = detector.observe(&name, hb, now.mono);
-        if seen != Observed::Unchanged {
-            // The advertisement that came with this renewal (or with the marker the detector's
-            // clock starts from): trust is judged on what the node said when the controller
-            // last saw it alive, never on what appears later.
-            let lease = ctx
-                .cache
-                .leases
-                .get(&ObjectRef::new(&name).within(crate::cache::NODE_LEASE_NAMESPACE));
+        let lease = ctx
+            .cache
+            .leases
+            .get(&ObjectRef::new(&name).within(crate::cache::NODE_LEASE_NAMESPACE));
+        let renew = lease
+            .as_deref()
+            .and_then(|l| l.spec.as_ref()?.renew_time.as_ref())
+            .map(|t| t.0);
+        let (seen, write) = memory.observe(&name, heartbeat(ctx, node), renew, now, || {
             let mut ad = palisade_decide::convert::advertisement(lease.as_deref());
             planted_watchdog(&mut ad);
-            if let Some(renew) = lease
-                .as_deref()
-                .and_then(|l| l.spec.as_ref()?.renew_time.as_ref())
-            {
-                let w = streaks.observe(
-                    &name,
-                    renew.0,
-                    now,
-                    ad.peer_check.map(|p| p.vouch_after),
-                    palisade_decide::majority::DEFAULT_WINDOW,
-                );
-                // A first sighting (a controller start) may carry any old stamp: only a change
-                // observed late says something about the node's clock.
-                if w == palisade_decide::majority::Write::Untimely && seen == Observed::Changed {
-                    ctx.metrics.untimely_renewal(&name);
-                    tracing::warn!(node = %name, renew_time = %renew.0, "a Lease renewal stamped in the future or observed late: the node does not count toward the healthy majority until its next timely renewal (check the clocks)");
-                }
-            }
-            ctx.advertised.lock().insert(name.clone(), ad);
-        }
-        if seen == Observed::Changed {
-            ctx.changed_at.lock().insert(name, now.mono);
+            ad
+        });
+        // A first sighting (a controller start) may carry any old stamp: only a change
+        // observed late says something about the node's clock.
+        if write == Some(palisade_decide::majority::Write::Untimely) && seen == Observed::Changed {
+            ctx.metrics.untimely_renewal(&name);
+            tracing::warn!(node = %name, renew_time = ?renew, "a Lease renewal stamped in the future or observed late: the node does not count toward the healthy majority until its next timely renewal (check the clocks)");
         }
     }
 }
@@ -289,7 +254,8 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
             .push(f);
     }
     let pods = pods_by_node(ctx);
-    let detector = ctx.detector.lock();
+    let memory = ctx.memory.lock();
+    let detector = &memory.detector;
     let nodes = ctx
         .cache
         .nodes
@@ -309,12 +275,7 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
                 power_off: ctx.power.lock().off_run(&name),
                 hosts_bridge: ctx.settings.bridge_node.as_deref() == Some(name.as_str()),
                 exclusion: Exclusion::from_annotations(&annotations),
-                advertisement: ctx
-                    .advertised
-                    .lock()
-                    .get(&name)
-                    .cloned()
-                    .unwrap_or_default(),
+                advertisement: memory.advertised.get(&name).cloned().unwrap_or_default(),
                 fence_target: ctx
                     .cache
                     .targets
@@ -342,7 +303,7 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
                 let name = p.name_any();
                 // Silence during this replica's blind spell is no evidence either: the end
                 // of its last blind spell counts as a hold (crate::sight).
-                let held = ctx.guard_held.lock().get(&name).copied();
+                let held = memory.guard_held.get(&name).copied();
                 PolicySnapshot {
                     guard_held_at: held.max(restored),
                     name,
@@ -357,9 +318,9 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
 
 /// Remembers, per policy, that its quorum guard holds in `snap` (every replica, every tick).
 fn record_guards(ctx: &Ctx, snap: &Snapshot) {
-    let mut held = ctx.guard_held.lock();
+    let mut memory = ctx.memory.lock();
     for policy in guards_holding(snap) {
-        held.insert(policy, snap.now.mono);
+        memory.guard_held(&policy, snap.now.mono);
     }
 }
 
@@ -372,7 +333,7 @@ async fn decide_round(
     let mut created = Vec::new();
     let decisions = decide(&snap);
     {
-        let mut v = ctx.verdicts.lock();
+        let v = &mut ctx.memory.lock().verdicts;
         v.clear();
         for d in &decisions {
             v.insert(d.node.clone(), d.verdict.clone());

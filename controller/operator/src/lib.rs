@@ -48,8 +48,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use palisade_decide::detector::Detector;
-use palisade_decide::{Clocks, Mono, Verdict};
+use palisade_decide::{Clocks, Mono};
 use parking_lot::Mutex;
 
 pub use error::Error;
@@ -114,23 +113,11 @@ pub struct Ctx {
     pub metrics: metrics::Metrics,
     /// Event recorder.
     pub events: events::Recorder,
-    /// The detector's memory (heartbeat markers and when we saw them change).
-    pub detector: Mutex<Detector>,
-    /// The latest verdict per node, from the last tick.
-    pub verdicts: Mutex<HashMap<String, Verdict>>,
-    /// Per policy, the last tick in which its quorum guard held (see
-    /// `PolicySnapshot::guard_held_at`), recorded by every replica, leader or not. Lost with
-    /// the process: a restarted replica's detector starts every node's clock afresh anyway.
-    pub guard_held: Mutex<HashMap<String, Mono>>,
-    /// When a heartbeat *change* (not a first sighting) was last observed, per node.
-    pub changed_at: Mutex<HashMap<String, Mono>>,
-    /// Each node's current streak of timely Lease writes (the healthy majority a
-    /// peer-checked self-fence is judged against).
-    pub streaks: Mutex<palisade_decide::majority::Streaks>,
-    /// The self-fence advertisement observed with each node's latest observed renewal.
-    pub advertised: Mutex<HashMap<String, palisade_model::advertise::Advertisement>>,
-    /// The Node sets seen (every detector tick), for the member set a peer check advertises.
-    pub members: Mutex<palisade_decide::majority::MemberHistory>,
+    /// What this replica remembers of what it observed (heartbeat clocks, advertisements,
+    /// streaks, Node sets, quorum-guard holds, verdicts): the decision memory the simulation
+    /// shares. Lost with the process: a restarted replica starts every node's clock afresh
+    /// and its streaks blind. Lock order: this before [`Ctx::power`].
+    pub memory: Mutex<palisade_decide::memory::Memory>,
     /// Held while a worker counts fences in flight and records its own start, so two workers
     /// never both see room under `maxConcurrent` and both start.
     pub start_gate: tokio::sync::Mutex<()>,
@@ -158,19 +145,7 @@ impl Ctx {
             cache,
             leader,
             metrics: metrics::Metrics::default(),
-            detector: Mutex::new(Detector::new()),
-            verdicts: Mutex::new(HashMap::new()),
-            guard_held: Mutex::new(HashMap::new()),
-            changed_at: Mutex::new(HashMap::new()),
-            // A new process saw nothing before it started: its first observations may be of
-            // writes made at any time (crate::sight).
-            streaks: Mutex::new({
-                let mut s = palisade_decide::majority::Streaks::new();
-                s.blind(Mono(std::time::Duration::ZERO));
-                s
-            }),
-            advertised: Mutex::new(HashMap::new()),
-            members: Mutex::new(palisade_decide::majority::MemberHistory::new()),
+            memory: Mutex::new(palisade_decide::memory::Memory::new()),
             start_gate: tokio::sync::Mutex::new(()),
             workers: Mutex::new(HashSet::new()),
             power: Mutex::new(palisade_decide::power::PowerWatch::new()),

@@ -187,8 +187,9 @@ fn without_working_fence(ctx: &Ctx, ready_by_node: &BTreeMap<String, bool>) -> u
             Some(ready) => *ready,
             None => {
                 let ad = ctx
-                    .advertised
+                    .memory
                     .lock()
+                    .advertised
                     .get(&name)
                     .cloned()
                     .unwrap_or_default();

@@ -115,7 +115,7 @@ pub async fn run(ctx: Arc<Ctx>) {
             let detection = crate::reconcile::policy_for(&ctx, &name)
                 .map(|p| p.detection)
                 .unwrap_or_default();
-            let last = ctx.detector.lock().last_change(&name);
+            let last = ctx.memory.lock().detector.last_change(&name);
             let Some(last) = last else { continue };
             let h = classify(last, now.mono, Thresholds::from(&detection));
             let message = format!(

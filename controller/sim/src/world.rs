@@ -21,8 +21,9 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use palisade_decide::detector::{Detector, Health, Heartbeat, Observed, Thresholds};
-use palisade_decide::majority::{peer_checked_trust, MemberHistory, Streaks, DEFAULT_WINDOW};
+use palisade_decide::detector::{Health, Heartbeat, Thresholds};
+use palisade_decide::majority::{peer_checked_trust, Streaks};
+use palisade_decide::memory::Memory;
 use palisade_decide::phase::{
     clean_proof, NodePod, ObjectRef, Observations, PeerTrust, ReleaseTaints, Step,
     UNTAINT_SETTLE_MARGIN,
@@ -583,13 +584,10 @@ struct Fence {
 struct Controller {
     up: bool,
     token: i64,
-    detector: Detector,
-    advertised: HashMap<String, Advertisement>,
-    changed_at: HashMap<String, Mono>,
-    streaks: Streaks,
-    /// The last tick in which the policy's quorum guard held (as the operator remembers it),
-    /// or the end of the controller's latest blind spell (as the operator's sight counts it).
-    guard_held_at: Option<Mono>,
+    /// The decision memory, the operator's own type (`palisade_decide::memory`); its quorum
+    /// guard holds under the policy name `sim`, and, as the operator's sight counts it, at
+    /// the end of the controller's latest blind spell.
+    memory: Memory,
     /// When this controller last ticked (simulated ms): a longer gap than [`BLIND_GAP_MS`] is
     /// a blind spell.
     last_tick: Option<u64>,
@@ -615,6 +613,9 @@ struct Frozen {
     /// Whether a standby took over.
     deposed: bool,
 }
+
+/// The name of the simulation's one policy.
+const SIM_POLICY: &str = "sim";
 
 /// The world of one run.
 pub struct World<'s> {
@@ -674,8 +675,6 @@ pub struct World<'s> {
     /// Lease writes the agents gave up on that will still land: (when, node, sent, stamp,
     /// what).
     late_writes: Vec<(u64, usize, u64, i64, Advertisement)>,
-    /// The Node sets the controller has seen (for the member set a peer check advertises).
-    member_history: MemberHistory,
     /// Draws the fate of a timed-out write (late, and how late, or lost), apart from `rng`.
     write_rng: Rng,
     /// Draws the latency of the power watch's reads, apart from `rng`.
@@ -802,11 +801,7 @@ impl<'s> World<'s> {
             ctl: Controller {
                 up: true,
                 token: 1,
-                detector: Detector::new(),
-                advertised: HashMap::new(),
-                changed_at: HashMap::new(),
-                streaks: Streaks::new(),
-                guard_held_at: None,
+                memory: Memory::started(Mono(Duration::ZERO)),
                 last_tick: None,
                 lost_api: false,
                 untainted_since: HashMap::new(),
@@ -815,7 +810,6 @@ impl<'s> World<'s> {
             freeze_trap: None,
             frozen: None,
             late_writes: Vec::new(),
-            member_history: MemberHistory::new(),
             write_rng: Rng::new(s.seed ^ 0x0D1A_7E5E),
             watch_rng: Rng::new(s.seed ^ 0x0BAD_5EAD),
             causeless: None,
@@ -1793,19 +1787,14 @@ impl<'s> World<'s> {
     /// A new controller: a higher token, no memory (its streaks start blind, as the
     /// operator's `Ctx::new`).
     fn restart_controller(&mut self) {
-        self.member_history = MemberHistory::new();
-        let mut streaks = Streaks::new();
-        if self.bug != Some(Bug::IgnoreBlindSpell) {
-            streaks.blind(self.clocks().mono);
+        let mut memory = Memory::started(self.clocks().mono);
+        if self.bug == Some(Bug::IgnoreBlindSpell) {
+            memory.streaks = Streaks::new();
         }
         self.ctl = Controller {
             up: true,
             token: self.ctl.token + 1,
-            detector: Detector::new(),
-            advertised: HashMap::new(),
-            changed_at: HashMap::new(),
-            streaks,
-            guard_held_at: None,
+            memory,
             last_tick: None,
             lost_api: false,
             untainted_since: HashMap::new(),
@@ -1834,7 +1823,13 @@ impl<'s> World<'s> {
     /// (with [`Bug::TrustBeforeWatchdog`], the watchdog's timeout read as none; with
     /// [`Bug::OneWatchdogPeriod`], as half, which the rules count twice).
     fn advertisement_for_decide(&self, name: &str) -> Advertisement {
-        let mut ad = self.ctl.advertised.get(name).cloned().unwrap_or_default();
+        let mut ad = self
+            .ctl
+            .memory
+            .advertised
+            .get(name)
+            .cloned()
+            .unwrap_or_default();
         if let Some(w) = ad.watchdog.as_mut() {
             match self.bug {
                 Some(Bug::TrustBeforeWatchdog) => w.timeout = Duration::ZERO,
@@ -1957,19 +1952,14 @@ impl<'s> World<'s> {
                 .ctl
                 .last_tick
                 .is_some_and(|t| self.now.saturating_sub(t) > BLIND_GAP_MS);
-        if blind {
+        if blind && self.bug == Some(Bug::IgnoreBlindSpell) {
             // Not part of the planted bug: the old controller that forgot its blind spells
             // had no late-renewal evidence either, and this keeps that evidence from standing
             // in for the rule the bug removes.
-            self.ctl.detector.blind(clocks.mono);
-        }
-        if blind && self.bug != Some(Bug::IgnoreBlindSpell) {
-            self.ctl.streaks.blind(clocks.mono);
-            self.ctl.guard_held_at = Some(
-                self.ctl
-                    .guard_held_at
-                    .map_or(clocks.mono, |g| g.max(clocks.mono)),
-            );
+            self.ctl.memory.detector.blind(clocks.mono);
+        } else if blind {
+            self.ctl.memory.blind(clocks.mono);
+            self.ctl.memory.guard_held(SIM_POLICY, clocks.mono);
         }
         self.ctl.last_tick = Some(self.now);
         // Observe heartbeats, through a watch that lags by up to MAX_WATCH_LAG_MS.
@@ -1980,7 +1970,8 @@ impl<'s> World<'s> {
             .into_iter()
             .map(|i| self.machines[i].name.clone())
             .collect();
-        self.member_history.record(names);
+        self.ctl.memory.nodes_now(names);
+        let trust_without_watchdog = self.bug == Some(Bug::TrustWithoutWatchdog);
         for i in self.members() {
             let name = self.machines[i].name.clone();
             let (count, stamp, lease_ad) = self.lease_log[i]
@@ -1993,21 +1984,12 @@ impl<'s> World<'s> {
                 lease_renew_time: Some(count.to_string()),
                 ready_heartbeat: None,
             };
-            let seen = self.ctl.detector.observe(&name, hb, clocks.mono);
-            if seen != Observed::Unchanged {
-                // The healthy majority: every observed Lease write (count 0: never written,
-                // no renewTime), stamped by the node's clock, observed now.
-                if count > 0 {
-                    self.ctl.streaks.observe(
-                        &name,
-                        at_ms(stamp),
-                        clocks,
-                        lease_ad.peer_check.map(|p| p.vouch_after),
-                        DEFAULT_WINDOW,
-                    );
-                }
+            // The healthy majority: every observed Lease write (count 0: never written, no
+            // renewTime), stamped by the node's clock, observed now.
+            let renew = (count > 0).then(|| at_ms(stamp));
+            self.ctl.memory.observe(&name, hb, renew, clocks, || {
                 let mut ad = lease_ad;
-                if self.bug == Some(Bug::TrustWithoutWatchdog) && ad.self_fence_after.is_some() {
+                if trust_without_watchdog && ad.self_fence_after.is_some() {
                     ad.watchdog = Some(Watchdog {
                         timeout: Duration::from_secs(1),
                         nowayout: true,
@@ -2015,11 +1997,8 @@ impl<'s> World<'s> {
                         driver: None,
                     });
                 }
-                self.ctl.advertised.insert(name.clone(), ad);
-            }
-            if seen == Observed::Changed {
-                self.ctl.changed_at.insert(name, clocks.mono);
-            }
+                ad
+            });
         }
         // Decide (in node order: a replay creates the same fences in the same order).
         let snapshot = self.snapshot(clocks);
@@ -2027,8 +2006,8 @@ impl<'s> World<'s> {
             .into_iter()
             .map(|d| (d.node, d.verdict))
             .collect();
-        if !guards_holding(&snapshot).is_empty() {
-            self.ctl.guard_held_at = Some(clocks.mono);
+        for policy in guards_holding(&snapshot) {
+            self.ctl.memory.guard_held(&policy, clocks.mono);
         }
         for (node, v) in &verdicts {
             let Some(i) = self.machines.iter().position(|m| &m.name == node) else {
@@ -2168,7 +2147,7 @@ impl<'s> World<'s> {
     /// watch's, or under [`Bug::PowerWithoutMissedRenewal`] a zero interval and the whole run
     /// moved to just after that change.
     fn power_evidence(&self, name: &str, last_change: Mono) -> (Option<Duration>, Option<OffRun>) {
-        let gap = self.ctl.detector.renewal_gap(name);
+        let gap = self.ctl.memory.detector.renewal_gap(name);
         let run = self.ctl.power.off_run(name);
         if self.bug != Some(Bug::PowerWithoutMissedRenewal) {
             return (gap, run);
@@ -2231,14 +2210,19 @@ impl<'s> World<'s> {
                         }
                     }
                 }
-                let last_change = self.ctl.detector.last_change(&name).unwrap_or(now.mono);
+                let last_change = self
+                    .ctl
+                    .memory
+                    .detector
+                    .last_change(&name)
+                    .unwrap_or(now.mono);
                 let (renewal_gap, power_off) = self.power_evidence(&name, last_change);
                 NodeSnapshot {
                     labels: BTreeMap::new(),
                     last_heartbeat_change: last_change,
-                    heartbeat_marker: self.ctl.detector.marker(&name),
+                    heartbeat_marker: self.ctl.memory.detector.marker(&name),
                     renewal_gap,
-                    long_gaps: self.ctl.detector.long_gaps(&name),
+                    long_gaps: self.ctl.memory.detector.long_gaps(&name),
                     power_off,
                     hosts_bridge: false,
                     exclusion: None,
@@ -2266,9 +2250,9 @@ impl<'s> World<'s> {
         Snapshot {
             now,
             policies: vec![PolicySnapshot {
-                name: "sim".into(),
+                name: SIM_POLICY.into(),
                 spec: self.policy.clone(),
-                guard_held_at: self.ctl.guard_held_at,
+                guard_held_at: self.ctl.memory.guard_held.get(SIM_POLICY).copied(),
             }],
             nodes,
             pdbs: vec![],
@@ -2281,21 +2265,27 @@ impl<'s> World<'s> {
         let name = &self.machines[i].name;
         let now = self.clocks();
         let st = &fence.status;
-        let changed = self.ctl.changed_at.get(name).copied();
+        let changed = self.ctl.memory.changed_at.get(name).copied();
         let last_renewal = changed.map(|c| now.to_wall(c));
         let since = st
             .verified_fence()
             .map(|v| v.at())
             .or_else(|| st.transitions.first().map(|t| t.at.0))
             .unwrap_or(now.wall);
-        let healthy =
-            self.ctl
-                .detector
-                .health(name, now.mono, Thresholds::from(&self.policy.detection))
-                == Some(Health::Healthy);
+        let healthy = self.ctl.memory.detector.health(
+            name,
+            now.mono,
+            Thresholds::from(&self.policy.detection),
+        ) == Some(Health::Healthy);
         let settled = since.checked_add(SETTLE).unwrap_or(since);
         let node_healthy = healthy && last_renewal.is_some_and(|r| r > settled);
-        let advertised = self.ctl.advertised.get(name).cloned().unwrap_or_default();
+        let advertised = self
+            .ctl
+            .memory
+            .advertised
+            .get(name)
+            .cloned()
+            .unwrap_or_default();
         let margin = Duration::from_secs(
             u64::try_from(self.policy.trust_self_fence.margin_seconds).unwrap_or(0),
         );
@@ -2313,7 +2303,7 @@ impl<'s> World<'s> {
                     )
                 } else {
                     peer.members
-                        .and_then(|m| self.member_history.get(m))
+                        .and_then(|m| self.ctl.memory.members.get(m))
                         .cloned()
                 };
                 // The planted bug judges at the instant the wall clock reads, as if it had
@@ -2332,7 +2322,8 @@ impl<'s> World<'s> {
                 } else {
                     now.mono
                 };
-                let since = set.and_then(|s| self.ctl.streaks.majority_since_among(&s, judge));
+                let since =
+                    set.and_then(|s| self.ctl.memory.streaks.majority_since_among(&s, judge));
                 let watchdog = self
                     .advertisement_for_decide(name)
                     .watchdog
@@ -2422,7 +2413,7 @@ impl<'s> World<'s> {
                     .marker(),
                 )
             } else {
-                self.ctl.detector.marker(name)
+                self.ctl.memory.detector.marker(name)
             };
         Observations {
             now,
@@ -2435,14 +2426,15 @@ impl<'s> World<'s> {
             node_healthy,
             // The observed time belongs to the marker only when the watch has caught up.
             last_renewal: last_renewal
-                .filter(|_| fresh_or_watched == self.ctl.detector.marker(name)),
+                .filter(|_| fresh_or_watched == self.ctl.memory.detector.marker(name)),
             watched_silence: if self.bug == Some(Bug::WallClockOnly) {
                 Some(std::time::Duration::MAX)
             } else {
                 self.ctl
+                    .memory
                     .detector
                     .last_change(name)
-                    .filter(|_| fresh_or_watched == self.ctl.detector.marker(name))
+                    .filter(|_| fresh_or_watched == self.ctl.memory.detector.marker(name))
                     .map(|c| now.mono.since(c))
             },
             heartbeat_marker: fresh_or_watched,
@@ -2625,6 +2617,7 @@ impl<'s> World<'s> {
             Step::StartFencing { .. } => Answer::Started {
                 boot_id: self
                     .ctl
+                    .memory
                     .advertised
                     .get(&self.machines[i].name)
                     .and_then(|a| a.boot_id.clone()),

@@ -91,15 +91,19 @@ pub(crate) fn policy_for(ctx: &Ctx, node: &str) -> Option<palisade_model::Fencin
 /// Healthy, with a heartbeat change observed (not just a first sighting) after `since`.
 fn healthy_since(ctx: &Ctx, node: &str, since: Timestamp, detection: &Detection) -> bool {
     let now = ctx.now();
-    let changed = ctx.changed_at.lock().get(node).copied();
+    let (changed, health) = {
+        let memory = ctx.memory.lock();
+        (
+            memory.changed_at.get(node).copied(),
+            memory
+                .detector
+                .health(node, now.mono, Thresholds::from(detection)),
+        )
+    };
     let Some(changed) = changed else {
         return false;
     };
-    let healthy = ctx
-        .detector
-        .lock()
-        .health(node, now.mono, Thresholds::from(detection))
-        == Some(Health::Healthy);
+    let healthy = health == Some(Health::Healthy);
     // A marker the node wrote just before it was powered off can reach us through the watch
     // a little later; only changes observed well after `since` count as the node being back.
     let settle =
@@ -113,8 +117,9 @@ fn healthy_since(ctx: &Ctx, node: &str, since: Timestamp, detection: &Detection)
 /// and the advertisement observed with that renewal.
 fn renewal_of(ctx: &Ctx, node: &str) -> (Option<Timestamp>, Advertisement) {
     let now = ctx.now();
-    let changed = ctx.changed_at.lock().get(node).copied();
-    let ad = ctx.advertised.lock().get(node).cloned().unwrap_or_default();
+    let memory = ctx.memory.lock();
+    let changed = memory.changed_at.get(node).copied();
+    let ad = memory.advertised.get(node).cloned().unwrap_or_default();
     (changed.map(|c| now.to_wall(c)), ad)
 }
 
@@ -138,18 +143,17 @@ fn peer_trust(
         .iter()
         .map(|n| kube::ResourceExt::name_any(n.as_ref()))
         .collect();
-    let members = {
-        let mut history = ctx.members.lock();
-        history.record(names);
-        match peer.members.and_then(|m| history.get(m)) {
+    let since = {
+        let mut memory = ctx.memory.lock();
+        memory.members.record(names);
+        let members = match peer.members.and_then(|m| memory.members.get(m)) {
             Some(set) => set.clone(),
             None => return PeerTrust::NoMajority,
-        }
+        };
+        memory
+            .streaks
+            .majority_since_among(&members, ctx.now().mono)
     };
-    let since = ctx
-        .streaks
-        .lock()
-        .majority_since_among(&members, ctx.now().mono);
     // Without an advertised watchdog the self-fence earns no trust anyway; count none here.
     let watchdog = advertised
         .watchdog
@@ -611,7 +615,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             .map(|p| p.detection.clone())
             .unwrap_or_default();
         let recovery: Option<Recovery> = policy.as_ref().map(|p| p.recovery.clone());
-        let verdict: Option<Verdict> = ctx.verdicts.lock().get(&node).cloned();
+        let verdict: Option<Verdict> = ctx.memory.lock().verdicts.get(&node).cloned();
         let since = match status.verified_fence() {
             Some(v) => v.at(),
             None => nf
@@ -642,8 +646,11 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
         };
         let (last_renewal, advertised) = renewal_of(ctx, &node);
         let (watched_marker, watched_since) = {
-            let detector = ctx.detector.lock();
-            (detector.marker(&node), detector.last_change(&node))
+            let memory = ctx.memory.lock();
+            (
+                memory.detector.marker(&node),
+                memory.detector.last_change(&node),
+            )
         };
         let heartbeat_marker = if self_fence_pending(&status) {
             fresh_marker(ctx, &node).await?

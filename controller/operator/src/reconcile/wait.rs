@@ -152,13 +152,14 @@ fn fencing_wait(
     };
     let members = peer
         .members
-        .and_then(|m| ctx.members.lock().get(m).cloned());
+        .and_then(|m| ctx.memory.lock().members.get(m).cloned());
     let Some(members) = members else {
         return (label, format!("waiting for a healthy majority: node {node}'s peer check counts a Node set this controller never saw, so its self-fence earns no trust (fence it through a FenceTarget level, or confirm it is off and create a NodeFence by hand)"));
     };
     let healthy: Vec<String> = ctx
-        .streaks
+        .memory
         .lock()
+        .streaks
         .healthy_among(&members, ctx.now().mono)
         .into_iter()
         .map(str::to_string)

@@ -1,0 +1,195 @@
+//! The controller's decision memory: everything a decision reads that is not in the API
+//! server, kept by one replica from what it observed, shared by the operator and the
+//! simulation.
+//!
+//! A replica remembers, per node, when it saw the heartbeat change ([`Detector`]), what the
+//! node advertised with the renewal it last saw ([`Memory::advertised`]), the node's streak
+//! of timely Lease writes ([`Streaks`]), the Node sets it saw ([`MemberHistory`]), and, per
+//! policy, the last tick in which the policy's quorum guard held.
+//!
+//! Guarantees:
+//! - an advertisement is taken only with a renewal this replica observed (a first sighting or
+//!   a change): trust is judged on what a node said when it was last seen alive, never on what
+//!   appears later;
+//! - a node that leaves the Node list is forgotten (its clock starts afresh if it returns);
+//! - after a blind spell ([`Memory::blind`]), silence and streaks count from its end.
+//!
+//! Assumptions: the memory is lost with the process, which is safe because a new replica's
+//! detector starts every node's clock at its first sighting and its streaks start blind
+//! ([`Memory::new`]).
+
+use std::collections::{BTreeSet, HashMap};
+
+use k8s_openapi::jiff::Timestamp;
+use palisade_model::advertise::Advertisement;
+
+use crate::clock::{Clocks, Mono};
+use crate::detector::{Detector, Heartbeat, Observed};
+use crate::majority::{MemberHistory, Streaks, Write, DEFAULT_WINDOW};
+use crate::verdict::Verdict;
+
+/// One replica's decision memory (see the module).
+#[derive(Debug, Clone)]
+pub struct Memory {
+    /// Heartbeat markers and when they were seen to change.
+    pub detector: Detector,
+    /// The advertisement observed with each node's latest observed renewal.
+    pub advertised: HashMap<String, Advertisement>,
+    /// When a heartbeat *change* (not a first sighting) was last observed, per node.
+    pub changed_at: HashMap<String, Mono>,
+    /// Each node's current streak of timely Lease writes.
+    pub streaks: Streaks,
+    /// The Node sets seen, for the member set a peer check advertises.
+    pub members: MemberHistory,
+    /// Per policy, the last tick in which its quorum guard held.
+    pub guard_held: HashMap<String, Mono>,
+    /// The latest verdict per node.
+    pub verdicts: HashMap<String, Verdict>,
+}
+
+impl Default for Memory {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Memory {
+    /// The memory of a replica whose monotonic clock starts now (at zero).
+    pub fn new() -> Self {
+        Self::started(Mono(std::time::Duration::ZERO))
+    }
+
+    /// The memory of a replica that starts at `at` on its monotonic clock: it saw nothing
+    /// before, so its first observations may be of writes made at any time (its streaks
+    /// start blind).
+    pub fn started(at: Mono) -> Self {
+        let mut streaks = Streaks::new();
+        streaks.blind(at);
+        Self {
+            detector: Detector::new(),
+            advertised: HashMap::new(),
+            changed_at: HashMap::new(),
+            streaks,
+            members: MemberHistory::new(),
+            guard_held: HashMap::new(),
+            verdicts: HashMap::new(),
+        }
+    }
+
+    /// A blind spell of this replica ended at `restored`: silence and streaks count from it.
+    pub fn blind(&mut self, restored: Mono) {
+        self.detector.blind(restored);
+        self.streaks.blind(restored);
+    }
+
+    /// The Node list now: the set is recorded, and nodes no longer in it are forgotten.
+    pub fn nodes_now(&mut self, names: BTreeSet<String>) {
+        let gone: Vec<String> = self
+            .detector
+            .nodes()
+            .chain(self.streaks.nodes())
+            .filter(|n| !names.contains(*n))
+            .map(str::to_string)
+            .collect();
+        for n in gone {
+            self.detector.forget(&n);
+            self.streaks.forget(&n);
+        }
+        self.members.record(names);
+    }
+
+    /// Node `name`'s heartbeat as observed `now`, with its Lease's `renewTime` (stamped by the
+    /// node's clock) and, read only when the heartbeat is new to this replica, what the Lease
+    /// advertises. Returns what the detector saw and, for a renewal observed, whether it was
+    /// a timely write.
+    pub fn observe(
+        &mut self,
+        name: &str,
+        heartbeat: Heartbeat,
+        renew_time: Option<Timestamp>,
+        now: Clocks,
+        advertisement: impl FnOnce() -> Advertisement,
+    ) -> (Observed, Option<Write>) {
+        let seen = self.detector.observe(name, heartbeat, now.mono);
+        let mut write = None;
+        if seen != Observed::Unchanged {
+            let ad = advertisement();
+            write = renew_time.map(|renew| {
+                self.streaks.observe(
+                    name,
+                    renew,
+                    now,
+                    ad.peer_check.map(|p| p.vouch_after),
+                    DEFAULT_WINDOW,
+                )
+            });
+            self.advertised.insert(name.to_string(), ad);
+        }
+        if seen == Observed::Changed {
+            self.changed_at.insert(name.to_string(), now.mono);
+        }
+        (seen, write)
+    }
+
+    /// Records that `policy`'s quorum guard held at `at`.
+    pub fn guard_held(&mut self, policy: &str, at: Mono) {
+        self.guard_held.insert(policy.to_string(), at);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn clocks(s: u64) -> Clocks {
+        Clocks {
+            mono: Mono(Duration::from_secs(s)),
+            wall: Timestamp::from_second(1_800_000_000 + i64::try_from(s).unwrap()).unwrap(),
+        }
+    }
+
+    fn hb(marker: &str) -> Heartbeat {
+        Heartbeat {
+            lease_renew_time: Some(marker.into()),
+            ready_heartbeat: None,
+        }
+    }
+
+    #[test]
+    fn an_advertisement_is_taken_only_with_an_observed_renewal() {
+        let mut m = Memory::new();
+        let ad = |boot: &str| {
+            let boot = boot.to_string();
+            move || Advertisement {
+                boot_id: Some(boot),
+                ..Advertisement::default()
+            }
+        };
+        let (seen, _) = m.observe("m0", hb("1"), None, clocks(1), ad("a"));
+        assert_eq!(seen, Observed::New);
+        // The same heartbeat: what the Lease says now is not read.
+        let (seen, _) = m.observe("m0", hb("1"), None, clocks(2), || {
+            panic!("read without a renewal")
+        });
+        assert_eq!(seen, Observed::Unchanged);
+        assert_eq!(m.advertised["m0"].boot_id.as_deref(), Some("a"));
+        assert!(
+            !m.changed_at.contains_key("m0"),
+            "a first sighting is no change"
+        );
+        m.observe("m0", hb("2"), None, clocks(3), ad("b"));
+        assert_eq!(m.advertised["m0"].boot_id.as_deref(), Some("b"));
+        assert_eq!(m.changed_at["m0"], Mono(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn a_node_that_leaves_the_list_is_forgotten() {
+        let mut m = Memory::new();
+        m.observe("m0", hb("1"), None, clocks(1), Advertisement::default);
+        m.nodes_now(BTreeSet::from(["m1".to_string()]));
+        assert_eq!(m.detector.marker("m0"), None);
+        let (seen, _) = m.observe("m0", hb("1"), None, clocks(2), Advertisement::default);
+        assert_eq!(seen, Observed::New, "its clock starts afresh");
+    }
+}
