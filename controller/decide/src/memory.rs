@@ -19,13 +19,15 @@
 //! ([`Memory::new`]).
 
 use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use palisade_model::advertise::Advertisement;
 
 use crate::clock::{Clocks, Mono};
 use crate::detector::{Detector, Heartbeat, Observed};
-use crate::majority::{MemberHistory, Streaks, Write, DEFAULT_WINDOW};
+use crate::majority::{peer_checked_trust, MemberHistory, Streaks, Write, DEFAULT_WINDOW};
+use crate::phase::PeerTrust;
 use crate::verdict::Verdict;
 
 /// One replica's decision memory (see the module).
@@ -131,6 +133,43 @@ impl Memory {
         (seen, write)
     }
 
+    /// The healthy-majority bound on trusting the self-fence of a node that advertised `ad`
+    /// with its last observed renewal, judged `now`: counted among the member set it
+    /// advertised (an older Node list, if it was cut off before Nodes joined or left).
+    ///
+    /// Guarantees: a node without a peer check gets no bound; a member set it did not
+    /// advertise, or one this replica never saw, earns no trust
+    /// ([`PeerTrust::NoMajority`]); the bound covers the advertised watchdog twice
+    /// ([`crate::majority::peer_checked_trust`]).
+    pub fn peer_trust(&self, ad: &Advertisement, margin: Duration, now: Mono) -> PeerTrust {
+        let members = ad
+            .peer_check
+            .and_then(|p| p.members)
+            .and_then(|m| self.members.get(m));
+        self.peer_trust_among(members, ad, margin, now)
+    }
+
+    /// [`Memory::peer_trust`] counted among `members` (`None`: a set this replica never saw)
+    /// and judged at `judge`.
+    pub fn peer_trust_among(
+        &self,
+        members: Option<&BTreeSet<String>>,
+        ad: &Advertisement,
+        margin: Duration,
+        judge: Mono,
+    ) -> PeerTrust {
+        let Some(peer) = ad.peer_check else {
+            return PeerTrust::NotPeerChecked;
+        };
+        let since = members.and_then(|s| self.streaks.majority_since_among(s, judge));
+        // Without an advertised watchdog the self-fence earns no trust anyway; count none here.
+        let watchdog = ad.watchdog.as_ref().map(|w| w.timeout).unwrap_or_default();
+        match peer_checked_trust(since, peer.answer_valid, watchdog, margin) {
+            Some(t) => PeerTrust::From(t),
+            None => PeerTrust::NoMajority,
+        }
+    }
+
     /// Records that `policy`'s quorum guard held at `at`.
     pub fn guard_held(&mut self, policy: &str, at: Mono) {
         self.guard_held.insert(policy.to_string(), at);
@@ -140,7 +179,6 @@ impl Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn clocks(s: u64) -> Clocks {
         Clocks {

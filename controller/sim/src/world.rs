@@ -22,7 +22,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use palisade_decide::detector::{Health, Heartbeat, Thresholds};
-use palisade_decide::majority::{peer_checked_trust, Streaks};
+use palisade_decide::majority::Streaks;
 use palisade_decide::memory::Memory;
 use palisade_decide::phase::{
     clean_proof, NodePod, ObjectRef, Observations, PeerTrust, ReleaseTaints, Step,
@@ -2289,25 +2289,26 @@ impl<'s> World<'s> {
         let margin = Duration::from_secs(
             u64::try_from(self.policy.trust_self_fence.margin_seconds).unwrap_or(0),
         );
-        // As `reconcile.rs::peer_trust`: the members are every Node.
-        let peer_trust = match advertised.peer_check {
-            Some(peer) if self.bug != Some(Bug::IgnoreMajorityBound) => {
-                // The member set the node advertised, as `reconcile.rs::peer_trust` resolves
-                // it (unknown: no healthy majority to count, so no trust).
-                let set = if self.bug == Some(Bug::LatestListOnly) {
-                    Some(
-                        self.members()
-                            .into_iter()
-                            .map(|i| self.machines[i].name.clone())
-                            .collect(),
-                    )
-                } else {
-                    peer.members
-                        .and_then(|m| self.ctl.memory.members.get(m))
-                        .cloned()
-                };
-                // The planted bug judges at the instant the wall clock reads, as if it had
-                // never stepped (and compares the bound with it the same way).
+        // As `reconcile.rs::peer_trust`, through the shared memory; the planted bugs change
+        // its inputs (the member set, the instant judged, the watchdog) or skip it.
+        let mut ad = self.advertisement_for_decide(name);
+        if self.bug == Some(Bug::PeerTrustWithoutWatchdog) {
+            ad.watchdog = None;
+        }
+        let memory = &self.ctl.memory;
+        let peer_trust = match self.bug {
+            Some(Bug::IgnoreMajorityBound) => PeerTrust::NotPeerChecked,
+            Some(Bug::LatestListOnly) => {
+                let latest: BTreeSet<String> = self
+                    .members()
+                    .into_iter()
+                    .map(|i| self.machines[i].name.clone())
+                    .collect();
+                memory.peer_trust_among(Some(&latest), &ad, margin, now.mono)
+            }
+            Some(Bug::WallClockStreaks) => {
+                // Judged at the instant the wall clock reads, as if it had never stepped (and
+                // the bound compared with it the same way).
                 let step = Duration::from_millis(self.ctl_wall_offset_ms.unsigned_abs());
                 let shift = |m: Mono, back: bool| {
                     if back {
@@ -2317,28 +2318,16 @@ impl<'s> World<'s> {
                     }
                 };
                 let stepped_back = self.ctl_wall_offset_ms < 0;
-                let judge = if self.bug == Some(Bug::WallClockStreaks) {
-                    shift(now.mono, stepped_back)
-                } else {
-                    now.mono
-                };
-                let since =
-                    set.and_then(|s| self.ctl.memory.streaks.majority_since_among(&s, judge));
-                let watchdog = self
-                    .advertisement_for_decide(name)
-                    .watchdog
-                    .map(|w| w.timeout)
-                    .filter(|_| self.bug != Some(Bug::PeerTrustWithoutWatchdog))
-                    .unwrap_or_default();
-                match peer_checked_trust(since, peer.answer_valid, watchdog, margin) {
-                    Some(t) if self.bug == Some(Bug::WallClockStreaks) => {
-                        PeerTrust::From(shift(t, !stepped_back))
-                    }
-                    Some(t) => PeerTrust::From(t),
-                    None => PeerTrust::NoMajority,
+                let members = ad
+                    .peer_check
+                    .and_then(|p| p.members)
+                    .and_then(|m| memory.members.get(m));
+                match memory.peer_trust_among(members, &ad, margin, shift(now.mono, stepped_back)) {
+                    PeerTrust::From(t) => PeerTrust::From(shift(t, !stepped_back)),
+                    other => other,
                 }
             }
-            _ => PeerTrust::NotPeerChecked,
+            _ => memory.peer_trust(&ad, margin, now.mono),
         };
         // The planted bug forgets that the fence reset the machine (any proof will do).
         let forgetful;

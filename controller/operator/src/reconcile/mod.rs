@@ -132,10 +132,6 @@ fn peer_trust(
     advertised: &Advertisement,
     margin: std::time::Duration,
 ) -> palisade_decide::phase::PeerTrust {
-    use palisade_decide::phase::PeerTrust;
-    let Some(peer) = advertised.peer_check else {
-        return PeerTrust::NotPeerChecked;
-    };
     let names = ctx
         .cache
         .nodes
@@ -143,28 +139,9 @@ fn peer_trust(
         .iter()
         .map(|n| kube::ResourceExt::name_any(n.as_ref()))
         .collect();
-    let since = {
-        let mut memory = ctx.memory.lock();
-        memory.members.record(names);
-        let members = match peer.members.and_then(|m| memory.members.get(m)) {
-            Some(set) => set.clone(),
-            None => return PeerTrust::NoMajority,
-        };
-        memory
-            .streaks
-            .majority_since_among(&members, ctx.now().mono)
-    };
-    // Without an advertised watchdog the self-fence earns no trust anyway; count none here.
-    let watchdog = advertised
-        .watchdog
-        .as_ref()
-        .map(|w| w.timeout)
-        .unwrap_or_default();
-    match palisade_decide::majority::peer_checked_trust(since, peer.answer_valid, watchdog, margin)
-    {
-        Some(t) => PeerTrust::From(t),
-        None => PeerTrust::NoMajority,
-    }
+    let mut memory = ctx.memory.lock();
+    memory.members.record(names);
+    memory.peer_trust(advertised, margin, ctx.now().mono)
 }
 
 /// Whether a self-fence may be trusted or released on in this phase: then the node's heartbeat
