@@ -170,6 +170,52 @@ impl Memory {
         }
     }
 
+    /// Whether `node` is back since `since` (a fence's verified time, or its creation): Healthy
+    /// now under `thresholds`, with a heartbeat *change* observed later than `since` plus
+    /// `settle`.
+    ///
+    /// Guarantees: a first sighting never counts, nor a marker the node wrote just before it
+    /// was powered off that reached this replica a little later (within `settle`).
+    pub fn healthy_since(
+        &self,
+        node: &str,
+        since: Timestamp,
+        thresholds: crate::detector::Thresholds,
+        settle: Duration,
+        now: Clocks,
+    ) -> bool {
+        let Some(changed) = self.changed_at.get(node) else {
+            return false;
+        };
+        let healthy = self.detector.health(node, now.mono, thresholds)
+            == Some(crate::detector::Health::Healthy);
+        let settle = k8s_openapi::jiff::SignedDuration::try_from(settle)
+            .unwrap_or(k8s_openapi::jiff::SignedDuration::from_secs(2));
+        let after = since.saturating_add(settle).unwrap_or(since);
+        healthy && now.to_wall(*changed) > after
+    }
+
+    /// The last renewal of `node` this replica observed (as a wall time from its own
+    /// monotonic clock) and how long it has watched the node silent since, as a fence reads
+    /// them with heartbeat `marker` (the watched one, or one read fresh from the API).
+    ///
+    /// Guarantees: both are `None` unless `marker` is the one this replica's watch holds: a
+    /// time observed with an older marker never stands for a renewal read fresh.
+    pub fn renewal_seen(
+        &self,
+        node: &str,
+        marker: Option<&str>,
+        now: Clocks,
+    ) -> (Option<Timestamp>, Option<Duration>) {
+        if self.detector.marker(node).as_deref() != marker {
+            return (None, None);
+        }
+        (
+            self.changed_at.get(node).map(|c| now.to_wall(*c)),
+            self.detector.last_change(node).map(|c| now.mono.since(c)),
+        )
+    }
+
     /// Records that `policy`'s quorum guard held at `at`.
     pub fn guard_held(&mut self, policy: &str, at: Mono) {
         self.guard_held.insert(policy.to_string(), at);

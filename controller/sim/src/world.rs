@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use palisade_decide::detector::{Health, Heartbeat, Thresholds};
+use palisade_decide::detector::{Heartbeat, Thresholds};
 use palisade_decide::majority::Streaks;
 use palisade_decide::memory::Memory;
 use palisade_decide::phase::{
@@ -381,7 +381,7 @@ const BLIND_GAP_MS: u64 = 3_000;
 /// The leader's Lease duration: a standby takes over a leader frozen this long.
 const LEADER_LEASE_MS: u64 = 15_000;
 const RENEW_MS: u64 = 1_000;
-const SETTLE: SignedDuration = SignedDuration::from_secs(2);
+const SETTLE: Duration = Duration::from_secs(2);
 /// The longest watch lag simulated. The controller's settle time (2 s) must exceed it: a
 /// renewal written before the fence and delivered late must not count as the node's return.
 const MAX_WATCH_LAG_MS: u64 = 1_500;
@@ -2265,20 +2265,18 @@ impl<'s> World<'s> {
         let name = &self.machines[i].name;
         let now = self.clocks();
         let st = &fence.status;
-        let changed = self.ctl.memory.changed_at.get(name).copied();
-        let last_renewal = changed.map(|c| now.to_wall(c));
         let since = st
             .verified_fence()
             .map(|v| v.at())
             .or_else(|| st.transitions.first().map(|t| t.at.0))
             .unwrap_or(now.wall);
-        let healthy = self.ctl.memory.detector.health(
+        let node_healthy = self.ctl.memory.healthy_since(
             name,
-            now.mono,
+            since,
             Thresholds::from(&self.policy.detection),
-        ) == Some(Health::Healthy);
-        let settled = since.checked_add(SETTLE).unwrap_or(since);
-        let node_healthy = healthy && last_renewal.is_some_and(|r| r > settled);
+            SETTLE,
+            now,
+        );
         let advertised = self
             .ctl
             .memory
@@ -2404,6 +2402,10 @@ impl<'s> World<'s> {
             } else {
                 self.ctl.memory.detector.marker(name)
             };
+        let (last_renewal, watched_silence) =
+            self.ctl
+                .memory
+                .renewal_seen(name, fresh_or_watched.as_deref(), now);
         Observations {
             now,
             token: self.ctl.token,
@@ -2413,18 +2415,11 @@ impl<'s> World<'s> {
             attachments: vec![],
             attach_records: vec![],
             node_healthy,
-            // The observed time belongs to the marker only when the watch has caught up.
-            last_renewal: last_renewal
-                .filter(|_| fresh_or_watched == self.ctl.memory.detector.marker(name)),
+            last_renewal,
             watched_silence: if self.bug == Some(Bug::WallClockOnly) {
                 Some(std::time::Duration::MAX)
             } else {
-                self.ctl
-                    .memory
-                    .detector
-                    .last_change(name)
-                    .filter(|_| fresh_or_watched == self.ctl.memory.detector.marker(name))
-                    .map(|c| now.mono.since(c))
+                watched_silence
             },
             heartbeat_marker: fresh_or_watched,
             self_fence_wait: self

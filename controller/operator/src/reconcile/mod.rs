@@ -23,7 +23,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef as StoreRef;
 use kube::{Api, ResourceExt};
-use palisade_decide::detector::{Health, Thresholds};
+use palisade_decide::detector::Thresholds;
 use palisade_decide::phase::{NodePod, NodeVolume, ObjectRef, Observations, Step};
 use palisade_decide::{next_step, Verdict};
 use palisade_model::advertise::Advertisement;
@@ -90,37 +90,23 @@ pub(crate) fn policy_for(ctx: &Ctx, node: &str) -> Option<palisade_model::Fencin
 
 /// Healthy, with a heartbeat change observed (not just a first sighting) after `since`.
 fn healthy_since(ctx: &Ctx, node: &str, since: Timestamp, detection: &Detection) -> bool {
-    let now = ctx.now();
-    let (changed, health) = {
-        let memory = ctx.memory.lock();
-        (
-            memory.changed_at.get(node).copied(),
-            memory
-                .detector
-                .health(node, now.mono, Thresholds::from(detection)),
-        )
-    };
-    let Some(changed) = changed else {
-        return false;
-    };
-    let healthy = health == Some(Health::Healthy);
-    // A marker the node wrote just before it was powered off can reach us through the watch
-    // a little later; only changes observed well after `since` count as the node being back.
-    let settle =
-        k8s_openapi::jiff::SignedDuration::try_from(REJOIN_SETTLE.max(ctx.settings.tick * 4))
-            .unwrap_or(k8s_openapi::jiff::SignedDuration::from_secs(2));
-    let after = since.saturating_add(settle).unwrap_or(since);
-    healthy && now.to_wall(changed) > after
+    ctx.memory.lock().healthy_since(
+        node,
+        since,
+        Thresholds::from(detection),
+        REJOIN_SETTLE.max(ctx.settings.tick * 4),
+        ctx.now(),
+    )
 }
 
-/// When the controller last observed `node` renew (wall time, from its own monotonic clock)
-/// and the advertisement observed with that renewal.
-fn renewal_of(ctx: &Ctx, node: &str) -> (Option<Timestamp>, Advertisement) {
-    let now = ctx.now();
-    let memory = ctx.memory.lock();
-    let changed = memory.changed_at.get(node).copied();
-    let ad = memory.advertised.get(node).cloned().unwrap_or_default();
-    (changed.map(|c| now.to_wall(c)), ad)
+/// The advertisement observed with `node`'s latest observed renewal.
+fn advertised_by(ctx: &Ctx, node: &str) -> Advertisement {
+    ctx.memory
+        .lock()
+        .advertised
+        .get(node)
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// The healthy-majority bound on trusting the node's self-fence, from the advertisement it
@@ -419,7 +405,7 @@ fn recovery_retry_at(status: &NodeFenceStatus, devices: &[PlannedDevice]) -> Opt
 /// The node's boot ID as last known: the one its agent advertised with its latest observed
 /// renewal, else the Node's `status.nodeInfo.bootID`.
 fn boot_id(ctx: &Ctx, node: &str) -> Option<String> {
-    let (_, ad) = renewal_of(ctx, node);
+    let ad = advertised_by(ctx, node);
     ad.boot_id.or_else(|| {
         ctx.cache
             .nodes
@@ -621,19 +607,18 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
         } else {
             Vec::new()
         };
-        let (last_renewal, advertised) = renewal_of(ctx, &node);
-        let (watched_marker, watched_since) = {
-            let memory = ctx.memory.lock();
-            (
-                memory.detector.marker(&node),
-                memory.detector.last_change(&node),
-            )
-        };
+        let advertised = advertised_by(ctx, &node);
         let heartbeat_marker = if self_fence_pending(&status) {
             fresh_marker(ctx, &node).await?
         } else {
-            watched_marker.clone()
+            ctx.memory.lock().detector.marker(&node)
         };
+        // The observed times belong to the marker only when the watch has caught up with the
+        // fresh read.
+        let (last_renewal, watched_silence) =
+            ctx.memory
+                .lock()
+                .renewal_seen(&node, heartbeat_marker.as_deref(), ctx.now());
         let margin = std::time::Duration::from_secs(
             policy
                 .as_ref()
@@ -754,12 +739,8 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
             attachments,
             attach_records,
             node_healthy,
-            // The observed time belongs to the marker only when the watch has caught up
-            // with the fresh read.
-            last_renewal: last_renewal.filter(|_| heartbeat_marker == watched_marker),
-            watched_silence: watched_since
-                .filter(|_| heartbeat_marker == watched_marker)
-                .map(|c| ctx.now().mono.since(c)),
+            last_renewal,
+            watched_silence,
             heartbeat_marker,
             self_fence_wait,
             peer_trust,
