@@ -78,6 +78,12 @@ impl Memory {
         }
     }
 
+    /// The advertisement observed with `node`'s latest observed renewal (the default, which
+    /// earns no trust, when none was).
+    pub fn advertised_by(&self, node: &str) -> Advertisement {
+        self.advertised.get(node).cloned().unwrap_or_default()
+    }
+
     /// A blind spell of this replica ended at `restored`: silence and streaks count from it.
     pub fn blind(&mut self, restored: Mono) {
         self.detector.blind(restored);

@@ -13,12 +13,13 @@ use palisade_decide::phase::{
     clean_proof, next_step, IdentityFrom, NodePod, NodeVolume, ObjectRef, Observations, PeerTrust,
     ProofFrom, ReleaseTaints, Step, WaitFor, UNTAINT_SETTLE_MARGIN,
 };
+use palisade_decide::record::{self, released, Answer, Facts, LevelRun};
 use palisade_decide::verdict::{FencePlan, PlanLevel};
 use palisade_decide::{Clocks, HoldReason, Mono, Verdict, WaitReason};
 use palisade_model::advertise::{Advertisement, RuntimeSource};
 use palisade_model::nodefence::{
     Coverage, Evidence, EvidenceKind, FailureReason, NodeFenceSpec, NodeFenceStatus, Phase,
-    PinnedNode, PlannedDevice, PowerRecheck, RecheckedPower, ReleasedObject, RequestedBy,
+    PinnedNode, PlannedDevice, PowerRecheck, RecheckedPower, RequestedBy,
 };
 use palisade_model::policy::{Recovery, UntaintWhen};
 use palisade_model::target::{ClaimBacking, DeviceKind, PowerOff, StorageScope};
@@ -262,129 +263,94 @@ impl World {
     }
 }
 
-fn released(o: &ObjectRef, at: Timestamp) -> ReleasedObject {
-    ReleasedObject {
-        namespace: o.namespace.clone(),
-        name: o.name.clone(),
-        uid: o.uid.clone(),
-        at: MicroTime(at),
-    }
-}
-
-/// Perform `step` as the I/O controller would, with `level_ok(level)` deciding device outcomes.
-/// Panics if a step asks for something the status methods refuse (an illegal transition).
+/// Perform `step` as the I/O controller would, with `level_ok(level)` deciding device outcomes:
+/// the world's side here, the record by the controller's core
+/// ([`palisade_decide::record::apply`]). Panics if a step asks for something the status
+/// methods refuse (an illegal transition).
 fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn(i32) -> bool) {
     let at = wall(w.now);
-    match step {
-        Step::Nothing | Step::Hold(_) | Step::Wait { .. } | Step::Refuse { .. } => {}
-        Step::RecordToken(t) => st.fencing_token = Some(*t),
-        Step::PinNode(p) => st.pinned = Some(p.clone()),
-        Step::Supersede(o) => {
-            st.superseded_by = Some(o.clone());
-            st.fail(FailureReason::Superseded, at, "superseded")
-                .unwrap();
-        }
-        Step::Cancel => st.transition(Phase::Done, at, "node recovered").unwrap(),
-        Step::StartFencing { plan, token } => {
-            st.plan = Some(plan.clone());
-            st.fencing_token = Some(*token);
-            st.transition(Phase::Fencing, at, "fencing").unwrap();
-        }
+    let answer = match step {
         Step::RunLevel {
             level,
             devices,
             reset,
         } => {
-            if level_ok(*level) {
-                // A reset is never evidence.
-                let evidence = devices
-                    .iter()
-                    .filter(|d| !(*reset && d.kind == DeviceKind::Power))
-                    .map(|d| Evidence {
-                        level: *level,
-                        device: d.url.clone(),
-                        kind: match d.kind {
-                            DeviceKind::Power => EvidenceKind::PowerOff,
-                            DeviceKind::Storage => EvidenceKind::StorageBlocked,
-                        },
-                        observed: "off".into(),
-                        at: MicroTime(at),
-                    })
-                    .collect();
-                st.record_level_verified(*level, evidence, at, "verified")
-                    .unwrap();
-            } else {
-                st.record_level_failed(*level, at, "device error").unwrap();
-            }
+            // A reset is never evidence.
+            let evidence = devices
+                .iter()
+                .filter(|d| !(*reset && d.kind == DeviceKind::Power))
+                .map(|d| Evidence {
+                    level: *level,
+                    device: d.url.clone(),
+                    kind: match d.kind {
+                        DeviceKind::Power => EvidenceKind::PowerOff,
+                        DeviceKind::Storage => EvidenceKind::StorageBlocked,
+                    },
+                    observed: "off".into(),
+                    at: MicroTime(at),
+                })
+                .collect();
+            Answer::Level(LevelRun {
+                evidence,
+                failure: (!level_ok(*level)).then(|| "device error".to_string()),
+                ..LevelRun::default()
+            })
         }
-        Step::TrustSelfFence { level } => {
-            let e = Evidence {
-                level: *level,
-                device: String::new(),
-                kind: EvidenceKind::SelfFenceTimeout,
-                observed: "self-fence timeout + margin elapsed".into(),
-                at: MicroTime(at),
-            };
-            st.record_level_verified(*level, vec![e], at, "trusted")
-                .unwrap();
+        Step::StartFencing { .. } => Answer::Started {
+            boot_id: None,
+            verdict: None,
+        },
+        Step::PostChallenge => {
+            w.challenge = true;
+            Answer::Nothing
         }
-        Step::Enter(p) => st.transition(*p, at, p.as_str()).unwrap(),
-        Step::Fail(r) => st.fail(*r, at, r.as_str()).unwrap(),
-        Step::RestartSelfFenceWait {
-            level,
-            silent_since,
-            trusted_after,
-            marker,
-        } => {
-            let l = &mut st.plan.as_mut().unwrap().levels[*level as usize];
-            l.silent_marker = marker.clone();
-            l.silent_since = Some(MicroTime(*silent_since));
-            l.trusted_after = Some(MicroTime(*trusted_after));
-        }
-        Step::FailLevel { level, why } => st.record_level_failed(*level, at, why.clone()).unwrap(),
-        Step::HoldPod(p) => st.release.held.push(released(p, at)),
-        Step::RecordCleanProof(p) => st.recovery.clean_proof = Some(p.clone()),
-        Step::PostChallenge => w.challenge = true,
-        Step::ApplyTaint(_, which) => {
+        Step::ApplyTaint(..) => {
             w.taint = true;
-            which.record(&mut st.release, MicroTime(at));
+            Answer::Nothing
         }
         Step::ReleasePod(_, p) => {
             w.pods.retain(|x| x.pod != *p);
-            st.release.releasing = None;
-            st.release.pods.push(released(p, at));
-        }
-        Step::RecordReleased(p) => {
-            st.release.releasing = None;
-            st.release.pods.push(released(p, at));
+            Answer::Nothing
         }
         Step::DeleteAttachment(_, a) => {
             w.attachments.retain(|x| x.object != *a);
-            st.release.attachments.push(released(a, at));
+            Answer::Nothing
         }
         Step::ClearAttachRecord(_, r) => {
             w.attach_records.retain(|x| x.object != *r);
-            st.release.attach_records.push(released(r, at));
+            Answer::Nothing
         }
-        Step::PowerOn(_) => st.recovery.powered_on_at = Some(MicroTime(at)),
-        Step::Unfence(_) => st.recovery.unfenced_at = Some(MicroTime(at)),
+        Step::PowerOn(_) | Step::Unfence(_) => Answer::Recovery {
+            attempts: Vec::new(),
+            result: Ok(()),
+        },
         Step::RemoveTaint => {
             w.taint = false;
-            st.recovery.untainted_at = Some(MicroTime(at));
+            Answer::Untainted { left: Vec::new() }
         }
-        Step::RecordUntaintObserved => st.recovery.untaint_observed_at = Some(MicroTime(at)),
-        Step::RecheckPower(devices) => {
-            for d in devices {
-                st.release.power_rechecks.push(PowerRecheck {
+        Step::RecheckPower(devices) => Answer::Power(
+            devices
+                .iter()
+                .map(|d| PowerRecheck {
                     device: d.url.clone(),
                     token: w.token,
                     state: w.power_reads,
                     observed: format!("{:?}", w.power_reads),
                     at: MicroTime(at),
-                });
-            }
-        }
-    }
+                })
+                .collect(),
+        ),
+        _ => Answer::Nothing,
+    };
+    let facts = Facts {
+        node: "m0",
+        at,
+        token: w.token,
+        leader: "test",
+        challenge: "uid-1",
+        kept_taints: &[],
+    };
+    record::apply(st, step, answer, facts).unwrap();
 }
 
 /// A new fence, its node already pinned (the controller's first step).

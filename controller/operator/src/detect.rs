@@ -275,7 +275,7 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
                 power_off: ctx.power.lock().off_run(&name),
                 hosts_bridge: ctx.settings.bridge_node.as_deref() == Some(name.as_str()),
                 exclusion: Exclusion::from_annotations(&annotations),
-                advertisement: memory.advertised.get(&name).cloned().unwrap_or_default(),
+                advertisement: memory.advertised_by(&name),
                 fence_target: ctx
                     .cache
                     .targets

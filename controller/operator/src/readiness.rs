@@ -186,13 +186,7 @@ fn without_working_fence(ctx: &Ctx, ready_by_node: &BTreeMap<String, bool>) -> u
         let working = match ready_by_node.get(&name) {
             Some(ready) => *ready,
             None => {
-                let ad = ctx
-                    .memory
-                    .lock()
-                    .advertised
-                    .get(&name)
-                    .cloned()
-                    .unwrap_or_default();
+                let ad = ctx.memory.lock().advertised_by(&name);
                 let margin =
                     Duration::from_secs(policy.trust_self_fence.margin_seconds.max(0) as u64);
                 policy.trust_self_fence.enabled

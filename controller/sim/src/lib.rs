@@ -1,9 +1,10 @@
 //! A deterministic simulation of Palisade's controller core against a simulated cluster,
 //! judged by the at-most-one checker.
 //!
-//! The pure core runs unchanged: the detector, [`palisade_decide::decide()`] and the `NodeFence`
-//! state machine [`palisade_decide::next_step`]. Around it, [`world`] simulates what the I/O
-//! controller talks to — an API (pods, Leases with the agents' advertisements, NodeFences, the
+//! The controller's core runs unchanged: the decision memory ([`palisade_decide::memory`]),
+//! [`palisade_decide::decide()`], the `NodeFence` state machine [`palisade_decide::next_step`]
+//! and the record of each step ([`palisade_decide::record`]), the same the operator drives.
+//! Around it, [`world`] simulates what the I/O controller talks to — an API (pods, Leases with the agents' advertisements, NodeFences, the
 //! release taints, and Kubernetes' pod GC, which force-deletes the pods of a Node with the
 //! out-of-service taint), machines with power and a storage path, node agents that renew,
 //! start and kill containers and self-fence, hardware watchdogs, BMCs and a storage firewall

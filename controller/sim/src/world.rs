@@ -14,7 +14,7 @@
 //! node network every second while their Lease is stale and keep their pods (and pet their
 //! watchdog) while a strict majority vouches; the controller bounds its trust in their
 //! self-fence by the healthy majority it observed (`palisade_decide::majority`), like
-//! `reconcile.rs::peer_trust`.
+//! `reconcile::peer_trust`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -594,7 +594,7 @@ struct Controller {
     /// The API went down since the last tick (its watches failed): a blind spell.
     lost_api: bool,
     /// Per fence: since when this controller has watched its node carry neither the fence's
-    /// release taint nor another's out-of-service taint (as `reconcile.rs::untainted_for`).
+    /// release taint nor another's out-of-service taint (as `reconcile::untainted_for`).
     untainted_since: HashMap<usize, Mono>,
     /// Its power watch (read only while it leads).
     power: Watch,
@@ -1823,13 +1823,7 @@ impl<'s> World<'s> {
     /// (with [`Bug::TrustBeforeWatchdog`], the watchdog's timeout read as none; with
     /// [`Bug::OneWatchdogPeriod`], as half, which the rules count twice).
     fn advertisement_for_decide(&self, name: &str) -> Advertisement {
-        let mut ad = self
-            .ctl
-            .memory
-            .advertised
-            .get(name)
-            .cloned()
-            .unwrap_or_default();
+        let mut ad = self.ctl.memory.advertised_by(name);
         if let Some(w) = ad.watchdog.as_mut() {
             match self.bug {
                 Some(Bug::TrustBeforeWatchdog) => w.timeout = Duration::ZERO,
@@ -2162,7 +2156,7 @@ impl<'s> World<'s> {
         (Some(Duration::ZERO), forged.off_run(name))
     }
 
-    /// The controller's watch of fence `f`'s untaint (`reconcile.rs::untainted_for`): since
+    /// The controller's watch of fence `f`'s untaint (`reconcile::untainted_for`): since
     /// when, while the fence is Recovering, it has seen the node without release taints.
     fn watch_untaint(&mut self, f: usize) {
         let i = self.fences[f].node;
@@ -2277,17 +2271,11 @@ impl<'s> World<'s> {
             SETTLE,
             now,
         );
-        let advertised = self
-            .ctl
-            .memory
-            .advertised
-            .get(name)
-            .cloned()
-            .unwrap_or_default();
+        let advertised = self.ctl.memory.advertised_by(name);
         let margin = Duration::from_secs(
             u64::try_from(self.policy.trust_self_fence.margin_seconds).unwrap_or(0),
         );
-        // As `reconcile.rs::peer_trust`, through the shared memory; the planted bugs change
+        // As `reconcile::peer_trust`, through the shared memory; the planted bugs change
         // its inputs (the member set, the instant judged, the watchdog) or skip it.
         let mut ad = self.advertisement_for_decide(name);
         if self.bug == Some(Bug::PeerTrustWithoutWatchdog) {
@@ -2518,7 +2506,7 @@ impl<'s> World<'s> {
         }
     }
 
-    /// Releases `pod` as `reconcile.rs` does: the write-ahead record, then the deletion. One
+    /// Releases `pod` as the operator's reconcile does: the write-ahead record, then the deletion. One
     /// release in eight, the controller dies right after the deletion and another takes over
     /// at once (its next round finishes the record): then `false`, else the caller records
     /// the release through the core.

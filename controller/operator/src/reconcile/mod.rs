@@ -99,16 +99,6 @@ fn healthy_since(ctx: &Ctx, node: &str, since: Timestamp, detection: &Detection)
     )
 }
 
-/// The advertisement observed with `node`'s latest observed renewal.
-fn advertised_by(ctx: &Ctx, node: &str) -> Advertisement {
-    ctx.memory
-        .lock()
-        .advertised
-        .get(node)
-        .cloned()
-        .unwrap_or_default()
-}
-
 /// The healthy-majority bound on trusting the node's self-fence, from the advertisement it
 /// wrote with its last observed renewal and the streaks of the Nodes its peer check counts:
 /// the member set it advertised (an older Node list, if it was cut off before Nodes joined or
@@ -405,7 +395,7 @@ fn recovery_retry_at(status: &NodeFenceStatus, devices: &[PlannedDevice]) -> Opt
 /// The node's boot ID as last known: the one its agent advertised with its latest observed
 /// renewal, else the Node's `status.nodeInfo.bootID`.
 fn boot_id(ctx: &Ctx, node: &str) -> Option<String> {
-    let ad = advertised_by(ctx, node);
+    let ad = ctx.memory.lock().advertised_by(node);
     ad.boot_id.or_else(|| {
         ctx.cache
             .nodes
@@ -607,7 +597,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
         } else {
             Vec::new()
         };
-        let advertised = advertised_by(ctx, &node);
+        let advertised = ctx.memory.lock().advertised_by(&node);
         let heartbeat_marker = if self_fence_pending(&status) {
             fresh_marker(ctx, &node).await?
         } else {
