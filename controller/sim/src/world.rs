@@ -600,6 +600,17 @@ struct Controller {
     power: Watch,
 }
 
+/// What a controller replica sees of the API and remembers of it.
+#[derive(Default)]
+struct Sight {
+    /// Its decision memory.
+    memory: Memory,
+    /// When it last ticked (simulated ms).
+    last_tick: Option<u64>,
+    /// The API went down since its last tick.
+    lost_api: bool,
+}
+
 /// A leader frozen between its last leadership check and a device command.
 struct Frozen {
     /// When it resumes.
@@ -689,6 +700,12 @@ pub struct World<'s> {
     uid_counter: u64,
     history: Vec<String>,
     out: Outcome,
+    /// The warm standby replica: it observes and remembers as the leader does, and takes over
+    /// with that memory when the leader dies or is deposed ([`World::take_over`]).
+    standby: Sight,
+    /// Its watch lag, and whether a takeover is warm (a stream of its own, so that earlier
+    /// schedules keep their leader's draws).
+    standby_rng: Rng,
 }
 
 /// Another machine under a node's name ([`Fault::Impostor`]): a reinstalled spare with the
@@ -808,6 +825,11 @@ impl<'s> World<'s> {
                 power: Watch::default(),
             },
             freeze_trap: None,
+            standby: Sight {
+                memory: Memory::started(Mono(Duration::ZERO)),
+                ..Sight::default()
+            },
+            standby_rng: Rng::new(s.seed ^ 0x57A4_DB1E),
             frozen: None,
             late_writes: Vec::new(),
             write_rng: Rng::new(s.seed ^ 0x0D1A_7E5E),
@@ -866,6 +888,10 @@ impl<'s> World<'s> {
             }
             if self.ctl.up && self.api_up && self.now.is_multiple_of(500) && !leader_frozen {
                 self.controller();
+            }
+            // The standby runs while the controller's Deployment does (a crash of it stops both).
+            if self.ctl.up && self.api_up && self.now.is_multiple_of(500) {
+                self.standby_tick();
             }
             if let Some(v) = self.check() {
                 self.out.violation = Some(v);
@@ -941,6 +967,11 @@ impl<'s> World<'s> {
                 }
                 Fault::ControllerStart => {
                     if !self.ctl.up {
+                        // Both replicas start afresh.
+                        self.standby = Sight {
+                            memory: self.fresh_memory(),
+                            ..Sight::default()
+                        };
                         self.restart_controller();
                     }
                 }
@@ -949,6 +980,7 @@ impl<'s> World<'s> {
                 Fault::ApiDown => {
                     self.api_up = false;
                     self.ctl.lost_api = true;
+                    self.standby.lost_api = true;
                 }
                 Fault::ApiUp => self.api_up = true,
                 Fault::PowerDevice(i, m) => self.machines[i].power_mode = m,
@@ -1609,7 +1641,7 @@ impl<'s> World<'s> {
             self.log(format!(
                 "leader (token {token}) frozen past its Lease: a standby takes over"
             ));
-            self.restart_controller();
+            self.take_over();
             return;
         }
         if self.now < fz.until {
@@ -1787,16 +1819,49 @@ impl<'s> World<'s> {
     /// A new controller: a higher token, no memory (its streaks start blind, as the
     /// operator's `Ctx::new`).
     fn restart_controller(&mut self) {
+        let sight = Sight {
+            memory: self.fresh_memory(),
+            ..Sight::default()
+        };
+        self.replace_controller(sight);
+    }
+
+    /// The standby takes over (the leader died at once, or was deposed): in three takeovers
+    /// of four it is warm, with its memory (as the operator's replicas keep theirs); in the
+    /// others it had just restarted itself. A new cold standby starts beside it.
+    fn take_over(&mut self) {
+        let warm = self.standby_rng.below(4) != 0;
+        let fresh = Sight {
+            memory: self.fresh_memory(),
+            ..Sight::default()
+        };
+        let standby = std::mem::replace(&mut self.standby, fresh);
+        if warm {
+            self.log("a warm standby takes over with its memory".to_string());
+            self.replace_controller(standby);
+        } else {
+            self.restart_controller();
+        }
+    }
+
+    /// The memory of a replica that starts now.
+    fn fresh_memory(&self) -> Memory {
         let mut memory = Memory::started(self.clocks().mono);
         if self.bug == Some(Bug::IgnoreBlindSpell) {
             memory.streaks = Streaks::new();
         }
+        memory
+    }
+
+    /// A new leader with `sight`, a higher token, and none of the old leader's in-process
+    /// state (its watch of untaints, its power watch).
+    fn replace_controller(&mut self, sight: Sight) {
         self.ctl = Controller {
             up: true,
             token: self.ctl.token + 1,
-            memory,
-            last_tick: None,
-            lost_api: false,
+            memory: sight.memory,
+            last_tick: sight.last_tick,
+            lost_api: sight.lost_api,
             untainted_since: HashMap::new(),
             power: Watch::default(),
         };
@@ -1936,35 +2001,35 @@ impl<'s> World<'s> {
         })
     }
 
-    fn controller(&mut self) {
+    /// One tick of a replica's sight and memory, as the operator's detector tick
+    /// (`detect::observe` with `sight.rs`): a gap between two ticks (the API down, the replica
+    /// frozen) is a blind spell, from whose end silence counts and after which writes first
+    /// observed start no streak; then every Node's heartbeat, through a watch that lags by
+    /// `lag` ms. Every replica does this, the leader and its warm standby alike.
+    fn observe_into(&self, sight: &mut Sight, lag: u64) {
         let clocks = self.clocks();
-        // As the operator's sight (`sight.rs`): a gap between two ticks (the API down, the
-        // controller frozen) is a blind spell; silence counts from its end, and writes first
-        // observed right after it start no streak.
-        let blind = std::mem::take(&mut self.ctl.lost_api)
-            || self
-                .ctl
+        let blind = std::mem::take(&mut sight.lost_api)
+            || sight
                 .last_tick
                 .is_some_and(|t| self.now.saturating_sub(t) > BLIND_GAP_MS);
+        let memory = &mut sight.memory;
         if blind && self.bug == Some(Bug::IgnoreBlindSpell) {
             // Not part of the planted bug: the old controller that forgot its blind spells
             // had no late-renewal evidence either, and this keeps that evidence from standing
             // in for the rule the bug removes.
-            self.ctl.memory.detector.blind(clocks.mono);
+            memory.detector.blind(clocks.mono);
         } else if blind {
-            self.ctl.memory.blind(clocks.mono);
-            self.ctl.memory.guard_held(SIM_POLICY, clocks.mono);
+            memory.blind(clocks.mono);
+            memory.guard_held(SIM_POLICY, clocks.mono);
         }
-        self.ctl.last_tick = Some(self.now);
-        // Observe heartbeats, through a watch that lags by up to MAX_WATCH_LAG_MS.
-        let lag = self.rng.below(MAX_WATCH_LAG_MS + 1);
+        sight.last_tick = Some(self.now);
         let seen_at = self.now.saturating_sub(lag);
         let names = self
             .members()
             .into_iter()
             .map(|i| self.machines[i].name.clone())
             .collect();
-        self.ctl.memory.nodes_now(names);
+        memory.nodes_now(names);
         let trust_without_watchdog = self.bug == Some(Bug::TrustWithoutWatchdog);
         for i in self.members() {
             let name = self.machines[i].name.clone();
@@ -1981,7 +2046,7 @@ impl<'s> World<'s> {
             // The healthy majority: every observed Lease write (count 0: never written, no
             // renewTime), stamped by the node's clock, observed now.
             let renew = (count > 0).then(|| at_ms(stamp));
-            self.ctl.memory.observe(&name, hb, renew, clocks, || {
+            memory.observe(&name, hb, renew, clocks, || {
                 let mut ad = lease_ad;
                 if trust_without_watchdog && ad.self_fence_after.is_some() {
                     ad.watchdog = Some(Watchdog {
@@ -1994,6 +2059,40 @@ impl<'s> World<'s> {
                 ad
             });
         }
+    }
+
+    /// The warm standby's tick: it observes as the leader does (its own watch lag) and
+    /// records when the policy's quorum guard holds in its own snapshot, so that it takes over
+    /// with its history, as the operator's replicas do.
+    fn standby_tick(&mut self) {
+        let lag = self.standby_rng.below(MAX_WATCH_LAG_MS + 1);
+        let mut sight = std::mem::take(&mut self.standby);
+        self.observe_into(&mut sight, lag);
+        // Its guard holds from its own memory: the snapshot reads the leader's fields, so the
+        // standby's memory stands in for them while it is taken.
+        std::mem::swap(&mut self.ctl.memory, &mut sight.memory);
+        let clocks = self.clocks();
+        let holding = guards_holding(&self.snapshot(clocks));
+        std::mem::swap(&mut self.ctl.memory, &mut sight.memory);
+        for policy in holding {
+            sight.memory.guard_held(&policy, clocks.mono);
+        }
+        self.standby = sight;
+    }
+
+    fn controller(&mut self) {
+        let clocks = self.clocks();
+        // Observe heartbeats, through a watch that lags by up to MAX_WATCH_LAG_MS.
+        let lag = self.rng.below(MAX_WATCH_LAG_MS + 1);
+        let mut sight = Sight {
+            memory: std::mem::take(&mut self.ctl.memory),
+            last_tick: self.ctl.last_tick,
+            lost_api: self.ctl.lost_api,
+        };
+        self.observe_into(&mut sight, lag);
+        self.ctl.memory = sight.memory;
+        self.ctl.last_tick = sight.last_tick;
+        self.ctl.lost_api = sight.lost_api;
         // Decide (in node order: a replay creates the same fences in the same order).
         let snapshot = self.snapshot(clocks);
         let verdicts: BTreeMap<String, Verdict> = decide(&snapshot)
@@ -2524,7 +2623,7 @@ impl<'s> World<'s> {
                 "{}: controller crashed after deleting pod {}, before recording it",
                 self.fences[f].name, pod.uid
             ));
-            self.restart_controller();
+            self.take_over();
             return false;
         }
         self.out.released += 1;
