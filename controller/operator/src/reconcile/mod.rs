@@ -1,12 +1,15 @@
 //! The `NodeFence` reconciler: one worker per unfinished fence, driving the persisted state
 //! machine of `palisade_decide::phase` one step at a time.
 //!
-//! Each iteration re-reads the `NodeFence` from the API, computes the one next step from the
-//! persisted status plus fresh observations, performs it, records its result in the status and
-//! persists it with a compare-and-swap (`replace_status` carries the resourceVersion it read)
-//! **before** asking for the next step. A restarted or new leader therefore resumes from the
-//! last persisted step; device actions are idempotent (powering off a node that is off is a
-//! success), and release steps re-list what is left.
+//! Each iteration re-reads the `NodeFence` from the API, reads what the step needs
+//! (`observe.rs`), computes the one next step from the persisted status plus those
+//! observations, performs its I/O (a start under the gate in `start.rs`, a wait or hold recorded
+//! in `wait.rs`, a device command, a release), records what the world answered with the core
+//! shared with the simulation ([`palisade_decide::record::apply`]) and persists it with a
+//! compare-and-swap (`replace_status` carries the resourceVersion it read) **before** asking
+//! for the next step; the Event follows the durable record. A restarted or new leader
+//! therefore resumes from the last persisted step; device actions are idempotent (powering off
+//! a node that is off is a success), and release steps re-list what is left.
 //!
 //! Guarantees:
 //! - a worker runs only for the token it was started with, and stops as soon as leadership is
