@@ -161,6 +161,9 @@ pub enum Bug {
     /// death of an agent that held the device (a crash, a kill while hung) pets it once more
     /// (the kernel's unexpected close).
     OneWatchdogPeriod,
+    /// A standby that records no quorum-guard holds (only the leader does): after it takes
+    /// over, a node silent through a hold is judged as if no guard had ever held.
+    StandbyForgetsGuard,
 }
 
 impl Bug {
@@ -196,6 +199,7 @@ impl Bug {
             .chain(Bug::RECORDED.map(|(b, _)| b))
             .chain(Bug::COVERED)
             .chain(Bug::AIMED)
+            .chain(Bug::SEARCHED)
             .find(|b| format!("{b:?}") == s)
     }
 
@@ -205,6 +209,13 @@ impl Bug {
     /// node whose kills hang: none in 150,000 schedules from seed 10,001 (the two-timeout wait
     /// covers a restart within one timeout of the pet).
     pub const AIMED: [Bug; 1] = [Bug::ArmWhileStale];
+
+    /// Planted bugs of a new model that no schedule is known to break yet: the model cannot
+    /// be said to see their rule until one does. `StandbyForgetsGuard` (warm standbys,
+    /// 2026-11-30): 30,000 schedules from seed 1 with it planted, 0 violations; a guard hold
+    /// must meet a takeover, then a node silent through the hold must be one whose fence
+    /// harms (a live writer). Kept plantable (`--bug`) for the search.
+    pub const SEARCHED: [Bug; 1] = [Bug::StandbyForgetsGuard];
 
     /// The schedule made for a bug of [`Bug::AIMED`] (`None` for the others).
     ///
@@ -2074,8 +2085,12 @@ impl<'s> World<'s> {
         let clocks = self.clocks();
         let holding = guards_holding(&self.snapshot(clocks));
         std::mem::swap(&mut self.ctl.memory, &mut sight.memory);
-        for policy in holding {
-            sight.memory.guard_held(&policy, clocks.mono);
+        if self.bug == Some(Bug::StandbyForgetsGuard) {
+            sight.memory.guard_held.clear();
+        } else {
+            for policy in holding {
+                sight.memory.guard_held(&policy, clocks.mono);
+            }
         }
         self.standby = sight;
     }
