@@ -94,25 +94,19 @@ pub async fn run(ctx: Arc<Ctx>, every: Duration) {
                     .iter()
                     .any(|f| f.spec.node_name == node && under_way(f));
                 if ctx.leader.token().is_some() && !started {
-                    // Read before the power watch is locked: the detector's tick locks the
-                    // memory first and the power watch inside it, never the other way round.
-                    let (last_change, renewal_gap) = {
-                        let memory = ctx.memory.lock();
-                        (
-                            memory.detector.last_change(&node),
-                            memory.detector.renewal_gap(&node),
-                        )
-                    };
                     let mut watch = ctx.power.lock();
                     let before = watch.off_run(&node).is_some();
                     watch.observe(&node, r, sent, answered);
+                    // Released before the memory is locked: the detector's tick locks the
+                    // memory first and the power watch inside it, never the other way round.
                     drop(watch);
                     if r == PowerReading::Off && !before {
+                        let memory = ctx.memory.lock();
                         tracing::info!(
                             %node,
                             %words,
-                            silent_for = ?last_change.map(|c| sent.since(c)),
-                            ?renewal_gap,
+                            silent_for = ?memory.detector.last_change(&node).map(|c| sent.since(c)),
+                            renewal_gap = ?memory.detector.renewal_gap(&node),
                             "power watch: the machine reads off"
                         );
                     }

@@ -595,15 +595,10 @@ struct Fence {
 struct Controller {
     up: bool,
     token: i64,
-    /// The decision memory, the operator's own type (`palisade_decide::memory`); its quorum
-    /// guard holds under the policy name `sim`, and, as the operator's sight counts it, at
-    /// the end of the controller's latest blind spell.
-    memory: Memory,
-    /// When this controller last ticked (simulated ms): a longer gap than [`BLIND_GAP_MS`] is
-    /// a blind spell.
-    last_tick: Option<u64>,
-    /// The API went down since the last tick (its watches failed): a blind spell.
-    lost_api: bool,
+    /// Its sight and decision memory (the operator's own `palisade_decide::memory`; quorum
+    /// guard holds under the policy name `sim`, and, as the operator's sight counts it, at the
+    /// end of the controller's latest blind spell).
+    sight: Sight,
     /// Per fence: since when this controller has watched its node carry neither the fence's
     /// release taint nor another's out-of-service taint (as `reconcile::untainted_for`).
     untainted_since: HashMap<usize, Mono>,
@@ -616,9 +611,10 @@ struct Controller {
 struct Sight {
     /// Its decision memory.
     memory: Memory,
-    /// When it last ticked (simulated ms).
+    /// When it last ticked (simulated ms): a longer gap than [`BLIND_GAP_MS`] is a blind
+    /// spell.
     last_tick: Option<u64>,
-    /// The API went down since its last tick.
+    /// The API went down since its last tick (its watches failed): a blind spell.
     lost_api: bool,
 }
 
@@ -829,17 +825,12 @@ impl<'s> World<'s> {
             ctl: Controller {
                 up: true,
                 token: 1,
-                memory: Memory::started(Mono(Duration::ZERO)),
-                last_tick: None,
-                lost_api: false,
+                sight: Sight::default(),
                 untainted_since: HashMap::new(),
                 power: Watch::default(),
             },
             freeze_trap: None,
-            standby: Sight {
-                memory: Memory::started(Mono(Duration::ZERO)),
-                ..Sight::default()
-            },
+            standby: Sight::default(),
             standby_rng: Rng::new(s.seed ^ 0x57A4_DB1E),
             frozen: None,
             late_writes: Vec::new(),
@@ -979,10 +970,7 @@ impl<'s> World<'s> {
                 Fault::ControllerStart => {
                     if !self.ctl.up {
                         // Both replicas start afresh.
-                        self.standby = Sight {
-                            memory: self.fresh_memory(),
-                            ..Sight::default()
-                        };
+                        self.standby = self.fresh_sight();
                         self.restart_controller();
                     }
                 }
@@ -990,7 +978,7 @@ impl<'s> World<'s> {
                 Fault::NodeClockStep(i, ms) => self.machines[i].clock_step_ms += ms,
                 Fault::ApiDown => {
                     self.api_up = false;
-                    self.ctl.lost_api = true;
+                    self.ctl.sight.lost_api = true;
                     self.standby.lost_api = true;
                 }
                 Fault::ApiUp => self.api_up = true,
@@ -1830,10 +1818,7 @@ impl<'s> World<'s> {
     /// A new controller: a higher token, no memory (its streaks start blind, as the
     /// operator's `Ctx::new`).
     fn restart_controller(&mut self) {
-        let sight = Sight {
-            memory: self.fresh_memory(),
-            ..Sight::default()
-        };
+        let sight = self.fresh_sight();
         self.replace_controller(sight);
     }
 
@@ -1842,10 +1827,7 @@ impl<'s> World<'s> {
     /// others it had just restarted itself. A new cold standby starts beside it.
     fn take_over(&mut self) {
         let warm = self.standby_rng.below(4) != 0;
-        let fresh = Sight {
-            memory: self.fresh_memory(),
-            ..Sight::default()
-        };
+        let fresh = self.fresh_sight();
         let standby = std::mem::replace(&mut self.standby, fresh);
         if warm {
             self.log("a warm standby takes over with its memory".to_string());
@@ -1855,13 +1837,16 @@ impl<'s> World<'s> {
         }
     }
 
-    /// The memory of a replica that starts now.
-    fn fresh_memory(&self) -> Memory {
+    /// The sight of a replica that starts now (it has seen nothing yet).
+    fn fresh_sight(&self) -> Sight {
         let mut memory = Memory::started(self.clocks().mono);
         if self.bug == Some(Bug::IgnoreBlindSpell) {
             memory.streaks = Streaks::new();
         }
-        memory
+        Sight {
+            memory,
+            ..Sight::default()
+        }
     }
 
     /// A new leader with `sight`, a higher token, and none of the old leader's in-process
@@ -1870,9 +1855,7 @@ impl<'s> World<'s> {
         self.ctl = Controller {
             up: true,
             token: self.ctl.token + 1,
-            memory: sight.memory,
-            last_tick: sight.last_tick,
-            lost_api: sight.lost_api,
+            sight,
             untainted_since: HashMap::new(),
             power: Watch::default(),
         };
@@ -1899,7 +1882,7 @@ impl<'s> World<'s> {
     /// (with [`Bug::TrustBeforeWatchdog`], the watchdog's timeout read as none; with
     /// [`Bug::OneWatchdogPeriod`], as half, which the rules count twice).
     fn advertisement_for_decide(&self, name: &str) -> Advertisement {
-        let mut ad = self.ctl.memory.advertised_by(name);
+        let mut ad = self.ctl.sight.memory.advertised_by(name);
         if let Some(w) = ad.watchdog.as_mut() {
             match self.bug {
                 Some(Bug::TrustBeforeWatchdog) => w.timeout = Duration::ZERO,
@@ -2081,10 +2064,10 @@ impl<'s> World<'s> {
         self.observe_into(&mut sight, lag);
         // Its guard holds from its own memory: the snapshot reads the leader's fields, so the
         // standby's memory stands in for them while it is taken.
-        std::mem::swap(&mut self.ctl.memory, &mut sight.memory);
+        std::mem::swap(&mut self.ctl.sight.memory, &mut sight.memory);
         let clocks = self.clocks();
         let holding = guards_holding(&self.snapshot(clocks));
-        std::mem::swap(&mut self.ctl.memory, &mut sight.memory);
+        std::mem::swap(&mut self.ctl.sight.memory, &mut sight.memory);
         if self.bug == Some(Bug::StandbyForgetsGuard) {
             sight.memory.guard_held.clear();
         } else {
@@ -2099,15 +2082,9 @@ impl<'s> World<'s> {
         let clocks = self.clocks();
         // Observe heartbeats, through a watch that lags by up to MAX_WATCH_LAG_MS.
         let lag = self.rng.below(MAX_WATCH_LAG_MS + 1);
-        let mut sight = Sight {
-            memory: std::mem::take(&mut self.ctl.memory),
-            last_tick: self.ctl.last_tick,
-            lost_api: self.ctl.lost_api,
-        };
+        let mut sight = std::mem::take(&mut self.ctl.sight);
         self.observe_into(&mut sight, lag);
-        self.ctl.memory = sight.memory;
-        self.ctl.last_tick = sight.last_tick;
-        self.ctl.lost_api = sight.lost_api;
+        self.ctl.sight = sight;
         // Decide (in node order: a replay creates the same fences in the same order).
         let snapshot = self.snapshot(clocks);
         let verdicts: BTreeMap<String, Verdict> = decide(&snapshot)
@@ -2115,7 +2092,7 @@ impl<'s> World<'s> {
             .map(|d| (d.node, d.verdict))
             .collect();
         for policy in guards_holding(&snapshot) {
-            self.ctl.memory.guard_held(&policy, clocks.mono);
+            self.ctl.sight.memory.guard_held(&policy, clocks.mono);
         }
         for (node, v) in &verdicts {
             let Some(i) = self.machines.iter().position(|m| &m.name == node) else {
@@ -2255,7 +2232,7 @@ impl<'s> World<'s> {
     /// watch's, or under [`Bug::PowerWithoutMissedRenewal`] a zero interval and the whole run
     /// moved to just after that change.
     fn power_evidence(&self, name: &str, last_change: Mono) -> (Option<Duration>, Option<OffRun>) {
-        let gap = self.ctl.memory.detector.renewal_gap(name);
+        let gap = self.ctl.sight.memory.detector.renewal_gap(name);
         let run = self.ctl.power.off_run(name);
         if self.bug != Some(Bug::PowerWithoutMissedRenewal) {
             return (gap, run);
@@ -2320,6 +2297,7 @@ impl<'s> World<'s> {
                 }
                 let last_change = self
                     .ctl
+                    .sight
                     .memory
                     .detector
                     .last_change(&name)
@@ -2328,9 +2306,9 @@ impl<'s> World<'s> {
                 NodeSnapshot {
                     labels: BTreeMap::new(),
                     last_heartbeat_change: last_change,
-                    heartbeat_marker: self.ctl.memory.detector.marker(&name),
+                    heartbeat_marker: self.ctl.sight.memory.detector.marker(&name),
                     renewal_gap,
-                    long_gaps: self.ctl.memory.detector.long_gaps(&name),
+                    long_gaps: self.ctl.sight.memory.detector.long_gaps(&name),
                     power_off,
                     hosts_bridge: false,
                     exclusion: None,
@@ -2360,7 +2338,7 @@ impl<'s> World<'s> {
             policies: vec![PolicySnapshot {
                 name: SIM_POLICY.into(),
                 spec: self.policy.clone(),
-                guard_held_at: self.ctl.memory.guard_held.get(SIM_POLICY).copied(),
+                guard_held_at: self.ctl.sight.memory.guard_held.get(SIM_POLICY).copied(),
             }],
             nodes,
             pdbs: vec![],
@@ -2378,14 +2356,14 @@ impl<'s> World<'s> {
             .map(|v| v.at())
             .or_else(|| st.transitions.first().map(|t| t.at.0))
             .unwrap_or(now.wall);
-        let node_healthy = self.ctl.memory.healthy_since(
+        let node_healthy = self.ctl.sight.memory.healthy_since(
             name,
             since,
             Thresholds::from(&self.policy.detection),
             SETTLE,
             now,
         );
-        let advertised = self.ctl.memory.advertised_by(name);
+        let advertised = self.ctl.sight.memory.advertised_by(name);
         let margin = Duration::from_secs(
             u64::try_from(self.policy.trust_self_fence.margin_seconds).unwrap_or(0),
         );
@@ -2395,7 +2373,7 @@ impl<'s> World<'s> {
         if self.bug == Some(Bug::PeerTrustWithoutWatchdog) {
             ad.watchdog = None;
         }
-        let memory = &self.ctl.memory;
+        let memory = &self.ctl.sight.memory;
         let peer_trust = match self.bug {
             Some(Bug::IgnoreMajorityBound) => PeerTrust::NotPeerChecked,
             Some(Bug::LatestListOnly) => {
@@ -2502,10 +2480,11 @@ impl<'s> World<'s> {
                     .marker(),
                 )
             } else {
-                self.ctl.memory.detector.marker(name)
+                self.ctl.sight.memory.detector.marker(name)
             };
         let (last_renewal, watched_silence) =
             self.ctl
+                .sight
                 .memory
                 .renewal_seen(name, fresh_or_watched.as_deref(), now);
         Observations {
@@ -2703,6 +2682,7 @@ impl<'s> World<'s> {
             Step::StartFencing { .. } => Answer::Started {
                 boot_id: self
                     .ctl
+                    .sight
                     .memory
                     .advertised
                     .get(&self.machines[i].name)

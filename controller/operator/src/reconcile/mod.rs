@@ -731,6 +731,14 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 }
                 _ => Answer::Nothing,
             };
+            // A recovery action that failed is tried again on a later tick, after its delay.
+            let recovery_failed = matches!(
+                answer,
+                Answer::Recovery {
+                    result: Err(_),
+                    ..
+                }
+            );
             // The step concludes now, after the world answered (not when it began).
             let at = now_wall();
             let record = record::apply(
@@ -769,10 +777,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                 let kind = if note.warning { Kind::Warning } else { Kind::Normal };
                 event(ctx, &nf, kind, note.reason, &note.message).await;
             }
-            let failed_recovery = matches!(step, Step::PowerOn(_) | Step::Unfence(_))
-                && record.note.as_ref().is_some_and(|n| n.warning);
-            if failed_recovery {
-                // Tried again on a later tick, after the retry delay.
+            if recovery_failed {
                 return Ok(true);
             }
             if let (Step::StartFencing { .. }, Some(stored)) = (&step, stored) {
