@@ -1377,7 +1377,9 @@ fn a_live_container_of_a_pod_the_api_does_not_bind_to_the_node_blocks_the_proof(
 /// released pod is force-deleted, so it is bound nowhere and its live container blocks the
 /// proof anyway. The released-pods term is the one that holds when the API still binds a
 /// released pod to the node: a finalizer keeps a force-deleted pod's object (with its
-/// `nodeName`) until its controller removes it, and the simulation has no finalizers. Every
+/// `nodeName`) until its controller removes it. The simulation has modelled finalizers (and
+/// kills that part between a node's containers) since 2026-11-30, and the planted bug
+/// (`FirstReleasedPodOnly`) breaks at-most-one there on the schedule made for it. Every
 /// released pod counts, not only the first.
 #[test]
 fn every_released_pod_blocks_the_proof_while_a_finalizer_keeps_it_bound_to_the_node() {

@@ -74,6 +74,8 @@ pub fn campaign_of(
         c.resets += out.resets;
         c.stale_commands += out.stale_commands;
         c.late_writes += out.late_writes;
+        c.warm_takeovers += out.warm_takeovers;
+        c.lapsed_terms += out.lapsed_terms;
         if let Some(v) = out.violation {
             c.failure = Some((s, v));
             return c;
@@ -105,6 +107,10 @@ pub struct Campaign {
     pub stale_commands: u64,
     /// Lease writes that landed after their agent gave up on them.
     pub late_writes: u64,
+    /// Takeovers by a warm standby.
+    pub warm_takeovers: u64,
+    /// Leader terms that lapsed in an API outage.
+    pub lapsed_terms: u64,
     /// The first failing seed and its violation.
     pub failure: Option<(u64, Violation)>,
 }

@@ -136,6 +136,10 @@ fn main() {
         "  late writes: {} (Lease writes that landed after their agent gave up)",
         c.late_writes
     );
+    println!(
+        "  takeovers:   {} warm; {} leader terms lapsed in API outages",
+        c.warm_takeovers, c.lapsed_terms
+    );
     println!("  violations:  {}", u8::from(c.failure.is_some()));
     let runtime = start.elapsed().as_secs_f64();
     println!("  runtime:     {runtime:.1}s");

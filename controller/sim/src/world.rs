@@ -164,6 +164,14 @@ pub enum Bug {
     /// A standby that records no quorum-guard holds (only the leader does): after it takes
     /// over, a node silent through a hold is judged as if no guard had ever held.
     StandbyForgetsGuard,
+    /// A standby that takes over forgets it was blind (its watches failed with the leader's,
+    /// or it stood still): after an API outage longer than the leader's Lease it takes the
+    /// Lease over and judges every node silent through the outage.
+    StandbyIgnoresBlindSpell,
+    /// The clean proof checks only the first released pod against the node's inventory
+    /// (issue 31's one-line change to `clean_proof`): a node that returns still running
+    /// another released pod is proven clean.
+    FirstReleasedPodOnly,
 }
 
 impl Bug {
@@ -207,15 +215,30 @@ impl Bug {
     /// ([`Bug::aimed_schedule`]). `ArmWhileStale` needs an agent that dies more than a second
     /// after its last pet and a restart more than a watchdog timeout after that pet, on a
     /// node whose kills hang: none in 150,000 schedules from seed 10,001 (the two-timeout wait
-    /// covers a restart within one timeout of the pet).
-    pub const AIMED: [Bug; 1] = [Bug::ArmWhileStale];
+    /// covers a restart within one timeout of the pet). `FirstReleasedPodOnly` needs a node
+    /// fenced by its storage alone whose kills hang for one released pod and not another, and
+    /// a released pod a finalizer keeps bound to the node when it returns (else the proof's
+    /// other term, only pods the API binds, refuses it too). `IgnoreBlindSpell` was recorded
+    /// at seed 4,107,866 until leaders' terms lapsed in long API outages (2026-11-30): that
+    /// seed's leader then loses its Lease to the standby at 59.75 s and the history parts; its
+    /// faults still break at-most-one with the bug planted, under the world's draws (watch
+    /// lag, takeover races) of seed 1, and not without it.
+    pub const AIMED: [Bug; 3] = [
+        Bug::ArmWhileStale,
+        Bug::FirstReleasedPodOnly,
+        Bug::IgnoreBlindSpell,
+    ];
 
     /// Planted bugs of a new model that no schedule is known to break yet: the model cannot
     /// be said to see their rule until one does. `StandbyForgetsGuard` (warm standbys,
     /// 2026-11-30): 30,000 schedules from seed 1 with it planted, 0 violations; a guard hold
     /// must meet a takeover, then a node silent through the hold must be one whose fence
-    /// harms (a live writer). Kept plantable (`--bug`) for the search.
-    pub const SEARCHED: [Bug; 1] = [Bug::StandbyForgetsGuard];
+    /// harms (a live writer). `StandbyIgnoresBlindSpell` (leaders' terms that lapse in long API
+    /// outages, 2026-11-30): 30,000 schedules from seed 1, 8,312 lapsed terms and about 4,000
+    /// Lease takeovers after an outage, 0 violations: after an outage every node is silent at
+    /// once and the quorum guard holds, so a blind standby's judgement is not acted on. Kept
+    /// plantable (`--bug`) for the search.
+    pub const SEARCHED: [Bug; 2] = [Bug::StandbyForgetsGuard, Bug::StandbyIgnoresBlindSpell];
 
     /// The schedule made for a bug of [`Bug::AIMED`] (`None` for the others).
     ///
@@ -226,6 +249,15 @@ impl Bug {
     /// with its renewal record stale. The controller trusts the self-fence about 56 s (5 s +
     /// 2 × 20 s + 1 s after the last renewal). An agent that opens the watchdog at that start
     /// pets it again, and m0's pod writes beside its replacement until 58 s.
+    ///
+    /// `FirstReleasedPodOnly`: m0 runs all five identities (m1 and m2 join at 1 s), is fenced
+    /// by its storage firewall alone, and the draws of [`FIRST_POD_SEED`] make the kill of
+    /// `db` work and that of `ledger` hang, and keep `ledger`'s released pod in the API (its
+    /// finalizer) until 56 s. m0 is cut off at 10 s and fenced at 14 s (`db` and `ledger`
+    /// released), and heals at 40 s still running `ledger`: a proof that reads only `db`
+    /// lifts the block at 52 s, and `ledger`'s replacement starts beside it at 56 s.
+    ///
+    /// `IgnoreBlindSpell`: the faults of seed 4,107,866, under the world's draws of seed 1.
     pub fn aimed_schedule(self) -> Option<Schedule> {
         let node = |watchdog: Option<u64>, kill_hangs: bool| crate::faults::NodeConfig {
             watchdog,
@@ -246,6 +278,34 @@ impl Bug {
                 ],
                 length_ms: 90_000,
             }),
+            Bug::IgnoreBlindSpell => Some(Schedule {
+                seed: 1,
+                ..Schedule::generate(4_107_866)
+            }),
+            Bug::FirstReleasedPodOnly => {
+                let partly_hung = crate::faults::NodeConfig {
+                    some_kills_hang: true,
+                    ..crate::faults::NodeConfig::plain(Fencing::Storage)
+                };
+                let joins = crate::faults::NodeConfig {
+                    joins_late: true,
+                    ..crate::faults::NodeConfig::plain(Fencing::Storage)
+                };
+                Some(Schedule {
+                    seed: FIRST_POD_SEED,
+                    nodes: vec![partly_hung, joins.clone(), joins],
+                    trust_self_fence: false,
+                    power_on: false,
+                    power_off_after: 0,
+                    events: vec![
+                        (1_000, Fault::Join(1)),
+                        (1_000, Fault::Join(2)),
+                        (10_000, Fault::CutAll(0)),
+                        (40_000, Fault::Heal(0)),
+                    ],
+                    length_ms: 90_000,
+                })
+            }
             _ => None,
         }
     }
@@ -295,8 +355,7 @@ impl Bug {
     /// `WallClockOnly` was caught at seed 8934 until the trust wait counted two watchdog
     /// timeouts (2026-11-30): a step of the controller's wall clock must now outrun a longer
     /// wait. Found again after 9,987 schedules from seed 10,001, at seed 19,987.
-    pub const RECORDED: [(Bug, u64); 5] = [
-        (Bug::IgnoreBlindSpell, 4_107_866),
+    pub const RECORDED: [(Bug, u64); 4] = [
         (Bug::NodeWideUnblock, 43_369),
         (Bug::VouchSinceLastRenewal, 11_094_389),
         (Bug::PeerTrustWithoutWatchdog, 112_517),
@@ -366,6 +425,10 @@ pub struct Outcome {
     pub stale_commands: u64,
     /// Lease writes that landed after their agent had given up on them.
     pub late_writes: u64,
+    /// Takeovers by a standby with its memory (warm).
+    pub warm_takeovers: u64,
+    /// Leader terms that lapsed in an API outage longer than the leader's Lease.
+    pub lapsed_terms: u64,
     /// The whole history of the run.
     pub history: Vec<String>,
 }
@@ -457,6 +520,8 @@ struct Machine {
     watchdog_held: bool,
     last_pet: u64,
     containers: BTreeSet<String>,
+    /// The containers whose kills hang ([`crate::faults::NodeConfig::some_kills_hang`]).
+    unkillable: BTreeSet<String>,
     power_mode: DeviceMode,
     storage_mode: DeviceMode,
     /// When power returns after a [`Fault::PowerCycle`].
@@ -516,6 +581,16 @@ impl Machine {
     }
 
     /// The machine boots: no watchdog runs until an agent opens it.
+    /// Its agent kills every container not in `keep`; those whose kills hang live on (every
+    /// one with `all_hang`).
+    fn kill_except(&mut self, keep: &BTreeSet<String>, all_hang: bool) {
+        if !all_hang {
+            let unkillable = &self.unkillable;
+            self.containers
+                .retain(|c| keep.contains(c) || unkillable.contains(c));
+        }
+    }
+
     fn boots(&mut self) {
         self.watchdog_armed = false;
         self.watchdog_held = false;
@@ -567,6 +642,16 @@ struct Pod {
     identity: usize,
     node: usize,
     deleted: bool,
+    /// A deleted pod whose object a finalizer keeps in the API (terminating, still bound to
+    /// its node) until this instant (true time, ms).
+    object_until: Option<u64>,
+}
+
+impl Pod {
+    /// Whether its object is in the API at `now` (not deleted, or held by a finalizer).
+    fn in_api(&self, now: u64) -> bool {
+        !self.deleted || self.object_until.is_some_and(|t| now < t)
+    }
 }
 
 /// An out-of-service taint on a Node, and Kubernetes acting on it (1.26+): taint eviction
@@ -632,6 +717,10 @@ struct Frozen {
     deposed: bool,
 }
 
+/// The seed of the schedule made for [`Bug::FirstReleasedPodOnly`]: its draws make the
+/// first released pod's kill work and the second's hang.
+const FIRST_POD_SEED: u64 = 24;
+
 /// The name of the simulation's one policy.
 const SIM_POLICY: &str = "sim";
 
@@ -683,6 +772,8 @@ pub struct World<'s> {
     /// Per Node: its recovery challenge annotation (the name of the fence that wrote it).
     node_challenge: Vec<Option<String>>,
     api_up: bool,
+    /// Since when the API server has been down (true time, ms).
+    api_down_at: Option<u64>,
     /// How far the controller's wall clock is from true time (clock steps), in ms.
     ctl_wall_offset_ms: i64,
     ctl: Controller,
@@ -697,6 +788,15 @@ pub struct World<'s> {
     write_rng: Rng,
     /// Draws the latency of the power watch's reads, apart from `rng`.
     watch_rng: Rng,
+    /// Draws which containers' kills hang on a node where some do, apart from `rng`.
+    kill_rng: Rng,
+    /// The identity whose pods carry a finalizer (another controller's, removed some time
+    /// after the pod's deletion): in a quarter of the schedules, `ledger`. A released pod of
+    /// it stays bound to its node for a while, so that only the released pods' record, not
+    /// the node's bound pods, keeps a returning node that still runs it from its clean proof.
+    finalized: Option<usize>,
+    /// Draws whether an identity's pods carry a finalizer, and how long each lingers.
+    finalizer_rng: Rng,
     /// The first fence created without a cause ([`Invariant::CauselessFence`]).
     causeless: Option<String>,
     policy: FencingPolicySpec,
@@ -760,6 +860,7 @@ impl<'s> World<'s> {
                 watchdog_held: s.nodes[i].watchdog.is_some(),
                 last_pet: 0,
                 containers: BTreeSet::new(),
+                unkillable: BTreeSet::new(),
                 power_mode: s.nodes[i].power_mode,
                 storage_mode: s.nodes[i].storage_mode,
                 power_back_at: None,
@@ -791,6 +892,8 @@ impl<'s> World<'s> {
             "escalation": {"cooldownSeconds": 0},
         }))
         .unwrap_or_default();
+        let mut finalizer_rng = Rng::new(s.seed ^ 0xF1A1_12E5);
+        let finalized = finalizer_rng.chance(25).then_some(1);
         World {
             s,
             bug,
@@ -821,6 +924,7 @@ impl<'s> World<'s> {
             untainted_at: vec![None; s.nodes.len()],
             node_challenge: vec![None; s.nodes.len()],
             api_up: true,
+            api_down_at: None,
             ctl_wall_offset_ms: 0,
             ctl: Controller {
                 up: true,
@@ -836,6 +940,9 @@ impl<'s> World<'s> {
             late_writes: Vec::new(),
             write_rng: Rng::new(s.seed ^ 0x0D1A_7E5E),
             watch_rng: Rng::new(s.seed ^ 0x0BAD_5EAD),
+            kill_rng: Rng::new(s.seed ^ 0x0C1D_4A26),
+            finalized,
+            finalizer_rng,
             causeless: None,
             policy,
             impostors: vec![None; s.nodes.len()],
@@ -977,11 +1084,20 @@ impl<'s> World<'s> {
                 Fault::ControllerClockStep(ms) => self.ctl_wall_offset_ms += ms,
                 Fault::NodeClockStep(i, ms) => self.machines[i].clock_step_ms += ms,
                 Fault::ApiDown => {
+                    if self.api_up {
+                        self.api_down_at = Some(self.now);
+                    }
                     self.api_up = false;
                     self.ctl.sight.lost_api = true;
                     self.standby.lost_api = true;
                 }
-                Fault::ApiUp => self.api_up = true,
+                Fault::ApiUp => {
+                    self.api_up = true;
+                    let down_since = self.api_down_at.take();
+                    if down_since.is_some_and(|t| self.now - t > LEADER_LEASE_MS) {
+                        self.term_lapsed();
+                    }
+                }
                 Fault::PowerDevice(i, m) => self.machines[i].power_mode = m,
                 Fault::StorageDevice(i, m) => self.machines[i].storage_mode = m,
                 Fault::OperatorPowerOn(i) => self.power_on(i),
@@ -1079,8 +1195,8 @@ impl<'s> World<'s> {
         let stale = m
             .last_renew_sent
             .is_none_or(|t| now.saturating_sub(t) > after);
-        if stale && !self.s.nodes[i].kill_hangs {
-            m.containers.clear();
+        if stale {
+            m.kill_except(&BTreeSet::new(), self.s.nodes[i].kill_hangs);
         }
     }
 
@@ -1342,10 +1458,13 @@ impl<'s> World<'s> {
                 .map(|p| p.uid.clone())
                 .collect();
             let m = &mut self.machines[i];
-            if !cfg.kill_hangs {
-                m.containers.retain(|c| want.contains(c));
+            m.kill_except(&want, cfg.kill_hangs);
+            for uid in want {
+                if cfg.some_kills_hang && !m.containers.contains(&uid) && self.kill_rng.chance(50) {
+                    m.unkillable.insert(uid.clone());
+                }
+                m.containers.insert(uid);
             }
-            m.containers.extend(want);
             m.pet(cfg.watchdog.is_some(), now);
         } else {
             // The poller runs while the last renewal is older than the renew interval.
@@ -1366,8 +1485,8 @@ impl<'s> World<'s> {
             if !m.fence_active && stale && !excused {
                 m.fence_active = true;
             }
-            if m.fence_active && !cfg.kill_hangs {
-                m.containers.clear();
+            if m.fence_active {
+                m.kill_except(&BTreeSet::new(), cfg.kill_hangs);
             }
             let excusing = stale && !m.fence_active;
             let newly = excusing && !m.excusing;
@@ -1597,7 +1716,9 @@ impl<'s> World<'s> {
             return;
         }
         for id in 0..self.identities.len() {
-            if self.pods.iter().any(|p| p.identity == id && !p.deleted) {
+            // The StatefulSet creates a pod only once the old one's object is gone.
+            let now = self.now;
+            if self.pods.iter().any(|p| p.identity == id && p.in_api(now)) {
                 continue;
             }
             let usable: Vec<usize> = (0..self.machines.len())
@@ -1623,6 +1744,7 @@ impl<'s> World<'s> {
                 identity: id,
                 node,
                 deleted: false,
+                object_until: None,
             });
         }
     }
@@ -1828,13 +1950,40 @@ impl<'s> World<'s> {
     fn take_over(&mut self) {
         let warm = self.standby_rng.below(4) != 0;
         let fresh = self.fresh_sight();
-        let standby = std::mem::replace(&mut self.standby, fresh);
+        let mut standby = std::mem::replace(&mut self.standby, fresh);
+        if self.bug == Some(Bug::StandbyIgnoresBlindSpell) {
+            standby.lost_api = false;
+            standby.last_tick = Some(self.now);
+        }
         if warm {
             self.log("a warm standby takes over with its memory".to_string());
+            self.out.warm_takeovers += 1;
             self.replace_controller(standby);
         } else {
             self.restart_controller();
         }
+    }
+
+    /// The API came back after an outage longer than the leader's Lease: the leader's term
+    /// lapsed (the operator's `Leadership::token` is `None` once its last renewal is older
+    /// than the lease duration), and the replicas' election rounds race for the Lease. The
+    /// standby, which saw the Lease unchanged for longer than its duration, takes it over
+    /// with a higher token half the time (warm, as [`World::take_over`] draws it), and the
+    /// deposed leader stands by with its memory; otherwise the leader renews its own term.
+    fn term_lapsed(&mut self) {
+        let leader_frozen = self.frozen.as_ref().is_some_and(|f| !f.deposed);
+        if !self.ctl.up || leader_frozen {
+            return;
+        }
+        self.out.lapsed_terms += 1;
+        if self.standby_rng.below(2) == 0 {
+            self.log("the leader's term lapsed in the outage: it renews it".to_string());
+            return;
+        }
+        self.log("the leader's term lapsed in the outage: the standby takes the Lease".to_string());
+        let deposed = std::mem::take(&mut self.ctl.sight);
+        self.take_over();
+        self.standby = deposed;
     }
 
     /// The sight of a replica that starts now (it has seen nothing yet).
@@ -2418,6 +2567,11 @@ impl<'s> World<'s> {
             }
             forgetful = copy;
             &forgetful
+        } else if self.bug == Some(Bug::FirstReleasedPodOnly) {
+            let mut copy = st.clone();
+            copy.release.pods.truncate(1);
+            forgetful = copy;
+            &forgetful
         } else {
             st
         };
@@ -2430,11 +2584,12 @@ impl<'s> World<'s> {
         } else {
             advertised.clone()
         };
-        // The pods the API binds to the node now (the proof is per node).
+        // The pods the API binds to the node now (the proof is per node), terminating ones
+        // whose finalizer holds them included, as a list of the node's pods returns them.
         let bound: BTreeSet<String> = self
             .pods
             .iter()
-            .filter(|p| p.node == i && !p.deleted)
+            .filter(|p| p.node == i && p.in_api(self.now))
             .map(|p| p.uid.clone())
             .collect();
         let clean = (st.phase == Phase::Recovering)
@@ -2588,9 +2743,7 @@ impl<'s> World<'s> {
                 .map(|p| p.uid.clone())
                 .collect();
             for uid in doomed {
-                if let Some(p) = self.pods.iter_mut().find(|p| p.uid == uid) {
-                    p.deleted = true;
-                }
+                self.delete_pod(&uid);
                 self.released_uids.insert(uid.clone());
                 self.log(format!(
                     "pod GC force-deleted pod {uid} on m{i} (out-of-service taint)"
@@ -2603,14 +2756,26 @@ impl<'s> World<'s> {
     /// release in eight, the controller dies right after the deletion and another takes over
     /// at once (its next round finishes the record): then `false`, else the caller records
     /// the release through the core.
+    /// Deletes a pod: a pod of the identity whose pods carry a finalizer
+    /// ([`World::finalized`]) stays in the API, terminating and bound to its node, until its
+    /// own controller removes the finalizer 1–90 s later.
+    fn delete_pod(&mut self, uid: &str) {
+        let now = self.now;
+        let linger = 1_000 + self.finalizer_rng.below(89_001);
+        if let Some(p) = self.pods.iter_mut().find(|p| p.uid == uid && !p.deleted) {
+            p.deleted = true;
+            if Some(p.identity) == self.finalized {
+                p.object_until = Some(now + linger);
+            }
+        }
+    }
+
     fn release_pod(&mut self, f: usize, pod: &ObjectRef) -> bool {
         if self.bug != Some(Bug::RecordAfterDelete) {
             let wall = self.wall();
             record::intend_release(&mut self.fences[f].status, pod, wall);
         }
-        if let Some(p) = self.pods.iter_mut().find(|p| p.uid == pod.uid) {
-            p.deleted = true;
-        }
+        self.delete_pod(&pod.uid);
         self.released_uids.insert(pod.uid.clone());
         if self.crash_rng.below(8) == 0 {
             self.log(format!(

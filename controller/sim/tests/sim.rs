@@ -234,5 +234,6 @@ fn the_aimed_controls_break_at_most_one_on_their_schedules() {
             )
         });
         assert_eq!(v.invariant, Invariant::AtMostOne, "{}", v.what);
+        eprintln!("{bug:?} on its schedule: {}", v.what);
     }
 }
