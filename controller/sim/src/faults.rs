@@ -212,7 +212,18 @@ pub struct Schedule {
     pub events: Vec<(u64, Fault)>,
     /// Simulated length (milliseconds).
     pub length_ms: u64,
+    /// The time scale of the node agents' and the policy's timing: 1 (the lab's: 1 s
+    /// renewals, Suspect after 2 s, Unhealthy after 4 s) or [`PRODUCTION_SCALE`] (production:
+    /// 5 s renewals, thresholds of 10 s and 20 s). The schedule's faults, self-fence and
+    /// watchdog timeouts and peer-check windows are drawn at scale 1 and stretched with it
+    /// ([`Schedule::scaled`]); what is not the product's to set keeps its real value at every
+    /// scale: the leader's 15 s Lease, watch lag, the controller's ticks and settle time, the
+    /// power watch, clock jitter, late writes, the pod GC.
+    pub scale: u64,
 }
+
+/// The time scale of production timing ([`Schedule::scale`]).
+pub const PRODUCTION_SCALE: u64 = 5;
 
 impl Schedule {
     /// The schedule of `seed`: in a quarter of them (drawn apart from the rest) the cluster
@@ -221,12 +232,45 @@ impl Schedule {
     /// Then the machines' identity and nature (`add_machine_faults`: a miswired BMC, paused
     /// virtual machines, another machine under a name), and nodes whose kills hang
     /// (`add_hung_kills`), each drawn apart too.
+    ///
+    /// Last, in one schedule of eight (drawn apart), production timing
+    /// ([`PRODUCTION_SCALE`]).
     pub fn generate(seed: u64) -> Schedule {
         let mut s = Schedule::generate_without_machine_faults(seed);
         s.add_machine_faults(&mut Rng::new(seed ^ 0x1DE7_7171));
         add_hung_kills(&mut s.nodes, &mut Rng::new(seed ^ 0x0D57_A7E5));
         add_partly_hung_kills(&mut s.nodes, &mut Rng::new(seed ^ 0x5E1E_C7ED));
+        if Rng::new(seed ^ 0x7141_1E55).chance(12) {
+            s = s.scaled(PRODUCTION_SCALE);
+        }
         s
+    }
+
+    /// The same schedule at time scale `k` times its own: every fault's time and duration,
+    /// every node's self-fence and watchdog timeouts and peer-check windows, the policy's
+    /// power-off delay and the run's length (the world scales the renew and poll intervals,
+    /// the request timeout and the policy's thresholds and margin by [`Schedule::scale`]).
+    pub fn scaled(mut self, k: u64) -> Schedule {
+        let ki = i64::try_from(k).unwrap_or(1);
+        for (at, f) in &mut self.events {
+            *at *= k;
+            match f {
+                Fault::PowerCycle(_, ms)
+                | Fault::FreezeLeaderAtCommand(ms)
+                | Fault::Pause(_, ms) => *ms *= k,
+                Fault::ControllerClockStep(ms) | Fault::NodeClockStep(_, ms) => *ms *= ki,
+                _ => {}
+            }
+        }
+        for n in &mut self.nodes {
+            n.self_fence_after *= k;
+            n.watchdog = n.watchdog.map(|w| w * k);
+            n.peer_check = n.peer_check.map(|(vouch, valid)| (vouch * k, valid * k));
+        }
+        self.power_off_after *= k;
+        self.length_ms *= k;
+        self.scale *= k;
+        self
     }
 
     /// The schedule of `seed` as drawn before the machines' identity and nature were (no
@@ -531,6 +575,7 @@ impl Schedule {
             power_off_after,
             events,
             length_ms,
+            scale: 1,
         }
     }
 }

@@ -18,7 +18,15 @@
 //! - **power-off-not-true**: a fence that claims power-off evidence while the lab's ground
 //!   truth says the machine never went off: at the fence's last observation the machine still
 //!   runs the boot it ran (sampled before a read that claimed no power off yet) before the
-//!   fence; any power off and on changes the boot ID.
+//!   fence; any power off and on changes the boot ID;
+//! - **fence-without-cause**: every NodeFence follows, within a time window, a fault that
+//!   silenced its node or a reboot the lab saw;
+//! - **fence-while-heard**: no NodeFence is created while the API server was hearing its node:
+//!   a renewal of the node's Lease that surely landed within the policy's Unhealthy threshold
+//!   before the creation (and not within [`HEARD_MARGIN_US`] of it) is a violation, unless the
+//!   lab saw the machine go down since. Ground truth on the host's clock only (the observer's
+//!   [`Record::Renewal`]s and the API server's `creationTimestamp`), so it needs no fault to
+//!   blame and no clock fault can fool it.
 //!
 //! Two checks compare times the controller wrote (its wall clock) with each other or with
 //! the nemesis' clock. When the campaign steps the controllers' wall clock
@@ -159,6 +167,10 @@ pub fn check_so_far(history: &[Record]) -> Vec<Violation> {
     out.extend(check_tokens(history));
     out.extend(check_replacements(history, skew));
     out.extend(check_causes(history, skew));
+    out.extend(check_heard(
+        history,
+        crate::world::UNHEALTHY_AFTER_S * 1_000_000,
+    ));
     out
 }
 
@@ -277,6 +289,118 @@ fn check_causes(history: &[Record], skew: ClockSkew) -> Vec<Violation> {
                 detail: format!(
                     "NodeFence uid {uid} for {node}, first seen at {seen:.1}s: no fault silenced {node} before it (faults in the window: {})",
                     if near.is_empty() { "none".to_string() } else { near.join(", ") }
+                ),
+            });
+        }
+    }
+    out
+}
+
+/// How much later than a renewal landed a NodeFence may still be created without the
+/// controller having seen it: the watch's delivery to the controller's cache, the detection
+/// tick that observes the cache (250 ms in the lab), and the round trips between the tick's
+/// decision and the create (`detect::create_fence` lists the NodeFences first, and a round
+/// that fences several nodes creates them one after the other). Measured locally these are
+/// tens of milliseconds; 1.5 s leaves room for a loaded lab.
+pub const HEARD_MARGIN_US: i64 = 1_500_000;
+
+/// A NodeFence's `creationTimestamp` is truncated to the second: it was created within this
+/// after it.
+const CREATION_TRUNCATED_US: i64 = 1_000_000;
+
+/// Never fence a node the API server was hearing (from ground truth, not from a time window):
+/// the controller counts a node's silence from when it observed its last Lease renewal, and an
+/// observation is never earlier than the renewal's landing, so a NodeFence created at `C`
+/// requires that the controller had seen no renewal that landed after `C − unhealthy_after_us`.
+/// A renewal ([`Record::Renewal`]) that surely landed in
+/// `[C_hi − unhealthy_after_us, C_lo − HEARD_MARGIN_US]` is a violation, whatever faults were
+/// about: `C_lo` is the fence's `creationTimestamp` and `C_hi` the earlier of that plus a
+/// second and the observer's first sight of it (`seen_us` of its first [`Record::Phase`]), all
+/// on the host's clock. The only excuse is a reboot or power loss of the machine the lab saw
+/// ([`Record::Boot`]) after the renewal's earliest landing and no later than `C_hi`: the
+/// machine truly went down after it was heard.
+///
+/// Guarantees: no finding from a slow observer (a renewal is known only to have landed
+/// somewhere in its interval, and every bound is taken on the side that excuses the fence) or
+/// from a clock fault (only the host's clock is read: the API server's `creationTimestamp` and
+/// the observer's; the controller's and the machines' stamps are not).
+///
+/// Assumptions: the controller sees a renewal, decides and creates its NodeFence within
+/// [`HEARD_MARGIN_US`] of the renewal's landing; `unhealthy_after_us` is the campaign policy's
+/// threshold and the policy fences on silence alone (its power evidence, 5 s by default, is
+/// above the threshold and so off). Fences recorded without a `creationTimestamp` (older
+/// histories) are not judged.
+fn check_heard(history: &[Record], unhealthy_after_us: i64) -> Vec<Violation> {
+    // Per fence UID: its node, creationTimestamp and first sight (µs).
+    let mut fences: BTreeMap<&str, (&str, Option<i64>, Option<i64>)> = BTreeMap::new();
+    // (node, after_us, seen_us), in the order they were seen.
+    let mut renewals: Vec<(&str, i64, i64)> = Vec::new();
+    let mut boots: Vec<(&str, i64)> = Vec::new();
+    for r in history {
+        let (snapshot, seen) = match r {
+            Record::Renewal {
+                node,
+                after_us,
+                seen_us,
+                ..
+            } => {
+                renewals.push((node.as_str(), *after_us, *seen_us));
+                continue;
+            }
+            Record::Boot { machine, at_us, .. } => {
+                boots.push((machine.as_str(), *at_us));
+                continue;
+            }
+            Record::Phase {
+                snapshot, seen_us, ..
+            } => (snapshot, *seen_us),
+            Record::Release { snapshot, .. } | Record::FenceFinal { snapshot, .. } => {
+                (snapshot, None)
+            }
+            _ => continue,
+        };
+        let f = fences
+            .entry(snapshot.uid.as_str())
+            .or_insert((snapshot.node.as_str(), None, None));
+        f.1 = f.1.or(snapshot.created_us);
+        f.2 = match (f.2, seen) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    let mut out = Vec::new();
+    for (uid, (node, created, first_seen)) in fences {
+        let Some(c_lo) = created else {
+            continue;
+        };
+        let c_hi = first_seen.map_or(c_lo + CREATION_TRUNCATED_US, |s| {
+            s.min(c_lo + CREATION_TRUNCATED_US)
+        });
+        // The machine names its node: a Boot of `node` is this node's machine.
+        let went_down = |after: i64| {
+            boots
+                .iter()
+                .any(|(m, at)| *m == node && *at > after && *at <= c_hi)
+        };
+        let heard = renewals.iter().rev().find(|(n, after, seen)| {
+            *n == node
+                && *after >= c_hi - unhealthy_after_us
+                && *seen <= c_lo - HEARD_MARGIN_US
+                && !went_down(*after)
+        });
+        if let Some((_, after, seen)) = heard {
+            let s = |us: i64| format!("{:.3}s", (c_lo - us) as f64 / 1e6);
+            out.push(Violation {
+                check: "fence-while-heard",
+                detail: format!(
+                    "NodeFence uid {uid} for {node} was created in [{c_lo}, {c_hi}] µs \
+                     (creationTimestamp, first seen {}), but a renewal of its Lease landed in \
+                     [{after}, {seen}] µs ({} to {} before the creationTimestamp), within the \
+                     Unhealthy threshold of {:.1}s, and the lab saw no reboot of {node} since",
+                    first_seen.map_or("never".to_string(), |s| format!("at {s} µs")),
+                    s(*after),
+                    s(*seen),
+                    unhealthy_after_us as f64 / 1e6,
                 ),
             });
         }
@@ -575,6 +699,7 @@ mod tests {
                 .map(|(i, p)| (p.to_string(), i as i64, String::new()))
                 .collect(),
             failure: None,
+            created_us: None,
         }
     }
 
@@ -632,6 +757,7 @@ mod tests {
                 snapshot: snap,
                 boot_before: None,
                 boot_after: None,
+                seen_us: None,
             }
         };
         let phase = |t: f64, uid: &str| requested_at(t, t, uid);
@@ -762,6 +888,7 @@ mod tests {
             snapshot: snapshot(),
             boot_before: None,
             boot_after: None,
+            seen_us: None,
         });
         assert_eq!(only(check_all(&h)), ["fence-without-cause"]);
         // Two faults at once: the event records itself (no machine), then each fault with its
@@ -813,6 +940,149 @@ mod tests {
         assert_eq!(only(check_all(&two("m2"))), ["fence-without-cause"]);
     }
 
+    /// The host's clock reads `t` seconds as `t * 1e6` µs here.
+    fn us(t: f64) -> i64 {
+        (t * 1e6).round() as i64
+    }
+
+    /// A renewal of `node`'s Lease that landed somewhere in `[after, seen]` seconds.
+    fn renewal(node: &str, after: f64, seen: f64) -> Record {
+        Record::Renewal {
+            t: seen,
+            node: node.into(),
+            after_us: us(after),
+            seen_us: us(seen),
+        }
+    }
+
+    /// m0's NodeFence with `creationTimestamp` `created` s, first seen at `seen` s (if at all).
+    fn created(created: f64, seen: Option<f64>) -> Record {
+        let mut snap = snapshot();
+        snap.created_us = Some(us(created));
+        Record::Phase {
+            t: seen.unwrap_or(created),
+            phase: "Pending".into(),
+            message: String::new(),
+            snapshot: snap,
+            boot_before: None,
+            boot_after: None,
+            seen_us: seen.map(us),
+        }
+    }
+
+    fn heard(h: &[Record]) -> Vec<Violation> {
+        check_all(h)
+            .into_iter()
+            .filter(|v| v.check == "fence-while-heard")
+            .collect()
+    }
+
+    // The policy's threshold is 4 s and the margin 1.5 s: created at 20 s (seen at 20.3 s), a
+    // renewal that landed in [16.3 s, 18.5 s] was heard.
+
+    #[test]
+    fn a_fence_created_two_seconds_after_its_node_renewed_is_a_violation() {
+        assert_eq!(
+            crate::world::UNHEALTHY_AFTER_S,
+            4,
+            "the examples below assume 4 s"
+        );
+        let v = heard(&[renewal("m0", 17.9, 18.4), created(20.0, Some(20.3))]);
+        assert_eq!(v.len(), 1, "{v:?}");
+        for part in ["nf-1", "m0", "[17900000, 18400000]", "[20000000, 20300000]"] {
+            assert!(v[0].detail.contains(part), "{part}: {}", v[0].detail);
+        }
+        // Whatever faults were about: a cut of m0 just before does not excuse it.
+        assert_eq!(
+            heard(&with_cause(&[
+                renewal("m0", 17.9, 18.4),
+                created(20.0, Some(20.3))
+            ]))
+            .len(),
+            1
+        );
+        // Another node's renewal says nothing about m0.
+        assert!(heard(&[renewal("m1", 17.9, 18.4), created(20.0, Some(20.3))]).is_empty());
+    }
+
+    #[test]
+    fn a_fence_created_past_the_threshold_after_the_last_renewal_is_not_a_violation() {
+        // Landed by 15 s, the fence created at 20 s: 5 s of silence, threshold + 1 s.
+        assert!(heard(&[renewal("m0", 14.5, 15.0), created(20.0, Some(20.3))]).is_empty());
+    }
+
+    #[test]
+    fn the_observer_s_first_sight_narrows_the_creation_time() {
+        // Landed after 16.5 s: within the threshold of a creation seen by 20.3 s, but not of
+        // one known only to lie in [20 s, 21 s) (the creationTimestamp's second).
+        let h = |seen| [renewal("m0", 16.5, 17.0), created(20.0, seen)];
+        assert_eq!(heard(&h(Some(20.3))).len(), 1);
+        assert!(heard(&h(None)).is_empty());
+        assert!(heard(&h(Some(23.0))).is_empty());
+    }
+
+    #[test]
+    fn a_renewal_seen_by_a_slow_observer_proves_nothing() {
+        // The previous successful list started at 14 s: the write may have landed then, 6 s
+        // before the fence.
+        assert!(heard(&[renewal("m0", 14.0, 18.4), created(20.0, Some(20.3))]).is_empty());
+    }
+
+    #[test]
+    fn a_machine_the_lab_saw_go_down_after_it_was_heard_may_be_fenced() {
+        let boot = |machine: &str, at: f64| Record::Boot {
+            t: at,
+            machine: machine.into(),
+            boot: None,
+            at_us: us(at),
+        };
+        let fence = |b: Record| [renewal("m0", 17.9, 18.4), b, created(20.0, Some(20.3))];
+        assert!(heard(&fence(boot("m0", 18.8))).is_empty());
+        // Another machine's power loss, or m0's only after the fence (its own power off),
+        // excuses nothing.
+        assert_eq!(heard(&fence(boot("m1", 18.8))).len(), 1);
+        let mut h = fence(boot("m0", 17.0)).to_vec();
+        h.push(boot("m0", 20.6));
+        assert_eq!(
+            heard(&h).len(),
+            1,
+            "a boot before the renewal, then the fence's own"
+        );
+    }
+
+    #[test]
+    fn a_renewal_landing_after_the_fence_or_just_before_it_is_not_a_violation() {
+        // After: the node came back.
+        assert!(heard(&[created(20.0, Some(20.3)), renewal("m0", 19.9, 20.4)]).is_empty());
+        // Within the margin before the creation: the controller may have decided before it
+        // reached its cache.
+        assert!(heard(&[renewal("m0", 18.6, 19.1), created(20.0, Some(20.3))]).is_empty());
+    }
+
+    #[test]
+    fn an_older_history_without_renewals_or_creation_times_yields_no_fence_while_heard() {
+        let lines = [
+            r#"{"type":"fault","t":0.0,"event":0,"fault":{"fault":"cutAll","target":{"machine":0},"holdMs":8000},"machine":"m0","detail":""}"#,
+            r#"{"type":"phase","t":20.3,"phase":"Pending","message":"","snapshot":{"fence":"m0-abcde","uid":"nf-1","node":"m0","phase":"Pending","token":null,"verifiedLevels":[],"evidence":[],"released":[],"transitions":[["Pending",20000000,""]],"failure":null}}"#,
+        ];
+        let h: Vec<Record> = lines
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let Record::Phase {
+            snapshot, seen_us, ..
+        } = &h[1]
+        else {
+            panic!("{:?}", h[1]);
+        };
+        assert_eq!((snapshot.created_us, *seen_us), (None, None));
+        assert!(heard(&h).is_empty());
+        // A renewal beside a fence recorded without its creationTimestamp: not judged.
+        let mut h = h;
+        h.insert(1, renewal("m0", 17.9, 18.4));
+        assert!(heard(&h).is_empty());
+    }
+
     fn seen(s: FenceSnapshot, before: Option<&str>, after: Option<&str>) -> Record {
         Record::Phase {
             t: 2.0,
@@ -821,6 +1091,7 @@ mod tests {
             snapshot: s,
             boot_before: before.map(String::from),
             boot_after: after.map(String::from),
+            seen_us: None,
         }
     }
 
@@ -998,6 +1269,7 @@ mod tests {
                     snapshot: fenced.clone(),
                     boot_before: None,
                     boot_after: None,
+                    seen_us: None,
                 },
                 pod("pod-2", "m1", 10),
             ];

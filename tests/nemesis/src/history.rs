@@ -69,6 +69,12 @@ pub struct FenceSnapshot {
     pub transitions: Vec<(String, i64, String)>,
     /// Why it failed, if it did.
     pub failure: Option<String>,
+    /// Its `metadata.creationTimestamp`, µs since the epoch: set by the API server on the
+    /// host's clock (which no fault steps), truncated to the whole second, so the NodeFence was
+    /// created in `[created_us, created_us + 1 s)`. `None` in histories written before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_us: Option<i64>,
 }
 
 /// One line of the history.
@@ -137,6 +143,11 @@ pub enum Record {
         /// the boot ID, so the two bracket what the status says.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         boot_after: Option<String>,
+        /// When the list that returned this status had finished (the host's wall clock, µs
+        /// since the epoch): the status, and the NodeFence, existed by then. `None` in
+        /// histories written before it was recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seen_us: Option<i64>,
     },
     /// A NodeFence's status listed newly released pods.
     Release {
@@ -223,6 +234,22 @@ pub enum Record {
         /// When the observer saw it (the host's wall clock, µs since the epoch), to compare
         /// with the time a NodeFence was requested.
         at_us: i64,
+    },
+    /// The API server took a new renewal of a node's Lease (`kube-node-lease/<node>`): its
+    /// `spec.renewTime` changed between two successful lists (ground truth: the value is only
+    /// compared, never read as a time, so the machine's clock does not matter). The write
+    /// landed after `after_us` and before `seen_us`, both on the host's wall clock, which is
+    /// the API server's.
+    Renewal {
+        /// Seconds since start.
+        t: f64,
+        /// The node (and the Lease's name).
+        node: String,
+        /// When the previous successful list of the Leases was started, µs since the epoch:
+        /// that list read the old value, so the write landed after this.
+        after_us: i64,
+        /// When the list that read the new value had finished, µs since the epoch.
+        seen_us: i64,
     },
     /// Two incarnations of a volume-less identity were alive at once (see
     /// [`crate::presence`]).

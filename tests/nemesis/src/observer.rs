@@ -1,12 +1,15 @@
 //! The observer: polls the API every half second while the campaign runs and records every
 //! NodeFence phase transition and release (with the status they were observed in, and the
-//! fenced machine's boot ID sampled just before and just after the status was read) and every writer pod's binding, and scans the processes of volume-less identities
-//! ([`crate::presence`]). A poll that fails (the API server is down) is simply retried.
+//! fenced machine's boot ID sampled just before and just after the status was read), every
+//! renewal of a node's Lease the API server took ([`LeaseWatch`]) and every writer pod's
+//! binding, and scans the processes of volume-less identities ([`crate::presence`]). A poll
+//! that fails (the API server is down) is simply retried.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
@@ -68,8 +71,83 @@ pub fn snapshot(nf: &NodeFence) -> FenceSnapshot {
         failure: st
             .failure
             .map(|f| format!("{:?} in {}: {}", f.reason, f.phase, f.message)),
+        created_us: nf
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_microsecond()),
     }
 }
+
+/// What the observer remembers of the node Leases between two lists, to turn each list into
+/// the renewals that landed since the last one ([`Record::Renewal`]).
+#[derive(Debug, Default)]
+pub struct LeaseWatch {
+    /// Per node: its Lease's `spec.renewTime` (µs, the machine's stamp, only compared) at the
+    /// last successful list.
+    renewed: BTreeMap<String, i64>,
+    /// When the last successful list was started (host wall clock, µs).
+    started_us: Option<i64>,
+}
+
+impl LeaseWatch {
+    /// One list of the Leases, started at `started_us` and finished at `finished_us`; `listed`
+    /// is each node's `renewTime`, or `None` when the list failed. Returns a renewal for each
+    /// node whose value changed since the last successful list: that list read the old value
+    /// after it was started, so the new one landed after its start and before this list
+    /// finished.
+    ///
+    /// Guarantees: every renewal returned truly landed in `[after_us, seen_us]`. A failed list
+    /// changes nothing (the next successful one is compared with the last that succeeded, over
+    /// the wider interval). The first list, and a Lease that was absent from the last list,
+    /// give nothing: no earlier value to compare with. Two renewals between lists are one.
+    pub fn list(
+        &mut self,
+        t: f64,
+        started_us: i64,
+        finished_us: i64,
+        listed: Option<BTreeMap<String, i64>>,
+    ) -> Vec<Record> {
+        let Some(listed) = listed else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if let Some(after_us) = self.started_us {
+            for (node, renew) in &listed {
+                if self.renewed.get(node).is_some_and(|old| old != renew) {
+                    out.push(Record::Renewal {
+                        t,
+                        node: node.clone(),
+                        after_us,
+                        seen_us: finished_us,
+                    });
+                }
+            }
+        }
+        self.renewed = listed;
+        self.started_us = Some(started_us);
+        out
+    }
+}
+
+/// Each node Lease's `spec.renewTime` (µs since the epoch), if the API answers; a Lease without
+/// one is left out.
+fn list_renewals(c: &Cluster) -> Option<BTreeMap<String, i64>> {
+    let api: Api<Lease> = Api::namespaced(c.client.clone(), NODE_LEASE_NS);
+    let list = c.rt.block_on(api.list(&ListParams::default())).ok()?;
+    Some(
+        list.items
+            .into_iter()
+            .filter_map(|l| {
+                let renew = l.spec.as_ref()?.renew_time.as_ref()?.0.as_microsecond();
+                Some((l.name_any(), renew))
+            })
+            .collect(),
+    )
+}
+
+/// Where the nodes' heartbeat Leases are.
+const NODE_LEASE_NS: &str = "kube-node-lease";
 
 /// Each machine's boot ID if it is powered (`None` when off).
 fn boots(lab: &palisade_lab::Lab) -> BTreeMap<String, Option<String>> {
@@ -132,7 +210,8 @@ pub fn run(
     // The online part of the checks: what one status shows on its own (a release without
     // verified evidence, outside the fence, not covered; an illegal transition) is reported
     // as soon as it is observed, and what spans several records (a replacement before its old
-    // node was fenced, a token going down, a fence without a cause, two live incarnations)
+    // node was fenced, a token going down, a fence without a cause or of a node still heard,
+    // two live incarnations)
     // every ONLINE_EVERY polls, so a long campaign shows a finding when it happens. The
     // history is still judged whole at the end.
     let mut pod_nodes: BTreeMap<String, String> = BTreeMap::new();
@@ -143,6 +222,7 @@ pub fn run(
     // Each machine's boot at the last poll: a change is recorded (`Record::Boot`).
     let mut last_boots: BTreeMap<String, Option<String>> = BTreeMap::new();
     let started = std::time::Instant::now();
+    let mut leases = LeaseWatch::default();
     while !stop.load(Ordering::Relaxed) {
         // The ground truth beside what the statuses claim, sampled before and after they are
         // read, so that the two samples bracket the status.
@@ -158,7 +238,13 @@ pub fn run(
             }
         }
         last_boots.clone_from(&before);
+        let started_us = History::now_us();
+        let listed = list_renewals(c);
+        for r in leases.list(h.t(), started_us, History::now_us(), listed) {
+            h.push(r);
+        }
         if let Some(fences) = list_fences(c) {
+            let seen_us = History::now_us();
             let after = boots(lab);
             for nf in &fences {
                 let s = snapshot(nf);
@@ -171,6 +257,7 @@ pub fn run(
                         snapshot: s.clone(),
                         boot_before: before.get(&s.node).cloned().flatten(),
                         boot_after: after.get(&s.node).cloned().flatten(),
+                        seen_us: Some(seen_us),
                     });
                 }
                 *t_seen = (*t_seen).max(s.transitions.len());
@@ -256,5 +343,79 @@ pub fn run(
             }
         }
         std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listed(renewed: &[(&str, i64)]) -> Option<BTreeMap<String, i64>> {
+        Some(renewed.iter().map(|(n, r)| (n.to_string(), *r)).collect())
+    }
+
+    /// (node, after_us, seen_us) of each renewal.
+    fn landed(records: Vec<Record>) -> Vec<(String, i64, i64)> {
+        records
+            .into_iter()
+            .map(|r| match r {
+                Record::Renewal {
+                    node,
+                    after_us,
+                    seen_us,
+                    ..
+                } => (node, after_us, seen_us),
+                other => panic!("not a renewal: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_first_list_records_no_renewal() {
+        let mut w = LeaseWatch::default();
+        assert!(w
+            .list(0.0, 100, 110, listed(&[("m0", 1), ("m1", 1)]))
+            .is_empty());
+    }
+
+    #[test]
+    fn a_changed_renew_time_landed_after_the_previous_list_was_started() {
+        let mut w = LeaseWatch::default();
+        w.list(0.0, 100, 110, listed(&[("m0", 1), ("m1", 1)]));
+        // m0 renewed (its stamp may go back: a machine clock step; only a change counts), m1
+        // did not.
+        assert_eq!(
+            landed(w.list(0.5, 600, 620, listed(&[("m0", -7), ("m1", 1)]))),
+            [("m0".to_string(), 100, 620)]
+        );
+        assert_eq!(
+            landed(w.list(1.0, 1_100, 1_130, listed(&[("m0", -7), ("m1", 2)]))),
+            [("m1".to_string(), 600, 1_130)]
+        );
+    }
+
+    #[test]
+    fn a_failed_list_keeps_the_older_lower_bound() {
+        let mut w = LeaseWatch::default();
+        w.list(0.0, 100, 110, listed(&[("m0", 1)]));
+        assert!(w.list(0.5, 600, 5_000, None).is_empty());
+        assert_eq!(
+            landed(w.list(5.0, 5_100, 5_120, listed(&[("m0", 2)]))),
+            [("m0".to_string(), 100, 5_120)]
+        );
+    }
+
+    #[test]
+    fn a_lease_absent_from_the_last_list_records_no_renewal() {
+        let mut w = LeaseWatch::default();
+        w.list(0.0, 100, 110, listed(&[("m0", 1)]));
+        assert!(w
+            .list(0.5, 600, 620, listed(&[("m0", 1), ("m1", 5)]))
+            .is_empty());
+        // Once seen, it counts.
+        assert_eq!(
+            landed(w.list(1.0, 1_100, 1_120, listed(&[("m0", 1), ("m1", 6)]))),
+            [("m1".to_string(), 600, 1_120)]
+        );
     }
 }

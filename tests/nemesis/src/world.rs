@@ -311,6 +311,10 @@ pub struct World {
     pub lab: Lab,
 }
 
+/// The campaign policy's `unhealthyAfterSeconds`: how long a node must be silent before it may
+/// be fenced (the checks that judge a fence from the Leases' ground truth read it here).
+pub const UNHEALTHY_AFTER_S: i64 = 4;
+
 /// The campaign's FencingPolicy: fast detection, no forgiveness, nodes powered back on after
 /// release, no cooldown or escalation limit (the nemesis fences the same nodes many times).
 /// With `trust_self_fence`, a watchdog-backed self-fence is trusted 1 s after its advertised
@@ -318,7 +322,7 @@ pub struct World {
 /// are QEMU guests whose i6300esb the lab sets to reset them and which it never pauses.
 pub fn policy_spec(trust_self_fence: bool) -> serde_json::Value {
     json!({
-        "detection": {"suspectAfterSeconds": 2, "unhealthyAfterSeconds": 4},
+        "detection": {"suspectAfterSeconds": 2, "unhealthyAfterSeconds": UNHEALTHY_AFTER_S},
         "forgiveness": {"respectTolerations": false, "defaultSeconds": 0},
         "fenceWhen": "Always",
         "recovery": {"powerOn": true},
