@@ -442,6 +442,21 @@ async fn create_fence(ctx: &Ctx, node: &str, message: &str) -> Result<Option<Str
     {
         return Ok(None);
     }
+    // The watch may lag behind the node (a slow or stalled informer): fence only if the API
+    // itself still holds the heartbeat the detector judged silent. A renewal the watch has not
+    // delivered yet is not silence.
+    let watched = ctx.memory.lock().detector.marker(node);
+    let stored = crate::reconcile::fresh_marker(ctx, node).await?;
+    if stored != watched {
+        tracing::warn!(
+            node,
+            ?watched,
+            ?stored,
+            "not fencing: the node's heartbeat changed since the watch last delivered it (the watch is behind); judged again at the next tick"
+        );
+        ctx.metrics.held("watch_behind");
+        return Ok(None);
+    }
     let mut nf = NodeFence::new(
         "",
         NodeFenceSpec {

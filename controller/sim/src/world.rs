@@ -172,6 +172,10 @@ pub enum Bug {
     /// (issue 31's one-line change to `clean_proof`): a node that returns still running
     /// another released pod is proven clean.
     FirstReleasedPodOnly,
+    /// The old creation rule: fence on the silence the watch shows, without reading the
+    /// node's heartbeat from the API first, so a renewal the watch has not delivered yet does
+    /// not stop the fence.
+    FenceOnWatchedSilence,
 }
 
 impl Bug {
@@ -192,12 +196,12 @@ impl Bug {
         Bug::LatestListOnly,
         Bug::UnfenceBeforeUntaint,
         Bug::IgnoreStorageScope,
-        Bug::PowerWithoutMissedRenewal,
         Bug::VirtualAsBareMetal,
         Bug::PinWithoutMachine,
         Bug::IgnoreBmcIdentity,
         Bug::TrustBeforeWatchdog,
         Bug::OneWatchdogPeriod,
+        Bug::FenceOnWatchedSilence,
     ];
 
     /// Parses a bug's name (as printed by `{:?}`).
@@ -219,7 +223,18 @@ impl Bug {
     /// fenced by its storage alone whose kills hang for one released pod and not another, and
     /// a released pod a finalizer keeps bound to the node when it returns (else the proof's
     /// other term, only pods the API binds, refuses it too).
-    pub const AIMED: [Bug; 2] = [Bug::ArmWhileStale, Bug::FirstReleasedPodOnly];
+    ///
+    /// `IgnoreBlindSpell` was recorded at seed 4,107,866 until leaders' terms lapsed in long
+    /// API outages (2026-11-30): that seed's leader then loses its Lease to the standby at
+    /// 59.75 s and the history parts. A search with the bug planted then found seed 66,782,
+    /// which the read of a node's heartbeat before its fence (the same day) made clean again.
+    /// The faults of seed 4,107,866 still break at-most-one with it, and not without it, under
+    /// the world's draws (watch lag, takeover races) of seed 1: that is its schedule.
+    pub const AIMED: [Bug; 3] = [
+        Bug::ArmWhileStale,
+        Bug::FirstReleasedPodOnly,
+        Bug::IgnoreBlindSpell,
+    ];
 
     /// Planted bugs of a new model that no schedule is known to break yet: the model cannot
     /// be said to see their rule until one does. `StandbyForgetsGuard` (warm standbys,
@@ -248,6 +263,8 @@ impl Bug {
     /// finalizer) until 56 s. m0 is cut off at 10 s and fenced at 14 s (`db` and `ledger`
     /// released), and heals at 40 s still running `ledger`: a proof that reads only `db`
     /// lifts the block at 52 s, and `ledger`'s replacement starts beside it at 56 s.
+    ///
+    /// `IgnoreBlindSpell`: the faults of seed 4,107,866, under the world's draws of seed 1.
     pub fn aimed_schedule(self) -> Option<Schedule> {
         let node = |watchdog: Option<u64>, kill_hangs: bool| crate::faults::NodeConfig {
             watchdog,
@@ -268,6 +285,10 @@ impl Bug {
                 ],
                 length_ms: 90_000,
                 scale: 1,
+            }),
+            Bug::IgnoreBlindSpell => Some(Schedule {
+                seed: 1,
+                ..Schedule::generate(4_107_866)
             }),
             Bug::FirstReleasedPodOnly => {
                 let partly_hung = crate::faults::NodeConfig {
@@ -315,10 +336,20 @@ impl Bug {
     ///   planted from seed 3537760 found no other. The rule stays
     ///   fixed (streaks live on the monotonic clock, proven by `majority.rs`'s tests) and
     ///   3537759 stays in the clean list.
-    pub const COVERED: [Bug; 3] = [
+    /// - `PowerWithoutMissedRenewal` (caught by random campaigns until then): since the
+    ///   controller reads the node's heartbeat from the API before it creates a fence
+    ///   (2026-11-30), a BMC whose reads lie fences no node that renews on time even without
+    ///   the missed-renewal rule: the power evidence outlasts the last observed renewal only
+    ///   when a newer one has landed that the watch has not delivered, and the read finds it.
+    ///   10,000 schedules from seed 1 with it planted, none broken; test
+    ///   `a_bmc_that_reads_a_live_machine_off_fences_nothing_even_with_the_planted_bug`. The
+    ///   rule stays: it is what keeps a node whose renewals land late from being fenced on a
+    ///   lying BMC.
+    pub const COVERED: [Bug; 4] = [
         Bug::BootIdAlone,
         Bug::IgnoreChallenge,
         Bug::WallClockStreaks,
+        Bug::PowerWithoutMissedRenewal,
     ];
 
     /// Planted bugs too rare for a short random campaign to meet (the simulator found each
@@ -343,14 +374,7 @@ impl Bug {
     /// `WallClockOnly` was caught at seed 8934 until the trust wait counted two watchdog
     /// timeouts (2026-11-30): a step of the controller's wall clock must now outrun a longer
     /// wait. Found again after 9,987 schedules from seed 10,001, at seed 19,987.
-    ///
-    /// `IgnoreBlindSpell` was recorded at seed 4,107,866 until leaders' terms lapsed in long
-    /// API outages (2026-11-30): that seed's leader then loses its Lease to the standby at
-    /// 59.75 s and the history parts. A search with the bug planted found the next after
-    /// 66,782 schedules from seed 1 (11 faults once shrunk: two agents hung, three nodes cut
-    /// off, the leader frozen, another machine under one node's name, a 6.5 s API outage).
-    pub const RECORDED: [(Bug, u64); 5] = [
-        (Bug::IgnoreBlindSpell, 66_782),
+    pub const RECORDED: [(Bug, u64); 4] = [
         (Bug::NodeWideUnblock, 43_369),
         (Bug::VouchSinceLastRenewal, 11_094_389),
         (Bug::PeerTrustWithoutWatchdog, 112_517),
@@ -462,19 +486,22 @@ const POLL_MS: u64 = 1_000;
 const REQUEST_TIMEOUT_MS: u64 = 800;
 /// How long a machine must have been able to renew (powered, its agent running, reaching an
 /// API that is up and answers its writes) before the controller creates its NodeFence for
-/// that fence to have no cause ([`Invariant::CauselessFence`]): one renew interval plus the
-/// longest watch lag.
+/// that fence to have no cause ([`Invariant::CauselessFence`]): one renew interval plus a
+/// tick.
 ///
 /// Within the first renew interval of the window the agent writes its Lease (it tries once
-/// per interval, and every try lands at once); that write is at least the longest watch lag
-/// old at the fence's creation, so the controller has observed it (or a later one) by then: the
-/// node was silent at most this long (2.5 s), short of the policy's 4 s `unhealthyAfterSeconds`.
-/// And every read of its BMC sent after that renewal reached the BMC while the machine was
-/// powered: only a BMC that lies can read it off, and the power rule then still demands a
-/// renewal the node missed, which a node that renews on time never does. (Two renew intervals
-/// plus a controller tick is the same 2.5 s here.) At production timing the renew interval is
-/// 5 s and the window 6.5 s, short of the 20 s threshold in the same way.
-pub const CAUSELESS_WINDOW_MS: u64 = RENEW_MS + MAX_WATCH_LAG_MS;
+/// per interval, and every try lands at once), a tick before the fence's creation at the
+/// latest. The controller creates a NodeFence only when the API still holds the heartbeat
+/// its detector judged silent (the operator's `detect::create_fence` reads it from the API,
+/// since 2026-11-30; before, this window had to add the longest watch lag): so its detector
+/// had observed that write, and a node it observed renewing so recently is not silent for the
+/// policy's 4 s. And every read of its BMC sent after that renewal reached the BMC while the
+/// machine was powered: only a BMC that lies can read it off, and the power rule then still
+/// demands a renewal the node missed, which a node that renews on time never does. At
+/// production timing the renew interval is 5 s and the window 5.25 s, short of the 20 s
+/// threshold in the same way. `FenceOnWatchedSilence` (the old creation rule, planted back)
+/// fences nodes inside this window.
+pub const CAUSELESS_WINDOW_MS: u64 = RENEW_MS + TICK_MS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Agent {
@@ -2255,6 +2282,21 @@ impl<'s> World<'s> {
                 .iter()
                 .any(|f| f.node == i && !f.status.phase.is_terminal());
             if let (Verdict::Fence(plan), false) = (v, open) {
+                // As the operator's `detect::create_fence`: fence only if the API itself still
+                // holds the heartbeat the detector judged silent (a renewal the watch has not
+                // delivered yet is not silence).
+                let stored = Heartbeat {
+                    lease_renew_time: Some(self.leases[i].0.to_string()),
+                    ready_heartbeat: None,
+                }
+                .marker();
+                let watched = self.ctl.sight.memory.detector.marker(node);
+                if self.bug != Some(Bug::FenceOnWatchedSilence)
+                    && watched.as_deref() != Some(stored.as_str())
+                {
+                    self.log(format!("not fencing m{i}: the watch is behind"));
+                    continue;
+                }
                 let mut status = NodeFenceStatus::default();
                 let _ = status.transition(Phase::Pending, self.wall(), "requested");
                 let name = format!("{node}-nf{}", self.fences.len());
@@ -2329,7 +2371,7 @@ impl<'s> World<'s> {
         let Some(since) = self.machines[i].able_since else {
             return;
         };
-        if self.now >= since + self.renew_ms() + MAX_WATCH_LAG_MS && self.causeless.is_none() {
+        if self.now >= since + self.renew_ms() + TICK_MS && self.causeless.is_none() {
             self.causeless = Some(format!(
                 "causeless fence: {fence} created for m{i}, which was able to renew all along for the last {} ms (since {since} ms)",
                 self.now - since

@@ -23,13 +23,19 @@ const FENCE_AFTER_S: f64 = 12.0;
 /// What an agent logs when it self-fences with no excuse.
 const SELF_FENCED: &str = "no majority of peers excuses it: self-fencing";
 
-fn sleep_arg(i: usize) -> u64 {
-    100_021 + i as u64
+/// Numbers this process's labs, so that labs of tests run side by side (`--test-threads` above
+/// one) never share a container's `sleep` argument or a key file.
+static LABS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The `sleep` argument of machine `i`'s container in lab `lab` of this process: unique on the
+/// host while both live.
+fn sleep_arg(lab: u64, i: usize) -> u64 {
+    1_000_000 * (1 + u64::from(std::process::id() % 1_000)) + lab * 100 + i as u64
 }
 
-/// The host pid of machine `i`'s container (a `sleep` with its own duration).
-fn pid_of(i: usize) -> Option<i32> {
-    pid_of_sleep(&sleep_arg(i).to_string())
+/// The host pid of machine `i`'s container in lab `lab` (a `sleep` with its own duration).
+fn pid_of(lab: u64, i: usize) -> Option<i32> {
+    pid_of_sleep(&sleep_arg(lab, i).to_string())
 }
 
 /// Removes the key file when the test ends, however it ends.
@@ -66,10 +72,10 @@ fn peer_lab_with(
     KeyFile,
     Vec<i32>,
 ) {
-    let key = KeyFile(std::env::temp_dir().join(format!(
-        "palisade-peer-{}-{machines}.key",
-        std::process::id()
-    )));
+    let lab_no = LABS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let key = KeyFile(
+        std::env::temp_dir().join(format!("palisade-peer-{}-{lab_no}.key", std::process::id())),
+    );
     let mut secret = [0u8; 48];
     std::io::Read::read_exact(
         &mut std::fs::File::open("/dev/urandom").unwrap(),
@@ -129,7 +135,7 @@ fn peer_lab_with(
             ns,
             json!({"metadata": {"name": format!("db-{i}")}, "spec": {"nodeName": format!("m{i}"),
                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-{i}")}}],
-                "containers": [{"name": "main", "image": "host", "command": ["/bin/sh", "-c", format!("exec sleep {}", sleep_arg(i))]}]}}),
+                "containers": [{"name": "main", "image": "host", "command": ["/bin/sh", "-c", format!("exec sleep {}", sleep_arg(lab_no, i))]}]}}),
         );
     }
     let pids: Vec<i32> = (0..machines)
@@ -137,7 +143,7 @@ fn peer_lab_with(
             eventually(&format!("db-{i} running"), Duration::from_secs(90), || {
                 let p = get_pod(&c, &rt, ns, &format!("db-{i}"))?;
                 (p.status?.phase.as_deref() == Some("Running")).then_some(())?;
-                pid_of(i).filter(|p| alive(*p))
+                pid_of(lab_no, i).filter(|p| alive(*p))
             })
         })
         .collect();

@@ -137,26 +137,35 @@ fn self_fence_pending(status: &NodeFenceStatus) -> bool {
     })
 }
 
-/// The node's heartbeat marker read from the API itself (a quorum read, not the watch cache).
+/// The node's heartbeat marker read from the API itself (quorum reads, not the watch cache):
+/// its Lease's `renewTime`, or without one its Node's Ready heartbeat, as the detector reads
+/// them from the caches ([`palisade_decide::convert::heartbeat`]). `None` when the Node is gone.
 ///
 /// Guarantees: a renewal the API server has stored before this read is seen, whatever the
 /// watch's lag: without it, a node that renewed (and so restarted the pods its self-fence had
-/// killed) a moment before its trust time could be trusted as silent. Found by the
-/// deterministic simulation (`palisade-sim`, watch lag up to 1.5 s).
-async fn fresh_marker(ctx: &Ctx, node: &str) -> Result<Option<String>, Error> {
+/// killed) a moment before its trust time could be trusted as silent (found by the
+/// deterministic simulation, `palisade-sim`, watch lag up to 1.5 s), and a node whose renewals
+/// the watch has not delivered yet could be fenced as silent ([`crate::detect`]).
+pub(crate) async fn fresh_marker(ctx: &Ctx, node: &str) -> Result<Option<String>, Error> {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(ctx.client.clone(), crate::cache::NODE_LEASE_NAMESPACE);
     let lease = leases
         .get_opt(node)
         .await
         .map_err(|e| Error::kube(format!("reading node {node}'s Lease"), e))?;
-    let n = ctx
-        .cache
-        .nodes
-        .get(&StoreRef::new(node))
-        .map(|n| (*n).clone())
-        .unwrap_or_default();
-    Ok(lease.map(|l| palisade_decide::convert::heartbeat(&n, Some(&l)).marker()))
+    let renews = lease
+        .as_ref()
+        .and_then(|l| l.spec.as_ref())
+        .is_some_and(|s| s.renew_time.is_some());
+    let n = if renews {
+        Some(k8s_openapi::api::core::v1::Node::default())
+    } else {
+        Api::<k8s_openapi::api::core::v1::Node>::all(ctx.client.clone())
+            .get_opt(node)
+            .await
+            .map_err(|e| Error::kube(format!("reading node {node}"), e))?
+    };
+    Ok(n.map(|n| palisade_decide::convert::heartbeat(&n, lease.as_ref()).marker()))
 }
 
 /// The other unfinished `NodeFence` for the same node that acts instead of `nf`, if any: one
