@@ -258,7 +258,7 @@ impl Bug {
     /// pets it again, and m0's pod writes beside its replacement until 58 s.
     ///
     /// `FirstReleasedPodOnly`: m0 runs all five identities (m1 and m2 join at 1 s), is fenced
-    /// by its storage firewall alone, and the draws of [`FIRST_POD_SEED`] make the kill of
+    /// by its storage firewall alone, and the draws of its seed (24) make the kill of
     /// `db` work and that of `ledger` hang, and keep `ledger`'s released pod in the API (its
     /// finalizer) until 56 s. m0 is cut off at 10 s and fenced at 14 s (`db` and `ledger`
     /// released), and heals at 40 s still running `ledger`: a proof that reads only `db`
@@ -273,18 +273,16 @@ impl Bug {
         };
         match self {
             Bug::ArmWhileStale => Some(Schedule {
-                seed: 1,
-                nodes: vec![node(Some(20), true), node(None, false), node(None, false)],
                 trust_self_fence: true,
-                power_on: false,
-                power_off_after: 0,
-                events: vec![
-                    (10_000, Fault::CutApi(0)),
-                    (23_000, Fault::CrashAgent(0)),
-                    (38_000, Fault::RestartAgent(0)),
-                ],
-                length_ms: 90_000,
-                scale: 1,
+                ..hand_made(
+                    1,
+                    vec![node(Some(20), true), node(None, false), node(None, false)],
+                    vec![
+                        (10_000, Fault::CutApi(0)),
+                        (23_000, Fault::CrashAgent(0)),
+                        (38_000, Fault::RestartAgent(0)),
+                    ],
+                )
             }),
             Bug::IgnoreBlindSpell => Some(Schedule {
                 seed: 1,
@@ -299,21 +297,16 @@ impl Bug {
                     joins_late: true,
                     ..crate::faults::NodeConfig::plain(Fencing::Storage)
                 };
-                Some(Schedule {
-                    seed: FIRST_POD_SEED,
-                    nodes: vec![partly_hung, joins.clone(), joins],
-                    trust_self_fence: false,
-                    power_on: false,
-                    power_off_after: 0,
-                    events: vec![
+                Some(hand_made(
+                    FIRST_POD_SEED,
+                    vec![partly_hung, joins.clone(), joins],
+                    vec![
                         (1_000, Fault::Join(1)),
                         (1_000, Fault::Join(2)),
                         (10_000, Fault::CutAll(0)),
                         (40_000, Fault::Heal(0)),
                     ],
-                    length_ms: 90_000,
-                    scale: 1,
-                })
+                ))
             }
             _ => None,
         }
@@ -740,6 +733,25 @@ struct Frozen {
     pending: (usize, Step),
     /// Whether a standby took over.
     deposed: bool,
+}
+
+/// A schedule made by hand: `nodes` and `events` over 90 s at the lab's timing, under a policy
+/// that neither trusts self-fences nor powers nodes on nor counts power evidence.
+fn hand_made(
+    seed: u64,
+    nodes: Vec<crate::faults::NodeConfig>,
+    events: Vec<(u64, Fault)>,
+) -> Schedule {
+    Schedule {
+        seed,
+        nodes,
+        trust_self_fence: false,
+        power_on: false,
+        power_off_after: 0,
+        events,
+        length_ms: 90_000,
+        scale: 1,
+    }
 }
 
 /// The seed of the schedule made for [`Bug::FirstReleasedPodOnly`]: its draws make the
