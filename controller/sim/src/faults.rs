@@ -249,7 +249,8 @@ impl Schedule {
     /// The same schedule at time scale `k` times its own: every fault's time and duration,
     /// every node's self-fence and watchdog timeouts and peer-check windows, the policy's
     /// power-off delay and the run's length (the world scales the renew and poll intervals,
-    /// the request timeout and the policy's thresholds and margin by [`Schedule::scale`]).
+    /// the request timeout and the policy's thresholds by [`Schedule::scale`]; the trust
+    /// margin stays 1 s, as tight against the unscaled skews as at the lab's timing).
     pub fn scaled(mut self, k: u64) -> Schedule {
         let ki = i64::try_from(k).unwrap_or(1);
         for (at, f) in &mut self.events {

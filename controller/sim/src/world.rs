@@ -494,7 +494,12 @@ const REQUEST_TIMEOUT_MS: u64 = 800;
 /// production timing the renew interval is 5 s and the window 5.25 s, short of the 20 s
 /// threshold in the same way. `FenceOnWatchedSilence` (the old creation rule, planted back)
 /// fences nodes inside this window.
-pub const CAUSELESS_WINDOW_MS: u64 = RENEW_MS + TICK_MS;
+pub const CAUSELESS_WINDOW_MS: u64 = causeless_window_ms(1);
+
+/// [`CAUSELESS_WINDOW_MS`] at time scale `scale` ([`Schedule::scale`]).
+pub const fn causeless_window_ms(scale: u64) -> u64 {
+    RENEW_MS * scale + TICK_MS
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Agent {
@@ -733,6 +738,14 @@ struct Frozen {
     pending: (usize, Step),
     /// Whether a standby took over.
     deposed: bool,
+}
+
+/// The heartbeat of a Lease written `count` times (the simulation's `renewTime`).
+fn lease_heartbeat(count: u64) -> Heartbeat {
+    Heartbeat {
+        lease_renew_time: Some(count.to_string()),
+        ready_heartbeat: None,
+    }
 }
 
 /// A schedule made by hand: `nodes` and `events` over 90 s at the lab's timing, under a policy
@@ -1007,6 +1020,12 @@ impl<'s> World<'s> {
     /// The agents' renew interval at the schedule's time scale.
     fn renew_ms(&self) -> u64 {
         RENEW_MS * self.s.scale
+    }
+
+    /// Node `i`'s heartbeat marker as a quorum read of its Lease returns it now (not the
+    /// watch's).
+    fn stored_marker(&self, i: usize) -> String {
+        lease_heartbeat(self.leases[i].0).marker()
     }
 
     fn clocks(&self) -> Clocks {
@@ -2224,10 +2243,7 @@ impl<'s> World<'s> {
                 .find(|(t, _, _, _)| *t <= seen_at)
                 .map(|(_, c, st, a)| (*c, *st, a.clone()))
                 .unwrap_or_default();
-            let hb = Heartbeat {
-                lease_renew_time: Some(count.to_string()),
-                ready_heartbeat: None,
-            };
+            let hb = lease_heartbeat(count);
             // The healthy majority: every observed Lease write (count 0: never written, no
             // renewTime), stamped by the node's clock, observed now.
             let renew = (count > 0).then(|| at_ms(stamp));
@@ -2297,14 +2313,9 @@ impl<'s> World<'s> {
                 // As the operator's `detect::create_fence`: fence only if the API itself still
                 // holds the heartbeat the detector judged silent (a renewal the watch has not
                 // delivered yet is not silence).
-                let stored = Heartbeat {
-                    lease_renew_time: Some(self.leases[i].0.to_string()),
-                    ready_heartbeat: None,
-                }
-                .marker();
                 let watched = self.ctl.sight.memory.detector.marker(node);
                 if self.bug != Some(Bug::FenceOnWatchedSilence)
-                    && watched.as_deref() != Some(stored.as_str())
+                    && watched != Some(self.stored_marker(i))
                 {
                     self.log(format!("not fencing m{i}: the watch is behind"));
                     continue;
@@ -2383,7 +2394,7 @@ impl<'s> World<'s> {
         let Some(since) = self.machines[i].able_since else {
             return;
         };
-        if self.now >= since + self.renew_ms() + TICK_MS && self.causeless.is_none() {
+        if self.now >= since + causeless_window_ms(self.s.scale) && self.causeless.is_none() {
             self.causeless = Some(format!(
                 "causeless fence: {fence} created for m{i}, which was able to renew all along for the last {} ms (since {since} ms)",
                 self.now - since
@@ -2684,13 +2695,7 @@ impl<'s> World<'s> {
         // fresh from the API (a quorum read): watch lag must not hide a renewal.
         let fresh_or_watched =
             if matches!(st.phase, Phase::Fencing | Phase::Fenced | Phase::Releasing) {
-                Some(
-                    Heartbeat {
-                        lease_renew_time: Some(self.leases[i].0.to_string()),
-                        ready_heartbeat: None,
-                    }
-                    .marker(),
-                )
+                Some(self.stored_marker(i))
             } else {
                 self.ctl.sight.memory.detector.marker(name)
             };
