@@ -11,8 +11,14 @@
 #                            RECOVERY_KUBE=1.20|1.34 narrow it; RECORD=1 then copies the
 #                            figures to docs/data/recovery.json and the page generated from
 #                            them to docs/recovery-report.md
-# Results are printed as tables with medians (p50) and ratios, and saved under target/bench/
-# (recovery and scale also as JSON; recovery's p50/p99/max tables as Markdown beside it).
+#   RECORD=1 hack/bench.sh NAME   also keeps the figures in the repository: each bench's JSON
+#                            as docs/data/bench-NAME.json (recovery's as above), and
+#                            regenerates docs/benchmarks.md from docs/data/ (a test keeps the
+#                            page in step with the data)
+# Results are printed as tables with medians (p50) and ratios, and saved under target/bench/:
+# NAME.txt (the table) and NAME.json (p50 and p99 of every figure beside the peer's, with the
+# date, the commit, the build and the machine's core count and load average; recovery's
+# p50/p99/max tables also as Markdown beside it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -39,18 +45,37 @@ run() {
   "target/release/$bin" "$@" | tee "target/bench/$name.txt"
 }
 
+# record NAME: with RECORD=1, keeps target/bench/NAME.json as docs/data/bench-NAME.json.
+recorded=0
+record() {
+  if [ "${RECORD:-0}" = 1 ]; then
+    mkdir -p docs/data
+    cp "target/bench/$1.json" "docs/data/bench-$1.json"
+    recorded=1
+    say "$1: recorded in docs/data/bench-$1.json"
+  fi
+}
+
 want="${1:-all}"
 if [ "$want" = all ] || [ "$want" = agents ]; then
-  run agents palisade-fence-bench -p palisade-fence --features palisade-fence/bench --
+  run agents palisade-fence-bench -p palisade-fence --features palisade-fence/bench -- \
+    --out target/bench/agents.json
+  record agents
 fi
 if [ "$want" = all ] || [ "$want" = storage ]; then
-  run storage palisade-storage-bench -p palisade-labstore -- --rounds 50 --seconds 5
+  run storage palisade-storage-bench -p palisade-labstore -- --rounds 50 --seconds 5 \
+    --out target/bench/storage.json
+  record storage
 fi
 if [ "$want" = all ] || [ "$want" = bridge ]; then
-  run bridge bridge-bench -p palisade-bridge --
+  run bridge bridge-bench -p palisade-bridge --features palisade-bridge/bench -- \
+    --out target/bench/bridge.json
+  record bridge
 fi
 if [ "$want" = all ] || [ "$want" = node ]; then
-  run node node-bench -p palisade-node-bench -p palisade-node -p palisade-controller -- 100
+  run node node-bench -p palisade-node-bench -p palisade-node -p palisade-controller -- 100 \
+    --out target/bench/node.json
+  record node
 fi
 if [ "$want" = all ] || [ "$want" = recovery ]; then
   run recovery palisade-recovery-bench -p palisade-scenario -p palisade-node \
@@ -61,6 +86,7 @@ if [ "$want" = all ] || [ "$want" = recovery ]; then
     mkdir -p docs/data
     cp target/bench/recovery.json docs/data/recovery.json
     cp target/bench/recovery.md docs/recovery-report.md
+    recorded=1
     say "recovery: recorded in docs/data/recovery.json and docs/recovery-report.md"
   fi
 fi
@@ -68,5 +94,10 @@ if [ "$want" = all ] || [ "$want" = scale ]; then
   # 2,000 simulated nodes; 100 go silent within 2 s (one every 20 ms).
   run scale palisade-scale-bench -p palisade-scale-bench -p palisade-controller -- \
     --nodes 2000 --silence 100 --silence-every 0.02 --out target/bench/scale.json
+  record scale
+fi
+if [ "$recorded" = 1 ]; then
+  say "rewriting docs/benchmarks.md from docs/data/"
+  PALISADE_WRITE_REPORTS=1 cargo test --quiet -p palisade-test-support --test benchmarks_page
 fi
 say "done; results in target/bench/"

@@ -37,6 +37,7 @@ say "building binaries and tests"
 cargo build --workspace --bins --tests --quiet
 # The benchmark binaries live behind features: build them too, so they cannot rot.
 cargo build --quiet -p palisade-fence --features bench --bins
+cargo build --quiet -p palisade-bridge --features bench --bins
 say "disk: target $(du -sh target 2>/dev/null | cut -f1), free $(df -h --output=avail . | tail -1 | tr -d ' ')"
 
 # Each lab test brings up its own lab (several run side by side); two at a time suits 2 cores.

@@ -22,11 +22,12 @@
 pub mod metrics;
 #[cfg(feature = "receiver")]
 pub mod receiver;
+pub mod tls;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context as _};
+use anyhow::{anyhow, bail, Context as _};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -201,23 +202,23 @@ fn provider(
     let runtime = tokio::runtime::Handle::try_current().context(
         "the OTLP exporter needs a tokio runtime (a bug: init runs inside main's runtime)",
     )?;
-    let mut client = reqwest::Client::builder()
-        .use_rustls_tls()
-        .tls_built_in_root_certs(false)
-        .timeout(EXPORT_TIMEOUT);
-    if let Some(ca) = ca {
-        let pem =
-            std::fs::read(ca).with_context(|| format!("reading --otlp-ca {}", ca.display()))?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .with_context(|| format!("--otlp-ca {}", ca.display()))?;
-        if certs.is_empty() {
-            bail!("--otlp-ca {} holds no certificate", ca.display());
+    let roots = match ca {
+        Some(ca) => {
+            let pem =
+                std::fs::read(ca).with_context(|| format!("reading --otlp-ca {}", ca.display()))?;
+            tls::roots_from_pem(&pem).map_err(|e| anyhow!("--otlp-ca {}: {e}", ca.display()))?
         }
-        for c in certs {
-            client = client.add_root_certificate(c);
-        }
-    }
-    let client = client.build().context("building the OTLP HTTP client")?;
+        // No CA: an https:// collector is refused by `traces_url`, and nothing is trusted.
+        None => rustls::RootCertStore::empty(),
+    };
+    let tls = tls::verified_by(roots)
+        .map_err(|e| anyhow!("the OTLP HTTP client: {e}"))?
+        .with_no_client_auth();
+    let client = reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .timeout(EXPORT_TIMEOUT)
+        .build()
+        .context("building the OTLP HTTP client")?;
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_http_client(OnRuntime { client, runtime })

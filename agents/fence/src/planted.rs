@@ -11,9 +11,14 @@
 //!   target's floor (a deposed controller's late request) is acted on instead of refused;
 //! - `TrustWithoutWatchdog`, in the controller: a node that advertises a self-fence timeout
 //!   but no armed watchdog is treated as if a `nowayout` watchdog backed it, so its
-//!   self-fence is trusted after the timeout.
+//!   self-fence is trusted after the timeout;
+//! - `FenceOnWatchedSilence`, in the controller: a NodeFence is created on the watch's view of
+//!   a node's silence alone, without reading from the API whether the node renewed since.
 //!
-//! A release build never reads the variable (the code that reads it is not compiled in), so no
+//! One lab fault lives here too, for the same reason (it must never be reachable in what
+//! ships): [`watch_stalled`], a controller watch that stops delivering one object's changes.
+//!
+//! A release build never reads the variables (the code that reads it is not compiled in), so no
 //! setting can plant a bug in what ships. The same mistakes are planted in the deterministic
 //! simulation (`palisade-sim`'s `Bug`); here they run against the real API server, devices and
 //! machines.
@@ -33,6 +38,8 @@ pub enum Planted {
     IgnoreStaleTokens,
     /// Trust a self-fence that no armed watchdog backs.
     TrustWithoutWatchdog,
+    /// Fence a node on the watch's view of its silence alone.
+    FenceOnWatchedSilence,
 }
 
 impl Planted {
@@ -44,6 +51,7 @@ impl Planted {
             "ReleaseUncovered" => Some(Planted::ReleaseUncovered),
             "IgnoreStaleTokens" => Some(Planted::IgnoreStaleTokens),
             "TrustWithoutWatchdog" => Some(Planted::TrustWithoutWatchdog),
+            "FenceOnWatchedSilence" => Some(Planted::FenceOnWatchedSilence),
             _ => None,
         }
     }
@@ -84,6 +92,34 @@ pub fn active(bug: Planted) -> bool {
     configured().contains(&bug)
 }
 
+/// A lab fault (debug builds only): whether the controller's watch of `kind` must drop the
+/// changes of the object `name`, as a stalled informer or an API server's lagging watch cache
+/// would deliver them late. `PALISADE_STALLED_WATCH_FILE` names a file the lab writes; while
+/// it holds a line `<kind>/<name>` (for example `Lease/m0`), that object's changes are not
+/// delivered, so the controller's cache keeps the last version it had. The file is read at
+/// every change, so the lab starts and ends the stall by writing it.
+///
+/// *Guarantees:* false in a release build, and when the variable is unset or the file is
+/// missing.
+pub fn watch_stalled(kind: &str, name: &str) -> bool {
+    #[cfg(debug_assertions)]
+    {
+        let Some(path) = std::env::var_os("PALISADE_STALLED_WATCH_FILE") else {
+            return false;
+        };
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return false;
+        };
+        text.lines()
+            .any(|l| l.trim().split_once('/') == Some((kind, name)))
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = (kind, name);
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,11 +132,14 @@ mod tests {
             Planted::ReleaseUncovered,
             Planted::IgnoreStaleTokens,
             Planted::TrustWithoutWatchdog,
+            Planted::FenceOnWatchedSilence,
         ] {
             assert_eq!(Planted::parse(&format!(" {bug:?}")), Some(bug));
             // The unit tests never set the variable.
             assert!(!active(bug));
         }
         assert_eq!(Planted::parse("trustcommand"), None);
+        // The unit tests never set the stall's file either.
+        assert!(!watch_stalled("Lease", "m0"));
     }
 }

@@ -118,7 +118,7 @@ impl StorageFirewall {
         cfg.profile.validate()?;
         let tls = build_tls(&cfg)?;
         let http = reqwest::Client::builder()
-            .use_preconfigured_tls(tls)
+            .tls_backend_preconfigured(tls)
             .https_only(true)
             .no_proxy()
             .timeout(cfg.request_timeout)

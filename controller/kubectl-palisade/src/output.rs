@@ -31,7 +31,7 @@ pub fn render<T: Serialize>(format: Format, report: &T) -> anyhow::Result<String
             s.push('\n');
             s
         }
-        Format::Yaml => serde_yaml_ng::to_string(report)?,
+        Format::Yaml => serde_saphyr::to_string(report)?,
     })
 }
 
@@ -73,7 +73,7 @@ mod tests {
             serde_json::json!({"nodeName": "m1", "heartbeatAgeSeconds": null})
         );
         let yaml: serde_json::Value =
-            serde_yaml_ng::from_str(&render(Format::Yaml, &s).unwrap()).unwrap();
+            serde_saphyr::from_str(&render(Format::Yaml, &s).unwrap()).unwrap();
         assert_eq!(yaml, json);
     }
 }

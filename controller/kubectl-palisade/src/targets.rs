@@ -345,7 +345,7 @@ struct Template {
 
 impl Template {
     fn parse(text: &str) -> Result<Self, Vec<Problem>> {
-        let spec: Value = serde_yaml_ng::from_str(text)
+        let spec: Value = serde_saphyr::from_str(text)
             .map_err(|e| vec![problem("template", None, format!("not YAML: {e}"))])?;
         if !spec.is_object() {
             return Err(vec![problem(
@@ -805,7 +805,7 @@ fn render(targets: &[FenceTarget], format: Format) -> Result<String, String> {
         }
         Format::Yaml => targets.iter().try_fold(String::new(), |mut out, t| {
             out.push_str("---\n");
-            out.push_str(&serde_yaml_ng::to_string(t).map_err(|e| e.to_string())?);
+            out.push_str(&serde_saphyr::to_string(t).map_err(|e| e.to_string())?);
             Ok(out)
         }),
     }
@@ -902,9 +902,7 @@ mod tests {
     }
 
     fn targets(yaml: &str) -> Vec<FenceTarget> {
-        serde_yaml_ng::Deserializer::from_str(yaml)
-            .map(|d| serde::Deserialize::deserialize(d).unwrap())
-            .collect()
+        serde_saphyr::from_multiple(yaml).unwrap()
     }
 
     fn errors(inventory: &str, template: Option<&str>) -> Vec<String> {

@@ -41,9 +41,7 @@ fn an_inventory_becomes_one_pinned_fence_target_per_node_on_stdout() {
     let out = generate(dir.path(), GOOD, &[]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(out.stderr, "");
-    let docs: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&out.stdout)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .collect();
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&out.stdout).unwrap();
     assert_eq!(docs.len(), 2, "{}", out.stdout);
     assert_eq!(docs[0]["kind"], "FenceTarget");
     assert_eq!(docs[0]["metadata"]["name"], "m1");

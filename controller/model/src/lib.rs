@@ -102,7 +102,7 @@ pub fn parse_minor(minor: &str) -> Option<u32> {
 /// The CRDs as one multi-document YAML stream: with `cel`, the rules for 1.25+
 /// (`controller/manifests/crds-cel.yaml`), else what every version accepts
 /// (`controller/manifests/crds.yaml`). `crdgen [--cel]` prints it.
-pub fn crds_yaml(cel: bool) -> Result<String, serde_yaml_ng::Error> {
+pub fn crds_yaml(cel: bool) -> Result<String, serde_saphyr::ser::Error> {
     let (crds, command) = if cel {
         (crds_for(CEL_MINOR), "crdgen --cel")
     } else {
@@ -115,7 +115,7 @@ pub fn crds_yaml(cel: bool) -> Result<String, serde_yaml_ng::Error> {
     }
     for crd in crds {
         out.push_str("---\n");
-        out.push_str(&serde_yaml_ng::to_string(&crd)?);
+        out.push_str(&serde_saphyr::to_string(&crd)?);
     }
     Ok(out)
 }

@@ -10,7 +10,7 @@ fn manifest<T: serde::de::DeserializeOwned>(file: &str) -> T {
         .join("../manifests")
         .join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The restricted level's rules for a pod (Kubernetes Pod Security Standards): non-root,

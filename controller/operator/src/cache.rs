@@ -13,7 +13,7 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Api, Client, Resource};
+use kube::{Api, Client, Resource, ResourceExt};
 use palisade_model::{FenceTarget, FencingPolicy, NodeFence};
 use serde::de::DeserializeOwned;
 
@@ -60,7 +60,18 @@ where
     K::DynamicType: Eq + std::hash::Hash + Clone + Default,
 {
     let reader = writer.as_reader();
-    let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+    let kind = K::kind(&Default::default()).into_owned();
+    // The lab's stalled-watch fault (debug builds only; never true in a release build).
+    let delivered = watcher(api, watcher::Config::default()).filter(move |ev| {
+        let stalled = match ev {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                palisade_fence::planted::watch_stalled(&kind, &o.name_any())
+            }
+            _ => false,
+        };
+        std::future::ready(!stalled)
+    });
+    let stream = reflector::reflector(writer, delivered)
         .default_backoff()
         .applied_objects();
     tokio::spawn(async move {

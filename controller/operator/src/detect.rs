@@ -447,7 +447,9 @@ async fn create_fence(ctx: &Ctx, node: &str, message: &str) -> Result<Option<Str
     // delivered yet is not silence.
     let watched = ctx.memory.lock().detector.marker(node);
     let stored = crate::reconcile::fresh_marker(ctx, node).await?;
-    if stored != watched {
+    if stored != watched
+        && !palisade_fence::planted::active(palisade_fence::planted::Planted::FenceOnWatchedSilence)
+    {
         tracing::warn!(
             node,
             ?watched,

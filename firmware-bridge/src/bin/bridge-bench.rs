@@ -7,7 +7,10 @@
 //!    certificate), bounded by a request count and a wall-clock limit.
 //!
 //! Everything runs in-process on 127.0.0.1 with the recording executor, so the figures are
-//! the bridge's own overhead, not a device's.
+//! the bridge's own overhead, not a device's. With `--out FILE.json` the figures are written
+//! as a bench document (`palisade_test_support::bench`). Built with the `bench` feature
+//! (`cargo build -p palisade-bridge --features bench`), so the daemon's own build carries no
+//! benchmark code.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +21,7 @@ use palisade_bridge::config::{FileConfig, Inventory};
 use palisade_bridge::executor::{Executor, RecordingExecutor};
 use palisade_bridge::Bridge;
 use palisade_fence::bridge::{BridgeClient, ClientSettings};
+use palisade_test_support::bench::{self, Figure, Stat};
 use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 
 /// Flags.
@@ -44,18 +48,18 @@ struct Args {
     /// the bench's own). Only loopback devices, please.
     #[arg(long)]
     config: Option<std::path::PathBuf>,
+    /// Write the figures as JSON to this file.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
 }
 
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
+/// The statistics of `v`, in microseconds.
+fn micros(v: &[Duration]) -> Stat {
+    Stat::of(v.iter().map(|d| d.as_secs_f64() * 1e6))
 }
 
-fn us(d: Duration) -> String {
-    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+fn us(v: Option<f64>) -> String {
+    format!("{:.1} µs", v.unwrap_or(f64::NAN))
 }
 
 struct Pki {
@@ -94,6 +98,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    let bench_run = bench::Run::start("bridge");
     let dir = tempfile_dir()?;
     let pki = Pki::new()?;
     let server = pki.issue(vec!["127.0.0.1".into()], "firmware-bridge", true)?;
@@ -176,26 +181,33 @@ async fn run(args: Args) -> anyhow::Result<()> {
         c.power_status(&first).await?;
         bridged.push(t.elapsed());
     }
-    direct.sort();
-    bridged.sort();
+    let (direct, bridged) = (micros(&direct), micros(&bridged));
+    let added = |a: Option<f64>, b: Option<f64>| Some(a? - b?);
+    let added = Stat {
+        count: bridged.count,
+        min: None,
+        p50: added(bridged.p50, direct.p50),
+        p99: added(bridged.p99, direct.p99),
+        max: None,
+    };
     println!(
         "latency over {} power-status requests of target {first} (loopback, {executor_name}):",
         args.requests
     );
     println!(
         "  direct executor : p50 {}  p99 {}",
-        us(pct(&direct, 0.5)),
-        us(pct(&direct, 0.99))
+        us(direct.p50),
+        us(direct.p99)
     );
     println!(
         "  through bridge  : p50 {}  p99 {}",
-        us(pct(&bridged, 0.5)),
-        us(pct(&bridged, 0.99))
+        us(bridged.p50),
+        us(bridged.p99)
     );
     println!(
         "  added by bridge : p50 {}  p99 {}",
-        us(pct(&bridged, 0.5).saturating_sub(pct(&direct, 0.5))),
-        us(pct(&bridged, 0.99).saturating_sub(pct(&direct, 0.99)))
+        us(added.p50),
+        us(added.p99)
     );
 
     // 3. Throughput with N concurrent clients, spread over the targets.
@@ -249,6 +261,47 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let _ = stop_tx.send(());
     server_task.await??;
     std::fs::remove_dir_all(&dir).ok();
+    if let Some(out) = &args.out {
+        let figures = [
+            Figure::new(
+                format!("power status through the bridge (mTLS, keep-alive), {executor_name}"),
+                "µs",
+                bridged,
+            )
+            .beside(format!("the {executor_name} called directly"), direct),
+            Figure::new(
+                "added by the bridge (through it minus direct, p50 and p99 each)",
+                "µs",
+                added,
+            ),
+            Figure::new(
+                format!(
+                    "throughput: {} clients x {} status requests over {} targets",
+                    args.clients,
+                    args.per_client,
+                    ids.len()
+                ),
+                "requests/s",
+                Stat::of([ok as f64 / secs]),
+            ),
+            Figure::new(
+                "throughput run: failed requests",
+                "requests",
+                Stat::of([err as f64]),
+            ),
+        ];
+        bench_run
+            .write(
+                out,
+                serde_json::json!({"requests": args.requests, "clients": args.clients,
+                    "per_client": args.per_client, "max_seconds": args.max_seconds,
+                    "targets": ids.len(), "executor": executor_name}),
+                &figures,
+                serde_json::json!({"throughput_ok": ok, "throughput_seconds": secs}),
+            )
+            .with_context(|| format!("writing {}", out.display()))?;
+        println!("figures written to {}", out.display());
+    }
     Ok(())
 }
 

@@ -49,8 +49,9 @@
 //! `cargo build -p palisade-node-bench`, with the `palisade-node` and `palisade-controller`
 //! binaries built beside it.
 //!
-//! Usage: `node-bench [PODS] [KILL_PODS] [PULL_RUNS]` (defaults 100, 20 and 5; `PULL_RUNS`
-//! 0 skips the pull phase).
+//! Usage: `node-bench [PODS] [KILL_PODS] [PULL_RUNS] [--out FILE.json]` (defaults 100, 20 and
+//! 5; `PULL_RUNS` 0 skips the pull phase). With `--out`, every figure (p50 and p99, the pull
+//! beside buildah's) is written as a bench document (`palisade_test_support::bench`).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -60,6 +61,7 @@ use anyhow::{bail, Context};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::Api;
+use palisade_test_support::bench::{self, nearest_rank, Figure, Stat};
 use serde_json::json;
 
 const NS: &str = "bench";
@@ -87,12 +89,14 @@ fn memory_kib(pid: i32) -> Option<(u64, u64)> {
     Some((field(pid, "VmRSS")?, field(pid, "VmHWM")?))
 }
 
+/// The nearest-rank percentile `p` of `sorted`, NaN for an empty sample (for the tables).
 fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
+    nearest_rank(sorted, p).unwrap_or(f64::NAN)
+}
+
+/// `kib` in MiB, as a one-sample figure.
+fn mib(quantity: impl Into<String>, kib: u64) -> Figure {
+    Figure::new(quantity, "MiB", Stat::of([kib as f64 / 1024.0]))
 }
 
 fn read_ts(p: &Path) -> Option<f64> {
@@ -100,30 +104,18 @@ fn read_ts(p: &Path) -> Option<f64> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let pods: usize = std::env::args()
-        .nth(1)
-        .map(|s| s.parse())
-        .transpose()
-        .context("PODS must be a number")?
-        .unwrap_or(100);
+    let run = bench::Run::start("node");
+    let (out, positional) = bench::out_flag(std::env::args().skip(1).collect())?;
+    let arg = |i: usize| positional.get(i).map(|s| s.parse::<usize>()).transpose();
+    let pods: usize = arg(0).context("PODS must be a number")?.unwrap_or(100);
     if !(1..=200).contains(&pods) {
         bail!("PODS must be 1..=200");
     }
-    let kill_pods: usize = std::env::args()
-        .nth(2)
-        .map(|s| s.parse())
-        .transpose()
-        .context("KILL_PODS must be a number")?
-        .unwrap_or(20);
+    let kill_pods: usize = arg(1).context("KILL_PODS must be a number")?.unwrap_or(20);
     if !(1..=60).contains(&kill_pods) {
         bail!("KILL_PODS must be 1..=60");
     }
-    let pull_runs: usize = std::env::args()
-        .nth(3)
-        .map(|s| s.parse())
-        .transpose()
-        .context("PULL_RUNS must be a number")?
-        .unwrap_or(5);
+    let pull_runs: usize = arg(2).context("PULL_RUNS must be a number")?.unwrap_or(5);
     if pull_runs > 20 {
         bail!("PULL_RUNS must be 0..=20");
     }
@@ -258,9 +250,40 @@ fn main() -> anyhow::Result<()> {
     let k = kill_error(&lab, &rt, &api, &node, &dir, kill_pods)?;
     k.print();
 
+    let mut figures: Vec<Figure> = idle
+        .map(|(idle_rss, _)| mib("agent RSS, no pods", idle_rss))
+        .into_iter()
+        .collect();
+    figures.extend([
+        mib(format!("agent RSS, {pods} pods Running"), rss),
+        mib(format!("agent peak RSS (VmHWM), {pods} pods Running"), hwm),
+        Figure::new(
+            "bind → process start",
+            "ms",
+            Stat::of(latencies.iter().copied()),
+        ),
+        Figure::new(
+            format!("time to start {pods} pods one by one"),
+            "s",
+            Stat::of([fill.as_secs_f64()]),
+        ),
+    ]);
+    figures.extend(k.figures());
     if let (true, Some(bin)) = (registry, controller) {
         let p = pull_phase(&lab, &rt, &c, &node, &dir, &bin, pull_runs)?;
         p.print();
+        figures.extend(p.figures());
+    }
+    if let Some(out) = &out {
+        run.write(
+            out,
+            json!({"pods": pods, "kill_pods": kill_pods, "pull_runs": pull_runs,
+                "pull_phase": registry, "death_poll_ms": DEATH_POLL.as_millis()}),
+            &figures,
+            json!({"bind_to_start_ms": latencies}),
+        )
+        .with_context(|| format!("writing {}", out.display()))?;
+        println!("figures written to {}", out.display());
     }
     Ok(())
 }
@@ -581,21 +604,57 @@ fn kill_error(
     })
 }
 
-/// p50, p99 and max of `v` (made absolute first when `abs`), in ms.
+/// The statistics of `v`, seconds, in ms (made absolute first when `abs`).
+fn stat_ms(v: impl Iterator<Item = f64>, abs: bool) -> Stat {
+    Stat::of(v.map(|x| if abs { x.abs() * 1000.0 } else { x * 1000.0 }))
+}
+
+/// p50, p99 and max of `v` (made absolute first when `abs`), in ms, and the count.
 fn summary_ms(v: impl Iterator<Item = f64>, abs: bool) -> (f64, f64, f64, usize) {
-    let mut v: Vec<f64> = v
-        .map(|x| if abs { x.abs() * 1000.0 } else { x * 1000.0 })
-        .collect();
-    v.sort_by(f64::total_cmp);
-    (
-        percentile(&v, 0.5),
-        percentile(&v, 0.99),
-        v.last().copied().unwrap_or(f64::NAN),
-        v.len(),
-    )
+    let s = stat_ms(v, abs);
+    let f = |x: Option<f64>| x.unwrap_or(f64::NAN);
+    (f(s.p50), f(s.p99), f(s.max), s.count)
 }
 
 impl KillReport {
+    /// The phase's figures, as [`KillReport::print`] shows them.
+    fn figures(&self) -> Vec<Figure> {
+        let n = self.samples.len();
+        let signed = stat_ms(self.samples.iter().filter_map(|s| s.vs_term), false);
+        let mut v = vec![
+            Figure::new(
+                format!(
+                    "|KILL − (TERM received + window)|, {n} TERM-ignoring pods deleted at once"
+                ),
+                "ms",
+                stat_ms(self.samples.iter().filter_map(|s| s.vs_term), true),
+            ),
+            Figure::new(
+                "|KILL − (DELETE + preStop + window)|",
+                "ms",
+                stat_ms(self.samples.iter().map(|s| s.vs_delete), true),
+            ),
+            Figure::new(
+                "earliest KILL − (TERM received + window) (above 0: never early)",
+                "ms",
+                Stat::of(signed.min),
+            ),
+            Figure::new(
+                "DELETE sent → TERM received (pods without preStop)",
+                "ms",
+                stat_ms(self.samples.iter().filter_map(|s| s.delete_to_term), false),
+            ),
+        ];
+        if let Some(late) = &self.agent_late_ms {
+            v.push(Figure::new(
+                "the agent's own late_ms per deadline KILL (its log)",
+                "ms",
+                Stat::of(late.iter().copied()),
+            ));
+        }
+        v
+    }
+
     fn print(&self) {
         let n = self.samples.len();
         println!();
@@ -925,21 +984,11 @@ fn buildah_pull(
     Ok(took)
 }
 
-/// The median (mean of the middle two for an even count), min and max of `v`.
+/// The median (nearest rank), min and max of `v`; NaN for an empty sample.
 fn mid_min_max(v: &[f64]) -> (f64, f64, f64) {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    let median = match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => s[n / 2],
-        _ => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    };
-    (
-        median,
-        s.first().copied().unwrap_or(f64::NAN),
-        s.last().copied().unwrap_or(f64::NAN),
-    )
+    let s = Stat::of(v.iter().copied());
+    let f = |x: Option<f64>| x.unwrap_or(f64::NAN);
+    (f(s.p50), f(s.min), f(s.max))
 }
 
 /// The pull phase's results (times in ms).
@@ -972,8 +1021,9 @@ fn layer_bytes(
 ) -> anyhow::Result<u64> {
     let pem = std::fs::read(ca)?;
     let http = reqwest::Client::builder()
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(reqwest::Certificate::from_pem(&pem)?)
+        .tls_backend_preconfigured(
+            palisade_telemetry::tls::pinned(&pem).map_err(anyhow::Error::msg)?,
+        )
         .timeout(Duration::from_secs(30))
         .build()?;
     let url = format!("https://{local}/v2/{PULL_REPO}/manifests/{tag}");
@@ -1183,6 +1233,65 @@ fn pull_phase(
 }
 
 impl PullReport {
+    /// The phase's figures: the agent's pull beside buildah's, the starts, the memory.
+    fn figures(&self) -> Vec<Figure> {
+        let ms = |v: &[f64]| Stat::of(v.iter().copied());
+        let pull = format!(
+            "palisade-node: pull + unpack of the controller image, cold ({} libraries; its took_ms)",
+            self.libs
+        );
+        let mut v = Vec::new();
+        match &self.buildah_loopback_ms {
+            Some(b) => v.push(Figure::new(&pull, "ms", ms(&self.agent_took_ms)).beside(
+                "buildah pull, vfs, over loopback (process wall time)",
+                ms(b),
+            )),
+            None => v.push(Figure::new(&pull, "ms", ms(&self.agent_took_ms))),
+        }
+        if let Some(b) = &self.buildah_relay_ms {
+            v.push(Figure::new(&pull, "ms", ms(&self.agent_took_ms)).beside(
+                "buildah pull, vfs, through the hub relay (the agent's path)",
+                ms(b),
+            ));
+        }
+        if let Some(b) = &self.buildah_idle_ms {
+            v.push(Figure::new(
+                "buildah images on a fresh vfs root (its start-up alone, no pull)",
+                "ms",
+                ms(b),
+            ));
+        }
+        v.push(Figure::new(
+            "palisade-node: Pulled Event (pull started → seen done)",
+            "ms",
+            ms(&self.event_ms),
+        ));
+        v.push(Figure::new(
+            "bind → controller process start, cold (pull included)",
+            "ms",
+            ms(&self.cold_start_ms),
+        ));
+        v.push(Figure::new(
+            "bind → controller process start, warm (already present)",
+            "ms",
+            ms(&self.warm_start_ms),
+        ));
+        if let Some(b) = self.layer_bytes {
+            v.push(mib("the controller image's gzip layer", b / 1024));
+        }
+        v.push(mib(
+            "the controller image's files, uncompressed",
+            self.files_bytes / 1024,
+        ));
+        for (when, m) in [("before", self.rss_before), ("after", self.rss_after)] {
+            if let Some((rss, hwm)) = m {
+                v.push(mib(format!("agent RSS {when} the pulls"), rss));
+                v.push(mib(format!("agent peak RSS (VmHWM) {when} the pulls"), hwm));
+            }
+        }
+        v
+    }
+
     fn print(&self) {
         let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
         println!();

@@ -11,7 +11,9 @@
 //! plus `unhealthyAfterSeconds`) to the decision, the controller's and the
 //! kube-controller-manager's resident memory, and the node lifecycle controller's own
 //! detection latency (Ready → Unknown, or the `node.kubernetes.io/unreachable` taint) for the
-//! same nodes. Everything is bounded in count and by a global deadline.
+//! same nodes. Everything is bounded in count and by a global deadline. With `--out FILE.json`
+//! the run is written as a bench document (`palisade_test_support::bench`): the headline
+//! figures beside kube-controller-manager's, and the whole report (per node) as its details.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -32,6 +34,7 @@ use kube::{Api, Client, ResourceExt};
 use palisade_lab::{Lab, LabConfig};
 use palisade_model::{FenceTarget, NodeFence};
 use palisade_scenario::SYSTEM_NS;
+use palisade_test_support::bench::{self, Figure, Stat};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -101,7 +104,8 @@ struct Args {
     /// Global deadline, seconds: past it, every phase stops and the run reports what it has.
     #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(60..=3600))]
     deadline: u64,
-    /// Write the JSON summary to this file.
+    /// Write the figures and the whole report as JSON to this file (the controller's log is
+    /// copied beside it).
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -127,10 +131,14 @@ fn main() -> Result<()> {
     }
     let started = Instant::now();
     let deadline = started + Duration::from_secs(args.deadline);
-    let conditions = Conditions::now();
+    let bench_run = bench::Run::start("scale");
     eprintln!(
         "[bench] {} nodes, {} to silence; {} cores, load {}; deadline {} s",
-        args.nodes, args.silence, conditions.cores, conditions.load_start, args.deadline
+        args.nodes,
+        args.silence,
+        std::thread::available_parallelism().map_or(0, usize::from),
+        bench::load_average().unwrap_or_default(),
+        args.deadline
     );
 
     let lab = Lab::start(LabConfig {
@@ -164,13 +172,21 @@ fn main() -> Result<()> {
     };
     let report = rt.block_on(run(&args, &setup, client, deadline));
     let mut report = report?;
-    report["conditions"] = conditions.to_json();
+    report["memory_total"] = json!(std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().next().map(str::to_string)));
     report["total_seconds"] = json!(started.elapsed().as_secs_f64());
-    print_table(&report);
+    let parameters = report
+        .as_object_mut()
+        .and_then(|m| m.remove("parameters"))
+        .unwrap_or_default();
+    let figures = figures(&parameters, &report);
+    let doc = bench_run.document(parameters, &figures, report);
+    print_table(&doc);
     if let Some(path) = &args.out {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("[bench] JSON summary written to {}", path.display());
+        eprintln!("[bench] JSON written to {}", path.display());
     }
     drop(controller);
     drop(rt);
@@ -597,16 +613,99 @@ impl Pids {
 }
 
 /// Nearest-rank percentiles of a sample, in its unit.
-fn stats(mut v: Vec<f64>) -> Value {
-    if v.is_empty() {
-        return json!({"count": 0});
-    }
-    v.sort_by(f64::total_cmp);
-    let rank = |p: f64| v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
-    json!({
-        "count": v.len(), "min": v[0], "p50": rank(0.5), "p99": rank(0.99),
-        "max": v[v.len() - 1],
-    })
+fn stats(v: Vec<f64>) -> Value {
+    Stat::of(v).json()
+}
+
+/// The headline figures of a run's report (what [`run`] returns): memory and CPU beside
+/// kube-controller-manager's, the decision latency, Palisade's detection beside the node
+/// lifecycle controller's, and the false alarms.
+fn figures(parameters: &Value, r: &Value) -> Vec<Figure> {
+    const KCM: &str = "kube-controller-manager";
+    const US: &str = "palisade-controller";
+    let one = |v: &Value| Stat::of(v.as_f64());
+    let mib = |v: &Value| Stat::of(v.as_f64().map(|k| k / 1024.0));
+    let stat = |v: &Value| Stat::from_json(v).unwrap_or_default();
+    let nodes = &parameters["nodes"];
+    let (steady, end) = (&r["steady"]["memory_kib"], &r["memory_end_kib"]);
+    let l = &r["latency"];
+    vec![
+        Figure::new(
+            format!("{US} resident memory (VmRSS), steady, {nodes} nodes"),
+            "MiB",
+            mib(&steady[US]["vm_rss_kib"]),
+        )
+        .beside(KCM, mib(&steady[KCM]["vm_rss_kib"])),
+        Figure::new(
+            format!("{US} resident memory (VmRSS), after the silenced nodes"),
+            "MiB",
+            mib(&end[US]["vm_rss_kib"]),
+        )
+        .beside(KCM, mib(&end[KCM]["vm_rss_kib"])),
+        Figure::new(
+            format!("{US} CPU, steady"),
+            "% of a core",
+            one(&r["steady"]["cpu_percent_of_one_core"][US]),
+        )
+        .beside(KCM, one(&r["steady"]["cpu_percent_of_one_core"][KCM])),
+        Figure::new(
+            format!("{US} CPU, while nodes are silenced"),
+            "% of a core",
+            one(&r["silence_phase"]["cpu_percent_of_one_core"][US]),
+        )
+        .beside(
+            KCM,
+            one(&r["silence_phase"]["cpu_percent_of_one_core"][KCM]),
+        ),
+        Figure::new(
+            "threshold → decision (the dry-run Event, seen by a watch)",
+            "s",
+            stat(&l["threshold_to_decision_event_s"]),
+        ),
+        Figure::new(
+            "threshold → decision (the controller's log)",
+            "s",
+            stat(&l["threshold_to_decision_log_s"]),
+        ),
+        Figure::new(
+            "last renewal → Palisade's decision",
+            "s",
+            stat(&l["palisade_detection_s"]),
+        )
+        .beside(
+            format!("{KCM}: last renewal → Unknown or unreachable"),
+            stat(&l["kcm_detection_s"]),
+        ),
+        Figure::new(
+            "silenced nodes decided",
+            "nodes",
+            one(&r["silenced_found"]["decided"]),
+        )
+        .beside(
+            format!("{KCM}: silenced nodes detected"),
+            one(&r["silenced_found"]["kcm_detected"]),
+        ),
+        Figure::new(
+            "false alarms: dry-run Events about nodes never silenced",
+            "Events",
+            one(&r["false_alarms"]["dry_run_events"]),
+        ),
+        Figure::new(
+            format!("false alarms: nodes never silenced that {KCM} marked unreachable"),
+            "nodes",
+            one(&r["false_alarms"]["kcm_nodes_marked_unreachable"]),
+        ),
+        Figure::new(
+            "NodeFences created (dry run: none may be)",
+            "NodeFences",
+            one(&r["nodefences_created"]),
+        ),
+        Figure::new(
+            "Lease renewal request of the load generator, steady and silencing",
+            "ms",
+            stat(&r["renewals"]["request_ms"]),
+        ),
+    ]
 }
 
 fn secs_between(later: Timestamp, earlier: Timestamp) -> f64 {
@@ -779,7 +878,7 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
         },
         "controller_ticks_expected_per_s": 4.0,
         "lease_renewals_per_s": renew_rate,
-        "load_average": Conditions::load(),
+        "load_average": bench::load_average(),
         "memory_kib": pids.memory(),
     });
     eprintln!("[bench] steady: {}", report["steady"]);
@@ -853,7 +952,7 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
         "seconds_not_leading": lapsed_s,
         "longest_lapse_s": longest,
         "leadership_lapses_in_steady_state": steady_lapses,
-        "load_average": Conditions::load(),
+        "load_average": bench::load_average(),
     });
     report["memory_end_kib"] = pids.memory();
     // dryRun must have produced no NodeFence (nothing that could reach a device).
@@ -1012,36 +1111,6 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
     Ok(report)
 }
 
-/// The machine's conditions, for the record.
-struct Conditions {
-    cores: usize,
-    load_start: String,
-}
-
-impl Conditions {
-    fn now() -> Self {
-        Conditions {
-            cores: std::thread::available_parallelism().map_or(0, usize::from),
-            load_start: Self::load(),
-        }
-    }
-
-    fn load() -> String {
-        std::fs::read_to_string("/proc/loadavg")
-            .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-            .unwrap_or_default()
-    }
-
-    fn to_json(&self) -> Value {
-        json!({
-            "cores": self.cores, "load_average_start": self.load_start,
-            "load_average_end": Self::load(),
-            "memory_total": std::fs::read_to_string("/proc/meminfo").ok()
-                .and_then(|m| m.lines().next().map(str::to_string)),
-        })
-    }
-}
-
 fn fmt_stats(v: &Value, unit: &str) -> String {
     let f = |k: &str| v[k].as_f64().map_or("-".into(), |x| format!("{x:.3}"));
     format!(
@@ -1053,7 +1122,10 @@ fn fmt_stats(v: &Value, unit: &str) -> String {
     )
 }
 
-fn print_table(r: &Value) {
+/// The console table, from the bench document (the report is its details).
+fn print_table(doc: &Value) {
+    let r = &doc["details"];
+    let parameters = &doc["parameters"];
     let kib = |v: &Value| {
         v.as_u64()
             .map_or("-".into(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
@@ -1062,18 +1134,16 @@ fn print_table(r: &Value) {
     println!("== palisade-scale-bench ==");
     println!(
         "nodes {} (created {} in {:.1} s), silenced {}, renew every {} s, unhealthyAfter {} s, dryRun",
-        r["parameters"]["nodes"],
+        parameters["nodes"],
         r["create"]["nodes_ok"],
         r["create"]["seconds"].as_f64().unwrap_or(0.0),
-        r["parameters"]["silenced"],
-        r["parameters"]["renew_every_s"],
-        r["parameters"]["unhealthy_after_s"],
+        parameters["silenced"],
+        parameters["renew_every_s"],
+        parameters["unhealthy_after_s"],
     );
     println!(
         "conditions: {} cores, load {} -> {}",
-        r["conditions"]["cores"],
-        r["conditions"]["load_average_start"],
-        r["conditions"]["load_average_end"]
+        doc["cpus"], doc["load_average_start"], doc["load_average"]
     );
     println!();
     println!(
@@ -1201,16 +1271,6 @@ mod tests {
         assert!((total - 2.5).abs() < 1e-9);
         assert!((longest - 2.0).abs() < 1e-9);
         assert_eq!(lapses(&[(0.0, true), (1.0, true)]), (0, 0.0, 0.0));
-    }
-
-    #[test]
-    fn percentiles_are_nearest_rank() {
-        let s = stats((1..=100).map(f64::from).collect());
-        assert_eq!(s["p50"], json!(50.0));
-        assert_eq!(s["p99"], json!(99.0));
-        assert_eq!(s["max"], json!(100.0));
-        assert_eq!(stats(vec![3.0])["p99"], json!(3.0));
-        assert_eq!(stats(Vec::new())["count"], json!(0));
     }
 
     #[test]

@@ -52,7 +52,7 @@ fn the_webhook_refuses_bad_objects_at_the_door_and_fails_closed_only_for_fences(
 
     // Register the shipped configuration, pointed at this controller with the lab CA.
     let mut cfg: serde_json::Value =
-        serde_yaml_ng::from_str(include_str!("../../../controller/manifests/webhook.yaml"))
+        serde_saphyr::from_str(include_str!("../../../controller/manifests/webhook.yaml"))
             .expect("webhook.yaml parses");
     let ca = base64::engine::general_purpose::STANDARD.encode(lab.ca().cert_pem());
     for w in cfg["webhooks"].as_array_mut().unwrap() {

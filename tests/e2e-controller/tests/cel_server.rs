@@ -201,7 +201,7 @@ const POLICY: &str = include_str!("../../../controller/manifests/admission-polic
 fn admission_policy() -> (ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding) {
     let docs: Vec<serde_json::Value> = POLICY
         .split("\n---")
-        .map(|text| serde_yaml_ng::from_str(text).expect("admission-policy.yaml parses"))
+        .map(|text| serde_saphyr::from_str(text).expect("admission-policy.yaml parses"))
         .filter(|doc: &serde_json::Value| !doc.is_null())
         .collect();
     assert_eq!(docs.len(), 2, "a policy and its binding");

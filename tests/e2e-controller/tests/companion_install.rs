@@ -41,7 +41,7 @@ fn manifests() -> PathBuf {
 fn objects(file: &str) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(manifests().join(file)).expect(file);
     text.split("\n---")
-        .map(|doc| serde_yaml_ng::from_str::<serde_json::Value>(doc).expect(file))
+        .map(|doc| serde_saphyr::from_str::<serde_json::Value>(doc).expect(file))
         .filter(|doc| !doc.is_null())
         .collect()
 }
@@ -100,10 +100,10 @@ fn apply(c: &Client, rt: &tokio::runtime::Runtime, obj: &serde_json::Value, dry_
 fn token_kubeconfig(lab: &Lab, token: &str, file: &str) -> PathBuf {
     let cp = lab.control_plane().expect("control plane");
     let admin = std::fs::read_to_string(cp.admin_kubeconfig()).expect("admin kubeconfig");
-    let mut cfg: serde_json::Value = serde_yaml_ng::from_str(&admin).expect("kubeconfig parses");
+    let mut cfg: serde_json::Value = serde_saphyr::from_str(&admin).expect("kubeconfig parses");
     cfg["users"][0]["user"] = json!({ "token": token });
     let path = lab.dir().join(format!("{file}.kubeconfig"));
-    palisade_lab::write_secret(&path, serde_yaml_ng::to_string(&cfg).unwrap().as_bytes())
+    palisade_lab::write_secret(&path, serde_saphyr::to_string(&cfg).unwrap().as_bytes())
         .expect("write the kubeconfig");
     path
 }

@@ -202,9 +202,10 @@ fn run_helm(args: &[&str], kubeconfig: Option<&Path>) -> String {
 
 /// The objects of a YAML stream, keyed by kind and name.
 fn objects(yaml: &str) -> std::collections::BTreeMap<(String, String), Value> {
-    serde_yaml_ng::Deserializer::from_str(yaml)
-        .filter_map(|d| {
-            let v: Value = serde::Deserialize::deserialize(d).ok()?;
+    serde_saphyr::from_multiple::<Value>(yaml)
+        .expect("a YAML stream")
+        .into_iter()
+        .filter_map(|v| {
             let kind = v.get("kind")?.as_str()?.to_string();
             let name = v.pointer("/metadata/name")?.as_str()?.to_string();
             Some(((kind, name), v))

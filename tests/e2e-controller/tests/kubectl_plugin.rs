@@ -166,7 +166,7 @@ fn the_plugin_explains_fences_and_force_deletes_only_what_is_fenced() {
     assert!(report["nodeFences"].is_array() && report["podsOnSilentNodes"].is_array());
     let o = plugin(&lab, &["status", "-o", "yaml"]);
     assert_eq!(o.code, 0);
-    let yaml: serde_json::Value = serde_yaml_ng::from_str(&o.stdout).expect("YAML");
+    let yaml: serde_json::Value = serde_saphyr::from_str(&o.stdout).expect("YAML");
     assert!(yaml["nodes"]
         .as_array()
         .unwrap()

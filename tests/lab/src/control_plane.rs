@@ -332,6 +332,7 @@ impl ControlPlane {
             .env("ETCD_UNSUPPORTED_ARCH", std::env::consts::ARCH);
         let mut d = Daemon::spawn("etcd", etcd, lab_id, &logs.join("etcd.log"))?;
         let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls_config(ca.cert_pem().as_bytes(), None)?)
             .timeout(Duration::from_secs(2))
             .build()
             .map_err(|e| LabError::Other(e.to_string()))?;
@@ -630,28 +631,41 @@ fn write_kubeconfig(path: &Path, server: &str, ca_pem: &str, cert: &pki::Issued)
     write_secret(path, text.as_bytes())
 }
 
+/// The TLS set-up of the lab's own HTTPS clients: the lab CA alone, and `identity` (a
+/// certificate and its key, PEM) as the client certificate when given.
+pub(crate) fn tls_config(
+    ca_pem: &[u8],
+    identity: Option<&pki::Issued>,
+) -> Result<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let other = |what: &str, e: &dyn std::fmt::Display| LabError::Other(format!("{what}: {e}"));
+    let roots = palisade_telemetry::tls::roots_from_pem(ca_pem).map_err(|e| other("lab CA", &e))?;
+    let builder = palisade_telemetry::tls::verified_by(roots).map_err(|e| other("lab TLS", &e))?;
+    let Some(id) = identity else {
+        return Ok(builder.with_no_client_auth());
+    };
+    let certs = CertificateDer::pem_slice_iter(id.cert_pem.as_bytes())
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| other("client certificate", &e))?;
+    let key = PrivateKeyDer::from_pem_slice(id.key_pem.as_bytes())
+        .map_err(|e| other("client key", &e))?;
+    builder
+        .with_client_auth_cert(certs, key)
+        .map_err(|e| other("client identity", &e))
+}
+
 fn ca_client(ca_pem: &str) -> Result<reqwest::Client> {
-    let root = reqwest::Certificate::from_pem(ca_pem.as_bytes())
-        .map_err(|e| LabError::Other(format!("lab CA: {e}")))?;
     reqwest::Client::builder()
-        .use_rustls_tls()
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(root)
+        .tls_backend_preconfigured(tls_config(ca_pem.as_bytes(), None)?)
         .timeout(Duration::from_secs(3))
         .build()
         .map_err(|e| LabError::Other(e.to_string()))
 }
 
 fn admin_client(ca_pem: &str, admin: &pki::Issued) -> Result<reqwest::Client> {
-    let root = reqwest::Certificate::from_pem(ca_pem.as_bytes())
-        .map_err(|e| LabError::Other(format!("lab CA: {e}")))?;
-    let id = reqwest::Identity::from_pem(format!("{}{}", admin.cert_pem, admin.key_pem).as_bytes())
-        .map_err(|e| LabError::Other(format!("admin identity: {e}")))?;
     reqwest::Client::builder()
-        .use_rustls_tls()
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(root)
-        .identity(id)
+        .tls_backend_preconfigured(tls_config(ca_pem.as_bytes(), Some(admin))?)
         .timeout(Duration::from_secs(3))
         .build()
         .map_err(|e| LabError::Other(e.to_string()))

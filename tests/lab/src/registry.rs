@@ -95,12 +95,10 @@ impl Registry {
         cmd.arg("serve").arg(&cfg);
         let daemon = Daemon::spawn("docker-registry", cmd, lab_id, &dir.join("registry.log"))?;
         let http = reqwest::Client::builder()
-            .use_rustls_tls()
-            .tls_built_in_root_certs(false)
-            .add_root_certificate(
-                reqwest::Certificate::from_pem(ca.cert_pem().as_bytes())
-                    .map_err(|e| LabError::Other(format!("registry CA: {e}")))?,
-            )
+            .tls_backend_preconfigured(crate::control_plane::tls_config(
+                ca.cert_pem().as_bytes(),
+                None,
+            )?)
             .timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| LabError::Other(format!("registry client: {e}")))?;

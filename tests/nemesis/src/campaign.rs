@@ -170,6 +170,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
     let skew = crate::check::ClockSkew::of(schedule.iter().map(|e| &e.fault));
     let live = std::thread::scope(|s| -> Result<bool> {
         let observer = s.spawn(|| observer::run(&world.cluster, &world.lab, &h, &stop, skew));
+        let leases = s.spawn(|| observer::run_leases(&world.cluster, &h, &stop));
         let result = (|| -> Result<bool> {
             let deadline = start + Duration::from_secs(cfg.minutes * 60);
             for ev in &schedule {
@@ -214,6 +215,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
         })();
         stop.store(true, Ordering::Relaxed);
         let _ = observer.join();
+        let _ = leases.join();
         result
     })?;
 

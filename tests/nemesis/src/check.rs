@@ -185,11 +185,15 @@ const REBOOT_SLACK_S: f64 = 5.0;
 /// True when `fault` may silence its machine's heartbeat long enough to justify a fence. A
 /// peer cut, a frozen BMC alone and the control plane's own outages do not: a fence after
 /// them means the controller fenced a node that only looked silent because the controller's
-/// side was blind (the quorum guard's case) or for a reason that is not the node's.
+/// side was blind (the quorum guard's case) or for a reason that is not the node's. Nor does a
+/// stalled watch: the node renews throughout, only the controller's view of it lags.
 fn may_silence(fault: &Fault) -> bool {
     !matches!(
         fault,
-        Fault::PeerCut { .. } | Fault::BmcFreeze { .. } | Fault::ApiRestartDuringPeerCut { .. }
+        Fault::PeerCut { .. }
+            | Fault::BmcFreeze { .. }
+            | Fault::ApiRestartDuringPeerCut { .. }
+            | Fault::WatchStall { .. }
     ) && fault.target().is_some()
 }
 

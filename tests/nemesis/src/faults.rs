@@ -259,6 +259,16 @@ fn apply_fault(
             }
             None => h.push(skip("no leader holds the Lease".into())),
         },
+        Fault::WatchStall { hold_ms, .. } => {
+            let node = world.lab.machines()[i].name().to_string();
+            world.controllers().stall_watch(Some(&node))?;
+            h.push(fault(format!(
+                "the controllers' watches hold {node}'s Lease back for {hold_ms} ms"
+            )));
+            sleep_ms(*hold_ms);
+            world.controllers().stall_watch(None)?;
+            h.push(heal("the watches deliver again".into()));
+        }
         Fault::LeaderStop { hold_ms } => match leader_pid(world) {
             Some((id, pid)) => {
                 h.push(fault(format!(

@@ -1,7 +1,7 @@
 //! The observer: polls the API every half second while the campaign runs and records every
 //! NodeFence phase transition and release (with the status they were observed in, and the
 //! fenced machine's boot ID sampled just before and just after the status was read), every
-//! renewal of a node's Lease the API server took ([`LeaseWatch`]) and every writer pod's
+//! renewal of a node's Lease the API server took (every fifth of a second, [`run_leases`]) and every writer pod's
 //! binding, and scans the processes of volume-less identities ([`crate::presence`]). A poll
 //! that fails (the API server is down) is simply retried.
 
@@ -192,6 +192,30 @@ const ONLINE_EVERY: u64 = 20;
 /// How long a pod must have been seen before the online checks judge its replacement.
 const PODS_SETTLE_US: i64 = 5_000_000;
 
+/// How often [`run_leases`] lists the node Leases.
+pub const LEASE_POLL: Duration = Duration::from_millis(200);
+
+/// Lists the node Leases every [`LEASE_POLL`] until `stop` is set and records each renewal
+/// with its bounds ([`LeaseWatch`]). Its own thread, beside [`run`], so the bounds stay narrow
+/// (one poll plus one list, about a quarter of a second) whatever else the observer reads.
+///
+/// Guarantees: with renewals a second apart and the campaign's Unhealthy threshold of 4 s, a
+/// fence created on a node that kept renewing has a renewal whose bounds fit the window of
+/// `fence-while-heard` (at least 1.5 s wide: the threshold less the margin and the second the
+/// `creationTimestamp` is truncated to), so the check's verdict does not depend on where the
+/// polls fell. Bounded by the campaign, as [`run`].
+pub fn run_leases(c: &Cluster, h: &History, stop: &AtomicBool) {
+    let mut leases = LeaseWatch::default();
+    while !stop.load(Ordering::Relaxed) {
+        let started_us = History::now_us();
+        let listed = list_renewals(c);
+        for r in leases.list(h.t(), started_us, History::now_us(), listed) {
+            h.push(r);
+        }
+        std::thread::sleep(LEASE_POLL);
+    }
+}
+
 /// Polls until `stop` is set. Bounded by the campaign: the runner sets `stop` before it
 /// judges the history.
 /// `skew`: the offsets the schedule gives the controllers' clocks
@@ -222,7 +246,6 @@ pub fn run(
     // Each machine's boot at the last poll: a change is recorded (`Record::Boot`).
     let mut last_boots: BTreeMap<String, Option<String>> = BTreeMap::new();
     let started = std::time::Instant::now();
-    let mut leases = LeaseWatch::default();
     while !stop.load(Ordering::Relaxed) {
         // The ground truth beside what the statuses claim, sampled before and after they are
         // read, so that the two samples bracket the status.
@@ -238,11 +261,6 @@ pub fn run(
             }
         }
         last_boots.clone_from(&before);
-        let started_us = History::now_us();
-        let listed = list_renewals(c);
-        for r in leases.list(h.t(), started_us, History::now_us(), listed) {
-            h.push(r);
-        }
         if let Some(fences) = list_fences(c) {
             let seen_us = History::now_us();
             let after = boots(lab);

@@ -7,7 +7,7 @@
 
 use palisade_lab::MachineKind;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 /// Which machine a fault hits.
@@ -267,6 +267,17 @@ pub enum Fault {
         /// How long the clock stays off.
         hold_ms: u64,
     },
+    /// Both controllers' watches stop delivering the changes of one node's Lease for
+    /// `hold_ms`, while the node renews it on time (the lab's stalled-watch fault, read by
+    /// debug builds only: a stalled informer, or an API server whose watch cache lags). The
+    /// detector sees the node silent; nothing may be fenced, because the API still hears it.
+    /// Drawn only when named (`--only watch-stall`).
+    WatchStall {
+        /// Whose Lease.
+        target: Target,
+        /// How long the watches hold its changes back.
+        hold_ms: u64,
+    },
     /// Two faults at once: `first` on a machine, and `second_after_ms` later `second` (on
     /// another machine, or on the controllers or the control plane), each held and healed on
     /// its own schedule, so they overlap; the event ends once both are healed. The faults a
@@ -314,6 +325,7 @@ impl Fault {
             Fault::DeposedLeaderLateRequest { .. } => "deposed-leader-late-request",
             Fault::ControllerClockStep { .. } => "controller-clock-step",
             Fault::MachineClockStep { .. } => "machine-clock-step",
+            Fault::WatchStall { .. } => "watch-stall",
             Fault::TwoAtOnce { .. } => "two-at-once",
         }
     }
@@ -337,7 +349,8 @@ impl Fault {
             | Fault::BmcFrozenDuringCut { .. }
             | Fault::PeerCut { .. }
             | Fault::IsolatedButStorage { .. }
-            | Fault::MachineClockStep { .. } => true,
+            | Fault::MachineClockStep { .. }
+            | Fault::WatchStall { .. } => true,
             Fault::LeaderKill { .. }
             | Fault::LeaderStop { .. }
             | Fault::ApiRestart { .. }
@@ -370,7 +383,8 @@ impl Fault {
             | Fault::BmcGarbageDuringCut { target, .. }
             | Fault::BmcSlowDuringCut { target, .. }
             | Fault::DeposedLeaderLateRequest { target, .. }
-            | Fault::MachineClockStep { target, .. } => Some(*target),
+            | Fault::MachineClockStep { target, .. }
+            | Fault::WatchStall { target, .. } => Some(*target),
             Fault::TwoAtOnce { first, .. } => first.target(),
             Fault::LeaderKill { .. }
             | Fault::LeaderStop { .. }
@@ -457,12 +471,17 @@ const QEMU_CLASSES: &[(&str, u32)] = &[("machine-clock-step", 2)];
 /// the default draw would change every recorded seed's schedule.
 const OPT_IN_QEMU_CLASSES: &[(&str, u32)] = &[("cut-heal-cut", 2)];
 
+/// Classes for any machine that a campaign draws only when named (`only`), for the same
+/// reason.
+const OPT_IN_CLASSES: &[(&str, u32)] = &[("watch-stall", 2)];
+
 /// The names of every fault class the nemesis can draw, on any kind of machine.
 pub fn classes() -> impl Iterator<Item = &'static str> {
     CLASSES
         .iter()
         .chain(QEMU_CLASSES)
         .chain(OPT_IN_QEMU_CLASSES)
+        .chain(OPT_IN_CLASSES)
         .map(|(c, _)| *c)
 }
 
@@ -520,19 +539,18 @@ pub fn generate_only(
         .filter(|(c, _)| only.is_empty() || only.iter().any(|o| o == c))
         .copied()
         .collect();
-    if kind == MachineKind::Qemu {
-        drawn.extend(
-            OPT_IN_QEMU_CLASSES
-                .iter()
-                .filter(|(c, _)| only.iter().any(|o| o == c)),
-        );
-    }
+    let opt_in = OPT_IN_CLASSES.iter().chain(if kind == MachineKind::Qemu {
+        OPT_IN_QEMU_CLASSES
+    } else {
+        &[]
+    });
+    drawn.extend(opt_in.filter(|(c, _)| only.iter().any(|o| o == c)));
     let drawn = if drawn.is_empty() { fitting } else { drawn };
     let mut rng = StdRng::seed_from_u64(seed);
     let total: u32 = drawn.iter().map(|(_, w)| w).sum();
     (0..events)
         .map(|index| {
-            let mut pick = rng.gen_range(0..total);
+            let mut pick = rng.random_range(0..total);
             let class = drawn
                 .iter()
                 .find(|(_, w)| {
@@ -558,12 +576,12 @@ pub fn generate_only(
 /// Draws one fault of `class` (not `two-at-once`).
 fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault {
     // Most faults hit a writer's machine: that is where a mistake costs data.
-    let target = if writers > 0 && rng.gen_bool(0.65) {
-        Target::WriterHost(rng.gen_range(0..writers))
+    let target = if writers > 0 && rng.random_bool(0.65) {
+        Target::WriterHost(rng.random_range(0..writers))
     } else {
-        Target::Machine(rng.gen_range(0..machines.max(1)))
+        Target::Machine(rng.random_range(0..machines.max(1)))
     };
-    let cut_hold = rng.gen_range(6_000..=20_000);
+    let cut_hold = rng.random_range(6_000..=20_000);
     match class {
         "cut-all" => Fault::CutAll {
             target,
@@ -575,24 +593,24 @@ fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault
         },
         "cut-heal-cut" => Fault::CutHealCut {
             target,
-            first_ms: rng.gen_range(5_000..=7_000),
-            heal_ms: rng.gen_range(1_000..=2_000),
+            first_ms: rng.random_range(5_000..=7_000),
+            heal_ms: rng.random_range(1_000..=2_000),
             // Past the agent's self-fence (8 s), its watchdog (6 s) and the controller's wait
             // (8 s + 2 × 6 s + the margin after the last renewal).
-            hold_ms: rng.gen_range(28_000..=31_000),
+            hold_ms: rng.random_range(28_000..=31_000),
         },
         "flap" => Fault::Flap {
             target,
-            cycles: rng.gen_range(3..=6),
-            cut_ms: rng.gen_range(800..=2_000),
-            heal_ms: rng.gen_range(1_000..=3_000),
+            cycles: rng.random_range(3..=6),
+            cut_ms: rng.random_range(800..=2_000),
+            heal_ms: rng.random_range(1_000..=3_000),
         },
         "agent-kill" => Fault::AgentKill { target },
         // Up to longer than detection plus a self-fence timeout: a hung agent that
         // keeps its pods running while its node is judged.
         "agent-stop" => Fault::AgentStop {
             target,
-            hold_ms: rng.gen_range(2_000..=20_000),
+            hold_ms: rng.random_range(2_000..=20_000),
         },
         "agent-restart" => Fault::AgentRestart { target },
         "agent-restart-partitioned" => Fault::AgentRestartWhilePartitioned {
@@ -600,22 +618,22 @@ fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault
             hold_ms: cut_hold,
         },
         "leader-kill" => Fault::LeaderKill {
-            down_ms: rng.gen_range(1_000..=8_000),
+            down_ms: rng.random_range(1_000..=8_000),
         },
         "leader-stop" => Fault::LeaderStop {
-            hold_ms: rng.gen_range(3_000..=12_000),
+            hold_ms: rng.random_range(3_000..=12_000),
         },
         "leader-kill-during-cut" => Fault::LeaderKillDuringCut {
             target,
             hold_ms: cut_hold.max(10_000),
-            kill_after_ms: rng.gen_range(3_000..=7_000),
+            kill_after_ms: rng.random_range(3_000..=7_000),
         },
         "api-restart" => Fault::ApiRestart {
-            down_ms: rng.gen_range(1_000..=5_000),
+            down_ms: rng.random_range(1_000..=5_000),
         },
         "bmc-freeze" => Fault::BmcFreeze {
             target,
-            hold_ms: rng.gen_range(3_000..=15_000),
+            hold_ms: rng.random_range(3_000..=15_000),
         },
         "bmc-frozen-during-cut" => Fault::BmcFrozenDuringCut {
             target,
@@ -631,22 +649,22 @@ fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault
         },
         "api-restart-during-peer-cut" => Fault::ApiRestartDuringPeerCut {
             target,
-            down_ms: rng.gen_range(2_000..=8_000),
+            down_ms: rng.random_range(2_000..=8_000),
         },
         "etcd-freeze" => Fault::EtcdFreeze {
-            hold_ms: rng.gen_range(2_000..=12_000),
+            hold_ms: rng.random_range(2_000..=12_000),
         },
         "etcd-restart" => Fault::EtcdRestart {
-            down_ms: rng.gen_range(1_000..=6_000),
+            down_ms: rng.random_range(1_000..=6_000),
         },
         "controllers-restart-together" => Fault::ControllersRestartTogether {
-            down_ms: rng.gen_range(500..=5_000),
+            down_ms: rng.random_range(500..=5_000),
         },
         "bridge-crash-during-cut" => Fault::BridgeCrashDuringCut {
             target,
             hold_ms: cut_hold.max(12_000),
-            crash_after_ms: rng.gen_range(3_000..=6_000),
-            down_ms: rng.gen_range(1_000..=5_000),
+            crash_after_ms: rng.random_range(3_000..=6_000),
+            down_ms: rng.random_range(1_000..=5_000),
         },
         "storage-admin-down-during-cut" => Fault::StorageAdminDownDuringCut {
             target,
@@ -667,25 +685,30 @@ fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault
         // Steps of several seconds, beyond the detection thresholds (2 s and 4 s) and the
         // Lease's 4 s, held as long as a cut: long enough for a fence to run under it.
         "controller-clock-step" => Fault::ControllerClockStep {
-            replicas: match rng.gen_range(0..3) {
+            replicas: match rng.random_range(0..3) {
                 0 => Replicas::Leader,
                 1 => Replicas::Standby,
                 _ => Replicas::Both,
             },
-            step_ms: rng.gen_range(2_000..=25_000) * if rng.gen_bool(0.5) { 1 } else { -1 },
+            step_ms: rng.random_range(2_000..=25_000) * if rng.random_bool(0.5) { 1 } else { -1 },
             hold_ms: cut_hold,
         },
         // As the controllers' steps: beyond the detection thresholds and the Lease, held as
         // long as a cut. Whole seconds: the guest's `date -s` takes no fraction.
         "machine-clock-step" => Fault::MachineClockStep {
             target,
-            step_ms: rng.gen_range(2..=25) * 1_000 * if rng.gen_bool(0.5) { 1 } else { -1 },
+            step_ms: rng.random_range(2..=25) * 1_000 * if rng.random_bool(0.5) { 1 } else { -1 },
             hold_ms: cut_hold,
+        },
+        // Past the Unhealthy threshold (4 s), up to as long as a cut.
+        "watch-stall" => Fault::WatchStall {
+            target,
+            hold_ms: cut_hold.max(8_000),
         },
         _ => Fault::BmcSlowDuringCut {
             target,
             hold_ms: cut_hold.max(12_000),
-            delay_ms: rng.gen_range(500..=6_000),
+            delay_ms: rng.random_range(500..=6_000),
         },
     }
 }
@@ -699,7 +722,7 @@ fn two_at_once(rng: &mut StdRng, machines: usize, writers: usize, kind: MachineK
         .filter(|c| *c != "two-at-once")
         .collect();
     let mut pick = |as_second: bool| loop {
-        let class = composable[rng.gen_range(0..composable.len())];
+        let class = composable[rng.random_range(0..composable.len())];
         let f = draw(class, rng, machines, writers);
         if f.composable(as_second) {
             return f;
@@ -710,7 +733,7 @@ fn two_at_once(rng: &mut StdRng, machines: usize, writers: usize, kind: MachineK
     Fault::TwoAtOnce {
         first: Box::new(first),
         second: Box::new(second),
-        second_after_ms: rng.gen_range(1_000..=8_000),
+        second_after_ms: rng.random_range(1_000..=8_000),
     }
 }
 
@@ -886,8 +909,15 @@ mod tests {
                 .iter()
                 .map(|e| e.fault.class())
                 .collect();
-        for c in classes().filter(|c| !OPT_IN_QEMU_CLASSES.iter().any(|(o, _)| o == c)) {
+        let opt_in = || OPT_IN_QEMU_CLASSES.iter().chain(OPT_IN_CLASSES);
+        for c in classes().filter(|c| !opt_in().any(|(o, _)| o == c)) {
             assert!(drawn.contains(c), "class {c} never drawn");
+        }
+        // An opt-in class is drawn when named, and never otherwise.
+        for (c, _) in opt_in() {
+            assert!(!drawn.contains(c), "opt-in class {c} drawn unasked");
+            let named = generate_only(1, 5, 5, 2, &[c.to_string()], MachineKind::Qemu);
+            assert!(named.iter().all(|e| e.fault.class() == *c), "{named:?}");
         }
     }
 }

@@ -58,6 +58,10 @@ const TOKEN_ANNOTATION: &str = "palisade.dev/fencing-token";
 /// controllers when their wall clock may be stepped.
 pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
+/// The file, in the lab's directory, that names the object whose changes the controllers'
+/// watches hold back ([`Controllers::stall_watch`]).
+const STALLED_WATCH_FILE: &str = "stalled-watch";
+
 /// The two controller replicas, as child processes the nemesis can kill, freeze, restart and
 /// (with [`WorldConfig::controller_clock`]) whose wall clock it can step.
 pub struct Controllers {
@@ -96,6 +100,10 @@ impl Controllers {
                 if !planted.is_empty() {
                     env.push(("PALISADE_PLANTED_BUGS", planted.join(",")));
                 }
+                env.push((
+                    "PALISADE_STALLED_WATCH_FILE",
+                    lab.dir().join(STALLED_WATCH_FILE).display().to_string(),
+                ));
                 env
             },
             replicas: vec![("palisade-0".into(), None), ("palisade-1".into(), None)],
@@ -108,6 +116,17 @@ impl Controllers {
             c.spawn(id)?;
         }
         Ok(c)
+    }
+
+    /// Makes both replicas' watches hold back the changes of `node`'s Lease (`None`: deliver
+    /// everything again), through the lab's stalled-watch fault
+    /// (`palisade_fence::planted::watch_stalled`, read by debug builds only).
+    pub fn stall_watch(&self, node: Option<&str>) -> Result<()> {
+        let file = self.lab_dir.join(STALLED_WATCH_FILE);
+        let tmp = file.with_extension("tmp");
+        let text = node.map(|n| format!("Lease/{n}\n")).unwrap_or_default();
+        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &file).with_context(|| format!("writing {}", file.display()))
     }
 
     /// The file replica `identity`'s libfaketime reads its wall clock's offset from.

@@ -22,6 +22,10 @@
 //!   (`at-most-one-process` for the volume-less pod, `at-most-one` for the writer). The same
 //!   on QEMU machines whose agents leave their watchdog unarmed: there the host cannot see
 //!   the guests' processes, and the identity's beats must prove the overlap.
+//! - The controllers' watches stop delivering the writer's node's Lease (the opt-in
+//!   `watch-stall` class) while the node renews on time. `FenceOnWatchedSilence` fences on
+//!   the watch's view alone: the checks must find `fence-while-heard` (a fence created while
+//!   the API had just heard the node) and `fence-without-cause`.
 
 use palisade_lab::MachineKind;
 use std::time::Duration;
@@ -53,10 +57,28 @@ fn campaign_catches(seed: u64, planted: &[&str], expected: &[&str]) {
     campaign_in_world_catches(seed, false, MachineKind::Namespace, planted, expected)
 }
 
+/// As [`campaign_catches`], drawing only the classes named in `only` (opt-in classes too).
+fn campaign_in_world_with(seed: u64, only: &[String], planted: &[&str], expected: &[&str]) {
+    campaign(seed, only, false, MachineKind::Namespace, planted, expected)
+}
+
 /// As [`campaign_catches`], in the world `no_fence_devices` names, on machines of `kind`
 /// (QEMU agents then leave their watchdog unarmed: the planted bug is what must be caught).
 fn campaign_in_world_catches(
     seed: u64,
+    no_fence_devices: bool,
+    kind: MachineKind,
+    planted: &[&str],
+    expected: &[&str],
+) {
+    campaign(seed, &[], no_fence_devices, kind, planted, expected)
+}
+
+/// Runs a one-event campaign and asserts that, for every entry of `expected`, one of its
+/// checks (`a|b`: either) fired.
+fn campaign(
+    seed: u64,
+    only: &[String],
     no_fence_devices: bool,
     kind: MachineKind,
     planted: &[&str],
@@ -75,7 +97,7 @@ fn campaign_in_world_catches(
         // A machine fenced by a planted bug may never settle: do not wait long for it.
         settle_timeout: Duration::from_secs(90),
         planted: planted.iter().map(|p| p.to_string()).collect(),
-        only: Vec::new(),
+        only: only.to_vec(),
         no_fence_devices,
         machine_kind: kind,
         agents_without_watchdog: kind == MachineKind::Qemu,
@@ -127,6 +149,28 @@ fn a_campaign_against_a_controller_that_trusts_a_self_fence_without_a_watchdog_r
         MachineKind::Namespace,
         &["TrustWithoutWatchdog"],
         &["at-most-one-process|at-most-one"],
+    );
+}
+
+/// The controllers' watches stop delivering the writer's node's Lease while it renews on time.
+/// `FenceOnWatchedSilence` (a NodeFence created on the watch's view alone) fences that live
+/// node: the ground-truth check must find a fence created while the API had just heard the
+/// node (`fence-while-heard`), and the cause check must find no fault that silenced it.
+#[test]
+fn a_campaign_against_a_controller_that_fences_on_its_watch_alone_reports_it() {
+    let only = ["watch-stall".to_string()];
+    let seed = (1..1_000u64)
+        .find(|&seed| {
+            let events =
+                schedule::generate_only(seed, 1, MACHINES, WRITERS, &only, MachineKind::Namespace);
+            events[0].fault.target() == Some(Target::WriterHost(0))
+        })
+        .expect("some seed stalls the writer's node's Lease");
+    campaign_in_world_with(
+        seed,
+        &only,
+        &["FenceOnWatchedSilence"],
+        &["fence-while-heard", "fence-without-cause"],
     );
 }
 

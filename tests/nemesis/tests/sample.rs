@@ -14,14 +14,36 @@ use palisade_nemesis::schedule;
 use palisade_nemesis::{run, Config};
 
 /// The sample's seed, on QEMU machines (`--qemu`: the agents, writers and identity in the
-/// guests, each agent arming its guest's i6300esb watchdog). With 4 machines and 2 writers its
-/// 6 events are: two faults at once, writer w1's node agent hung (SIGSTOP) for 16.5 s, and 8 s
-/// later, while that node is being fenced, the leader's wall clock stepped 4.5 s forward for
-/// 16.9 s; w0's machine cut off while its BMC answers garbage; w1's agent hung again, 4.4 s;
-/// w1's machine cut off from the control plane and its peers (an nftables filter in each
-/// machine's namespace: a guest's traffic is bridged) while it still reaches its storage; m1
-/// cut off; and m3's own wall clock stepped 9 s back for 19.6 s.
-const SEED: u64 = 211;
+/// guests, each agent arming its guest's i6300esb watchdog): the first seed whose 6 events (4
+/// machines, 2 writers) draw two faults at once, a step of a controller's wall clock, a step of
+/// a machine's own wall clock, a machine cut off from the control plane and its peers while it
+/// still reaches its storage, and at least one fault that leads to a fence. Chosen by what the
+/// schedule holds, not by its number, so a new random generator keeps the sample's content
+/// (the seed and its events are printed with the report).
+fn sample_seed() -> u64 {
+    (1..100_000)
+        .find(|&seed| sample_lacks(&sample_events(seed)).is_none())
+        .expect("some seed below 100,000 draws everything the sample needs")
+}
+
+/// The sample's events drawn from `seed`.
+fn sample_events(seed: u64) -> Vec<schedule::Event> {
+    schedule::generate_only(seed, EVENTS, 4, 2, &[], MachineKind::Qemu)
+}
+
+/// What a sample schedule must hold and `events` lacks, if anything.
+fn sample_lacks(events: &[schedule::Event]) -> Option<&'static str> {
+    if !events.iter().any(|e| e.fault.expects_fence()) {
+        return Some("a fault that leads to a fence");
+    }
+    if !events.iter().any(|e| !e.fault.clock_steps_ms().is_empty()) {
+        return Some("a step of a controller's clock");
+    }
+    ["machine-clock-step", "isolated-but-storage", "two-at-once"]
+        .into_iter()
+        .find(|class| !events.iter().any(|e| e.fault.class() == *class))
+}
+
 const EVENTS: usize = 6;
 
 /// Events of the campaign with a new seed.
@@ -97,29 +119,19 @@ fn a_short_new_seed_campaign_keeps_at_most_one() {
 #[test]
 fn a_short_fixed_seed_campaign_keeps_at_most_one_and_loses_no_acknowledged_write() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let cfg = config(SEED, EVENTS, "nemesis-sample", MachineKind::Qemu);
-    let events = schedule::generate_only(
-        SEED,
-        EVENTS,
-        cfg.machines,
-        cfg.writers,
-        &[],
-        MachineKind::Qemu,
+    let seed = sample_seed();
+    let cfg = config(seed, EVENTS, "nemesis-sample", MachineKind::Qemu);
+    assert_eq!(
+        (cfg.machines, cfg.writers),
+        (4, 2),
+        "the seed was chosen for 4 and 2"
     );
-    assert!(
-        events.iter().any(|e| e.fault.expects_fence()),
-        "the sample's schedule must contain a fault that leads to a fence: {events:?}"
+    let events = sample_events(seed);
+    assert_eq!(sample_lacks(&events), None);
+    let _ = writeln!(
+        std::io::stderr(),
+        "the fixed-seed sample: seed {seed}, events {events:?}"
     );
-    assert!(
-        events.iter().any(|e| !e.fault.clock_steps_ms().is_empty()),
-        "the sample's schedule must step a controller's clock: {events:?}"
-    );
-    for class in ["machine-clock-step", "isolated-but-storage", "two-at-once"] {
-        assert!(
-            events.iter().any(|e| e.fault.class() == class),
-            "the sample's schedule must draw {class}: {events:?}"
-        );
-    }
     let (outcome, records) = run_safe_live_and_released(&cfg);
     assert!(check_all(&records).is_empty(), "{}", outcome.report);
     // The guest's clock really moved: its control loop answered with the stepped time.

@@ -206,7 +206,7 @@ pub fn node_agent_rbac(lab: &Lab) -> Result<()> {
         other => other,
     };
     for text in RBAC.split("\n---") {
-        let doc: serde_json::Value = serde_yaml_ng::from_str(text)?;
+        let doc: serde_json::Value = serde_saphyr::from_str(text)?;
         let created = match doc["kind"].as_str() {
             Some("ClusterRole") => {
                 let role: ClusterRole = serde_json::from_value(doc)?;

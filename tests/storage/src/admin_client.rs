@@ -2,11 +2,8 @@
 //! the bench and the tests. Fencing itself goes through `palisade-storagefw`.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use palisade_storagefw::Secret;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
 use serde_json::{json, Value};
 
 use crate::error::AdminError;
@@ -25,22 +22,10 @@ impl AdminClient {
         let setup = |e: &dyn std::fmt::Display| AdminError::Setup {
             reason: e.to_string(),
         };
-        let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_slice_iter(ca_pem) {
-            roots
-                .add(c.map_err(|e| setup(&e))?)
-                .map_err(|e| setup(&e))?;
-        }
-        let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| setup(&e))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        let mut tls = palisade_telemetry::tls::pinned(ca_pem).map_err(|e| setup(&e))?;
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         let http = reqwest::Client::builder()
-            .use_preconfigured_tls(tls)
+            .tls_backend_preconfigured(tls)
             .no_proxy()
             .timeout(std::time::Duration::from_secs(10))
             .build()

@@ -277,7 +277,9 @@ async fn malformed_unknown_and_oversized_requests_get_clean_errors() {
 
     // Admin API.
     let http = reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(pki.ca.cert_pem().as_bytes()).unwrap())
+        .tls_backend_preconfigured(
+            palisade_telemetry::tls::pinned(pki.ca.cert_pem().as_bytes()).unwrap(),
+        )
         .no_proxy()
         .build()
         .unwrap();

@@ -11,8 +11,12 @@
 //! deadline.
 //!
 //! [`mod@reference`] renders and checks the generated reference pages in `docs/reference/`.
+//! [`mod@bench`] is how every benchmark summarises and writes its figures (nearest-rank
+//! percentiles, beside the peer tool's, with when and where they were measured), and
+//! [`bench::page`] renders `docs/benchmarks.md` from the recorded documents.
 //! [`strip_ansi`] reads a Palisade binary's log as plain text.
 
+pub mod bench;
 pub mod reference;
 
 use std::collections::BTreeMap;

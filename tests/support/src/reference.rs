@@ -233,7 +233,7 @@ impl Alert {
 /// `groups[].rules[]` with an `alert`), in file order; panics on YAML that does not parse.
 pub fn alerts(rules_yaml: &str) -> Vec<Alert> {
     let rules: serde_json::Value =
-        serde_yaml_ng::from_str(rules_yaml).expect("alerting rules that parse as YAML");
+        serde_saphyr::from_str(rules_yaml).expect("alerting rules that parse as YAML");
     let rules = rules.get("spec").unwrap_or(&rules);
     let text = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
     rules["groups"]

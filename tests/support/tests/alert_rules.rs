@@ -23,7 +23,7 @@ const RUNBOOK_BASE: &str = "https://palisade.dev/docs/operations.html#";
 #[test]
 fn every_alert_fires_under_promtool_on_the_series_that_should_raise_it() {
     let tests = std::fs::read_to_string(repo_path(TESTS)).expect("the rules' unit tests");
-    let tested: serde_json::Value = serde_yaml_ng::from_str(&tests).expect("YAML");
+    let tested: serde_json::Value = serde_saphyr::from_str(&tests).expect("YAML");
     let named: Vec<&str> = tested["tests"]
         .as_array()
         .into_iter()

@@ -6,7 +6,9 @@
 //! Bounded in count and time: a fixed number of iterations per row, every external command
 //! under `timeout`, and the concurrent row limited to the lab's machines (20 by default).
 //!
-//! Usage: `palisade-fence-bench [ITERATIONS] [MACHINES]` (defaults 15 and 20).
+//! Usage: `palisade-fence-bench [ITERATIONS] [MACHINES] [--out FILE.json]` (defaults 15 and
+//! 20). With `--out`, every row's p50 and p99 beside the peer's, and the concurrent fence,
+//! are written as a bench document (`palisade_test_support::bench`).
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -22,12 +24,16 @@ use palisade_fence::target::{
 use palisade_fence::verify::VerifyPolicy;
 use palisade_fence::{Device, PowerDevice, PowerState, Secret};
 use palisade_lab::{Lab, LabConfig, PduInfo};
+use palisade_test_support::bench::{self, Figure, Stat};
+use serde_json::json;
 
 /// Per external command.
 const COMMAND_TIMEOUT_S: u32 = 60;
 
 fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
+    let run = bench::Run::start("agents");
+    let (out, args) = bench::out_flag(std::env::args().skip(1).collect())?;
+    let mut args = args.into_iter();
     let iterations: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(15);
     let machines: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(20);
     if !(3..=50).contains(&iterations) || !(4..=40).contains(&machines) {
@@ -215,7 +221,7 @@ fn main() -> anyhow::Result<()> {
 
     // --- report -----------------------------------------------------------------------------
     println!();
-    println!("palisade-fence benchmark: {iterations} iterations ({off_iters} for off), medians, same lab simulators");
+    println!("palisade-fence benchmark: {iterations} iterations ({off_iters} for off), medians (p50), same lab simulators");
     println!(
         "{:<58} {:>10} {:<38} {:>10} {:>8}",
         "operation (ours)", "ours", "peer", "peer", "ratio"
@@ -225,57 +231,95 @@ fn main() -> anyhow::Result<()> {
             Some((name, m)) => println!(
                 "{:<58} {:>10} {:<38} {:>10} {:>7.1}x",
                 r.name,
-                ms(r.ours),
+                ms(r.ours.p50),
                 name,
-                ms(*m),
-                m.as_secs_f64() / r.ours.as_secs_f64().max(1e-9)
+                ms(m.p50),
+                m.p50.unwrap_or(0.0) / r.ours.p50.unwrap_or(0.0).max(1e-9)
             ),
-            None => println!("{:<58} {:>10}", r.name, ms(r.ours)),
+            None => println!("{:<58} {:>10}", r.name, ms(r.ours.p50)),
         }
     }
     println!(
         "{machines} BMCs fenced concurrently (verified off): {} total, {failures} failures, {dead}/{machines} machines observed off, RSS {} KiB -> {} KiB",
-        ms(all),
+        ms(Some(all.as_secs_f64() * 1e3)),
         rss_before,
         rss_after
     );
+    if let Some(out) = &out {
+        let mut figures: Vec<Figure> = rows.iter().map(Row::figure).collect();
+        figures.push(Figure::new(
+            format!("{machines} BMCs fenced concurrently (verified off), all done"),
+            "ms",
+            Stat::of([all.as_secs_f64() * 1e3]),
+        ));
+        figures.push(Figure::new(
+            format!("{machines} BMCs fenced concurrently: failures"),
+            "fences",
+            Stat::of([failures as f64]),
+        ));
+        figures.push(Figure::new(
+            format!("{machines} BMCs fenced concurrently: machines observed off"),
+            "machines",
+            Stat::of([dead as f64]),
+        ));
+        figures.push(Figure::new(
+            "bench process RSS (the library's devices), after the concurrent fence",
+            "MiB",
+            Stat::of([rss_after as f64 / 1024.0]),
+        ));
+        run.write(
+            out,
+            json!({"iterations": iterations, "off_iterations": off_iters, "machines": machines}),
+            &figures,
+            json!({"rss_before_concurrent_kib": rss_before}),
+        )
+        .with_context(|| format!("writing {}", out.display()))?;
+        println!("figures written to {}", out.display());
+    }
     if failures > 0 {
         bail!("{failures} concurrent fences failed");
     }
     Ok(())
 }
 
+/// One row of the table: our samples' statistics (ms), and the peer's beside them.
 struct Row {
     name: String,
-    ours: Duration,
-    peer: Option<(String, Duration)>,
+    ours: Stat,
+    peer: Option<(String, Stat)>,
 }
 
 impl Row {
     fn new(name: &str, ours: &[Duration], peer: &str, theirs: &[Duration]) -> Self {
         Self {
             name: name.into(),
-            ours: median(ours),
-            peer: Some((peer.into(), median(theirs))),
+            ours: millis(ours),
+            peer: Some((peer.into(), millis(theirs))),
         }
     }
     fn single(name: &str, ours: &[Duration]) -> Self {
         Self {
             name: name.into(),
-            ours: median(ours),
+            ours: millis(ours),
             peer: None,
+        }
+    }
+    fn figure(&self) -> Figure {
+        let f = Figure::new(&self.name, "ms", self.ours);
+        match &self.peer {
+            Some((tool, theirs)) => f.beside(tool, *theirs),
+            None => f,
         }
     }
 }
 
-fn median(v: &[Duration]) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
+/// The statistics of `v`, in milliseconds.
+fn millis(v: &[Duration]) -> Stat {
+    Stat::of(v.iter().map(|d| d.as_secs_f64() * 1e3))
 }
 
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+fn ms(v: Option<f64>) -> String {
+    format!("{:.1} ms", v.unwrap_or(0.0))
 }
 
 fn time(f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<Duration> {

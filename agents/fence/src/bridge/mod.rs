@@ -337,7 +337,7 @@ impl BridgeClient {
     /// Builds a client.
     pub fn new(s: &ClientSettings) -> Result<Self, ClientError> {
         let http = reqwest::Client::builder()
-            .use_preconfigured_tls(tls_config(s)?)
+            .tls_backend_preconfigured(tls_config(s)?)
             .connect_timeout(s.connect_timeout)
             .timeout(s.request_timeout)
             .http1_only()

@@ -113,7 +113,7 @@ impl Http {
             .map_err(|e| config(format!("{e}")))?;
         let origin = base.origin();
         let client = reqwest::Client::builder()
-            .use_preconfigured_tls(super::tls::client_config(trust).map_err(config)?)
+            .tls_backend_preconfigured(super::tls::client_config(trust).map_err(config)?)
             .connect_timeout(request_timeout)
             .timeout(request_timeout)
             .redirect(reqwest::redirect::Policy::custom(move |attempt| {

@@ -49,21 +49,13 @@ pub trait RegistryApi: Send + Sync {
 /// Builds the HTTPS client every pull shares: TLS verified against `ca_pem` only (no
 /// built-in roots, no way to turn verification off).
 pub fn https_client(ca_pem: &[u8]) -> Result<reqwest::Client, String> {
-    let mut b = reqwest::Client::builder()
-        .use_rustls_tls()
-        .tls_built_in_root_certs(false)
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(palisade_telemetry::tls::pinned(ca_pem)?)
         .https_only(true)
         .connect_timeout(CONNECT_TIMEOUT)
-        .read_timeout(READ_TIMEOUT);
-    let certs =
-        reqwest::Certificate::from_pem_bundle(ca_pem).map_err(|e| format!("CA bundle: {e}"))?;
-    if certs.is_empty() {
-        return Err("CA bundle holds no certificate".into());
-    }
-    for c in certs {
-        b = b.add_root_certificate(c);
-    }
-    b.build().map_err(|e| format!("HTTPS client: {e}"))
+        .read_timeout(READ_TIMEOUT)
+        .build()
+        .map_err(|e| format!("HTTPS client: {e}"))
 }
 
 /// A registry over HTTPS, with the credentials of one pull.

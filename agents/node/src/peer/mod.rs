@@ -205,14 +205,14 @@ impl PeerKey {
 /// generated separately on each node differ, and peers with different keys never vouch for
 /// each other.
 pub fn generate_key_file(path: &Path) -> Result<(), PeerError> {
-    use rand::RngCore;
+    use rand::TryRng;
     use std::io::Write;
     let write_err = |source| PeerError::KeyWrite {
         path: path.to_path_buf(),
         source,
     };
     let mut secret = [0u8; GENERATED_KEY_RANDOM_BYTES];
-    rand::rngs::OsRng
+    rand::rngs::SysRng
         .try_fill_bytes(&mut secret)
         .map_err(|e| write_err(std::io::Error::other(e)))?;
     let mut opts = std::fs::OpenOptions::new();

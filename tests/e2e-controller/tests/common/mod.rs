@@ -214,7 +214,7 @@ pub fn apply_rbac(c: &Client, rt: &tokio::runtime::Runtime) {
             .expect("create RBAC object");
     }
     for text in RBAC.split("\n---") {
-        let doc: serde_json::Value = serde_yaml_ng::from_str(text).expect("rbac.yaml parses");
+        let doc: serde_json::Value = serde_saphyr::from_str(text).expect("rbac.yaml parses");
         if doc.is_null() {
             continue;
         }
@@ -250,7 +250,7 @@ pub fn kubeconfig_as(lab: &Lab, user: &str, file: &str) -> PathBuf {
     use base64::Engine;
     let cp = lab.control_plane().expect("control plane");
     let admin = std::fs::read_to_string(cp.admin_kubeconfig()).expect("admin kubeconfig");
-    let mut cfg: serde_json::Value = serde_yaml_ng::from_str(&admin).expect("kubeconfig parses");
+    let mut cfg: serde_json::Value = serde_saphyr::from_str(&admin).expect("kubeconfig parses");
     let id = lab
         .ca()
         .issue_client_cert(user, None)
@@ -260,7 +260,7 @@ pub fn kubeconfig_as(lab: &Lab, user: &str, file: &str) -> PathBuf {
     user["client-certificate-data"] = b64(&id.cert_pem).into();
     user["client-key-data"] = b64(&id.key_pem).into();
     let path = lab.dir().join(format!("{file}.kubeconfig"));
-    palisade_lab::write_secret(&path, serde_yaml_ng::to_string(&cfg).unwrap().as_bytes())
+    palisade_lab::write_secret(&path, serde_saphyr::to_string(&cfg).unwrap().as_bytes())
         .expect("write the kubeconfig");
     path
 }

@@ -37,6 +37,7 @@ use palisade_lab::{KubeVersion, MachineKind};
 use palisade_model::nodefence::Phase;
 use palisade_scenario::headline::{self, Options, Report, Timeline};
 use palisade_scenario::*;
+use palisade_test_support::bench::{self, Stat};
 use serde_json::{json, Value};
 
 /// The flags, each followed by its value.
@@ -296,39 +297,6 @@ fn fmt(v: Option<f64>) -> String {
         .unwrap_or_else(|| "     -".into())
 }
 
-/// Nearest-rank statistics of one figure over a series' runs (as the scale bench's). With
-/// fewer than 100 runs the p99 is the worst run.
-#[derive(Debug, Clone, Copy, Default)]
-struct Stat {
-    count: usize,
-    min: Option<f64>,
-    p50: Option<f64>,
-    p99: Option<f64>,
-    max: Option<f64>,
-}
-
-impl Stat {
-    fn of(mut v: Vec<f64>) -> Stat {
-        if v.is_empty() {
-            return Stat::default();
-        }
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        let rank = |p: f64| v[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
-        Stat {
-            count: n,
-            min: Some(v[0]),
-            p50: Some(rank(0.5)),
-            p99: Some(rank(0.99)),
-            max: Some(v[n - 1]),
-        }
-    }
-
-    fn json(self) -> Value {
-        json!({"count": self.count, "min": self.min, "p50": self.p50, "p99": self.p99, "max": self.max})
-    }
-}
-
 /// The machine kind's costs, over every run of a series.
 struct MachineSummary {
     memory_mib: Stat,
@@ -421,8 +389,7 @@ impl FaultRuns {
         Stat::of(
             self.reports
                 .iter()
-                .filter_map(|r| of(r).map(|d| d.as_secs_f64()))
-                .collect(),
+                .filter_map(|r| of(r).map(|d| d.as_secs_f64())),
         )
     }
 
@@ -446,12 +413,7 @@ impl FaultRuns {
     /// runs): the controller's timestamps for its phases, polling for the rest.
     fn steps(&self) -> Vec<(&'static str, Stat)> {
         let step = |from: fn(&Report) -> Option<f64>, to: fn(&Report) -> Option<f64>| {
-            Stat::of(
-                self.reports
-                    .iter()
-                    .filter_map(|r| Some(to(r)? - from(r)?))
-                    .collect(),
-            )
+            Stat::of(self.reports.iter().filter_map(|r| Some(to(r)? - from(r)?)))
         };
         let mut steps = Vec::new();
         if self.fault == Fault::Power {
@@ -517,7 +479,7 @@ struct SeriesRuns {
 
 impl SeriesRuns {
     fn machine(&self) -> MachineSummary {
-        let fig = |f: fn(&MachineFigures) -> f64| Stat::of(self.figures.iter().map(f).collect());
+        let fig = |f: fn(&MachineFigures) -> f64| Stat::of(self.figures.iter().map(f));
         MachineSummary {
             memory_mib: fig(|f| f.memory_mib),
             off_reported: fig(|f| f.off_reported.as_secs_f64()),
@@ -875,30 +837,8 @@ fn write_out(
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    let commit = git(&["rev-parse", "--short", "HEAD"]);
-    // Uncommitted changes in the tree the bench was built from (as far as the working
-    // directory tells).
-    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).map(|s| !s.is_empty());
-    let doc = json!({
+    let mut doc = json!({
         "bench": "recovery",
-        "measured_at": k8s_openapi::jiff::Timestamp::now().to_string(),
-        "commit": commit,
-        "uncommitted_changes": dirty,
-        "build": if cfg!(debug_assertions) { "debug" } else { "release" },
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).ok(),
-        // The machine's load when the figures were written (1, 5 and 15 minutes), so that
-        // noise from other work on it is on record beside them.
-        "load_average": std::fs::read_to_string("/proc/loadavg").ok().map(|l| {
-            l.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-        }),
         "runs_per_fault": args.runs,
         "conditions": {
             "node_lease_seconds": 4, "node_renew_seconds": 1, "self_fence_after_seconds": 3,
@@ -917,6 +857,11 @@ fn write_out(
             "stuck": r.stuck,
         })),
     });
+    // When, where and how: the date, the commit, the build, the cores and the load average
+    // (at the end), as every bench's document records them.
+    if let Value::Object(m) = &mut doc {
+        m.extend(bench::provenance());
+    }
     std::fs::write(out, serde_json::to_string_pretty(&doc)?)
         .with_context(|| format!("writing {}", out.display()))?;
     let md = out.with_extension("md");

@@ -1,5 +1,6 @@
 //! `palisade-storage-bench`: verified block latency and data-path throughput of the lab
-//! storage server, in process, on loopback. Bounded in count and time.
+//! storage server, in process, on loopback. Bounded in count and time. With `--out FILE.json`
+//! the figures are written as a bench document (`palisade_test_support::bench`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use palisade_labstore::client::DataClient;
 use palisade_labstore::pki::TestCa;
 use palisade_labstore::server::{self, ServerConfig};
 use palisade_storagefw::{NodeRef, Secret, StorageFirewall, StorageFwConfig, Target};
+use palisade_test_support::bench::{self, nearest_rank, Figure, Stat};
 
 /// Storage benchmark (loopback only).
 #[derive(Debug, Parser)]
@@ -28,17 +30,13 @@ struct Args {
     /// Directory for the server state (default: a temporary directory).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[i]
+    /// Write the figures as JSON to this file.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    let bench_run = bench::Run::start("storage");
     let rounds = args.rounds.clamp(1, 1000);
     let seconds = args.seconds.clamp(1, 60);
     let tmp = tempfile::tempdir()?;
@@ -74,10 +72,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     for _ in 0..rounds {
         let t = Instant::now();
         fw.block(&node).await.context("verified block")?;
-        lat.push(t.elapsed());
+        lat.push(t.elapsed().as_secs_f64() * 1e3);
         fw.unblock(&node).await.context("verified unblock")?;
     }
-    lat.sort();
+    lat.sort_by(f64::total_cmp);
+    let block = Stat::of(lat.iter().copied());
+    let p90 = nearest_rank(&lat, 0.9);
 
     // 2. Throughput with 3 concurrent writers, one volume and one node address each.
     let mut tasks = Vec::new();
@@ -106,11 +106,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let elapsed = t.elapsed().as_secs_f64();
     running.shutdown().await;
 
+    let ms = |v: Option<f64>| v.unwrap_or(f64::NAN);
     println!(
         "verified block latency over {rounds} rounds: median {:.2} ms, p90 {:.2} ms, max {:.2} ms",
-        pct(&lat, 0.5).as_secs_f64() * 1e3,
-        pct(&lat, 0.9).as_secs_f64() * 1e3,
-        lat.last().copied().unwrap_or_default().as_secs_f64() * 1e3
+        ms(block.p50),
+        ms(p90),
+        ms(block.max)
     );
     println!(
         "data path: 3 concurrent writers, {} B records, fsync per record: {total} records in {elapsed:.2} s = {:.0} records/s",
@@ -120,8 +121,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     println!(
         "{}",
         serde_json::json!({
-            "block_latency_ms_median": pct(&lat, 0.5).as_secs_f64() * 1e3,
-            "block_latency_ms_p90": pct(&lat, 0.9).as_secs_f64() * 1e3,
+            "block_latency_ms_median": block.p50,
+            "block_latency_ms_p90": p90,
             "rounds": rounds,
             "writers": 3,
             "records": total,
@@ -129,6 +130,31 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "records_per_second": total as f64 / elapsed,
         })
     );
+    if let Some(out) = &args.out {
+        let figures = [
+            Figure::new(
+                "verified block (block, then read back blocked)",
+                "ms",
+                block,
+            ),
+            Figure::new(
+                "data path: records appended, 3 writers, fsync per record",
+                "records/s",
+                Stat::of([total as f64 / elapsed]),
+            ),
+        ];
+        bench_run
+            .write(
+                out,
+                serde_json::json!({"rounds": rounds, "seconds": seconds, "writers": 3,
+                    "record_bytes": args.record_bytes}),
+                &figures,
+                serde_json::json!({"block_latency_ms": lat, "records": total,
+                    "throughput_seconds": elapsed}),
+            )
+            .with_context(|| format!("writing {}", out.display()))?;
+        println!("figures written to {}", out.display());
+    }
     Ok(())
 }
 
