@@ -47,17 +47,19 @@ pub async fn report(ctx: &Ctx, announced: &mut Announced) {
         .collect();
     let verdicts = acceptance::policies(&snaps, &nodes);
     let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
-    let mut live = Vec::new();
+    // Every configuration object that still exists, by key: a set, because every object is
+    // looked up in it once per round (a list made the round quadratic in the FenceTargets).
+    let mut live = std::collections::HashSet::new();
     for p in &policies {
         let Some(v) = verdicts.get(&p.name_any()) else {
             continue;
         };
-        live.push(key::<FencingPolicy>(p.as_ref()));
+        live.insert(key::<FencingPolicy>(p.as_ref()));
         apply::<FencingPolicy>(ctx, p.as_ref(), v, announced, &mut rejected).await;
     }
     for t in ctx.cache.targets.state() {
         let v = acceptance::target(&t.spec);
-        live.push(key::<FenceTarget>(t.as_ref()));
+        live.insert(key::<FenceTarget>(t.as_ref()));
         apply::<FenceTarget>(ctx, t.as_ref(), &v, announced, &mut rejected).await;
     }
     announced.retain(|k, _| live.contains(k));
