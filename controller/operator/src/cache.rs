@@ -61,10 +61,13 @@ where
 {
     let reader = writer.as_reader();
     let kind = K::kind(&Default::default()).into_owned();
-    // The lab's stalled-watch fault (debug builds only; never true in a release build).
+    // The lab's stalled-watch fault (debug builds only; never true in a release build). Only
+    // changes are held back: a relist's objects replace the whole store, so dropping one of
+    // them would remove the object instead of keeping its last version (a relist ends a real
+    // stall too).
     let delivered = watcher(api, watcher::Config::default()).filter(move |ev| {
         let stalled = match ev {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+            Ok(watcher::Event::Apply(o)) => {
                 palisade_fence::planted::watch_stalled(&kind, &o.name_any())
             }
             _ => false,
