@@ -13,7 +13,10 @@
 //!   but no armed watchdog is treated as if a `nowayout` watchdog backed it, so its
 //!   self-fence is trusted after the timeout;
 //! - `FenceOnWatchedSilence`, in the controller: a NodeFence is created on the watch's view of
-//!   a node's silence alone, without reading from the API whether the node renewed since.
+//!   a node's silence alone, without reading from the API whether the node renewed since;
+//! - `IgnoreCompanionWrites`, in the controller: a companion's write stamp is not part of the
+//!   node's heartbeat, so its self-fence is timed from the kubelet's last renewal even when
+//!   the companion wrote (and so went on petting its watchdog) after it.
 //!
 //! One lab fault lives here too, for the same reason (it must never be reachable in what
 //! ships): [`watch_stalled`], a controller watch that stops delivering one object's changes.
@@ -40,6 +43,8 @@ pub enum Planted {
     TrustWithoutWatchdog,
     /// Fence a node on the watch's view of its silence alone.
     FenceOnWatchedSilence,
+    /// Leave a companion's write stamp out of the node's heartbeat.
+    IgnoreCompanionWrites,
 }
 
 impl Planted {
@@ -52,6 +57,7 @@ impl Planted {
             "IgnoreStaleTokens" => Some(Planted::IgnoreStaleTokens),
             "TrustWithoutWatchdog" => Some(Planted::TrustWithoutWatchdog),
             "FenceOnWatchedSilence" => Some(Planted::FenceOnWatchedSilence),
+            "IgnoreCompanionWrites" => Some(Planted::IgnoreCompanionWrites),
             _ => None,
         }
     }
@@ -133,6 +139,7 @@ mod tests {
             Planted::IgnoreStaleTokens,
             Planted::TrustWithoutWatchdog,
             Planted::FenceOnWatchedSilence,
+            Planted::IgnoreCompanionWrites,
         ] {
             assert_eq!(Planted::parse(&format!(" {bug:?}")), Some(bug));
             // The unit tests never set the variable.

@@ -11,32 +11,62 @@
 //! Lease again and retries), and the controller's heartbeat is the kubelet's `renewTime`
 //! alone, which the companion never writes.
 //!
+//! **The self-fence** (with `--watchdog`): the companion opens the hardware watchdog after
+//! its first successful write, arms it `nowayout`, and pets it only while its last successful
+//! write was sent at most `--self-fence-after` ago. Each write then carries the promise (the
+//! timeout, the armed watchdog as the kernel reported it, the machine's virtualization, scope
+//! `all`) and its write stamp ([`COMPANION_WRITTEN`]). The companion writes only while it
+//! sees the kubelet renew: once the kubelet's `renewTime` has not moved for the Lease's own
+//! `leaseDurationSeconds`, it stops writing, so that the controller, which counts each stamp
+//! as the node's write, sees the node go silent. Past `--self-fence-after` without a write it
+//! stops every pod's containers and sandboxes through the CRI (its own pod excepted), again
+//! every pass, and the watchdog resets the machine a timeout after the last pet.
+//!
 //! Guarantees:
 //! - the advertisement says [`RuntimeSource::Cri`], names every pod UID of which the runtime
 //!   holds any record (a sandbox or a container, live or exited), and answers a challenge only
 //!   with an inventory taken after that challenge was read; when the runtime gives no complete
 //!   answer (a missing, hung or lying socket), it advertises no inventory and no answer, and
 //!   says why in its log;
-//! - it advertises no self-fence, no watchdog and no peer check: nothing on its word earns a
-//!   self-fence's trust.
+//! - a self-fence is promised only with a watchdog the kernel reported armed, by a write that
+//!   carries a stamp; no pet follows a moment when the last successful write is older than
+//!   `--self-fence-after`, so the machine resets within that plus the watchdog timeout (twice
+//!   it, when the companion dies: the kernel pets once more on close) of its last write;
+//! - without `--watchdog` it advertises no self-fence, no watchdog and no stamp: nothing on
+//!   its word earns a self-fence's trust. It runs no peer check, so a control-plane outage
+//!   longer than `--self-fence-after` resets every machine it runs on.
+//!
+//! The CRI stop is not the fence: a stock kubelet restarts what it stops (by restart policy,
+//! even while it cannot reach the API), so only the watchdog's reset is trusted. The stop ends
+//! the writers sooner; the reset ends them for good.
 //!
 //! Assumptions: what the CRI cannot see ([`crate::cri::BLIND_SPOT`]) and the kubelet's own view
 //! of the API (it starts pods, not the companion) are covered by the controller's rule for
 //! such an inventory: a proof only from a boot that began after the fence started (see
 //! `palisade_decide::phase::clean_proof`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
-use palisade_model::advertise::{Advertisement, RuntimeSource, RECOVERY_CHALLENGE};
+#[cfg(doc)]
+use palisade_model::advertise::COMPANION_WRITTEN;
+use palisade_model::advertise::{
+    Advertisement, RuntimeSource, SelfFenceScope, Virtualization, RECOVERY_CHALLENGE,
+};
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::cri::inventory::Inventory;
 use crate::cri::{CriClient, CriError};
 use crate::node::{bounded, NodeError};
+use crate::watchdog::Held;
 
 /// What the companion needs to know.
 #[derive(Debug, Clone)]
@@ -47,8 +77,110 @@ pub struct CompanionConfig {
     pub cri_endpoint: String,
     /// How often a pass runs.
     pub interval: Duration,
-    /// The bound of each API and CRI call.
+    /// The bound of each API call, and of the whole runtime listing.
     pub timeout: Duration,
+    /// The self-fence, when the companion has a watchdog (`None`: it promises none).
+    pub self_fence: Option<SelfFenceConfig>,
+}
+
+/// The companion's self-fence.
+#[derive(Debug, Clone)]
+pub struct SelfFenceConfig {
+    /// The watchdog device (`/dev/watchdog`).
+    pub watchdog: PathBuf,
+    /// The timeout set on it.
+    pub watchdog_timeout: Duration,
+    /// How often it is petted.
+    pub watchdog_interval: Duration,
+    /// How long after its last successful write was sent the companion stops petting and
+    /// stops the pods.
+    pub self_fence_after: Duration,
+    /// The companion's own pod UID, spared by the CRI stop (`None`: it runs as a host
+    /// process).
+    pub own_pod: Option<String>,
+}
+
+impl SelfFenceConfig {
+    /// Why this self-fence cannot keep its promise with passes every `interval`, each call
+    /// bounded by `timeout` (`None`: it can).
+    ///
+    /// Guarantees: `None` only when the watchdog is petted, and the Lease written, at least
+    /// four times per watchdog timeout (what [`Advertisement::companion_current`] assumes) and the self-fence waits longer
+    /// than two of the slowest passes (four bounded calls each, plus the interval), so that
+    /// one slow or failed pass never self-fences a node whose API server answers.
+    pub fn invalid(&self, interval: Duration, timeout: Duration) -> Option<String> {
+        if self.watchdog_interval.is_zero() || self.watchdog_interval * 4 > self.watchdog_timeout {
+            return Some(format!(
+                "--watchdog-interval ({:?}) must be positive and at most a quarter of --watchdog-timeout ({:?})",
+                self.watchdog_interval, self.watchdog_timeout
+            ));
+        }
+        if interval * 4 > self.watchdog_timeout {
+            return Some(format!(
+                "--interval ({interval:?}) must be at most a quarter of --watchdog-timeout ({:?}): the controller takes the promise only from a companion that wrote within half a watchdog timeout of the kubelet's last renewal",
+                self.watchdog_timeout
+            ));
+        }
+        let slowest = interval + timeout * 4;
+        if self.self_fence_after <= slowest * 2 {
+            return Some(format!(
+                "--self-fence-after ({:?}) must exceed two of the slowest passes (2 x (--interval + 4 x --timeout) = {:?})",
+                self.self_fence_after,
+                slowest * 2
+            ));
+        }
+        None
+    }
+}
+
+/// What the companion promises with a write: the self-fence and the armed watchdog, or
+/// nothing.
+#[derive(Debug, Clone, Default)]
+pub struct Promise {
+    /// The self-fence timeout.
+    pub self_fence_after: Option<Duration>,
+    /// The armed watchdog as the kernel reported it (`None`: not armed, which promises
+    /// nothing).
+    pub watchdog: Option<palisade_model::advertise::Watchdog>,
+    /// Whether the machine is virtual.
+    pub virtualization: Option<Virtualization>,
+}
+
+/// The kubelet's renewals as the companion sees them on the Lease: whether they still move.
+///
+/// Guarantees: [`KubeletRenewals::silent`] once the `renewTime` read has not changed for the
+/// Lease's `leaseDurationSeconds` (40 s when the Lease says none), counted from the send
+/// instant of the read that first returned it; a first read counts as a change.
+#[derive(Debug, Clone, Default)]
+pub struct KubeletRenewals {
+    last: Option<(Option<String>, Instant)>,
+    duration: Option<Duration>,
+}
+
+impl KubeletRenewals {
+    /// Records a read of the Lease sent at `sent`.
+    pub fn read(&mut self, lease: &Lease, sent: Instant) {
+        let spec = lease.spec.as_ref();
+        let renew = spec
+            .and_then(|s| s.renew_time.as_ref())
+            .map(|t| t.0.to_string());
+        self.duration = spec
+            .and_then(|s| s.lease_duration_seconds)
+            .and_then(|d| u64::try_from(d).ok())
+            .filter(|d| *d > 0)
+            .map(Duration::from_secs);
+        if self.last.as_ref().is_none_or(|(r, _)| *r != renew) {
+            self.last = Some((renew, sent));
+        }
+    }
+
+    /// Whether the kubelet has stopped renewing, at `now` (`false` before any read).
+    pub fn silent(&self, now: Instant) -> bool {
+        let duration = self.duration.unwrap_or(Duration::from_secs(40));
+        self.last
+            .as_ref()
+            .is_some_and(|(_, at)| now.saturating_duration_since(*at) > duration)
+    }
 }
 
 /// Why a pass wrote nothing.
@@ -64,13 +196,19 @@ pub enum PassError {
 
 /// What one pass advertises: `challenge` (read from the Node before the runtime was listed)
 /// answered by `inventory`, or neither when the runtime gave no complete answer.
+///
+/// With a `promise` whose watchdog is armed, it also promises the self-fence (scope `all`:
+/// the reset ends every pod) and carries the stamp `written`; without one, neither.
 pub fn advertisement(
     challenge: Option<String>,
     inventory: Result<&Inventory, &CriError>,
     boot_id: Option<String>,
     system_uuid: Option<String>,
+    promise: &Promise,
+    written: Timestamp,
 ) -> Advertisement {
     let runtime_pods = inventory.ok().map(|inv| inv.pods.keys().cloned().collect());
+    let promised = promise.watchdog.is_some() && promise.self_fence_after.is_some();
     Advertisement {
         version: Some(env!("CARGO_PKG_VERSION").to_string()),
         boot_id,
@@ -78,6 +216,11 @@ pub fn advertisement(
         challenge: challenge.filter(|_| runtime_pods.is_some()),
         runtime_pods,
         runtime_source: RuntimeSource::Cri,
+        self_fence_after: promise.self_fence_after.filter(|_| promised),
+        watchdog: promise.watchdog.clone().filter(|_| promised),
+        virtualization: promise.virtualization.clone().filter(|_| promised),
+        scope: promised.then_some(SelfFenceScope::All),
+        companion_written: promised.then_some(written),
         ..Advertisement::default()
     }
 }
@@ -108,28 +251,69 @@ pub fn challenge_of(node: &Node) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// Lists the runtime once: connects (the runtime's `Version` first) and takes the inventory.
+/// Lists the runtime once: connects (the runtime's `Version` first) and takes the inventory,
+/// the whole bounded by `cfg.timeout`.
 async fn list(cfg: &CompanionConfig) -> Result<Inventory, CriError> {
-    let cri = CriClient::connect(&cfg.cri_endpoint, cfg.timeout).await?;
-    crate::cri::inventory::inventory(&cri).await
+    let listing = async {
+        let cri = CriClient::connect(&cfg.cri_endpoint, cfg.timeout).await?;
+        crate::cri::inventory::inventory(&cri).await
+    };
+    tokio::time::timeout(cfg.timeout, listing)
+        .await
+        .unwrap_or(Err(CriError::Timeout {
+            method: "inventory",
+            after: cfg.timeout,
+        }))
 }
 
-/// One pass: the challenge, then the inventory, then the Lease write. Returns what was
-/// written.
-pub async fn pass(client: &Client, cfg: &CompanionConfig) -> Result<Advertisement, PassError> {
+/// What one pass did.
+#[derive(Debug)]
+pub enum Pass {
+    /// It wrote this advertisement, with a request sent at this instant.
+    Wrote(Advertisement, Instant),
+    /// The kubelet's renewals have stopped: it wrote nothing.
+    KubeletSilent,
+}
+
+/// One pass: the Lease (is the kubelet still renewing?), the challenge, then the inventory,
+/// then the Lease write.
+pub async fn pass(
+    client: &Client,
+    cfg: &CompanionConfig,
+    kubelet: &mut KubeletRenewals,
+    promise: &Promise,
+) -> Result<Pass, PassError> {
     let nodes: Api<Node> = Api::all(client.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let sent = Instant::now();
+    let Some(lease) = bounded(
+        "read lease",
+        &cfg.node,
+        cfg.timeout,
+        leases.get_opt(&cfg.node),
+    )
+    .await?
+    else {
+        return Err(PassError::NoLease(cfg.node.clone()));
+    };
+    kubelet.read(&lease, sent);
+    if kubelet.silent(Instant::now()) {
+        return Ok(Pass::KubeletSilent);
+    }
     let node = bounded("read node", &cfg.node, cfg.timeout, nodes.get(&cfg.node)).await?;
     let challenge = challenge_of(&node);
     let inventory = list(cfg).await;
     if let Err(e) = &inventory {
         tracing::warn!(error = %e, "the container runtime gave no complete inventory: none is advertised");
     }
+    let sent = Instant::now();
     let ad = advertisement(
         challenge,
         inventory.as_ref(),
         crate::node::boot_id(),
         crate::node::system_uuid(),
+        promise,
+        Timestamp::now(),
     );
     let patch = Patch::Merge(lease_patch(&ad));
     match bounded(
@@ -140,23 +324,146 @@ pub async fn pass(client: &Client, cfg: &CompanionConfig) -> Result<Advertisemen
     )
     .await
     {
-        Ok(_) => Ok(ad),
+        Ok(_) => Ok(Pass::Wrote(ad, sent)),
         Err(e) if e.is_not_found() => Err(PassError::NoLease(cfg.node.clone())),
         Err(e) => Err(e.into()),
     }
 }
 
-/// Runs a pass every `cfg.interval`, for ever; a failed pass is logged and the next one runs
-/// on time.
-pub async fn run(client: Client, cfg: CompanionConfig) {
-    let mut last = None;
+/// Whether the self-fence is due: the last successful write was sent more than `after` ago.
+pub fn fence_due(last_write: Instant, after: Duration, now: Instant) -> bool {
+    now.saturating_duration_since(last_write) > after
+}
+
+/// Stops, through the CRI, every live pod but `own`; returns what is still live after, or why
+/// the runtime could not confirm it.
+async fn stop_all_but(
+    cfg: &CompanionConfig,
+    own: Option<&str>,
+) -> Result<BTreeSet<String>, CriError> {
+    let cri = CriClient::connect(&cfg.cri_endpoint, cfg.timeout).await?;
+    let mut targets = crate::cri::inventory::inventory(&cri).await?.live_pods();
+    if let Some(own) = own {
+        targets.remove(own);
+    }
+    if targets.is_empty() {
+        return Ok(targets);
+    }
+    let report = crate::cri::stop::stop_pods(&cri, &targets).await?;
+    for e in &report.errors {
+        tracing::warn!(error = %e, "self-fence: a stop failed");
+    }
+    Ok(report.still_live)
+}
+
+/// The self-fence loop: every `cfg.interval`, once [`fence_due`], stops the pods through the
+/// CRI (again each time: the kubelet restarts them). The watchdog, unpetted by then, is what
+/// ends them for good.
+async fn self_fence(cfg: CompanionConfig, sf: SelfFenceConfig, renewed: watch::Receiver<Instant>) {
+    let mut fenced = false;
     loop {
-        match pass(&client, &cfg).await {
-            Ok(ad) => {
-                let now = Some((ad.challenge.clone(), ad.runtime_pods.clone()));
+        tokio::time::sleep(cfg.interval).await;
+        let due = fence_due(*renewed.borrow(), sf.self_fence_after, Instant::now());
+        if due != fenced {
+            if due {
+                tracing::error!(after = ?sf.self_fence_after, "self-fence: no successful write for --self-fence-after: stopping every pod through the CRI; the watchdog is no longer petted and resets the machine at its timeout");
+            } else {
+                tracing::info!(
+                    "written again: the self-fence is lifted (the watchdog is petted again)"
+                );
+            }
+            fenced = due;
+        }
+        if !due {
+            continue;
+        }
+        match stop_all_but(&cfg, sf.own_pod.as_deref()).await {
+            Ok(live) if live.is_empty() => {
+                tracing::info!("self-fence: the runtime lists no live pod (but the kubelet may start them again: the watchdog is the fence)");
+            }
+            Ok(live) => tracing::warn!(?live, "self-fence: pods still live after the stop"),
+            Err(e) => {
+                tracing::error!(error = %e, "self-fence: the runtime cannot confirm the stop; the watchdog resets the machine")
+            }
+        }
+    }
+}
+
+/// Runs a pass every `cfg.interval`, for ever; a failed pass is logged and the next one runs
+/// on time. With [`CompanionConfig::self_fence`], also the watchdog's service (opened after
+/// the first successful write) and the self-fence loop.
+pub async fn run(client: Client, cfg: CompanionConfig) {
+    let (renewed_tx, renewed_rx) = watch::channel(Instant::now());
+    let held = Held::default();
+    let mut promise = Promise::default();
+    if let Some(sf) = cfg.self_fence.clone() {
+        let virtualization = crate::virt::detect(&crate::virt::Roots::host());
+        tracing::info!(virtualization = virtualization.as_str(), "machine detected");
+        promise.self_fence_after = Some(sf.self_fence_after);
+        promise.virtualization = Some(virtualization.clone());
+        let (_excused_tx, excused) = watch::channel(None);
+        let (_fence_tx, fence) = watch::channel(crate::pod_worker::FenceState::default());
+        let (_shutdown_tx, shutdown) = watch::channel(false);
+        let service = crate::watchdog::Service {
+            cfg: crate::watchdog::WatchdogConfig {
+                path: sf.watchdog.clone(),
+                interval: sf.watchdog_interval,
+                max_lease_age: sf.self_fence_after,
+            },
+            request: crate::watchdog_device::ArmRequest {
+                timeout: sf.watchdog_timeout,
+                nowayout: true,
+                interval: sf.watchdog_interval,
+            },
+            // Opened only after the first successful write: a restarted companion never pets
+            // a watchdog its predecessor left unpetted before it wrote again.
+            opened: None,
+            virtualization,
+            held: held.clone(),
+            renewed: renewed_rx.clone(),
+            excused,
+            fence,
+            shutdown,
+            // Never disarmed: the companion cannot tell, at its stop, what the kubelet runs.
+            may_disarm: Arc::new(|| false),
+            on_armed: Arc::new(|_| {}),
+            on_arm_failure: Arc::new(|| {}),
+        };
+        tokio::spawn(async move {
+            // Keep the channels' senders for as long as the service runs.
+            let _keep = (_excused_tx, _fence_tx, _shutdown_tx);
+            if let Err(e) = crate::watchdog::serve(service).await {
+                tracing::error!(error = %e, "watchdog stopped: no self-fence is promised");
+            }
+        });
+        tokio::spawn(self_fence(cfg.clone(), sf, renewed_rx));
+    }
+    let mut kubelet = KubeletRenewals::default();
+    let mut last = None;
+    let mut silent = false;
+    loop {
+        promise.watchdog = held.advertised();
+        match pass(&client, &cfg, &mut kubelet, &promise).await {
+            Ok(Pass::Wrote(ad, sent)) => {
+                let _ = renewed_tx.send(sent);
+                if silent {
+                    tracing::info!("the kubelet renews again: writing again");
+                    silent = false;
+                }
+                let now = Some((
+                    ad.challenge.clone(),
+                    ad.runtime_pods.clone(),
+                    ad.watchdog.is_some(),
+                ));
                 if now != last {
-                    tracing::info!(challenge = ?ad.challenge, pods = ?ad.runtime_pods, "advertised: the challenge answered and the pods the container runtime holds");
+                    tracing::info!(challenge = ?ad.challenge, pods = ?ad.runtime_pods, self_fence = ad.self_fence_after.is_some(), "advertised: the challenge answered, the pods the container runtime holds, and the self-fence promise");
                     last = now;
+                }
+            }
+            Ok(Pass::KubeletSilent) => {
+                if !silent {
+                    tracing::warn!("the kubelet's renewals stopped (its Lease's renewTime has not moved for its leaseDurationSeconds): writing nothing, so the node is seen silent");
+                    silent = true;
                 }
             }
             Err(e) => tracing::warn!(error = %e, "advertisement not written"),
@@ -195,7 +502,14 @@ mod tests {
     #[test]
     fn every_pod_the_runtime_holds_a_record_of_is_advertised_live_or_not() {
         let inv = inventory();
-        let ad = advertisement(Some("nf-1".into()), Ok(&inv), Some("b".into()), None);
+        let ad = advertisement(
+            Some("nf-1".into()),
+            Ok(&inv),
+            Some("b".into()),
+            None,
+            &Promise::default(),
+            Timestamp::UNIX_EPOCH,
+        );
         let pods = ad.runtime_pods.as_ref().unwrap();
         assert!(pods.contains("live") && pods.contains("exited"), "{pods:?}");
         assert_eq!(ad.challenge.as_deref(), Some("nf-1"));
@@ -204,6 +518,7 @@ mod tests {
         assert_eq!(ad.self_fence_after, None);
         assert_eq!(ad.watchdog, None);
         assert_eq!(ad.peer_check, None);
+        assert_eq!(ad.companion_written, None);
     }
 
     #[test]
@@ -212,7 +527,14 @@ mod tests {
             method: "ListContainers",
             after: Duration::from_secs(2),
         };
-        let ad = advertisement(Some("nf-1".into()), Err(&e), Some("b".into()), None);
+        let ad = advertisement(
+            Some("nf-1".into()),
+            Err(&e),
+            Some("b".into()),
+            None,
+            &Promise::default(),
+            Timestamp::UNIX_EPOCH,
+        );
         assert_eq!(ad.runtime_pods, None);
         assert_eq!(ad.challenge, None);
         let patch = lease_patch(&ad);
@@ -236,7 +558,10 @@ mod tests {
             Ok(&inv),
             Some("b".into()),
             Some("u".into()),
+            &armed(),
+            "2026-11-30T12:00:00.250Z".parse().unwrap(),
         );
+        assert!(ad.companion_written.is_some() && ad.watchdog.is_some());
         let patch = lease_patch(&ad);
         let a: BTreeMap<String, String> = patch["metadata"]["annotations"]
             .as_object()
@@ -245,6 +570,117 @@ mod tests {
             .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
             .collect();
         assert_eq!(Advertisement::from_annotations(&a), ad);
+    }
+
+    fn armed() -> Promise {
+        Promise {
+            self_fence_after: Some(Duration::from_secs(30)),
+            watchdog: Some(palisade_model::advertise::Watchdog {
+                timeout: Duration::from_secs(20),
+                nowayout: true,
+                action: Some(palisade_model::advertise::WatchdogAction::Reset),
+                driver: Some("iTCO_wdt".into()),
+            }),
+            virtualization: Some(Virtualization::None),
+        }
+    }
+
+    #[test]
+    fn a_self_fence_is_promised_only_with_an_armed_watchdog_and_with_a_stamp() {
+        let inv = inventory();
+        let at: Timestamp = "2026-11-30T12:00:00Z".parse().unwrap();
+        let ad = advertisement(None, Ok(&inv), Some("b".into()), None, &armed(), at);
+        assert_eq!(ad.self_fence_after, Some(Duration::from_secs(30)));
+        assert_eq!(ad.scope, Some(SelfFenceScope::All));
+        assert_eq!(ad.companion_written, Some(at));
+        assert_eq!(ad.virtualization, Some(Virtualization::None));
+        // The stamp and the promise are current against a renewal stamped at the same time.
+        assert_eq!(ad.companion_current(Some(at), Some("b")), Ok(()));
+        // A watchdog not (or no longer) armed: nothing is promised, no stamp is written.
+        let unarmed = Promise {
+            watchdog: None,
+            ..armed()
+        };
+        let ad = advertisement(None, Ok(&inv), Some("b".into()), None, &unarmed, at);
+        assert_eq!(ad.self_fence_after, None);
+        assert_eq!(ad.watchdog, None);
+        assert_eq!(ad.scope, None);
+        assert_eq!(ad.companion_written, None);
+        let a = &lease_patch(&ad)["metadata"]["annotations"];
+        assert!(
+            a[palisade_model::advertise::COMPANION_WRITTEN].is_null()
+                && a[palisade_model::advertise::SELF_FENCE_AFTER].is_null(),
+            "an earlier promise is withdrawn: {a}"
+        );
+    }
+
+    fn lease(renew: Option<&str>, duration: Option<i32>) -> Lease {
+        Lease {
+            spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+                renew_time: renew.map(|r| {
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(r.parse().unwrap())
+                }),
+                lease_duration_seconds: duration,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_kubelet_is_silent_once_its_renew_time_stood_still_for_its_lease_duration() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut k = KubeletRenewals::default();
+        assert!(!k.silent(t0 + s(3600)), "no read yet: nothing is known");
+        k.read(&lease(Some("2026-11-30T12:00:00Z"), Some(4)), t0);
+        assert!(!k.silent(t0 + s(4)));
+        // The same renewTime read again later does not restart the count.
+        k.read(&lease(Some("2026-11-30T12:00:00Z"), Some(4)), t0 + s(3));
+        assert!(k.silent(t0 + s(5)));
+        // A renewal read is a change: counted from that read's send instant.
+        k.read(&lease(Some("2026-11-30T12:00:06Z"), Some(4)), t0 + s(6));
+        assert!(!k.silent(t0 + s(10)));
+        assert!(k.silent(t0 + s(11)));
+        // Without a lease duration, the kubelet's default of 40 s.
+        let mut k = KubeletRenewals::default();
+        k.read(&lease(Some("2026-11-30T12:00:00Z"), None), t0);
+        assert!(!k.silent(t0 + s(40)) && k.silent(t0 + s(41)));
+    }
+
+    #[test]
+    fn the_self_fence_is_due_only_past_its_timeout_since_the_last_write_sent() {
+        let t0 = Instant::now();
+        let after = Duration::from_secs(30);
+        assert!(!fence_due(t0, after, t0 + after));
+        assert!(fence_due(t0, after, t0 + after + Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn a_self_fence_that_could_not_keep_its_promise_is_refused() {
+        let s = Duration::from_secs;
+        let sf = |timeout: u64, interval: u64, after: u64| SelfFenceConfig {
+            watchdog: "/dev/watchdog".into(),
+            watchdog_timeout: s(timeout),
+            watchdog_interval: s(interval),
+            self_fence_after: s(after),
+            own_pod: None,
+        };
+        // Defaults: 20 s watchdog petted every 2 s, 60 s, passes every 5 s with 5 s calls.
+        assert_eq!(sf(20, 2, 60).invalid(s(5), s(5)), None);
+        assert!(sf(20, 6, 60)
+            .invalid(s(5), s(5))
+            .unwrap()
+            .contains("quarter"));
+        assert!(sf(20, 0, 60).invalid(s(5), s(5)).is_some());
+        assert!(sf(20, 2, 60)
+            .invalid(s(10), s(5))
+            .unwrap()
+            .contains("--interval"));
+        assert!(sf(20, 2, 50)
+            .invalid(s(5), s(5))
+            .unwrap()
+            .contains("two of the slowest"));
     }
 
     #[test]

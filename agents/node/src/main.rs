@@ -1,7 +1,7 @@
 //! The `palisade-node` binary: flags, wiring, and the container shim modes.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use palisade_node::node::{self, NodeConfig};
 use palisade_node::pod_worker::{Ctx, FenceState};
 use palisade_node::reporter::Reporter;
 use palisade_node::runtime::process::ProcessRuntime;
-use palisade_node::watchdog_device::{self, Armed};
+use palisade_node::watchdog_device;
 use palisade_node::{shim, source, state::StateStore};
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -535,14 +535,12 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
     let (fence_state_tx, fence_state_rx) = (fence_tx, fence_rx_monitor);
     let (mgr_tx, mgr_rx) = tokio::sync::mpsc::channel(4);
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let watchdog_state = Arc::new(parking_lot::Mutex::new(None::<Armed>));
+    let watchdog_held = palisade_node::watchdog::Held::default();
     // Whether a hypervisor could pause this machine (freezing its watchdog and clocks), and
     // what the watchdog's expiry does: both advertised, both read once (neither changes while
     // the agent runs; softdog's parameters are read-only).
     let virtualization = palisade_node::virt::detect(&palisade_node::virt::Roots::host());
     tracing::info!(virtualization = virtualization.as_str(), "machine detected");
-    // What the watchdog's expiry does, read when it is opened (the advertiser reads it).
-    let watchdog_expiry = Arc::new(parking_lot::Mutex::new(None::<watchdog_device::Expiry>));
     let watchdog = match &args.watchdog {
         Some(path) => {
             // Opening a watchdog (and arming it) pets it. After a stale renewal record the
@@ -550,30 +548,11 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
             // last pet scheduled: open it only once the Lease is renewed again.
             let opens_now =
                 palisade_node::watchdog::opens_at_start(last_renewal, args.self_fence_after);
-            let dev = if opens_now {
+            let opened = if opens_now {
                 Some(palisade_node::watchdog::open(path)?)
             } else {
                 tracing::warn!(device = %path.display(), "stale Lease at start: the watchdog is opened (which pets it) only once the Lease is renewed");
                 None
-            };
-            let path = path.clone();
-            let (expiry, state, m) = (
-                watchdog_expiry.clone(),
-                watchdog_state.clone(),
-                metrics.clone(),
-            );
-            let virtualization = virtualization.clone();
-            let (mut renewed, excused, fence) =
-                (renew_rx.clone(), excused_rx.clone(), fence_state_rx.clone());
-            let request = watchdog_device::ArmRequest {
-                timeout: args.watchdog_timeout,
-                nowayout: !args.watchdog_allow_disarm,
-                interval: args.watchdog_interval,
-            };
-            let cfg = palisade_node::watchdog::WatchdogConfig {
-                path: path.clone(),
-                interval: args.watchdog_interval,
-                max_lease_age: args.self_fence_after,
             };
             // Disarm only once no container has a live process (every container counts: the
             // runtime alone cannot tell which pods use a PVC).
@@ -581,67 +560,33 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
                 let runtime = ctx.runtime.clone();
                 Arc::new(move || palisade_node::inventory::live_pods(runtime.as_ref()).is_empty())
             };
-            Some(tokio::spawn(async move {
-                let dev = match dev {
-                    Some(dev) => dev,
-                    None => {
-                        if !palisade_node::watchdog::renewed_since_start(
-                            &mut renewed,
-                            shutdown_rx.clone(),
-                        )
-                        .await
-                        {
-                            return Ok(());
-                        }
-                        tracing::info!(device = %path.display(), "Lease renewed: opening the watchdog");
-                        palisade_node::watchdog::open(&path).inspect_err(|e| {
-                            tracing::error!(error = %e, "the watchdog cannot be opened: the self-fence is not advertised as trustworthy");
-                        })?
-                    }
-                };
-                // Opening armed it. Set its timeout and nowayout, and advertise only what the
-                // kernel reports back; a watchdog that cannot be armed so is still petted (it
-                // is running), but never advertised, so the controller never trusts it.
-                let ctl =
-                    watchdog_device::Linux::new(&dev, &path, Path::new("/sys/class/watchdog"));
-                let read = watchdog_device::expiry(
-                    &watchdog_device::ExpiryRoots {
-                        device: ctl.sysfs_dir(),
-                        sys: Path::new("/sys"),
-                        proc: Path::new("/proc"),
+            let (m1, m2) = (metrics.clone(), metrics.clone());
+            Some(tokio::spawn(palisade_node::watchdog::serve(
+                palisade_node::watchdog::Service {
+                    cfg: palisade_node::watchdog::WatchdogConfig {
+                        path: path.clone(),
+                        interval: args.watchdog_interval,
+                        max_lease_age: args.self_fence_after,
                     },
-                    &virtualization,
-                );
-                tracing::info!(device = %path.display(), driver = ?read.driver, action = read.action.as_str(), "watchdog expiry action");
-                *expiry.lock() = Some(read);
-                match watchdog_device::arm(&ctl, request) {
-                    Ok(armed) => {
-                        tracing::info!(device = %path.display(), timeout = ?armed.timeout, nowayout = armed.nowayout, "watchdog armed");
-                        m.watchdog_armed(Some(armed));
-                        *state.lock() = Some(armed);
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "watchdog not armed as asked: the self-fence is not advertised as trustworthy");
-                        m.watchdog_arm_failures.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                tracing::info!(device = %path.display(), interval = ?cfg.interval, "petting the watchdog while the Lease is renewed");
-                let r = palisade_node::watchdog::run(
-                    cfg,
-                    dev,
-                    renewed,
-                    excused,
-                    fence,
-                    shutdown_rx,
+                    request: watchdog_device::ArmRequest {
+                        timeout: args.watchdog_timeout,
+                        nowayout: !args.watchdog_allow_disarm,
+                        interval: args.watchdog_interval,
+                    },
+                    opened,
+                    virtualization: virtualization.clone(),
+                    held: watchdog_held.clone(),
+                    renewed: renew_rx.clone(),
+                    excused: excused_rx.clone(),
+                    fence: fence_state_rx.clone(),
+                    shutdown: shutdown_rx,
                     may_disarm,
-                )
-                .await;
-                // The petting loop is gone: stop advertising the watchdog (the machine still
-                // resets at its timeout; what is withdrawn is only the claim).
-                *state.lock() = None;
-                m.watchdog_armed(None);
-                r
-            }))
+                    on_armed: Arc::new(move |a| m1.watchdog_armed(a)),
+                    on_arm_failure: Arc::new(move || {
+                        m2.watchdog_arm_failures.fetch_add(1, Ordering::Relaxed);
+                    }),
+                },
+            )))
         }
         None => None,
     };
@@ -679,8 +624,7 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
     let advertise: node::Advertiser = {
         let ctx = ctx.clone();
         let challenge = challenge.clone();
-        let watchdog_state = watchdog_state.clone();
-        let watchdog_expiry = watchdog_expiry.clone();
+        let watchdog_held = watchdog_held.clone();
         let virtualization = virtualization.clone();
         // The machine the kubelet's Node reports (`status.nodeInfo.systemUUID`), advertised
         // so that recovery counts an answer only from the machine a fence pinned.
@@ -700,15 +644,7 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
             palisade_model::advertise::Advertisement {
                 self_fence_after: Some(after),
                 // What the kernel reported when the agent armed it, while the agent pets it.
-                watchdog: watchdog_state.lock().map(|a| {
-                    let expiry = watchdog_expiry.lock();
-                    palisade_model::advertise::Watchdog {
-                        timeout: a.timeout,
-                        nowayout: a.nowayout,
-                        action: expiry.as_ref().map(|e| e.action),
-                        driver: expiry.as_ref().and_then(|e| e.driver.clone()),
-                    }
-                }),
+                watchdog: watchdog_held.advertised(),
                 virtualization: Some(virtualization.clone()),
                 scope: Some(scope),
                 version: Some(env!("CARGO_PKG_VERSION").to_string()),
@@ -723,6 +659,8 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
                         ..*p
                     }
                 }),
+                companion_written: None,
+                companion_stale: None,
             }
         })
     };

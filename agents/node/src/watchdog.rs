@@ -16,10 +16,16 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+
+use palisade_model::advertise::Virtualization;
+use parking_lot::Mutex;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+use crate::watchdog_device::{ArmRequest, Armed, Expiry};
 
 /// The byte written to pet the watchdog (any byte but `V` works).
 pub const PET: &[u8] = b"1";
@@ -169,6 +175,126 @@ pub async fn run(
     drop(dev);
     tracing::info!("watchdog disarmed (magic close)");
     Ok(())
+}
+
+/// The watchdog as armed, shared by its service (which writes it) and the advertiser (which
+/// reads it with every write of the Lease).
+#[derive(Debug, Clone, Default)]
+pub struct Held {
+    armed: Arc<Mutex<Option<Armed>>>,
+    expiry: Arc<Mutex<Option<Expiry>>>,
+}
+
+impl Held {
+    /// The watchdog to advertise: what the kernel reported when it was armed, while its
+    /// service pets it (`None`: not armed as asked, or no longer petted).
+    pub fn advertised(&self) -> Option<palisade_model::advertise::Watchdog> {
+        let armed = (*self.armed.lock())?;
+        let expiry = self.expiry.lock();
+        Some(palisade_model::advertise::Watchdog {
+            timeout: armed.timeout,
+            nowayout: armed.nowayout,
+            action: expiry.as_ref().map(|e| e.action),
+            driver: expiry.as_ref().and_then(|e| e.driver.clone()),
+        })
+    }
+}
+
+/// Everything a watchdog's service needs (see [`serve`]).
+pub struct Service {
+    /// How it is petted.
+    pub cfg: WatchdogConfig,
+    /// How it is armed.
+    pub request: ArmRequest,
+    /// The device, when it was opened at start ([`opens_at_start`]); `None`: it is opened
+    /// only after the next renewal.
+    pub opened: Option<std::fs::File>,
+    /// Whether the machine is virtual (what the expiry does depends on it).
+    pub virtualization: Virtualization,
+    /// Where the armed state is published.
+    pub held: Held,
+    /// The send instant of the last successful renewal.
+    pub renewed: watch::Receiver<Instant>,
+    /// The peers' excuse.
+    pub excused: crate::node::Excused,
+    /// The self-fence state.
+    pub fence: watch::Receiver<crate::pod_worker::FenceState>,
+    /// Turns true at shutdown.
+    pub shutdown: watch::Receiver<bool>,
+    /// Whether a clean stop may disarm it (see [`run`]).
+    pub may_disarm: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// Told what was armed (`None` once it is no longer petted), for metrics.
+    pub on_armed: Arc<dyn Fn(Option<Armed>) + Send + Sync>,
+    /// Told when it could not be armed as asked, for metrics.
+    pub on_arm_failure: Arc<dyn Fn() + Send + Sync>,
+}
+
+/// Opens (if [`Service::opened`] is `None`, once a renewal follows the start), arms and pets
+/// the watchdog until shutdown, publishing what is armed in [`Service::held`].
+///
+/// Guarantees: [`Held::advertised`] is `Some` only between a successful [`arm`] (what the
+/// kernel reported back, with the expiry action read from the driver) and the end of the
+/// petting loop; a watchdog that cannot be armed as asked is still petted (opening it started
+/// it) but never advertised. Petting follows [`run`].
+pub async fn serve(s: Service) -> Result<(), WatchdogError> {
+    let Service {
+        cfg,
+        request,
+        opened,
+        virtualization,
+        held,
+        mut renewed,
+        excused,
+        fence,
+        shutdown,
+        may_disarm,
+        on_armed,
+        on_arm_failure,
+    } = s;
+    let path = cfg.path.clone();
+    let dev = match opened {
+        Some(dev) => dev,
+        None => {
+            if !renewed_since_start(&mut renewed, shutdown.clone()).await {
+                return Ok(());
+            }
+            tracing::info!(device = %path.display(), "Lease renewed: opening the watchdog");
+            open(&path).inspect_err(|e| {
+                tracing::error!(error = %e, "the watchdog cannot be opened: the self-fence is not advertised as trustworthy");
+            })?
+        }
+    };
+    // Opening armed it. Set its timeout and nowayout, and advertise only what the kernel
+    // reports back.
+    let ctl = crate::watchdog_device::Linux::new(&dev, &path, Path::new("/sys/class/watchdog"));
+    let read = crate::watchdog_device::expiry(
+        &crate::watchdog_device::ExpiryRoots {
+            device: ctl.sysfs_dir(),
+            sys: Path::new("/sys"),
+            proc: Path::new("/proc"),
+        },
+        &virtualization,
+    );
+    tracing::info!(device = %path.display(), driver = ?read.driver, action = read.action.as_str(), "watchdog expiry action");
+    *held.expiry.lock() = Some(read);
+    match crate::watchdog_device::arm(&ctl, request) {
+        Ok(armed) => {
+            tracing::info!(device = %path.display(), timeout = ?armed.timeout, nowayout = armed.nowayout, "watchdog armed");
+            on_armed(Some(armed));
+            *held.armed.lock() = Some(armed);
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "watchdog not armed as asked: the self-fence is not advertised as trustworthy");
+            on_arm_failure();
+        }
+    }
+    tracing::info!(device = %path.display(), interval = ?cfg.interval, "petting the watchdog while the Lease is renewed");
+    let r = run(cfg, dev, renewed, excused, fence, shutdown, may_disarm).await;
+    // The petting loop is gone: stop advertising the watchdog (the machine still resets at
+    // its timeout; what is withdrawn is only the claim).
+    *held.armed.lock() = None;
+    on_armed(None);
+    r
 }
 
 #[cfg(test)]

@@ -24,6 +24,11 @@ use crate::snapshot::{Exclusion, PdbSnapshot, PodSnapshot, Tolerance, Toleration
 /// lifecycle controller preserves when it marks the node `Unknown`) is the marker, whatever
 /// the condition's status.
 ///
+/// A companion beside a stock kubelet writes on the kubelet's Lease too: its write stamp
+/// ([`palisade_model::advertise::COMPANION_WRITTEN`]) is part of the marker, because its
+/// self-fence is timed from its own last write, which may follow the kubelet's last renewal;
+/// the companion stops writing once the kubelet's renewals stop.
+///
 /// Guarantees: a change of the Ready condition made by anyone but the node itself never
 /// changes the marker of a node that has a Lease. Assumptions: the Lease passed is the node's
 /// own (namespace `kube-node-lease`, named after the node), read from the same cache on every
@@ -37,10 +42,15 @@ pub fn heartbeat(node: &Node, lease: Option<&Lease>) -> Heartbeat {
         return Heartbeat {
             lease_renew_time,
             ready_heartbeat: None,
+            companion_written: lease
+                .and_then(|l| l.metadata.annotations.as_ref())
+                .and_then(|a| a.get(palisade_model::advertise::COMPANION_WRITTEN))
+                .cloned(),
         };
     }
     Heartbeat {
         lease_renew_time: None,
+        companion_written: None,
         ready_heartbeat: node
             .status
             .as_ref()
@@ -60,12 +70,31 @@ pub fn node_facts(node: &Node) -> (BTreeMap<String, String>, Option<Exclusion>) 
     (labels, Exclusion::from_annotations(&annotations))
 }
 
-/// The agent's advertisement carried by its Lease (the one written with its latest renewal).
-pub fn advertisement(lease: Option<&Lease>) -> Advertisement {
-    lease
-        .and_then(|l| l.metadata.annotations.as_ref())
+/// The agent's advertisement carried by its Lease (the one written with its latest renewal),
+/// judged with `node` when a companion wrote it: a companion's self-fence promise that is not
+/// current ([`Advertisement::companion_current`], against the Lease's `renewTime` and the
+/// Node's reported boot ID) is marked stale and earns no trust.
+pub fn advertisement(lease: Option<&Lease>, node: Option<&Node>) -> Advertisement {
+    let Some(lease) = lease else {
+        return Advertisement::default();
+    };
+    let mut ad = lease
+        .metadata
+        .annotations
+        .as_ref()
         .map(Advertisement::from_annotations)
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let renew_time = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.renew_time.as_ref())
+        .map(|t| t.0);
+    let boot_id = node
+        .and_then(|n| n.status.as_ref())
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.boot_id.as_str());
+    ad.companion_stale = ad.companion_current(renew_time, boot_id).err();
+    ad
 }
 
 /// Whether the pod has finished (phase Succeeded or Failed): such pods hold nothing and are
@@ -195,6 +224,7 @@ mod tests {
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
     use k8s_openapi::jiff::Timestamp;
+    use palisade_model::advertise::Distrust;
     use std::time::Duration;
 
     fn ts(ms: i64) -> Timestamp {
@@ -302,6 +332,108 @@ mod tests {
         );
     }
 
+    /// A companion's Lease: the kubelet renewed at `renew_ms`, the companion wrote at
+    /// `stamp_ms` on boot `boot`, promising a self-fence with a 10 s watchdog.
+    fn companion_lease(renew_ms: i64, stamp_ms: Option<i64>, boot: &str) -> Lease {
+        use palisade_model::advertise as a;
+        let mut annotations: BTreeMap<String, String> = [
+            (a::SELF_FENCE_AFTER, "30"),
+            (a::WATCHDOG_TIMEOUT, "10"),
+            (a::WATCHDOG_NOWAYOUT, "true"),
+            (a::WATCHDOG_ACTION, "reset"),
+            (a::VIRTUALIZATION, "none"),
+            (a::SELF_FENCE_SCOPE, "all"),
+            (a::RUNTIME_SOURCE, "cri"),
+            (a::BOOT_ID, boot),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        if let Some(ms) = stamp_ms {
+            annotations.insert(a::COMPANION_WRITTEN.into(), ts(ms).to_string());
+        }
+        Lease {
+            metadata: ObjectMeta {
+                annotations: Some(annotations),
+                ..Default::default()
+            },
+            ..lease_renewed(Some(renew_ms))
+        }
+    }
+
+    fn booted(boot: &str) -> Node {
+        Node {
+            status: Some(NodeStatus {
+                node_info: Some(k8s_openapi::api::core::v1::NodeSystemInfo {
+                    boot_id: boot.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_companions_stamp_is_the_nodes_write() {
+        let node = Node::default();
+        let a = heartbeat(&node, Some(&companion_lease(1000, Some(1500), "b")));
+        let b = heartbeat(&node, Some(&companion_lease(1000, Some(2500), "b")));
+        assert_ne!(
+            a.marker(),
+            b.marker(),
+            "a companion write alone moves the marker"
+        );
+        // Without a companion, the marker is what earlier versions persisted.
+        assert_eq!(
+            heartbeat(&node, Some(&lease_renewed(Some(1000)))).marker(),
+            format!("lease={};ready=-", ts(1000))
+        );
+    }
+
+    #[test]
+    fn a_companions_promise_is_trusted_only_while_current() {
+        let trust = |lease: &Lease, node: &Node| {
+            advertisement(Some(lease), Some(node)).trust(Duration::ZERO, Default::default())
+        };
+        let b = booted("b");
+        // Written 1 s before the kubelet's renewal, on the Node's boot: 30 s + 2 x 10 s.
+        assert_eq!(
+            trust(&companion_lease(10_000, Some(9_000), "b"), &b),
+            Ok(Duration::from_secs(50))
+        );
+        // Written after the kubelet's last renewal (a kubelet hung, the companion not yet
+        // stopped): current.
+        assert!(trust(&companion_lease(10_000, Some(14_000), "b"), &b).is_ok());
+        // Half the watchdog timeout behind is the bound; past it, a companion that stopped.
+        assert!(trust(&companion_lease(10_000, Some(5_000), "b"), &b).is_ok());
+        let stale = trust(&companion_lease(10_000, Some(4_999), "b"), &b);
+        assert!(
+            matches!(&stale, Err(Distrust::CompanionNotCurrent { why }) if why.contains("before the kubelet's renewal")),
+            "{stale:?}"
+        );
+        // Another boot than the Node reports: the machine restarted since the companion wrote.
+        let other = trust(&companion_lease(10_000, Some(9_000), "b"), &booted("c"));
+        assert!(
+            matches!(&other, Err(Distrust::CompanionNotCurrent { why }) if why.contains("boot")),
+            "{other:?}"
+        );
+        // No stamp at all.
+        assert!(matches!(
+            trust(&companion_lease(10_000, None, "b"), &b),
+            Err(Distrust::CompanionNotCurrent { .. })
+        ));
+        // The node agent's promise (no runtime source) needs no stamp.
+        let mut agent = companion_lease(10_000, None, "b");
+        agent
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .remove(palisade_model::advertise::RUNTIME_SOURCE);
+        assert!(trust(&agent, &b).is_ok());
+    }
+
     #[test]
     fn node_facts_read_annotations() {
         let node = Node {
@@ -333,10 +465,10 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            advertisement(Some(&lease)).self_fence_after,
+            advertisement(Some(&lease), None).self_fence_after,
             Some(Duration::from_secs(12))
         );
-        assert_eq!(advertisement(None), Advertisement::default());
+        assert_eq!(advertisement(None, None), Advertisement::default());
     }
 
     fn pod_with(volumes: &[&str], tolerations: Vec<Toleration>, phase: &str) -> Pod {

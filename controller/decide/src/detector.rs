@@ -21,17 +21,27 @@ pub struct Heartbeat {
     pub lease_renew_time: Option<String>,
     /// The node's Ready condition `lastHeartbeatTime`, verbatim.
     pub ready_heartbeat: Option<String>,
+    /// The companion's write stamp on the Lease, verbatim (`None`: no companion writes).
+    pub companion_written: Option<String>,
 }
 
 impl Heartbeat {
     /// Both markers as one opaque string, for equality checks that must survive a controller
     /// restart (they are persisted).
+    ///
+    /// The companion's stamp is appended only when present, so the markers of nodes without a
+    /// companion (persisted by earlier versions) are unchanged.
     pub fn marker(&self) -> String {
-        format!(
+        let mut m = format!(
             "lease={};ready={}",
             self.lease_renew_time.as_deref().unwrap_or("-"),
             self.ready_heartbeat.as_deref().unwrap_or("-")
-        )
+        );
+        if let Some(c) = &self.companion_written {
+            m.push_str(";companion=");
+            m.push_str(c);
+        }
+        m
     }
 }
 
@@ -295,6 +305,7 @@ mod tests {
         Heartbeat {
             lease_renew_time: Some(renew.into()),
             ready_heartbeat: None,
+            companion_written: None,
         }
     }
 
@@ -345,6 +356,7 @@ mod tests {
         let both = Heartbeat {
             lease_renew_time: Some("b".into()),
             ready_heartbeat: Some("x".into()),
+            companion_written: None,
         };
         assert_eq!(d.observe("m0", both, Mono::from_secs(9)), Observed::Changed);
         assert_eq!(d.health("m0", Mono::from_secs(9), T), Some(Health::Healthy));

@@ -243,6 +243,7 @@ mod tests {
         Heartbeat {
             lease_renew_time: Some(marker.into()),
             ready_heartbeat: None,
+            companion_written: None,
         }
     }
 

@@ -129,7 +129,7 @@ pub fn findings(
                 }
             }
             None if policy.spec.trust_self_fence.enabled => {
-                let ad = palisade_decide::convert::advertisement(w.leases.get(&name));
+                let ad = palisade_decide::convert::advertisement(w.leases.get(&name), Some(n));
                 let margin =
                     Duration::from_secs(policy.spec.trust_self_fence.margin_seconds.max(0) as u64);
                 match ad.trust(margin, policy.spec.trust_self_fence.virtual_machines) {

@@ -279,7 +279,7 @@ pub fn report(w: &World, node: &str) -> Option<Explanation> {
             }
         }
         None => {
-            let ad = palisade_decide::convert::advertisement(w.leases.get(node));
+            let ad = palisade_decide::convert::advertisement(w.leases.get(node), Some(n));
             let margin = policy.map_or(10, |p| p.spec.trust_self_fence.margin_seconds);
             let trust = policy.is_some_and(|p| p.spec.trust_self_fence.enabled);
             let vms = policy

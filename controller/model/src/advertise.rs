@@ -21,6 +21,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
 use crate::policy::VirtualMachines;
 
 /// Lease annotation: seconds without a renewal after which the agent self-fences, counted from
@@ -60,6 +62,12 @@ pub const RUNTIME_COMPLETE: &str = "palisade.dev/runtime-complete";
 /// kubelet, from the container runtime's CRI (see [`RuntimeSource::Cri`]); absent: by the node
 /// agent, which is the runtime itself. Any other value: the inventory reads as absent.
 pub const RUNTIME_SOURCE: &str = "palisade.dev/runtime-source";
+/// Lease annotation, written by the companion beside a stock kubelet (never by the node agent):
+/// its machine's wall time when it sent this write, RFC 3339. The controller counts each
+/// change of it as the node's own write (see `palisade_decide::convert::heartbeat`), and takes
+/// the companion's self-fence promise only while it is current (see
+/// [`Advertisement::companion_current`]).
+pub const COMPANION_WRITTEN: &str = "palisade.dev/companion-written";
 /// Node annotation, written by the controller once a fence's release is recorded: the
 /// recovery challenge (the `NodeFence`'s UID). The agent reads it from its Node.
 pub const RECOVERY_CHALLENGE: &str = "palisade.dev/recovery-challenge";
@@ -289,6 +297,11 @@ pub enum Distrust {
         /// The driver, if advertised.
         driver: Option<String>,
     },
+    /// A companion's promise that is not current (see [`Advertisement::companion_current`]).
+    CompanionNotCurrent {
+        /// Why.
+        why: String,
+    },
 }
 
 impl std::fmt::Display for Distrust {
@@ -335,6 +348,10 @@ impl std::fmt::Display for Distrust {
                 f,
                 "{}'s expiry action is decided by the hypervisor; the policy does not accept virtual machines (trustSelfFence.virtualMachines)",
                 wd(driver)
+            ),
+            Distrust::CompanionNotCurrent { why } => write!(
+                f,
+                "its companion's self-fence promise is not current: {why}"
             ),
         }
     }
@@ -446,6 +463,12 @@ pub struct Advertisement {
     pub peer_check: Option<PeerCheck>,
     /// Whether the machine is virtual (`None`: not advertised, as by an older agent).
     pub virtualization: Option<Virtualization>,
+    /// The companion's write stamp ([`COMPANION_WRITTEN`]; `None`: not a companion's write).
+    pub companion_written: Option<Timestamp>,
+    /// Why a companion's self-fence promise is not current: set by the controller when it
+    /// reads the advertisement with the rest of the Lease and the Node
+    /// ([`Advertisement::companion_current`]), never read from or written to annotations.
+    pub companion_stale: Option<String>,
 }
 
 fn ceil_secs(d: Duration) -> u64 {
@@ -520,6 +543,10 @@ impl Advertisement {
                     members: a.get(PEER_MEMBERS).and_then(|v| MemberSet::parse(v)),
                 }),
             virtualization: a.get(VIRTUALIZATION).and_then(|v| Virtualization::parse(v)),
+            companion_written: a
+                .get(COMPANION_WRITTEN)
+                .and_then(|v| v.trim().parse::<Timestamp>().ok()),
+            companion_stale: None,
         }
     }
 
@@ -580,6 +607,10 @@ impl Advertisement {
             (self.runtime_source == RuntimeSource::Cri).then(|| "cri".to_string()),
         );
         put(CHALLENGE_ANSWERED, self.challenge.clone());
+        put(
+            COMPANION_WRITTEN,
+            self.companion_written.map(|t| t.to_string()),
+        );
         // Rounded so that what the controller reads is never more generous than the agent:
         // a shorter vouch delay and a longer answer validity both shrink what it trusts.
         put(
@@ -631,6 +662,9 @@ impl Advertisement {
     /// (true of bare metal; for a virtual machine, the operator's assertion when it accepts
     /// them: its hypervisor never pauses it and resets it on expiry).
     pub fn trust(&self, margin: Duration, vms: VirtualMachines) -> Result<Duration, Distrust> {
+        if let Some(why) = &self.companion_stale {
+            return Err(Distrust::CompanionNotCurrent { why: why.clone() });
+        }
         let after = self.self_fence_after.ok_or(Distrust::NoSelfFenceTimeout)?;
         let wd = self.watchdog.as_ref().ok_or(Distrust::NoWatchdog)?;
         if !wd.nowayout {
@@ -660,6 +694,67 @@ impl Advertisement {
             }
         }
         Ok(after + wd.timeout * 2 + margin)
+    }
+
+    /// Whether a companion's self-fence promise, read from a Lease whose `renewTime` (the
+    /// kubelet's) is `renew_time`, on a Node that reports boot `node_boot_id`, is still the
+    /// promise of a companion that runs on this boot of the machine. `Ok` for anything that is
+    /// not a companion's promise (the node agent writes its promise with each renewal).
+    ///
+    /// The companion's advertisement sits on the kubelet's Lease, and the kubelet's renewals
+    /// keep it: it outlives a companion that died, whose watchdog then reset the machine,
+    /// and a kubelet that came back on the new boot without it renews under a promise nobody
+    /// keeps. So the promise is current only when its stamp ([`COMPANION_WRITTEN`], the
+    /// companion's clock) is at most half the advertised watchdog timeout older than the
+    /// kubelet's `renewTime` (the same machine's clock) and, when the Node reports a boot ID,
+    /// the advertisement names that boot.
+    ///
+    /// Guarantees: `Err` for a companion's promise (runtime source [`RuntimeSource::Cri`] with
+    /// a self-fence timeout) without a stamp, without a watchdog, with a stamp older than
+    /// that bound, or from another boot than the Node's.
+    ///
+    /// Assumptions: the watchdog resets the machine no sooner than one timeout after the last
+    /// pet, and a companion pets and writes at most a quarter of the timeout apart (enforced
+    /// at its start), so a machine whose companion died resets no sooner than three quarters
+    /// of a timeout after its last write, and no renewal of a later boot is stamped within
+    /// half a timeout of it; while the companion runs, the kubelet's renewals are stamped
+    /// within a quarter timeout of its last write plus the write's latency. Either check alone
+    /// suffices; both fail only together: a step of the machine's clock *and* a Node status
+    /// the new boot's kubelet has not updated yet.
+    pub fn companion_current(
+        &self,
+        renew_time: Option<Timestamp>,
+        node_boot_id: Option<&str>,
+    ) -> Result<(), String> {
+        if self.runtime_source != RuntimeSource::Cri || self.self_fence_after.is_none() {
+            return Ok(());
+        }
+        let Some(written) = self.companion_written else {
+            return Err("it carries no write stamp".into());
+        };
+        let Some(wd) = &self.watchdog else {
+            return Err("it advertises no watchdog".into());
+        };
+        if let (Some(node), Some(ours)) = (node_boot_id, self.boot_id.as_deref()) {
+            if !node.is_empty() && node != ours {
+                return Err(format!(
+                    "it was written on boot {ours}, and the Node reports boot {node} (the machine restarted since the companion last wrote)"
+                ));
+            }
+        }
+        let bound = SignedDuration::try_from(wd.timeout / 2).unwrap_or(SignedDuration::MAX);
+        if let Some(renewed) = renew_time {
+            let behind = renewed.duration_since(written);
+            if behind > bound {
+                return Err(format!(
+                    "the companion last wrote at {written}, {:.1}s before the kubelet's renewal at {renewed}; \
+                     a current companion writes within half its watchdog timeout ({:.1}s) of it",
+                    behind.as_secs_f64(),
+                    bound.as_secs_f64()
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// [`Advertisement::trust`]'s wait, or `None` when the advertisement earns no trust.
@@ -912,6 +1007,9 @@ mod tests {
                 members: Some(MemberSet::of(["m0", "m1", "m2"])),
             }),
             virtualization: Some(Virtualization::Virtual("kvm".into())),
+            // Millisecond precision survives the round trip.
+            companion_written: Some("2026-11-30T12:00:00.125Z".parse().unwrap()),
+            companion_stale: None,
         };
         let written: BTreeMap<String, String> = ad
             .to_annotations()

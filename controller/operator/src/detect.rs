@@ -103,7 +103,7 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
             .and_then(|l| l.spec.as_ref()?.renew_time.as_ref())
             .map(|t| t.0);
         let (seen, write) = memory.observe(&name, heartbeat(ctx, node), renew, now, || {
-            let mut ad = palisade_decide::convert::advertisement(lease.as_deref());
+            let mut ad = palisade_decide::convert::advertisement(lease.as_deref(), Some(node));
             planted_watchdog(&mut ad);
             ad
         });
@@ -116,14 +116,26 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
     }
 }
 
-/// The node's heartbeat markers from the Lease cache (see [`palisade_decide::convert::heartbeat`]
-/// for which writes count as life).
+/// The node's heartbeat markers from the Lease cache (see [`lease_heartbeat`]).
 fn heartbeat(ctx: &Ctx, node: &Node) -> Heartbeat {
     let lease = ctx
         .cache
         .leases
         .get(&ObjectRef::new(&node.name_any()).within(crate::cache::NODE_LEASE_NAMESPACE));
-    palisade_decide::convert::heartbeat(node, lease.as_deref())
+    lease_heartbeat(node, lease.as_deref())
+}
+
+/// The node's heartbeat markers (see [`palisade_decide::convert::heartbeat`] for which writes
+/// count as life), from the cache or from a fresh read alike.
+pub(crate) fn lease_heartbeat(
+    node: &Node,
+    lease: Option<&k8s_openapi::api::coordination::v1::Lease>,
+) -> Heartbeat {
+    let mut hb = palisade_decide::convert::heartbeat(node, lease);
+    if palisade_fence::planted::active(palisade_fence::planted::Planted::IgnoreCompanionWrites) {
+        hb.companion_written = None;
+    }
+    hb
 }
 
 /// The phase of a fence (a missing status is Pending).

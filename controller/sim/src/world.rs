@@ -745,6 +745,7 @@ fn lease_heartbeat(count: u64) -> Heartbeat {
     Heartbeat {
         lease_renew_time: Some(count.to_string()),
         ready_heartbeat: None,
+        companion_written: None,
     }
 }
 
@@ -1393,6 +1394,8 @@ impl<'s> World<'s> {
             runtime_source: RuntimeSource::NodeAgent,
             challenge: self.node_challenge[i].clone(),
             peer_check: None,
+            companion_written: None,
+            companion_stale: None,
         };
         if let Some(imp) = &mut self.impostors[i] {
             imp.last_attempt = Some(now);
@@ -1473,6 +1476,8 @@ impl<'s> World<'s> {
                     answer_valid: Duration::from_secs(answer_valid),
                     members: (!m.known.is_empty()).then(|| self.member_set(&m.known)),
                 }),
+                companion_written: None,
+                companion_stale: None,
             };
             // The renewTime stamp: the send time on the node's clock, off the controller's
             // by its bias plus a jitter (within the assumed 1 s), plus any step its clock

@@ -16,8 +16,11 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// with an inventory read from the container runtime's CRI, written on the node's Lease, so
 /// that a fenced node rejoins without a person's confirmation.
 ///
-/// It promises no self-fence: a node that runs only the companion is fenced through its
-/// devices, never trusted to have fenced itself.
+/// With --watchdog it also self-fences: it arms the hardware watchdog (nowayout) after its
+/// first write, pets it only while its writes succeed, and past --self-fence-after without one
+/// stops every pod through the CRI and lets the watchdog reset the machine. Without it, it
+/// promises no self-fence: the node is fenced through its devices, never trusted to have
+/// fenced itself.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
@@ -31,12 +34,31 @@ struct Args {
     /// The container runtime's CRI endpoint.
     #[arg(long, default_value = palisade_node::cri::DEFAULT_ENDPOINT)]
     cri_endpoint: String,
-    /// How often the advertisement is written.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    /// How often the advertisement is written (with --watchdog, at most a quarter of
+    /// --watchdog-timeout).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
     interval: Duration,
     /// The bound of each call to the API server or the runtime.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     timeout: Duration,
+    /// Self-fence with this hardware watchdog device (normally /dev/watchdog; it must exist).
+    /// It is armed nowayout: once opened, only a reset or a running companion stops it.
+    #[arg(long)]
+    watchdog: Option<PathBuf>,
+    /// The timeout set on the watchdog (whole seconds).
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    watchdog_timeout: Duration,
+    /// How often the watchdog is petted (at most a quarter of --watchdog-timeout).
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    watchdog_interval: Duration,
+    /// With --watchdog: how long after its last successful write the companion stops the pods
+    /// and stops petting (more than twice --interval plus four --timeout).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    self_fence_after: Duration,
+    /// The companion's own pod UID, which its self-fence spares (a DaemonSet sets it from the
+    /// downward API; a host process leaves it out).
+    #[arg(long, env = "PALISADE_POD_UID")]
+    own_pod_uid: Option<String>,
     /// Logs as JSON lines.
     #[arg(long)]
     log_json: bool,
@@ -49,6 +71,25 @@ fn main() -> anyhow::Result<()> {
     }
     palisade_node::cri::parse_endpoint(&args.cri_endpoint)
         .with_context(|| format!("--cri-endpoint {:?}", args.cri_endpoint))?;
+    let self_fence = match &args.watchdog {
+        Some(path) => {
+            if !path.exists() {
+                bail!("--watchdog {} does not exist", path.display());
+            }
+            let sf = companion::SelfFenceConfig {
+                watchdog: path.clone(),
+                watchdog_timeout: args.watchdog_timeout,
+                watchdog_interval: args.watchdog_interval,
+                self_fence_after: args.self_fence_after,
+                own_pod: args.own_pod_uid.clone().filter(|u| !u.is_empty()),
+            };
+            if let Some(why) = sf.invalid(args.interval, args.timeout) {
+                bail!("{why}");
+            }
+            Some(sf)
+        }
+        None => None,
+    };
     let (rt, _telemetry) = palisade_node::start(
         "palisade-companion",
         args.log_json,
@@ -66,7 +107,7 @@ fn main() -> anyhow::Result<()> {
             None => kube::Config::incluster().context("in-cluster config")?,
         };
         let client = kube::Client::try_from(config).context("kube client")?;
-        tracing::info!(node = %args.node_name, cri = %args.cri_endpoint, "companion started: answering recovery challenges from the container runtime");
+        tracing::info!(node = %args.node_name, cri = %args.cri_endpoint, watchdog = ?args.watchdog, "companion started: answering recovery challenges from the container runtime");
         companion::run(
             client,
             CompanionConfig {
@@ -74,6 +115,7 @@ fn main() -> anyhow::Result<()> {
                 cri_endpoint: args.cri_endpoint,
                 interval: args.interval,
                 timeout: args.timeout,
+                self_fence,
             },
         )
         .await;

@@ -165,7 +165,7 @@ pub(crate) async fn fresh_marker(ctx: &Ctx, node: &str) -> Result<Option<String>
             .await
             .map_err(|e| Error::kube(format!("reading node {node}"), e))?
     };
-    Ok(n.map(|n| palisade_decide::convert::heartbeat(&n, lease.as_ref()).marker()))
+    Ok(n.map(|n| crate::detect::lease_heartbeat(&n, lease.as_ref()).marker()))
 }
 
 /// The other unfinished `NodeFence` for the same node that acts instead of `nf`, if any: one

@@ -1,0 +1,228 @@
+//! The companion's self-fence, on a real (emulated) watchdog, timed from the companion's own
+//! writes. m0 is a QEMU VM with an i6300esb watchdog (driver loaded with a 30 s heartbeat and
+//! `nowayout`, expiry: power off). In the guest runs `palisade-companion` (the suite's own
+//! binary) with `--watchdog`: it arms the watchdog with a 6 s timeout, self-fences 12 s after
+//! its last write, and writes its promise with a stamp on m0's Lease. m0's kubelet is played
+//! by the test, renewing m0's Lease from the host (no CRI in the guest: the companion's CRI
+//! stop fails, and the watchdog alone fences, as it must when the runtime cannot confirm).
+//! Two simulated nodes keep quorum; no FenceTarget exists, so only a trusted self-fence can
+//! release m0's pod.
+//!
+//! Then the kubelet stops renewing while the companion, still connected, keeps writing: it
+//! stops only once the kubelet's `renewTime` has stood still for the Lease's 20 s duration,
+//! and its self-fence (and so the power-off) comes 12 s plus a watchdog timeout after that,
+//! about 38 s after the kubelet's last renewal. The controller must count the companion's
+//! stamps as the node's writes: timed from the kubelet's last renewal instead, it trusts the
+//! self-fence 25 s after it (12 s + 2 x 6 s + 1 s) and releases the pod while the VM still
+//! runs, which the planted control (`IgnoreCompanionWrites`) shows. The test fails if the
+//! release comes before the VM is gone, if the controller never trusts the promise (a
+//! companion that never stops writing, or a promise not taken), or if the companion did not
+//! write after the kubelet's last renewal (the case not exercised).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::sim::{phase_at, Sim, SimNode};
+use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::Api;
+use palisade_lab::process::alive;
+use palisade_lab::{Lab, LabConfig, MachineKind, QemuConfig, WatchdogAction};
+use palisade_model::advertise::{
+    COMPANION_WRITTEN, RUNTIME_SOURCE, SELF_FENCE_AFTER, WATCHDOG_ACTION, WATCHDOG_DRIVER,
+    WATCHDOG_NOWAYOUT, WATCHDOG_TIMEOUT,
+};
+use palisade_model::nodefence::Phase;
+use parking_lot::Mutex;
+use serde_json::json;
+
+/// The guest's command: the companion with the watchdog, against a CRI socket that does not
+/// exist in the guest.
+fn companion_command() -> String {
+    let companion =
+        palisade_lab::bin_path("palisade-companion").expect("palisade-companion is built");
+    format!(
+        r#"RUST_LOG=info,kube=warn '{companion}' --node-name "$PALISADE_MACHINE_NAME" --kubeconfig "$PALISADE_NODE_KUBECONFIG" \
+  --cri-endpoint unix:///run/containerd/containerd.sock --interval 1s --timeout 1s \
+  --watchdog /dev/watchdog --watchdog-timeout 6s --watchdog-interval 1s --self-fence-after 12s \
+  >> /machine/companion.log 2>&1"#,
+        companion = companion.display()
+    )
+}
+
+fn annotation(l: &Lease, key: &str) -> Option<String> {
+    l.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+/// What one run saw: the VM's power-off and the release's start.
+struct Outcome {
+    gone: Option<Timestamp>,
+    releasing: Timestamp,
+}
+
+/// Runs the scenario with a controller that has `planted` bugs.
+fn run(identity: &str, planted: &[&str]) -> Outcome {
+    let lab = Lab::start(LabConfig {
+        machines: 1,
+        control_plane: true,
+        pdu: false,
+        machine_command: companion_command(),
+        machine_kind: MachineKind::Qemu,
+        qemu: QemuConfig {
+            // The driver's own heartbeat: far longer than the controller waits. Only the
+            // companion's WDIOC_SETTIMEOUT makes the watchdog fire in time.
+            watchdog_seconds: 30,
+            watchdog_action: WatchdogAction::Poweroff,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .expect("lab with a QEMU machine starts");
+    let m = &lab.machines()[0];
+    let rt = rt();
+    let c = client(&lab, &rt);
+
+    // The controller installs the CRDs. The test is m0's kubelet: it creates the Node and
+    // the Lease (20 s duration, like a kubelet's 40 s scaled down) and renews it.
+    namespace(&c, &rt, SYSTEM_NS);
+    namespace(&c, &rt, "app");
+    let env: Vec<(&str, String)> = if planted.is_empty() {
+        Vec::new()
+    } else {
+        vec![("PALISADE_PLANTED_BUGS", planted.join(","))]
+    };
+    let _ctl = start_controller_with_env(&lab, identity, &env);
+    let sim = Sim::new(&lab, &rt);
+    sim.nodes(&[
+        SimNode::new("m0", None),
+        SimNode::new("s1", None),
+        SimNode::new("s2", None),
+    ]);
+    let leases: Api<Lease> = Api::namespaced(c.clone(), "kube-node-lease");
+    rt.block_on(leases.patch(
+        "m0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"leaseDurationSeconds": 20}})),
+    ))
+    .expect("m0's Lease duration set");
+
+    // What the companion promises is what the driver holds: 6 s (not the 30 s it was loaded
+    // with), nowayout, with its stamp.
+    let ad = eventually(
+        "m0's companion advertises its armed watchdog and its stamp",
+        Duration::from_secs(120),
+        || {
+            let l = rt.block_on(leases.get_opt("m0")).ok().flatten()?;
+            annotation(&l, COMPANION_WRITTEN)?;
+            Some((
+                annotation(&l, WATCHDOG_TIMEOUT)?,
+                annotation(&l, WATCHDOG_NOWAYOUT)?,
+                annotation(&l, WATCHDOG_ACTION)?,
+                annotation(&l, WATCHDOG_DRIVER)?,
+                annotation(&l, SELF_FENCE_AFTER)?,
+                annotation(&l, RUNTIME_SOURCE)?,
+            ))
+        },
+    );
+    assert_eq!(
+        (
+            &ad.0[..],
+            &ad.1[..],
+            &ad.2[..],
+            &ad.3[..],
+            &ad.4[..],
+            &ad.5[..]
+        ),
+        ("6", "true", "hypervisor", "i6300esb", "12", "cri"),
+        "{ad:?}"
+    );
+
+    policy_with(
+        &c,
+        &rt,
+        // The guest is a QEMU VM with an emulated i6300esb: the lab sets its action to power
+        // off and never pauses it, which is what accepting VMs asserts.
+        json!({"trustSelfFence": {"enabled": true, "marginSeconds": 1, "virtualMachines": "Accept"}}),
+    );
+    sim.pod("app", "worker", "m0", &[], None);
+    sim.mark_ready("app", "worker");
+
+    // Watch the VM from the host: the first moment its QEMU process is seen gone.
+    let qemu = m.power_pid().expect("the VM runs");
+    let gone: Arc<Mutex<Option<Timestamp>>> = Arc::default();
+    let watcher = {
+        let gone = gone.clone();
+        std::thread::spawn(move || {
+            // Bounded: 5 minutes of 20 ms polls.
+            for _ in 0..15_000 {
+                if !alive(qemu) {
+                    *gone.lock() = Some(Timestamp::now());
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+
+    // The kubelet stops; the companion's link stays up.
+    sim.silence("m0");
+    let nf = eventually(
+        "m0 released on its trusted self-fence",
+        Duration::from_secs(240),
+        || {
+            fences_for(&c, &rt, "m0")
+                .into_iter()
+                .find(|nf| phase_at(nf, Phase::Releasing).is_some())
+        },
+    );
+    let releasing = phase_at(&nf, Phase::Releasing).unwrap();
+    assert_released_on_self_fence(&nf);
+    watcher.join().unwrap();
+    let gone = *gone.lock();
+
+    // The case this test is about: the companion wrote after the kubelet's last renewal.
+    let l = rt.block_on(leases.get("m0")).expect("m0's Lease");
+    let renewed = l
+        .spec
+        .as_ref()
+        .and_then(|s| s.renew_time.as_ref())
+        .map(|t| t.0)
+        .expect("the kubelet's renewTime");
+    let stamp: Timestamp = annotation(&l, COMPANION_WRITTEN)
+        .expect("the companion's last stamp")
+        .parse()
+        .expect("an RFC 3339 stamp");
+    eprintln!(
+        "kubelet's last renewal {renewed}, companion's last write {stamp}, VM gone at {gone:?}, release began at {releasing}"
+    );
+    assert!(
+        stamp > renewed + Duration::from_secs(10),
+        "the companion kept writing after the kubelet stopped (last renewal {renewed}, last stamp {stamp})"
+    );
+    Outcome { gone, releasing }
+}
+
+#[test]
+fn a_companion_still_writing_after_its_kubelet_stopped_is_trusted_only_after_its_watchdog_fired() {
+    let Outcome { gone, releasing } = run("ctl-qemu-companion", &[]);
+    let gone = gone.expect("the watchdog powered the VM off");
+    assert!(
+        gone < releasing,
+        "the VM must be gone before anything is released (gone {gone}, releasing {releasing})"
+    );
+}
+
+/// The negative control: with the companion's stamps left out of the heartbeat, the same run
+/// releases the pod while the VM still runs.
+#[test]
+fn with_the_companions_writes_ignored_the_pod_is_released_while_the_vm_runs() {
+    let Outcome { gone, releasing } = run("ctl-qemu-companion-planted", &["IgnoreCompanionWrites"]);
+    assert!(
+        gone.is_none_or(|gone| releasing < gone),
+        "the planted controller releases before the VM is gone (gone {gone:?}, releasing {releasing})"
+    );
+}
