@@ -270,7 +270,7 @@ async fn list(cfg: &CompanionConfig) -> Result<Inventory, CriError> {
 #[derive(Debug)]
 pub enum Pass {
     /// It wrote this advertisement, with a request sent at this instant.
-    Wrote(Advertisement, Instant),
+    Wrote(Box<Advertisement>, Instant),
     /// The kubelet's renewals have stopped: it wrote nothing.
     KubeletSilent,
 }
@@ -324,7 +324,7 @@ pub async fn pass(
     )
     .await
     {
-        Ok(_) => Ok(Pass::Wrote(ad, sent)),
+        Ok(_) => Ok(Pass::Wrote(Box::new(ad), sent)),
         Err(e) if e.is_not_found() => Err(PassError::NoLease(cfg.node.clone())),
         Err(e) => Err(e.into()),
     }

@@ -721,6 +721,7 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn args(extra: &[&str]) -> Args {
         let mut argv = vec![
