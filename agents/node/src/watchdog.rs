@@ -232,10 +232,10 @@ pub struct Service {
 /// Opens (if [`Service::opened`] is `None`, once a renewal follows the start), arms and pets
 /// the watchdog until shutdown, publishing what is armed in [`Service::held`].
 ///
-/// Guarantees: [`Held::advertised`] is `Some` only between a successful [`arm`] (what the
-/// kernel reported back, with the expiry action read from the driver) and the end of the
-/// petting loop; a watchdog that cannot be armed as asked is still petted (opening it started
-/// it) but never advertised. Petting follows [`run`].
+/// Guarantees: [`Held::advertised`] is `Some` only between a successful
+/// [`crate::watchdog_device::arm`] (what the kernel reported back, with the expiry action read
+/// from the driver) and the end of the petting loop; a watchdog that cannot be armed as asked
+/// is still petted (opening it started it) but never advertised. Petting follows [`run`].
 pub async fn serve(s: Service) -> Result<(), WatchdogError> {
     let Service {
         cfg,

@@ -21,23 +21,18 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::sim::{phase_at, Sim, SimNode};
+use common::sim::{released_on_self_fence, Sim, SimNode};
 use common::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
-use palisade_lab::process::alive;
-use palisade_lab::{Lab, LabConfig, MachineKind, QemuConfig, WatchdogAction};
 use palisade_model::advertise::{
     COMPANION_WRITTEN, RUNTIME_SOURCE, SELF_FENCE_AFTER, WATCHDOG_ACTION, WATCHDOG_DRIVER,
     WATCHDOG_NOWAYOUT, WATCHDOG_TIMEOUT,
 };
-use palisade_model::nodefence::Phase;
-use parking_lot::Mutex;
 use serde_json::json;
 
 /// The guest's command: the companion with the watchdog, against a CRI socket that does not
@@ -66,22 +61,7 @@ struct Outcome {
 
 /// Runs the scenario with a controller that has `planted` bugs.
 fn run(identity: &str, planted: &[&str]) -> Outcome {
-    let lab = Lab::start(LabConfig {
-        machines: 1,
-        control_plane: true,
-        pdu: false,
-        machine_command: companion_command(),
-        machine_kind: MachineKind::Qemu,
-        qemu: QemuConfig {
-            // The driver's own heartbeat: far longer than the controller waits. Only the
-            // companion's WDIOC_SETTIMEOUT makes the watchdog fire in time.
-            watchdog_seconds: 30,
-            watchdog_action: WatchdogAction::Poweroff,
-            ..Default::default()
-        },
-        ..Default::default()
-    })
-    .expect("lab with a QEMU machine starts");
+    let lab = qemu_watchdog_lab(companion_command());
     let m = &lab.machines()[0];
     let rt = rt();
     let c = client(&lab, &rt);
@@ -153,36 +133,12 @@ fn run(identity: &str, planted: &[&str]) -> Outcome {
 
     // Watch the VM from the host: the first moment its QEMU process is seen gone.
     let qemu = m.power_pid().expect("the VM runs");
-    let gone: Arc<Mutex<Option<Timestamp>>> = Arc::default();
-    let watcher = {
-        let gone = gone.clone();
-        std::thread::spawn(move || {
-            // Bounded: 5 minutes of 20 ms polls.
-            for _ in 0..15_000 {
-                if !alive(qemu) {
-                    *gone.lock() = Some(Timestamp::now());
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
+    let watcher = watch_gone(qemu);
 
     // The kubelet stops; the companion's link stays up.
     sim.silence("m0");
-    let nf = eventually(
-        "m0 released on its trusted self-fence",
-        Duration::from_secs(240),
-        || {
-            fences_for(&c, &rt, "m0")
-                .into_iter()
-                .find(|nf| phase_at(nf, Phase::Releasing).is_some())
-        },
-    );
-    let releasing = phase_at(&nf, Phase::Releasing).unwrap();
-    assert_released_on_self_fence(&nf);
-    watcher.join().unwrap();
-    let gone = *gone.lock();
+    let releasing = released_on_self_fence(&c, &rt, "m0", Duration::from_secs(240));
+    let gone = watcher.join().unwrap();
 
     // The case this test is about: the companion wrote after the kubelet's last renewal.
     let l = rt.block_on(leases.get("m0")).expect("m0's Lease");

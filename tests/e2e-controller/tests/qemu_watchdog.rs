@@ -13,22 +13,16 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::sim::{phase_at, Sim, SimNode};
+use common::sim::{released_on_self_fence, Sim, SimNode};
 use common::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use palisade_lab::process::alive;
-use palisade_lab::{Lab, LabConfig, MachineKind, QemuConfig, WatchdogAction};
 use palisade_model::advertise::{
     VIRTUALIZATION, WATCHDOG_ACTION, WATCHDOG_DRIVER, WATCHDOG_NOWAYOUT, WATCHDOG_TIMEOUT,
 };
-use palisade_model::nodefence::Phase;
-use parking_lot::Mutex;
 use serde_json::json;
 
 /// The guest's command: the node agent with the watchdog, frozen when `/machine/freeze`
@@ -51,22 +45,7 @@ kill -STOP "$(cat /machine/agent.pid)" && echo frozen > /machine/frozen"#,
 
 #[test]
 fn a_frozen_agent_is_powered_off_by_its_watchdog_before_the_controller_trusts_its_self_fence() {
-    let lab = Lab::start(LabConfig {
-        machines: 1,
-        control_plane: true,
-        pdu: false,
-        machine_command: agent_command(),
-        machine_kind: MachineKind::Qemu,
-        qemu: QemuConfig {
-            // The driver's own heartbeat: far longer than the controller waits. Only the
-            // agent's WDIOC_SETTIMEOUT makes the watchdog fire in time.
-            watchdog_seconds: 30,
-            watchdog_action: WatchdogAction::Poweroff,
-            ..Default::default()
-        },
-        ..Default::default()
-    })
-    .expect("lab with a QEMU machine starts");
+    let lab = qemu_watchdog_lab(agent_command());
     let m = &lab.machines()[0];
     let rt = rt();
     let c = client(&lab, &rt);
@@ -127,20 +106,7 @@ fn a_frozen_agent_is_powered_off_by_its_watchdog_before_the_controller_trusts_it
 
     // Watch the VM from the host: the first moment its QEMU process is seen gone.
     let qemu = m.power_pid().expect("the VM runs");
-    let gone: Arc<Mutex<Option<Timestamp>>> = Arc::default();
-    let watcher = {
-        let gone = gone.clone();
-        std::thread::spawn(move || {
-            // Bounded: 5 minutes of 20 ms polls.
-            for _ in 0..15_000 {
-                if !alive(qemu) {
-                    *gone.lock() = Some(Timestamp::now());
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
+    let watcher = watch_gone(qemu);
 
     std::fs::write(m.guest_dir().join("freeze"), b"").unwrap();
     eventually(
@@ -149,19 +115,11 @@ fn a_frozen_agent_is_powered_off_by_its_watchdog_before_the_controller_trusts_it
         || m.guest_dir().join("frozen").exists().then_some(()),
     );
 
-    let nf = eventually(
-        "m0 released on its trusted self-fence",
-        Duration::from_secs(180),
-        || {
-            fences_for(&c, &rt, "m0")
-                .into_iter()
-                .find(|nf| phase_at(nf, Phase::Releasing).is_some())
-        },
-    );
-    let releasing = phase_at(&nf, Phase::Releasing).unwrap();
-    assert_released_on_self_fence(&nf);
-    watcher.join().unwrap();
-    let gone = gone.lock().expect("the watchdog powered the VM off");
+    let releasing = released_on_self_fence(&c, &rt, "m0", Duration::from_secs(180));
+    let gone = watcher
+        .join()
+        .unwrap()
+        .expect("the watchdog powered the VM off");
     eprintln!("VM gone at {gone}, release began at {releasing}");
     assert!(
         gone < releasing,

@@ -890,3 +890,38 @@ pub fn controller_and_db_on_m0(
         .expect("create VolumeAttachment");
     (ctl, db, va)
 }
+
+/// A lab of one QEMU machine running `command`, whose i6300esb watchdog driver is loaded with
+/// a 30 s heartbeat and `nowayout` and powers the VM off on expiry: the 30 s is far longer
+/// than any controller here waits, so only the guest's own `WDIOC_SETTIMEOUT` makes the
+/// watchdog fire in time.
+pub fn qemu_watchdog_lab(command: String) -> Lab {
+    Lab::start(palisade_lab::LabConfig {
+        machines: 1,
+        control_plane: true,
+        pdu: false,
+        machine_command: command,
+        machine_kind: palisade_lab::MachineKind::Qemu,
+        qemu: palisade_lab::QemuConfig {
+            watchdog_seconds: 30,
+            watchdog_action: palisade_lab::WatchdogAction::Poweroff,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .expect("lab with a QEMU machine starts")
+}
+
+/// Watches the process `pid` (a VM's QEMU) from the host; the thread returns the first moment
+/// it was seen gone, or `None` after 5 minutes of 20 ms polls.
+pub fn watch_gone(pid: i32) -> std::thread::JoinHandle<Option<k8s_openapi::jiff::Timestamp>> {
+    std::thread::spawn(move || {
+        for _ in 0..15_000 {
+            if !palisade_lab::process::alive(pid) {
+                return Some(k8s_openapi::jiff::Timestamp::now());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    })
+}

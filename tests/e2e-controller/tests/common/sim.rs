@@ -561,3 +561,24 @@ pub fn metric(ctl: &Controller, sample: &str) -> u64 {
 pub fn powered(lab: &Lab) -> Vec<bool> {
     lab.machines().iter().map(|m| m.is_powered()).collect()
 }
+
+/// Waits (up to `timeout`) for a NodeFence of `node` that reached Releasing, checks that it was
+/// released on the trusted self-fence, and returns when it began releasing.
+pub fn released_on_self_fence(
+    c: &Client,
+    rt: &tokio::runtime::Runtime,
+    node: &str,
+    timeout: Duration,
+) -> Timestamp {
+    let nf = super::eventually(
+        &format!("{node} released on its trusted self-fence"),
+        timeout,
+        || {
+            super::fences_for(c, rt, node)
+                .into_iter()
+                .find(|nf| phase_at(nf, Phase::Releasing).is_some())
+        },
+    );
+    super::assert_released_on_self_fence(&nf);
+    phase_at(&nf, Phase::Releasing).expect("Releasing")
+}
