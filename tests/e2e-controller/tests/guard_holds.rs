@@ -11,7 +11,8 @@
 //!   (`FenceHeldNoFenceTarget`); all stay on;
 //! - the self-fence trust rule: a node that advertises self-fencing and has no hardware level
 //!   is held while the policy does not trust it, and once it does, counts as fenced only after
-//!   its advertised timeout plus the margin;
+//!   its advertised timeout plus the margin; a companion's promise whose stamp stopped long
+//!   before the kubelet's renewals is held as not current;
 //! - exclusions: a silent node with `palisade.dev/exclude: "true"` and one with
 //!   `palisade.dev/maintenance` are held and stay on; a cordoned node is *not* excluded;
 //!   lifting the maintenance annotation lets that node be fenced;
@@ -234,6 +235,14 @@ fn trusted_self_fence(sim: &Sim<'_>, ctl: &Controller) {
         (ad::VIRTUALIZATION, "none"),
         (ad::SELF_FENCE_SCOPE, "all"),
     ];
+    let companion_gone: Vec<(&str, &str)> = armed
+        .iter()
+        .copied()
+        .chain([
+            (ad::RUNTIME_SOURCE, "cri"),
+            (ad::COMPANION_WRITTEN, "2026-01-01T00:00:00Z"),
+        ])
+        .collect();
     let nodes = [
         SimNode {
             labels: &labels,
@@ -245,6 +254,14 @@ fn trusted_self_fence(sim: &Sim<'_>, ctl: &Controller) {
             labels: &labels,
             lease_annotations: &[(ad::SELF_FENCE_AFTER, "8"), (ad::SELF_FENCE_SCOPE, "all")],
             ..SimNode::new("trust-nowd", None)
+        },
+        // A companion's promise left on the kubelet's Lease by a companion that stopped
+        // writing long before the kubelet's renewals (which keep the annotations): whatever
+        // it promised, nobody keeps it now.
+        SimNode {
+            labels: &labels,
+            lease_annotations: &companion_gone,
+            ..SimNode::new("trust-companion-gone", None)
         },
         // The old sticky Node annotation alone earns nothing.
         SimNode {
@@ -284,6 +301,13 @@ fn trusted_self_fence(sim: &Sim<'_>, ctl: &Controller) {
     }
     let m = sim.wait_event("trust-nowd", "FenceHeldSelfFenceNotTrusted", HELD);
     assert!(m.contains("no armed hardware watchdog"), "{m}");
+    sim.silence("trust-companion-gone");
+    let m = sim.wait_event("trust-companion-gone", "FenceHeldSelfFenceNotTrusted", HELD);
+    assert!(
+        m.contains("companion's self-fence promise is not current"),
+        "{m}"
+    );
+    assert!(sim.fences("trust-companion-gone").is_empty());
     // Flap: once the fence waits, the node renews once and goes silent again. Its own fence
     // clock restarts at that renewal, so the controller's wait restarts too.
     let waiting = sim.wait_fence_phase("trust-self", Phase::Fencing, FENCED);
