@@ -22,7 +22,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// promises no self-fence: the node is fenced through its devices, never trusted to have
 /// fenced itself.
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(name = "palisade-companion", version)]
 struct Args {
     /// This node's name.
     #[arg(long, env = "PALISADE_NODE_NAME")]
@@ -38,7 +38,7 @@ struct Args {
     /// --watchdog-timeout).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     interval: Duration,
-    /// The bound of each call to the API server or the runtime.
+    /// The bound of each call to the API server, and of the whole runtime listing.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     timeout: Duration,
     /// Self-fence with this hardware watchdog device (normally /dev/watchdog; it must exist).
@@ -121,4 +121,35 @@ fn main() -> anyhow::Result<()> {
         .await;
         Ok(())
     })
+}
+
+/// The companion's reference page (`docs/reference/companion.md`), rendered from the flags'
+/// clap definitions and checked against the page on disk.
+#[cfg(test)]
+mod reference {
+    use clap::CommandFactory;
+    use palisade_test_support::reference::{self, Page};
+
+    const PAGE: Page = Page {
+        path: "docs/reference/companion.md",
+        test: "cargo test -p palisade-node --bin palisade-companion reference",
+    };
+
+    #[test]
+    fn reference_page_is_current() {
+        let page = format!(
+            "# Reference: the companion\n\n\
+             Generated from the code by `{}`; do not edit. The flags come from the command \
+             line's definition (`agents/node/src/bin/palisade-companion.rs`); what the \
+             companion writes and promises is in `palisade_node::companion` and \
+             [choices](../choices.md).\n\n\
+             {}",
+            PAGE.regenerate(),
+            reference::flags_tables(&super::Args::command()),
+        );
+        PAGE.check(&page);
+        for want in ["`--watchdog`", "`--self-fence-after`", "`--cri-endpoint`"] {
+            assert!(page.contains(want), "{want}");
+        }
+    }
 }
