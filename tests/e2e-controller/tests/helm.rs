@@ -48,7 +48,32 @@ const PARTS: &[(&str, &str, Option<&str>)] = &[
     ("deployment.yaml", "deployment.yaml", None),
     ("pdb.yaml", "pdb.yaml", Some("podDisruptionBudget")),
     ("service.yaml", "service.yaml", None),
+    // The companion beside stock kubelets, off by default (Kubernetes 1.30+): its own
+    // namespace, which its admission policy names.
+    (
+        "companion/namespace.yaml",
+        "companion-namespace.yaml",
+        Some("companion"),
+    ),
+    (
+        "companion/rbac.yaml",
+        "companion-rbac.yaml",
+        Some("companion"),
+    ),
+    (
+        "companion/admission-policy.yaml",
+        "companion-admission-policy.yaml",
+        Some("companion"),
+    ),
+    (
+        "companion/daemonset.yaml",
+        "companion-daemonset.yaml",
+        Some("companion"),
+    ),
 ];
+
+/// The toggles that are off by default.
+const OFF_BY_DEFAULT: &[&str] = &["companion"];
 
 /// Replaces `from` (which must occur exactly `times` times) by `to`.
 fn swap(text: &str, from: &str, to: &str, times: usize, file: &str) -> String {
@@ -126,6 +151,15 @@ fn generated_chart() -> Vec<(String, String)> {
             text.replace_range(
                 resources..end,
                 "          resources:\n            {{- toYaml .Values.resources | nindent 12 }}\n",
+            );
+        }
+        if *manifest == "companion/daemonset.yaml" {
+            text = swap(
+                &text,
+                "image: palisade/companion:dev\n",
+                "image: \"{{ .Values.companion.image.repository }}:{{ .Values.companion.image.tag }}\"\n",
+                1,
+                manifest,
             );
         }
         if *manifest == "pdb.yaml" {
@@ -230,25 +264,78 @@ fn with_its_defaults_the_chart_renders_the_manifests() {
     let rendered = objects(&rendered);
     let manifests = root().join("controller/manifests");
     let mut want = std::collections::BTreeMap::new();
-    for f in ["crds.yaml"]
-        .into_iter()
-        .chain(PARTS.iter().map(|(m, _, _)| *m))
-    {
+    for f in ["crds.yaml"].into_iter().chain(
+        PARTS
+            .iter()
+            .filter(|(_, _, t)| t.is_none_or(|t| !OFF_BY_DEFAULT.contains(&t)))
+            .map(|(m, _, _)| *m),
+    ) {
         want.extend(objects(
             &std::fs::read_to_string(manifests.join(f)).unwrap(),
         ));
     }
+    assert_renders(&rendered, &want);
+}
+
+fn assert_renders(
+    rendered: &std::collections::BTreeMap<(String, String), Value>,
+    want: &std::collections::BTreeMap<(String, String), Value>,
+) {
     assert_eq!(
         rendered.keys().collect::<Vec<_>>(),
         want.keys().collect::<Vec<_>>(),
         "the same objects"
     );
-    for (key, object) in &want {
+    for (key, object) in want {
         assert_eq!(
             &rendered[key], object,
             "{key:?} renders as in the manifests"
         );
     }
+}
+
+#[test]
+fn with_the_companion_on_the_chart_renders_its_kustomization_too() {
+    let chart = root().join("charts/palisade");
+    let rendered = objects(&run_helm(
+        &[
+            "template",
+            "palisade",
+            chart.to_str().unwrap(),
+            "--namespace",
+            "palisade-system",
+            "--set",
+            "companion.create=true",
+        ],
+        None,
+    ));
+    let manifests = root().join("controller/manifests");
+    let mut want = std::collections::BTreeMap::new();
+    for f in PARTS.iter().map(|(m, _, _)| *m) {
+        want.extend(objects(
+            &std::fs::read_to_string(manifests.join(f)).unwrap(),
+        ));
+    }
+    // Every object of the companion's kustomization, and nothing else of it.
+    let kustomization: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(manifests.join("companion/kustomization.yaml")).unwrap(),
+    )
+    .unwrap();
+    let listed: Vec<&str> = kustomization["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    let charted: Vec<&str> = PARTS
+        .iter()
+        .filter_map(|(m, _, _)| m.strip_prefix("companion/"))
+        .collect();
+    assert_eq!(
+        charted, listed,
+        "the chart carries the companion's kustomization"
+    );
+    assert_renders(&rendered, &want);
 }
 
 #[test]
@@ -332,6 +419,34 @@ fn helm_installs_upgrades_and_uninstalls_the_chart_on_the_lab() {
         Duration::from_secs(30),
         || (!pdb()).then_some(()),
     );
+
+    // The companion (its admission policy needs Kubernetes 1.30).
+    if server_minor(&c, &rt) >= 30 {
+        run_helm(
+            &[
+                "upgrade",
+                "palisade",
+                chart,
+                "--namespace",
+                "palisade-system",
+                "--reuse-values",
+                "--set",
+                "companion.create=true",
+                "--set",
+                "companion.image.tag=v0.1.0",
+            ],
+            Some(&kubeconfig),
+        );
+        let daemonsets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+            Api::namespaced(c.clone(), "palisade-companion");
+        let ds = rt
+            .block_on(daemonsets.get("palisade-companion"))
+            .expect("the companion's DaemonSet installed");
+        let image = ds.spec.unwrap().template.spec.unwrap().containers[0]
+            .image
+            .clone();
+        assert_eq!(image.as_deref(), Some("palisade/companion:v0.1.0"));
+    }
 
     run_helm(
         &["uninstall", "palisade", "--namespace", "palisade-system"],
