@@ -1,6 +1,10 @@
-//! Reports, on every leader tick, whether each `FencingPolicy` and `FenceTarget` is accepted:
-//! their status (`Accepted` with every problem, the policy's covered nodes and overlaps), an
-//! Event whenever acceptance changes, and the `palisade_config_rejected` gauge.
+//! Reports, at the first leader tick and then at most every [`REPORT_EVERY`], whether each
+//! `FencingPolicy` and `FenceTarget` is accepted: their status (`Accepted` with every problem,
+//! the policy's covered nodes and overlaps), an Event whenever acceptance changes, and the
+//! `palisade_config_rejected` gauge. Decisions never wait for it: `decide` applies the same
+//! acceptance rules to the objects it reads, every tick. (Every tick, the report was 17 % of
+//! the controller's samples at 2,000 nodes: each round reads every object and every Node's
+//! labels.)
 //!
 //! Guarantees: the verdicts come from [`palisade_decide::acceptance`], the same rules a silent
 //! node's decision applies; a status is written only when it differs from the one stored
@@ -19,6 +23,9 @@ use palisade_model::{FenceTarget, FencingPolicy};
 
 use crate::events::{Kind, Recorder};
 use crate::Ctx;
+
+/// The longest a change of acceptance waits to be reported.
+pub const REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What was last announced per object (`kind/name` → `status/reason`), so an Event is sent
 /// once per change of acceptance, also when the status write itself failed.

@@ -37,6 +37,8 @@ pub async fn run(ctx: Arc<Ctx>) {
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut reported: HashMap<String, String> = HashMap::new();
     let mut announced = crate::config::Announced::new();
+    // When the configuration was last reported (`None`: not since this replica led).
+    let mut config_reported: Option<std::time::Instant> = None;
     loop {
         interval.tick().await;
         let now = ctx.now();
@@ -62,9 +64,13 @@ pub async fn run(ctx: Arc<Ctx>) {
         let Some(token) = token else {
             reported.clear();
             announced.clear();
+            config_reported = None;
             continue;
         };
-        crate::config::report(&ctx, &mut announced).await;
+        if config_reported.is_none_or(|at| at.elapsed() >= crate::config::REPORT_EVERY) {
+            crate::config::report(&ctx, &mut announced).await;
+            config_reported = Some(std::time::Instant::now());
+        }
         if ctx.cache.sight.blind(std::time::Instant::now()) {
             // The caches may lack renewals: no decision until sight returns (and then
             // silence counts from its return, see crate::sight).
@@ -275,7 +281,6 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
         .iter()
         .map(|n| {
             let name = n.name_any();
-            let annotations: BTreeMap<String, String> = n.annotations().clone();
             let (fence, past_fences) =
                 fence_state(fences_by_node.get(&name).map_or(&[], Vec::as_slice), &name);
             NodeSnapshot {
@@ -286,7 +291,7 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
                 long_gaps: detector.long_gaps(&name),
                 power_off: ctx.power.lock().off_run(&name),
                 hosts_bridge: ctx.settings.bridge_node.as_deref() == Some(name.as_str()),
-                exclusion: Exclusion::from_annotations(&annotations),
+                exclusion: Exclusion::from_annotations(n.annotations()),
                 advertisement: memory.advertised_by(&name),
                 fence_target: ctx
                     .cache
