@@ -234,6 +234,19 @@ fn run_helm(args: &[&str], kubeconfig: Option<&Path>) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `helm upgrade` of the release `palisade` in `palisade-system` to `chart`, with `values`.
+fn upgrade(chart: &str, values: &[&str], kubeconfig: &Path) {
+    let mut args = vec![
+        "upgrade",
+        "palisade",
+        chart,
+        "--namespace",
+        "palisade-system",
+    ];
+    args.extend_from_slice(values);
+    run_helm(&args, Some(kubeconfig));
+}
+
 /// The objects of a YAML stream, keyed by kind and name.
 fn objects(yaml: &str) -> std::collections::BTreeMap<(String, String), Value> {
     serde_saphyr::from_multiple::<Value>(yaml)
@@ -382,13 +395,9 @@ fn helm_installs_upgrades_and_uninstalls_the_chart_on_the_lab() {
     let pdb = || pdb_exists(&c, &rt);
     assert!(pdb(), "the PodDisruptionBudget installed");
 
-    run_helm(
+    upgrade(
+        chart,
         &[
-            "upgrade",
-            "palisade",
-            chart,
-            "--namespace",
-            "palisade-system",
             "--set",
             "replicas=1",
             "--set",
@@ -400,7 +409,7 @@ fn helm_installs_upgrades_and_uninstalls_the_chart_on_the_lab() {
             "--set",
             "image.tag=v0.1.0",
         ],
-        Some(&kubeconfig),
+        &kubeconfig,
     );
     let d = rt.block_on(deployments.get("palisade-controller")).unwrap();
     let spec = d.spec.unwrap();
@@ -422,20 +431,16 @@ fn helm_installs_upgrades_and_uninstalls_the_chart_on_the_lab() {
 
     // The companion (its admission policy needs Kubernetes 1.30).
     if server_minor(&c, &rt) >= 30 {
-        run_helm(
+        upgrade(
+            chart,
             &[
-                "upgrade",
-                "palisade",
-                chart,
-                "--namespace",
-                "palisade-system",
                 "--reuse-values",
                 "--set",
                 "companion.create=true",
                 "--set",
                 "companion.image.tag=v0.1.0",
             ],
-            Some(&kubeconfig),
+            &kubeconfig,
         );
         let daemonsets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
             Api::namespaced(c.clone(), "palisade-companion");
