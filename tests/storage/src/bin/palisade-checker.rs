@@ -29,7 +29,19 @@ struct Args {
     ack_logs: Vec<PathBuf>,
 }
 
+/// Reads the acknowledgement logs, *then* the volume: the writers may still be writing, and a
+/// writer acknowledges a write only once the volume stored it, so every acknowledgement read
+/// first has its record in the volume read after. (Read the other way round, a write stored
+/// and acknowledged between the two reads looked lost.)
 fn run(args: Args) -> anyhow::Result<bool> {
+    let mut acks = Vec::new();
+    for path in &args.ack_logs {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let parsed = parse_ack_log(&text)
+            .map_err(|(line, e)| anyhow::anyhow!("ack log {} line {line}: {e}", path.display()))?;
+        acks.extend(parsed);
+    }
     let records = match (&args.volume_file, &args.server, &args.volume) {
         (Some(path), _, _) => palisade_labstore::volume::read_file(path)
             .with_context(|| format!("reading {}", path.display()))?,
@@ -44,14 +56,6 @@ fn run(args: Args) -> anyhow::Result<bool> {
             })?,
         _ => bail!("give --volume-file, or --server with --volume"),
     };
-    let mut acks = Vec::new();
-    for path in &args.ack_logs {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let parsed = parse_ack_log(&text)
-            .map_err(|(line, e)| anyhow::anyhow!("ack log {} line {line}: {e}", path.display()))?;
-        acks.extend(parsed);
-    }
     let report = analyze(&entries_from(&records), &acks);
     print!("{}", report.render());
     Ok(report.passed())
