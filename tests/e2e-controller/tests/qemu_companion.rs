@@ -3,7 +3,8 @@
 //! `nowayout`, expiry: power off). In the guest runs `palisade-companion` (the suite's own
 //! binary) with `--watchdog`: it arms the watchdog with a 6 s timeout, self-fences 12 s after
 //! its last write, and writes its promise with a stamp on m0's Lease. m0's kubelet is played
-//! by the test, renewing m0's Lease from the host (no CRI in the guest: the companion's CRI
+//! by the test, renewing m0's Lease from the host, its last renewal right after a companion write
+//! as on a real node (see `last_renewal_after_a_companion_write`) (no CRI in the guest: the companion's CRI
 //! stop fails, and the watchdog alone fences, as it must when the runtime cannot confirm).
 //! Two simulated nodes keep quorum; no FenceTarget exists, so only a trusted self-fence can
 //! release m0's pod.
@@ -26,6 +27,7 @@ use std::time::Duration;
 use common::sim::{released_on_self_fence, Sim, SimNode};
 use common::*;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::Api;
@@ -51,6 +53,45 @@ fn companion_command() -> String {
 
 fn annotation(l: &Lease, key: &str) -> Option<String> {
     l.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+/// Stops m0's kubelet with a last renewal sent right after a companion write, as on a real
+/// node, where both share the machine's clock and the companion writes every second: the
+/// Lease the controller sees at that renewal carries a stamp at most a second old. The lab's
+/// kubelet is the test, on the host's clock, renewing every 300 ms at any phase of the
+/// companion's writes, which a busy TCG guest may delay by seconds: a last renewal a few
+/// seconds after the stamp it carries reads as a companion no longer current (more than half
+/// its watchdog timeout behind), and the planted controller, which reads what the Lease
+/// advertises only when the kubelet renews, would never trust the promise. The fixed
+/// controller reads it at every companion write too, and is not helped by the alignment.
+fn last_renewal_after_a_companion_write(
+    sim: &Sim,
+    rt: &tokio::runtime::Runtime,
+    leases: &Api<Lease>,
+) {
+    sim.silence("m0");
+    // A renewal already under way when the kubelet was silenced ends well within this.
+    std::thread::sleep(Duration::from_secs(2));
+    let stamp = |l: &Lease| annotation(l, COMPANION_WRITTEN);
+    let before = stamp(&rt.block_on(leases.get("m0")).expect("m0's Lease"));
+    let written = eventually(
+        "a companion write after the kubelet was silenced",
+        Duration::from_secs(60),
+        || {
+            let now = stamp(&rt.block_on(leases.get("m0")).ok()?)?;
+            (Some(&now) != before.as_ref()).then_some(now)
+        },
+    );
+    let renewed = Timestamp::now();
+    rt.block_on(leases.patch(
+        "m0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"renewTime": MicroTime(renewed)}})),
+    ))
+    .expect("the kubelet's last renewal");
+    eprintln!(
+        "the kubelet's last renewal {renewed}, right after the companion's write stamped {written}"
+    );
 }
 
 /// What one run saw: the VM's power-off and the release's start.
@@ -136,7 +177,7 @@ fn run(identity: &str, planted: &[&str]) -> Outcome {
     let watcher = watch_gone(qemu);
 
     // The kubelet stops; the companion's link stays up.
-    sim.silence("m0");
+    last_renewal_after_a_companion_write(&sim, &rt, &leases);
     let releasing = released_on_self_fence(&c, &rt, "m0", Duration::from_secs(240));
     let gone = watcher.join().unwrap();
 
