@@ -342,14 +342,7 @@ async fn stop_all_but(
     own: Option<&str>,
 ) -> Result<BTreeSet<String>, CriError> {
     let cri = CriClient::connect(&cfg.cri_endpoint, cfg.timeout).await?;
-    let mut targets = crate::cri::inventory::inventory(&cri).await?.live_pods();
-    if let Some(own) = own {
-        targets.remove(own);
-    }
-    if targets.is_empty() {
-        return Ok(targets);
-    }
-    let report = crate::cri::stop::stop_pods(&cri, &targets).await?;
+    let report = crate::cri::stop::stop_pods(&cri, |uid| Some(uid) != own).await?;
     for e in &report.errors {
         tracing::warn!(error = %e, "self-fence: a stop failed");
     }

@@ -439,7 +439,7 @@ async fn a_self_fence_through_containerd_stops_the_chosen_pods_and_only_those() 
     assert_eq!(inv.pods[&a].name, "default/stateful-0");
     assert_eq!(inv.pods[&a].containers.len(), 1);
 
-    let report = stop_pods(&cri, &BTreeSet::from([a.clone()])).await.unwrap();
+    let report = stop_pods(&cri, |uid| uid == a).await.unwrap();
     assert!(report.confirmed(), "{report:?}");
     assert!(report.errors.is_empty(), "{report:?}");
     assert_eq!(report.targeted, BTreeSet::from([a.clone()]));
@@ -454,10 +454,12 @@ async fn a_self_fence_through_containerd_stops_the_chosen_pods_and_only_those() 
     );
 
     // A second stop of the same pod has nothing to do and still confirms.
-    let again = stop_pods(&cri, &BTreeSet::from([a])).await.unwrap();
+    let again = stop_pods(&cri, |uid| uid == a).await.unwrap();
     assert!(again.confirmed() && again.targeted.is_empty(), "{again:?}");
-    let all = stop_pods(&cri, &BTreeSet::from([b])).await.unwrap();
+    // Every live pod, as the companion's self-fence chooses (its own pod aside).
+    let all = stop_pods(&cri, |_| true).await.unwrap();
     assert!(all.confirmed(), "{all:?}");
+    assert_eq!(all.targeted, BTreeSet::from([b]));
     assert!(!runs(3602));
 }
 
@@ -478,7 +480,7 @@ async fn containerd_gone_is_an_error_never_an_empty_inventory() {
         matches!(err, CriError::Connect { .. } | CriError::Missing { .. }),
         "{err}"
     );
-    let err = stop_pods(&cri, &BTreeSet::from([a])).await.unwrap_err();
+    let err = stop_pods(&cri, |uid| uid == a).await.unwrap_err();
     assert!(
         matches!(err, CriError::Connect { .. } | CriError::Missing { .. }),
         "{err}"

@@ -27,21 +27,30 @@ impl StopReport {
     }
 }
 
-/// Stops every live container of the pods in `uids` at once (`StopContainer` with timeout 0:
-/// `SIGKILL`, no grace; this is a fence), then their sandboxes, then lists the runtime again.
+/// Stops every live container of the live pods whose UID `stop` chooses, all at once
+/// (`StopContainer` with timeout 0: `SIGKILL`, no grace; this is a fence), then their
+/// sandboxes, then lists the runtime again. The runtime is listed twice in all: the choice is
+/// made on the first listing.
 ///
 /// Guarantees: every stop is tried, whatever another one did; `Ok` carries the second
-/// listing's verdict ([`StopReport::confirmed`]), never the stops' own answers. `Err` means
+/// listing's verdict ([`StopReport::confirmed`]), never the stops' own answers, with `stop`
+/// applied to it alike (a chosen pod started again in between counts as live). `Err` means
 /// the runtime could not be listed: nothing is confirmed, and the caller must leave the
 /// machine to its watchdog.
 ///
 /// Assumptions: a stock kubelet beside the companion restarts stopped containers by their
 /// restart policy, even while it cannot reach the API; the caller repeats the stop for as
 /// long as the node is fenced, and the second listing counts a pod started again as live.
-pub async fn stop_pods(cri: &CriClient, uids: &BTreeSet<String>) -> Result<StopReport, CriError> {
+pub async fn stop_pods(
+    cri: &CriClient,
+    stop: impl Fn(&str) -> bool,
+) -> Result<StopReport, CriError> {
     let before = inventory(cri).await?;
     let chosen = |inv: &Inventory| -> BTreeSet<String> {
-        inv.live_pods().intersection(uids).cloned().collect()
+        inv.live_pods()
+            .into_iter()
+            .filter(|uid| stop(uid))
+            .collect()
     };
     let mut report = StopReport {
         targeted: chosen(&before),
