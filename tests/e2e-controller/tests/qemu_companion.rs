@@ -3,9 +3,10 @@
 //! `nowayout`, expiry: power off). In the guest runs `palisade-companion` (the suite's own
 //! binary) with `--watchdog`: it arms the watchdog with a 6 s timeout, self-fences 12 s after
 //! its last write, and writes its promise with a stamp on m0's Lease. m0's kubelet is played
-//! by the test, renewing m0's Lease from the host, its last renewal right after a companion write
-//! as on a real node (see `last_renewal_after_a_companion_write`) (no CRI in the guest: the companion's CRI
-//! stop fails, and the watchdog alone fences, as it must when the runtime cannot confirm).
+//! by the test, renewing m0's Lease from the host, its last renewal right after a companion
+//! write as on a real node (see `last_renewal_after_a_companion_write`). There is no CRI in
+//! the guest: the companion's CRI stop fails, and the watchdog alone fences, as it must when
+//! the runtime cannot confirm.
 //! Two simulated nodes keep quorum; no FenceTarget exists, so only a trusted self-fence can
 //! release m0's pod.
 //!
