@@ -116,6 +116,13 @@ wait "$slow_pid" || slow_status=$?
 say "$slow (background):"
 cat target/lab_statefulset.log
 [ "$slow_status" -eq 0 ] || status=$slow_status
+# Where the time went, for keeping the suite near an hour: the slowest test binaries (each
+# binary's wall time; the lanes overlap, so these do not add up to the run).
+say "the slowest test binaries (seconds):"
+awk '/^     Running / { bin = $2 } /^test result: .* finished in / {
+       t = $NF; sub(/s$/, "", t); if (bin != "") printf "%8.1f  %s\n", t, bin; bin = "" }' \
+  "$log" target/lab_statefulset.log | sort -rn | head -n 12 || true
+say "took $SECONDS s in all"
 if [ "$status" -ne 0 ]; then
   # CI keeps only the tail of the output: name what failed last, where it stays visible.
   # Why, first: the first lines of each panic's message, cut short (a message may quote a

@@ -6,8 +6,7 @@
 //! by the test, renewing m0's Lease from the host, its last renewal right after a companion
 //! write as on a real node (see `last_renewal_after_a_companion_write`). There is no CRI in
 //! the guest: the companion's CRI stop fails, and the watchdog alone fences, as it must when
-//! the runtime cannot confirm.
-//! Two simulated nodes keep quorum; no FenceTarget exists, so only a trusted self-fence can
+//! the runtime cannot confirm. Two simulated nodes keep quorum; no FenceTarget exists, so only a trusted self-fence can
 //! release m0's pod.
 //!
 //! Then the kubelet stops renewing while the companion, still connected, keeps writing: it
@@ -20,6 +19,14 @@
 //! release comes before the VM is gone, if the controller never trusts the promise (a
 //! companion that never stops writing, or a promise not taken), or if the companion did not
 //! write after the kubelet's last renewal (the case not exercised).
+//!
+//! Last, the hypervisor pauses the whole VM (QMP `stop`) and resumes it later: its watchdog's
+//! timer stands still with it, so the promise is worth nothing while it sleeps. Under the
+//! default policy (`trustSelfFence.virtualMachines: Refuse`) the controller holds m0's fence
+//! and says why, releases nothing through a 60 s pause (ten watchdog timeouts), and the VM
+//! runs on when resumed. The control accepts VMs: the pod is released about 25 s into the
+//! pause, and the VM then runs on beside its replacement. Both runs check that the VM ran on
+//! (its watchdog never fired, its companion wrote again), so neither passes on a VM that died.
 
 mod common;
 
@@ -95,16 +102,27 @@ fn last_renewal_after_a_companion_write(
     );
 }
 
-/// What one run saw: the VM's power-off and the release's start.
-struct Outcome {
-    gone: Option<Timestamp>,
-    releasing: Timestamp,
+/// What the scenarios act on: m0 (a QEMU VM running the companion with its watchdog), the
+/// controller's API, the simulated nodes, and m0's Lease.
+struct Stage<'a> {
+    lab: &'a palisade_lab::Lab,
+    rt: &'a tokio::runtime::Runtime,
+    c: &'a kube::Client,
+    sim: &'a Sim<'a>,
+    leases: &'a Api<Lease>,
 }
 
-/// Runs the scenario with a controller that has `planted` bugs.
-fn run(identity: &str, planted: &[&str]) -> Outcome {
+/// Brings up m0 with its companion, a controller with `planted` bugs, two simulated nodes
+/// for quorum, a policy that trusts self-fences (with `virtual_machines` as its
+/// `trustSelfFence.virtualMachines`, the default when `None`) and m0's pod; then runs
+/// `scenario`.
+fn staged<T>(
+    identity: &str,
+    planted: &[&str],
+    virtual_machines: Option<&str>,
+    scenario: impl FnOnce(&Stage) -> T,
+) -> T {
     let lab = qemu_watchdog_lab(companion_command());
-    let m = &lab.machines()[0];
     let rt = rt();
     let c = client(&lab, &rt);
 
@@ -163,23 +181,51 @@ fn run(identity: &str, planted: &[&str]) -> Outcome {
         "{ad:?}"
     );
 
-    policy_with(
-        &c,
-        &rt,
-        // The guest is a QEMU VM with an emulated i6300esb: the lab sets its action to power
-        // off and never pauses it, which is what accepting VMs asserts.
-        json!({"trustSelfFence": {"enabled": true, "marginSeconds": 1, "virtualMachines": "Accept"}}),
-    );
+    let mut trust = json!({"enabled": true, "marginSeconds": 1});
+    if let Some(vms) = virtual_machines {
+        trust["virtualMachines"] = json!(vms);
+    }
+    policy_with(&c, &rt, json!({ "trustSelfFence": trust }));
     sim.pod("app", "worker", "m0", &[], None);
     sim.mark_ready("app", "worker");
+    scenario(&Stage {
+        lab: &lab,
+        rt: &rt,
+        c: &c,
+        sim: &sim,
+        leases: &leases,
+    })
+}
 
+/// The companion's last write stamp on m0's Lease.
+fn stamp(s: &Stage) -> Option<String> {
+    annotation(&s.rt.block_on(s.leases.get("m0")).ok()?, COMPANION_WRITTEN)
+}
+
+/// What one run saw: the VM's power-off and the release's start.
+struct Outcome {
+    gone: Option<Timestamp>,
+    releasing: Timestamp,
+}
+
+/// The kubelet stops while the companion, still connected, keeps writing until its kubelet's
+/// Lease has stood still for its duration, then self-fences.
+fn kubelet_stops(s: &Stage) -> Outcome {
+    let Stage {
+        lab,
+        rt,
+        c,
+        sim,
+        leases,
+    } = *s;
+    let m = &lab.machines()[0];
     // Watch the VM from the host: the first moment its QEMU process is seen gone.
     let qemu = m.power_pid().expect("the VM runs");
     let watcher = watch_gone(qemu);
 
     // The kubelet stops; the companion's link stays up.
-    last_renewal_after_a_companion_write(&sim, &rt, &leases);
-    let releasing = released_on_self_fence(&c, &rt, "m0", Duration::from_secs(240));
+    last_renewal_after_a_companion_write(sim, rt, leases);
+    let releasing = released_on_self_fence(c, rt, "m0", Duration::from_secs(240));
     let gone = watcher.join().unwrap();
 
     // The case this test is about: the companion wrote after the kubelet's last renewal.
@@ -206,7 +252,8 @@ fn run(identity: &str, planted: &[&str]) -> Outcome {
 
 #[test]
 fn a_companion_still_writing_after_its_kubelet_stopped_is_trusted_only_after_its_watchdog_fired() {
-    let Outcome { gone, releasing } = run("ctl-qemu-companion", &[]);
+    let Outcome { gone, releasing } =
+        staged("ctl-qemu-companion", &[], Some("Accept"), kubelet_stops);
     let gone = gone.expect("the watchdog powered the VM off");
     assert!(
         gone < releasing,
@@ -218,9 +265,103 @@ fn a_companion_still_writing_after_its_kubelet_stopped_is_trusted_only_after_its
 /// releases the pod while the VM still runs.
 #[test]
 fn with_the_companions_writes_ignored_the_pod_is_released_while_the_vm_runs() {
-    let Outcome { gone, releasing } = run("ctl-qemu-companion-planted", &["IgnoreCompanionWrites"]);
+    let Outcome { gone, releasing } = staged(
+        "ctl-qemu-companion-planted",
+        &["IgnoreCompanionWrites"],
+        Some("Accept"),
+        kubelet_stops,
+    );
     assert!(
         gone.is_none_or(|gone| releasing < gone),
         "the planted controller releases before the VM is gone (gone {gone:?}, releasing {releasing})"
+    );
+}
+
+/// How long the hypervisor keeps m0 paused at most: well past what a controller that trusts
+/// the promise waits (12 s + 2 x 6 s + 1 s after the last write), and ten watchdog timeouts.
+const PAUSE: Duration = Duration::from_secs(60);
+
+/// What a paused run saw.
+struct Paused {
+    /// When a fence of m0 began releasing while the VM was paused.
+    releasing: Option<Timestamp>,
+    /// The controller's held decision, if it held one while the VM was paused.
+    held: Option<String>,
+}
+
+/// The hypervisor pauses the whole VM (QMP `stop`: vCPU, watchdog timer and guest clocks
+/// stand still) right after a companion write and the kubelet's last renewal, keeps it paused
+/// until a fence of m0 begins releasing or [`PAUSE`] has passed, then resumes it. The test
+/// then checks the machine ran on: its QEMU process lives and its companion writes again.
+fn hypervisor_pauses(s: &Stage) -> Paused {
+    let m = &s.lab.machines()[0];
+    last_renewal_after_a_companion_write(s.sim, s.rt, s.leases);
+    m.pause().expect("the hypervisor pauses m0");
+    let paused = std::time::Instant::now();
+    let frozen = stamp(s);
+    let mut releasing = None;
+    while releasing.is_none() && paused.elapsed() < PAUSE {
+        std::thread::sleep(Duration::from_millis(500));
+        releasing = fences_for(s.c, s.rt, "m0")
+            .iter()
+            .find_map(|nf| common::sim::phase_at(nf, palisade_model::nodefence::Phase::Releasing));
+    }
+    let held = s
+        .sim
+        .events("m0", "FenceHeldSelfFenceNotTrusted")
+        .into_iter()
+        .find_map(|e| e.message);
+    assert_eq!(stamp(s), frozen, "a paused VM's companion wrote");
+    m.resume().expect("the hypervisor resumes m0");
+    s.sim.revive("m0");
+    eprintln!(
+        "m0 paused for {:.1}s; a release began at {releasing:?}; held: {held:?}",
+        paused.elapsed().as_secs_f64()
+    );
+
+    // The machine ran on: its watchdog, frozen with it, never fired, and its companion
+    // (with its pods, on a real node) carries on.
+    eventually(
+        "m0's companion writes again after the resume",
+        Duration::from_secs(60),
+        || (stamp(s) != frozen).then_some(()),
+    );
+    assert!(m.is_powered(), "the paused VM's watchdog powered it off");
+    Paused { releasing, held }
+}
+
+/// A VM its hypervisor pauses: its watchdog stands still with it, so its self-fence promise
+/// is worth nothing while it is paused, and the default policy (`virtualMachines: Refuse`)
+/// never trusts it. The controller holds the fence and says why; nothing is released while
+/// the VM sleeps, and it runs on when resumed, with nothing of it released.
+#[test]
+fn a_paused_vm_is_never_released_on_its_frozen_watchdog_by_default() {
+    let Paused { releasing, held } =
+        staged("ctl-qemu-companion-paused", &[], None, hypervisor_pauses);
+    assert_eq!(
+        releasing, None,
+        "a fence of the paused VM began releasing on its frozen watchdog"
+    );
+    let held = held.expect("the controller held m0's fence (FenceHeldSelfFenceNotTrusted)");
+    assert!(
+        held.contains("does not accept virtual machines"),
+        "held for another reason: {held}"
+    );
+}
+
+/// The control: a policy that asserts its VMs are never paused (`virtualMachines: Accept`)
+/// trusts the frozen watchdog, and m0's pod is released while the VM sleeps and runs on after.
+/// This is the two-writer risk the default refuses.
+#[test]
+fn accepting_vms_releases_a_paused_vm_that_then_runs_on() {
+    let Paused { releasing, .. } = staged(
+        "ctl-qemu-companion-paused-accept",
+        &[],
+        Some("Accept"),
+        hypervisor_pauses,
+    );
+    assert!(
+        releasing.is_some(),
+        "the controller that accepts VMs released nothing within {PAUSE:?} of the pause"
     );
 }

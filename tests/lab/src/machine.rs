@@ -232,6 +232,45 @@ impl Machine {
         read_pidfile(&self.dir.join("boot.pid")).is_some_and(alive)
     }
 
+    /// Pauses the whole QEMU machine, as its hypervisor would (QMP `stop`): its vCPU and
+    /// every device timer stop, the watchdog's included, and its guest clocks stand still
+    /// until [`Machine::resume`]. Its QEMU process lives on, and its BMC reports it on.
+    ///
+    /// Guarantees: returns once QEMU reports the VM paused (`query-status`), or an error.
+    ///
+    /// Assumptions: a QEMU machine, powered. A namespace machine has no hypervisor: an error.
+    pub fn pause(&self) -> Result<()> {
+        self.set_running(false)
+    }
+
+    /// Resumes a machine [`Machine::pause`] paused (QMP `cont`): its guest carries on where it
+    /// stopped, its timers and clocks from where they stood.
+    ///
+    /// Guarantees: returns once QEMU reports the VM running, or an error.
+    pub fn resume(&self) -> Result<()> {
+        self.set_running(true)
+    }
+
+    fn set_running(&self, running: bool) -> Result<()> {
+        if self.kind != MachineKind::Qemu {
+            return Err(LabError::Other(format!(
+                "{}: only a QEMU machine has a hypervisor to pause it",
+                self.name
+            )));
+        }
+        let socket = self.dir.join(qemu::QMP_SOCKET);
+        qemu::qmp(&socket, if running { "cont" } else { "stop" })?;
+        let status = qemu::qmp(&socket, "query-status")?;
+        if status.get("running").and_then(|r| r.as_bool()) != Some(running) {
+            return Err(LabError::Other(format!(
+                "{}: QEMU reports {status} after {}",
+                self.name,
+                if running { "cont" } else { "stop" }
+            )));
+        }
+        Ok(())
+    }
+
     /// Makes every later power off through the BMC take `delay` before the machine stops: a
     /// slow chassis (the BMC reports the machine on until then). `Duration::ZERO` restores
     /// the prompt power off. The delay must stay below [`crate::LabConfig::bmc_kill_wait`]:

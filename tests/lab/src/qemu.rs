@@ -28,6 +28,7 @@ use std::os::fd::{AsRawFd, IntoRawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use nix::sched::{setns, CloneFlags};
 
@@ -225,6 +226,13 @@ pub(crate) fn qemu_args(v: &VmSpec<'_>) -> Vec<String> {
         "none".into(),
         "-monitor".into(),
         "none".into(),
+        // The hypervisor's control socket (QMP): the lab pauses and resumes the whole VM
+        // through it, as a hypervisor does (`Machine::pause`).
+        "-qmp".into(),
+        format!(
+            "unix:{},server=on,wait=off",
+            v.dir.join(QMP_SOCKET).display()
+        ),
         "-kernel".into(),
         v.assets.vmlinux.display().to_string(),
         "-initrd".into(),
@@ -288,6 +296,65 @@ pub(crate) fn qemu_args(v: &VmSpec<'_>) -> Vec<String> {
         ]);
     }
     a
+}
+
+/// The QMP socket's file name in the machine's directory.
+pub(crate) const QMP_SOCKET: &str = "qmp.sock";
+
+/// How long one QMP exchange may take (QEMU answers from its main loop, also while paused).
+const QMP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs one QMP command (`execute`, no arguments) on the VM behind `socket` and returns its
+/// `return` value: the greeting is read, capabilities negotiated, events skipped.
+///
+/// Guarantees: an `error` answer, a closed socket or a silence of [`QMP_TIMEOUT`] is an
+/// error naming the command; nothing is retried (a pause is not sent twice).
+pub(crate) fn qmp(socket: &Path, execute: &str) -> Result<serde_json::Value> {
+    use std::io::{BufRead, BufReader, Write};
+    let fail =
+        |why: String| LabError::Other(format!("QMP {execute} on {}: {why}", socket.display()));
+    let stream =
+        std::os::unix::net::UnixStream::connect(socket).map_err(|e| fail(e.to_string()))?;
+    stream
+        .set_read_timeout(Some(QMP_TIMEOUT))
+        .and_then(|()| stream.set_write_timeout(Some(QMP_TIMEOUT)))
+        .map_err(|e| fail(e.to_string()))?;
+    let mut writer = stream.try_clone().map_err(|e| fail(e.to_string()))?;
+    let mut reader = BufReader::new(stream);
+    // The next answer to a command: events (`{"event": ...}`) arrive in between.
+    let answer =
+        |reader: &mut BufReader<std::os::unix::net::UnixStream>| -> Result<serde_json::Value> {
+            loop {
+                let mut line = String::new();
+                if reader
+                    .read_line(&mut line)
+                    .map_err(|e| fail(e.to_string()))?
+                    == 0
+                {
+                    return Err(fail("QEMU closed the socket".into()));
+                }
+                let v: serde_json::Value =
+                    serde_json::from_str(&line).map_err(|e| fail(format!("{e}: {line:?}")))?;
+                if let Some(r) = v.get("return") {
+                    return Ok(r.clone());
+                }
+                if let Some(e) = v.get("error") {
+                    return Err(fail(e.to_string()));
+                }
+                if v.get("QMP").is_some() {
+                    return Ok(v);
+                }
+            }
+        };
+    answer(&mut reader)?;
+    let mut send = |cmd: &str| -> Result<()> {
+        writeln!(writer, "{}", serde_json::json!({ "execute": cmd }))
+            .map_err(|e| fail(e.to_string()))
+    };
+    send("qmp_capabilities")?;
+    answer(&mut reader)?;
+    send(execute)?;
+    answer(&mut reader)
 }
 
 /// Quotes a word for `/bin/sh`.
