@@ -249,6 +249,31 @@ fn apply_fault(
             };
             h.push(heal(healed));
         }
+        Fault::VmPause { hold_ms, .. } => {
+            let m = &world.lab.machines()[i];
+            let Some(vm) = m.power_pid() else {
+                h.push(skip(format!("m{i} is off: nothing to pause")));
+                return Ok(());
+            };
+            // Recorded whatever the answer: QEMU may have paused without answering.
+            let paused = match m.pause() {
+                Ok(()) => format!("the hypervisor paused m{i} for {hold_ms} ms"),
+                Err(e) => format!("pausing m{i} for {hold_ms} ms, unconfirmed: {e}"),
+            };
+            h.push(fault(paused));
+            sleep_ms(*hold_ms);
+            // A machine fenced meanwhile is off (its BMC's power off ended the paused VM) or
+            // powered on anew, a new VM that runs: there is nothing to resume.
+            let healed = match m.power_pid() {
+                Some(now) if now == vm => match m.resume() {
+                    Ok(()) => format!("m{i} resumed"),
+                    Err(e) => format!("resuming m{i} failed: {e}"),
+                },
+                Some(_) => format!("m{i} was powered off while paused, and is on again"),
+                None => format!("m{i} was powered off while paused"),
+            };
+            h.push(heal(healed));
+        }
         Fault::LeaderKill { down_ms } => match leader_pid(world) {
             Some((id, _)) => {
                 world.controllers().kill(&id);

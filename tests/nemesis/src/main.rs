@@ -163,6 +163,13 @@ fn main() -> ExitCode {
         eprintln!("palisade-nemesis: --only {bad}: needs QEMU machines (--qemu)");
         return ExitCode::from(2);
     }
+    if args.no_fence_devices && args.only.iter().any(|c| c == "vm-pause") {
+        eprintln!(
+            "palisade-nemesis: --only vm-pause needs fence devices: without them the campaign's \
+             policy trusts self-fences on VMs it asserts are never paused (trustSelfFence.virtualMachines: Accept)"
+        );
+        return ExitCode::from(2);
+    }
     if args.events == 0 || args.minutes == 0 {
         eprintln!("palisade-nemesis: --events and --minutes must be positive");
         return ExitCode::from(2);

@@ -267,6 +267,18 @@ pub enum Fault {
         /// How long the clock stays off.
         hold_ms: u64,
     },
+    /// The hypervisor pauses the whole machine (QMP `stop`: its vCPU, watchdog timer and
+    /// clocks stand still; its BMC reports it on) and resumes it after `hold_ms`, from 1 s
+    /// (a hiccup no fence may follow) to 20 s (past the Unhealthy threshold: a fence through
+    /// its BMC, whose power off ends the paused VM). QEMU machines in a world with fence
+    /// devices only: the campaign's policy accepts VMs as never paused, which is what a
+    /// self-fence's trust on a VM rests on. Drawn only when named (`--only vm-pause`).
+    VmPause {
+        /// Whom.
+        target: Target,
+        /// How long the machine stays paused.
+        hold_ms: u64,
+    },
     /// Both controllers' watches stop delivering the changes of one node's Lease for
     /// `hold_ms`, while the node renews it on time (the lab's stalled-watch fault, read by
     /// debug builds only: a stalled informer, or an API server whose watch cache lags). The
@@ -325,6 +337,7 @@ impl Fault {
             Fault::DeposedLeaderLateRequest { .. } => "deposed-leader-late-request",
             Fault::ControllerClockStep { .. } => "controller-clock-step",
             Fault::MachineClockStep { .. } => "machine-clock-step",
+            Fault::VmPause { .. } => "vm-pause",
             Fault::WatchStall { .. } => "watch-stall",
             Fault::TwoAtOnce { .. } => "two-at-once",
         }
@@ -350,6 +363,7 @@ impl Fault {
             | Fault::PeerCut { .. }
             | Fault::IsolatedButStorage { .. }
             | Fault::MachineClockStep { .. }
+            | Fault::VmPause { .. }
             | Fault::WatchStall { .. } => true,
             Fault::LeaderKill { .. }
             | Fault::LeaderStop { .. }
@@ -384,6 +398,7 @@ impl Fault {
             | Fault::BmcSlowDuringCut { target, .. }
             | Fault::DeposedLeaderLateRequest { target, .. }
             | Fault::MachineClockStep { target, .. }
+            | Fault::VmPause { target, .. }
             | Fault::WatchStall { target, .. } => Some(*target),
             Fault::TwoAtOnce { first, .. } => first.target(),
             Fault::LeaderKill { .. }
@@ -469,7 +484,7 @@ const QEMU_CLASSES: &[(&str, u32)] = &[("machine-clock-step", 2)];
 
 /// Classes for QEMU machines that a campaign draws only when named (`only`): adding them to
 /// the default draw would change every recorded seed's schedule.
-const OPT_IN_QEMU_CLASSES: &[(&str, u32)] = &[("cut-heal-cut", 2)];
+const OPT_IN_QEMU_CLASSES: &[(&str, u32)] = &[("cut-heal-cut", 2), ("vm-pause", 2)];
 
 /// Classes for any machine that a campaign draws only when named (`only`), for the same
 /// reason.
@@ -699,6 +714,11 @@ fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault
             target,
             step_ms: rng.random_range(2..=25) * 1_000 * if rng.random_bool(0.5) { 1 } else { -1 },
             hold_ms: cut_hold,
+        },
+        // From a hiccup well inside the Unhealthy threshold (4 s) to as long as a cut.
+        "vm-pause" => Fault::VmPause {
+            target,
+            hold_ms: rng.random_range(1_000..=20_000),
         },
         // Past the Unhealthy threshold (4 s), up to as long as a cut.
         "watch-stall" => Fault::WatchStall {
