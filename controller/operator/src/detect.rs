@@ -36,9 +36,6 @@ pub async fn run(ctx: Arc<Ctx>) {
     let mut interval = tokio::time::interval(ctx.settings.tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut reported: HashMap<String, String> = HashMap::new();
-    let mut announced = crate::config::Announced::new();
-    // When the configuration was last reported (`None`: not since this replica led).
-    let mut config_reported: Option<std::time::Instant> = None;
     loop {
         interval.tick().await;
         let now = ctx.now();
@@ -63,14 +60,8 @@ pub async fn run(ctx: Arc<Ctx>) {
         ctx.metrics.tick(token.is_some());
         let Some(token) = token else {
             reported.clear();
-            announced.clear();
-            config_reported = None;
             continue;
         };
-        if config_reported.is_none_or(|at| at.elapsed() >= crate::config::REPORT_EVERY) {
-            crate::config::report(&ctx, &mut announced).await;
-            config_reported = Some(std::time::Instant::now());
-        }
         if ctx.cache.sight.blind(std::time::Instant::now()) {
             // The caches may lack renewals: no decision until sight returns (and then
             // silence counts from its return, see crate::sight).

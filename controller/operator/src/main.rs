@@ -152,6 +152,7 @@ async fn main() -> anyhow::Result<()> {
     let ctx = Ctx::new(client, settings, cache, leadership.clone());
     let election = tokio::spawn(leadership.run(args.lease_duration, args.renew_interval, sight));
     let ticker = tokio::spawn(detect::run(ctx.clone()));
+    tokio::spawn(palisade_controller::config::run(ctx.clone()));
     tokio::spawn(palisade_controller::silent::run(ctx.clone()));
     tokio::spawn(palisade_controller::readiness::run(
         ctx.clone(),

@@ -65,11 +65,11 @@ const UNUSED_DEVICE: &str = "ipmi://admin@127.0.0.1:1?cipher=3";
 #[command(about)]
 struct Args {
     /// Simulated nodes (a Node, its Lease and its FenceTarget each).
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=5000))]
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=10000))]
     nodes: u32,
     /// Nodes silenced during the measurement (at most 30% of --nodes: the quorum guard
     /// holds everything beyond the policy's 40%).
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=200))]
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
     silence: u32,
     /// Seconds between two silenced nodes.
     #[arg(long, default_value_t = 2.0)]
