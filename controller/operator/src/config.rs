@@ -40,7 +40,7 @@ pub type Announced = HashMap<String, String>;
 ///
 /// Guarantees: no round starts while this replica does not lead, and two rounds never
 /// overlap; what was announced is forgotten when it stops leading, so a later term announces
-/// only real changes ([`apply`]). The decision tick never waits for a round.
+/// only real changes. The decision tick never waits for a round.
 pub async fn run(ctx: Arc<Ctx>) {
     let mut interval = tokio::time::interval(ctx.settings.tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
