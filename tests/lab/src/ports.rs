@@ -15,8 +15,11 @@ use std::path::PathBuf;
 
 use parking_lot::Mutex;
 
-/// The ports this process chose, with the lock files that hold them.
-static HANDED_OUT: Mutex<Option<Vec<(u16, Option<File>)>>> = Mutex::new(None);
+/// A port this process chose, with the lock file that holds it (`None`: no lock directory).
+type Held = (u16, Option<File>);
+
+/// The ports this process chose.
+static HANDED_OUT: Mutex<Option<Vec<Held>>> = Mutex::new(None);
 
 /// Where the lock files live: one per port chosen by a running process.
 fn lock_dir() -> PathBuf {
