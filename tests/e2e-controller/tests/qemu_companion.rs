@@ -72,26 +72,24 @@ fn annotation(l: &Lease, key: &str) -> Option<String> {
 /// its watchdog timeout behind), and the planted controller, which reads what the Lease
 /// advertises only when the kubelet renews, would never trust the promise. The fixed
 /// controller reads it at every companion write too, and is not helped by the alignment.
-fn last_renewal_after_a_companion_write(
-    sim: &Sim,
-    rt: &tokio::runtime::Runtime,
-    leases: &Api<Lease>,
-) {
-    sim.silence("m0");
+fn last_renewal_after_a_companion_write(s: &Stage) {
+    s.sim.silence("m0");
     // A renewal already under way when the kubelet was silenced ends well within this.
     std::thread::sleep(Duration::from_secs(2));
-    let stamp = |l: &Lease| annotation(l, COMPANION_WRITTEN);
-    let before = stamp(&rt.block_on(leases.get("m0")).expect("m0's Lease"));
+    let before = annotation(
+        &s.rt.block_on(s.leases.get("m0")).expect("m0's Lease"),
+        COMPANION_WRITTEN,
+    );
     let written = eventually(
         "a companion write after the kubelet was silenced",
         Duration::from_secs(60),
         || {
-            let now = stamp(&rt.block_on(leases.get("m0")).ok()?)?;
+            let now = stamp(s)?;
             (Some(&now) != before.as_ref()).then_some(now)
         },
     );
     let renewed = Timestamp::now();
-    rt.block_on(leases.patch(
+    s.rt.block_on(s.leases.patch(
         "m0",
         &PatchParams::default(),
         &Patch::Merge(json!({"spec": {"renewTime": MicroTime(renewed)}})),
@@ -212,11 +210,7 @@ struct Outcome {
 /// Lease has stood still for its duration, then self-fences.
 fn kubelet_stops(s: &Stage) -> Outcome {
     let Stage {
-        lab,
-        rt,
-        c,
-        sim,
-        leases,
+        lab, rt, c, leases, ..
     } = *s;
     let m = &lab.machines()[0];
     // Watch the VM from the host: the first moment its QEMU process is seen gone.
@@ -224,7 +218,7 @@ fn kubelet_stops(s: &Stage) -> Outcome {
     let watcher = watch_gone(qemu);
 
     // The kubelet stops; the companion's link stays up.
-    last_renewal_after_a_companion_write(sim, rt, leases);
+    last_renewal_after_a_companion_write(s);
     let releasing = released_on_self_fence(c, rt, "m0", Duration::from_secs(240));
     let gone = watcher.join().unwrap();
 
@@ -295,7 +289,7 @@ struct Paused {
 /// then checks the machine ran on: its QEMU process lives and its companion writes again.
 fn hypervisor_pauses(s: &Stage) -> Paused {
     let m = &s.lab.machines()[0];
-    last_renewal_after_a_companion_write(s.sim, s.rt, s.leases);
+    last_renewal_after_a_companion_write(s);
     m.pause().expect("the hypervisor pauses m0");
     let paused = std::time::Instant::now();
     let frozen = stamp(s);
