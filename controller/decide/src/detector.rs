@@ -7,7 +7,7 @@
 //! events, so the I/O layer re-evaluates [`classify`] on requeues, scheduling the next one at
 //! [`next_change`].
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use palisade_model::policy::Detection;
@@ -158,7 +158,9 @@ pub const GAPS_KEPT: usize = 4;
 /// The per-node observation memory.
 #[derive(Debug, Clone, Default)]
 pub struct Detector {
-    nodes: BTreeMap<String, NodeClock>,
+    /// By node name (hashed: a tick looks up every node several times, and node names often
+    /// share long prefixes, which made an ordered map's comparisons most of a tick's work).
+    nodes: HashMap<String, NodeClock>,
     /// The end of the controller's latest blind spell ([`Detector::blind`]).
     blind_until: Option<Mono>,
 }
@@ -285,7 +287,7 @@ impl Detector {
         self.last_change(node).map(|c| classify(c, now, t))
     }
 
-    /// Nodes known to the detector.
+    /// Nodes known to the detector, in no particular order.
     pub fn nodes(&self) -> impl Iterator<Item = &str> {
         self.nodes.keys().map(String::as_str)
     }

@@ -3,6 +3,11 @@
 //! Every cache is fed by a watch with the default backoff, so it survives API server restarts.
 //! The decision and the state machine read these caches; the steps that mutate objects re-read
 //! the object from the API first (fresh `resourceVersion`, UID preconditions).
+//!
+//! The caches hold what the controller reads, not whole objects: every object is kept without
+//! its `managedFields`, and a Node without its image list (see [`Trim`]). On a real cluster
+//! those are most of an object's size (a Node lists every image it holds, often tens of
+//! kilobytes), and at 10,000 nodes they were most of the controller's memory.
 
 use std::fmt::Debug;
 
@@ -50,13 +55,58 @@ pub struct Cache {
     pub sight: std::sync::Arc<crate::sight::Sight>,
 }
 
+/// What a cache keeps of an object: the parts the controller never reads are dropped as the
+/// watch delivers it.
+///
+/// Guarantees: only fields no reader of the caches uses are dropped; every write re-reads the
+/// object from the API first (and a `managedFields` left out of an update keeps the server's).
+pub trait Trim {
+    /// Drops what the caches need not keep: `managedFields` by default.
+    fn trim(&mut self);
+}
+
+fn without_managed_fields<K: Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
+macro_rules! trim_metadata_only {
+    ($($kind:ty),*) => {$(
+        impl Trim for $kind {
+            fn trim(&mut self) {
+                without_managed_fields(self);
+            }
+        }
+    )*};
+}
+
+trim_metadata_only!(
+    Lease,
+    Pod,
+    PersistentVolumeClaim,
+    VolumeAttachment,
+    DynamicObject,
+    FencingPolicy,
+    FenceTarget,
+    NodeFence
+);
+
+impl Trim for Node {
+    /// Also drops `status.images`: the images a node holds (often tens of kilobytes).
+    fn trim(&mut self) {
+        without_managed_fields(self);
+        if let Some(status) = self.status.as_mut() {
+            status.images = None;
+        }
+    }
+}
+
 fn spawn_reflector<K>(
     api: Api<K>,
     writer: Writer<K>,
     sight: Option<(std::sync::Arc<crate::sight::Sight>, &'static str)>,
 ) -> Store<K>
 where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource + Trim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Default,
 {
     let reader = writer.as_reader();
@@ -65,15 +115,17 @@ where
     // changes are held back: a relist's objects replace the whole store, so dropping one of
     // them would remove the object instead of keeping its last version (a relist ends a real
     // stall too).
-    let delivered = watcher(api, watcher::Config::default()).filter(move |ev| {
-        let stalled = match ev {
-            Ok(watcher::Event::Apply(o)) => {
-                palisade_fence::planted::watch_stalled(&kind, &o.name_any())
-            }
-            _ => false,
-        };
-        std::future::ready(!stalled)
-    });
+    let delivered = watcher(api, watcher::Config::default())
+        .filter(move |ev| {
+            let stalled = match ev {
+                Ok(watcher::Event::Apply(o)) => {
+                    palisade_fence::planted::watch_stalled(&kind, &o.name_any())
+                }
+                _ => false,
+            };
+            std::future::ready(!stalled)
+        })
+        .modify(Trim::trim);
     let stream = reflector::reflector(writer, delivered)
         .default_backoff()
         .applied_objects();
@@ -101,7 +153,7 @@ where
 
 fn spawn<K>(api: Api<K>) -> Store<K>
 where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: Resource + Trim + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Default,
 {
     spawn_reflector(api, Writer::default(), None)
@@ -146,9 +198,12 @@ impl Cache {
             let writer = Writer::<DynamicObject>::new(ar.clone());
             let reader = writer.as_reader();
             let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-            let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-                .default_backoff()
-                .applied_objects();
+            let stream = reflector::reflector(
+                writer,
+                watcher(api, watcher::Config::default()).modify(Trim::trim),
+            )
+            .default_backoff()
+            .applied_objects();
             tokio::spawn(async move {
                 futures::pin_mut!(stream);
                 while let Some(ev) = stream.next().await {
@@ -199,5 +254,54 @@ impl Cache {
         ready("targets")(cache.targets.wait_until_ready().await)?;
         ready("fences")(cache.fences.wait_until_ready().await)?;
         Ok(cache)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_node_keeps_what_the_controller_reads_and_drops_its_images() {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "n1", "uid": "u1", "labels": {"zone": "a"},
+                "annotations": {"palisade.dev/exclude": "true"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}],
+            },
+            "spec": {"taints": [{"key": "k", "effect": "NoExecute"}]},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "nodeInfo": {"bootID": "b", "systemUUID": "s", "machineID": "", "kernelVersion": "",
+                    "osImage": "", "containerRuntimeVersion": "", "kubeletVersion": "",
+                    "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                "images": [{"names": ["registry/app:1"], "sizeBytes": 1}],
+            },
+        }))
+        .unwrap();
+        let mut expected = node.clone();
+        node.trim();
+        expected.metadata.managed_fields = None;
+        expected.status.as_mut().unwrap().images = None;
+        assert_eq!(node, expected);
+        assert!(node.status.unwrap().node_info.is_some());
+    }
+
+    #[test]
+    fn a_cached_lease_keeps_its_renewal_and_annotations_without_managed_fields() {
+        let mut lease: Lease = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "n1", "annotations": {"palisade.dev/companion-written": "t"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}],
+            },
+            "spec": {"renewTime": "2026-12-01T00:00:00.000000Z"},
+        }))
+        .unwrap();
+        let before = lease.clone();
+        lease.trim();
+        assert_eq!(lease.metadata.managed_fields, None);
+        assert_eq!(lease.metadata.annotations, before.metadata.annotations);
+        assert_eq!(lease.spec, before.spec);
     }
 }

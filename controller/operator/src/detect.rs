@@ -99,7 +99,8 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
             .as_deref()
             .and_then(|l| l.spec.as_ref()?.renew_time.as_ref())
             .map(|t| t.0);
-        let (seen, write) = memory.observe(&name, heartbeat(ctx, node), renew, now, || {
+        let heartbeat = lease_heartbeat(node, lease.as_deref());
+        let (seen, write) = memory.observe(&name, heartbeat, renew, now, || {
             let mut ad = palisade_decide::convert::advertisement(lease.as_deref(), Some(node));
             planted_watchdog(&mut ad);
             ad
@@ -111,15 +112,6 @@ pub fn observe(ctx: &Ctx, now: Clocks) {
             tracing::warn!(node = %name, renew_time = ?renew, "a Lease renewal stamped in the future or observed late: the node does not count toward the healthy majority until its next timely renewal (check the clocks)");
         }
     }
-}
-
-/// The node's heartbeat markers from the Lease cache (see [`lease_heartbeat`]).
-fn heartbeat(ctx: &Ctx, node: &Node) -> Heartbeat {
-    let lease = ctx
-        .cache
-        .leases
-        .get(&ObjectRef::new(&node.name_any()).within(crate::cache::NODE_LEASE_NAMESPACE));
-    lease_heartbeat(node, lease.as_deref())
 }
 
 /// The node's heartbeat markers (see [`palisade_decide::convert::heartbeat`] for which writes
@@ -385,14 +377,14 @@ async fn decide_round(
                         _ => Kind::Warning,
                     };
                     // Off the decision path: a storm of holds must not delay the next node's
-                    // decision by one API round trip each.
-                    let events = ctx.events.clone();
-                    let about = Recorder::reference(node.as_ref());
-                    let reason = format!("FenceHeld{}", camel(reason.label()));
-                    let message = d.verdict.message();
-                    tokio::spawn(async move {
-                        events.publish(about, kind, &reason, &message).await;
-                    });
+                    // decision by one API round trip each, nor put one request per node on
+                    // the API server at once (bounded queue, one writer).
+                    ctx.events.publish_later(
+                        Recorder::reference(node.as_ref()),
+                        kind,
+                        format!("FenceHeld{}", camel(reason.label())),
+                        d.verdict.message(),
+                    );
                 }
             }
             _ => {}

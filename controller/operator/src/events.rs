@@ -1,5 +1,14 @@
 //! Kubernetes Events (`core/v1`), so that `kubectl describe nodefence` / `describe node` tell
 //! what happened and why. Event failures are logged and never stop a step.
+//!
+//! Events written off a hot path ([`Recorder::publish_later`]) go through one bounded queue and
+//! one writer: a storm (10,000 nodes held at once when the quorum guard holds) writes at the
+//! API server's pace, never with one request in flight per Event, and what does not fit in the
+//! queue is dropped and counted, as client-go's recorder does. Events are best effort; the
+//! NodeFence status and the metrics are the record.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -21,7 +30,22 @@ pub enum Kind {
 pub struct Recorder {
     client: Client,
     instance: String,
+    /// The queue of [`Recorder::publish_later`], its writer started on first use.
+    queue: Arc<OnceLock<tokio::sync::mpsc::Sender<Queued>>>,
+    /// Events dropped because the queue was full.
+    dropped: Arc<AtomicU64>,
 }
+
+/// An Event waiting for the writer.
+struct Queued {
+    about: ObjectReference,
+    kind: Kind,
+    reason: String,
+    message: String,
+}
+
+/// Events waiting for the writer at most (client-go's broadcaster keeps 1,000 too).
+pub const QUEUE_CAPACITY: usize = 1000;
 
 /// Component name shown as the Event source.
 pub const COMPONENT: &str = "palisade-controller";
@@ -29,7 +53,56 @@ pub const COMPONENT: &str = "palisade-controller";
 impl Recorder {
     /// A recorder for this replica.
     pub fn new(client: Client, instance: String) -> Self {
-        Self { client, instance }
+        Self {
+            client,
+            instance,
+            queue: Arc::default(),
+            dropped: Arc::default(),
+        }
+    }
+
+    /// Queues one Event about `about` for the writer and returns at once (must be called
+    /// within the Tokio runtime).
+    ///
+    /// Guarantees: at most [`QUEUE_CAPACITY`] Events wait, and one is written at a time, so a
+    /// storm of Events never adds more than one request to a struggling API server; an Event
+    /// that does not fit is dropped, counted ([`Recorder::dropped`]) and logged (the first of
+    /// every thousand).
+    pub fn publish_later(
+        &self,
+        about: ObjectReference,
+        kind: Kind,
+        reason: String,
+        message: String,
+    ) {
+        let queue = self.queue.get_or_init(|| {
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<Queued>(QUEUE_CAPACITY);
+            let writer = Recorder::new(self.client.clone(), self.instance.clone());
+            tokio::spawn(async move {
+                while let Some(q) = rx.recv().await {
+                    writer.publish(q.about, q.kind, &q.reason, &q.message).await;
+                }
+            });
+            tx
+        });
+        let queued = Queued {
+            about,
+            kind,
+            reason,
+            message,
+        };
+        if let Err(e) = queue.try_send(queued) {
+            let n = self.dropped.fetch_add(1, Ordering::Relaxed);
+            if n % 1000 == 0 {
+                let q = e.into_inner();
+                tracing::warn!(dropped = n + 1, reason = %q.reason, "Event queue full: Event dropped (the API server is slow, or a storm of Events)");
+            }
+        }
+    }
+
+    /// Events dropped so far because the queue of [`Recorder::publish_later`] was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     /// The reference for any object (cluster-scoped or namespaced).
@@ -82,5 +155,57 @@ impl Recorder {
         if let Err(e) = api.create(&PostParams::default(), &ev).await {
             tracing::warn!(error = %e, reason, "could not record Event");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client for an API server that accepts connections and never answers.
+    async fn silent_server() -> (Client, tokio::net::TcpListener) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let config = kube::Config::new(url.parse().unwrap());
+        (Client::try_from(config).unwrap(), listener)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_storm_of_events_waits_in_a_bounded_queue_and_the_rest_is_dropped() {
+        let (client, _listener) = silent_server().await;
+        let recorder = Recorder::new(client, "test".into());
+        let storm = QUEUE_CAPACITY + 10;
+        for i in 0..storm {
+            recorder.publish_later(
+                ObjectReference {
+                    name: Some(format!("n{i}")),
+                    ..Default::default()
+                },
+                Kind::Warning,
+                "FenceHeldQuorumLost".into(),
+                "held".into(),
+            );
+        }
+        // Nothing was written yet (the writer has not run on this thread): the queue holds
+        // what fits, the rest was dropped and counted.
+        assert_eq!(recorder.dropped(), 10);
+        // The writer takes one, which hangs on the silent server: one request in flight at
+        // most, and room for exactly one more.
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        recorder.publish_later(
+            ObjectReference::default(),
+            Kind::Normal,
+            "r".into(),
+            "m".into(),
+        );
+        assert_eq!(recorder.dropped(), 10);
+        recorder.publish_later(
+            ObjectReference::default(),
+            Kind::Normal,
+            "r".into(),
+            "m".into(),
+        );
+        assert_eq!(recorder.dropped(), 11);
     }
 }

@@ -99,7 +99,29 @@ fn patch_body(mark: &Mark, now: Timestamp) -> serde_json::Value {
     }
 }
 
+/// How `node` looks to this replica at `now`, with the words a pod's condition carries (`None`:
+/// never observed).
+fn node_health(
+    ctx: &Ctx,
+    node: &str,
+    now: palisade_decide::clock::Clocks,
+) -> Option<(Health, String)> {
+    let detection = crate::reconcile::policy_for(ctx, node)
+        .map(|p| p.detection)
+        .unwrap_or_default();
+    let last = ctx.memory.lock().detector.last_change(node)?;
+    let h = classify(last, now.mono, Thresholds::from(&detection));
+    let message = format!(
+        "node {node} has been silent for {}s as the controller sees it ({h:?}): this pod may still run, unreachable",
+        now.mono.since(last).as_secs()
+    );
+    Some((h, message))
+}
+
 /// Marks and unmarks pods every tick while this replica leads.
+///
+/// A node's health is worked out once per tick, and only for nodes that have an unfinished
+/// pod: the work follows the pods, not the size of the cluster.
 pub async fn run(ctx: Arc<Ctx>) {
     let mut interval = tokio::time::interval(ctx.settings.tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -109,21 +131,7 @@ pub async fn run(ctx: Arc<Ctx>) {
             continue;
         }
         let now = ctx.now();
-        let mut health: HashMap<String, (Health, String)> = HashMap::new();
-        for node in ctx.cache.nodes.state() {
-            let name = node.name_any();
-            let detection = crate::reconcile::policy_for(&ctx, &name)
-                .map(|p| p.detection)
-                .unwrap_or_default();
-            let last = ctx.memory.lock().detector.last_change(&name);
-            let Some(last) = last else { continue };
-            let h = classify(last, now.mono, Thresholds::from(&detection));
-            let message = format!(
-                "node {name} has been silent for {}s as the controller sees it ({h:?}): this pod may still run, unreachable",
-                now.mono.since(last).as_secs()
-            );
-            health.insert(name, (h, message));
-        }
+        let mut health: HashMap<String, Option<(Health, String)>> = HashMap::new();
         for pod in ctx.cache.pods.state() {
             if palisade_decide::convert::pod_is_terminal(&pod) {
                 continue;
@@ -131,7 +139,10 @@ pub async fn run(ctx: Arc<Ctx>) {
             let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
                 continue;
             };
-            let Some((h, message)) = health.get(node) else {
+            let known = health
+                .entry(node.to_string())
+                .or_insert_with(|| node_health(&ctx, node, now));
+            let Some((h, message)) = known else {
                 continue;
             };
             let Some(mark) = plan(&pod, *h, message) else {

@@ -78,13 +78,12 @@ fn now_wall() -> Timestamp {
 /// The policy covering `node` (exactly one, else `None`).
 pub(crate) fn policy_for(ctx: &Ctx, node: &str) -> Option<palisade_model::FencingPolicySpec> {
     let n = ctx.cache.nodes.get(&StoreRef::new(node))?;
-    let labels = n.labels().clone();
     let matching: Vec<_> = ctx
         .cache
         .policies
         .state()
         .into_iter()
-        .filter(|p| palisade_decide::selector::matches(&p.spec.node_selector, &labels))
+        .filter(|p| palisade_decide::selector::matches(&p.spec.node_selector, n.labels()))
         .collect();
     match matching.as_slice() {
         [one] => Some(one.spec.clone()),
