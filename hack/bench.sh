@@ -2,7 +2,8 @@
 # Benchmarks, side by side with the peer tools in the same run, against the same lab
 # simulators. Not part of hack/test.sh: tests assert behaviour, benchmarks measure.
 #   hack/bench.sh            every benchmark
-#   hack/bench.sh agents     only one (agents | storage | bridge | node | recovery | scale)
+#   hack/bench.sh agents     only one (agents | storage | bridge | node | recovery | scale |
+#                            scale10k)
 #   hack/bench.sh recovery   both machine kinds, each on Kubernetes 1.20 and 1.34 side by side,
 #                            a cut and a power loss (switched off at the BMC), 20 runs of each
 #                            (RECOVERY_RUNS=3 hack/bench.sh recovery for a quick look; 20 runs
@@ -95,6 +96,12 @@ if [ "$want" = all ] || [ "$want" = scale ]; then
   run scale palisade-scale-bench -p palisade-scale-bench -p palisade-controller -- \
     --nodes 2000 --silence 100 --silence-every 0.02 --out target/bench/scale.json
   record scale
+fi
+if [ "$want" = all ] || [ "$want" = scale10k ]; then
+  # 10,000 simulated nodes; 500 go silent within a second (one every 2 ms).
+  run scale10k palisade-scale-bench -p palisade-scale-bench -p palisade-controller -- \
+    --nodes 10000 --silence 500 --silence-every 0.002 --out target/bench/scale10k.json
+  record scale10k
 fi
 if [ "$recorded" = 1 ]; then
   say "rewriting docs/benchmarks.md from docs/data/"

@@ -2,12 +2,11 @@
 //! what happened and why. Event failures are logged and never stop a step.
 //!
 //! Events written off a hot path ([`Recorder::publish_later`]) go through one bounded queue and
-//! one writer: a storm (10,000 nodes held at once when the quorum guard holds) writes at the
-//! API server's pace, never with one request in flight per Event, and what does not fit in the
-//! queue is dropped and counted, as client-go's recorder does. Events are best effort; the
+//! a few writers ([`WRITERS`]): a storm (10,000 nodes held at once when the quorum guard holds)
+//! writes at the API server's pace, never with one request in flight per Event, and what does
+//! not fit in the queue is dropped and counted, as client-go's recorder does. Events are best effort; the
 //! NodeFence status and the metrics are the record.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
@@ -15,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::{Api, Client, Resource, ResourceExt};
+use prometheus_client::metrics::counter::Counter;
 
 /// `Normal` or `Warning`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,8 +32,8 @@ pub struct Recorder {
     instance: String,
     /// The queue of [`Recorder::publish_later`], its writer started on first use.
     queue: Arc<OnceLock<tokio::sync::mpsc::Sender<Queued>>>,
-    /// Events dropped because the queue was full.
-    dropped: Arc<AtomicU64>,
+    /// Events dropped because the queue was full (`palisade_events_dropped_total`).
+    dropped: Counter,
 }
 
 /// An Event waiting for the writer.
@@ -44,8 +44,12 @@ struct Queued {
     message: String,
 }
 
-/// Events waiting for the writer at most (client-go's broadcaster keeps 1,000 too).
+/// Events waiting for the writers at most (client-go's broadcaster keeps 1,000 too).
 pub const QUEUE_CAPACITY: usize = 1000;
+
+/// Event writes in flight at most. One was too few: 500 dry-run decisions at once took 50 s
+/// to show on an API server answering in 90 ms; one per Event, 10,000 at once, was the storm.
+pub const WRITERS: usize = 16;
 
 /// Component name shown as the Event source.
 pub const COMPONENT: &str = "palisade-controller";
@@ -57,15 +61,24 @@ impl Recorder {
             client,
             instance,
             queue: Arc::default(),
-            dropped: Arc::default(),
+            dropped: Counter::default(),
+        }
+    }
+
+    /// This recorder, counting the Events it drops in `counter` (a metric's).
+    pub fn counting_drops_in(self, counter: Counter) -> Self {
+        Self {
+            dropped: counter,
+            ..self
         }
     }
 
     /// Queues one Event about `about` for the writer and returns at once (must be called
     /// within the Tokio runtime).
     ///
-    /// Guarantees: at most [`QUEUE_CAPACITY`] Events wait, and one is written at a time, so a
-    /// storm of Events never adds more than one request to a struggling API server; an Event
+    /// Guarantees: at most [`QUEUE_CAPACITY`] Events wait, and at most [`WRITERS`] are written
+    /// at a time, so a storm of Events never adds more than that many requests to a struggling
+    /// API server; an Event
     /// that does not fit is dropped, counted ([`Recorder::dropped`]) and logged (the first of
     /// every thousand).
     pub fn publish_later(
@@ -78,11 +91,17 @@ impl Recorder {
         let queue = self.queue.get_or_init(|| {
             let (tx, mut rx) = tokio::sync::mpsc::channel::<Queued>(QUEUE_CAPACITY);
             let writer = Recorder::new(self.client.clone(), self.instance.clone());
-            tokio::spawn(async move {
-                while let Some(q) = rx.recv().await {
-                    writer.publish(q.about, q.kind, &q.reason, &q.message).await;
-                }
-            });
+            let queued = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+            tokio::spawn(futures::StreamExt::for_each_concurrent(
+                queued,
+                WRITERS,
+                move |q| {
+                    let writer = writer.clone();
+                    async move {
+                        writer.publish(q.about, q.kind, &q.reason, &q.message).await;
+                    }
+                },
+            ));
             tx
         });
         let queued = Queued {
@@ -92,8 +111,8 @@ impl Recorder {
             message,
         };
         if let Err(e) = queue.try_send(queued) {
-            let n = self.dropped.fetch_add(1, Ordering::Relaxed);
-            if n % 1000 == 0 {
+            let n = self.dropped.inc();
+            if n.is_multiple_of(1000) {
                 let q = e.into_inner();
                 tracing::warn!(dropped = n + 1, reason = %q.reason, "Event queue full: Event dropped (the API server is slow, or a storm of Events)");
             }
@@ -102,7 +121,7 @@ impl Recorder {
 
     /// Events dropped so far because the queue of [`Recorder::publish_later`] was full.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.dropped.get()
     }
 
     /// The reference for any object (cluster-scoped or namespaced).
@@ -189,16 +208,19 @@ mod tests {
         // Nothing was written yet (the writer has not run on this thread): the queue holds
         // what fits, the rest was dropped and counted.
         assert_eq!(recorder.dropped(), 10);
-        // The writer takes one, which hangs on the silent server: one request in flight at
-        // most, and room for exactly one more.
-        tokio::task::yield_now().await;
-        tokio::task::yield_now().await;
-        recorder.publish_later(
-            ObjectReference::default(),
-            Kind::Normal,
-            "r".into(),
-            "m".into(),
-        );
+        // The writers take WRITERS, which hang on the silent server: that many requests in
+        // flight at most, and room for exactly that many more.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        for _ in 0..WRITERS {
+            recorder.publish_later(
+                ObjectReference::default(),
+                Kind::Normal,
+                "r".into(),
+                "m".into(),
+            );
+        }
         assert_eq!(recorder.dropped(), 10);
         recorder.publish_later(
             ObjectReference::default(),

@@ -138,13 +138,15 @@ impl Ctx {
         cache: cache::Cache,
         leader: leader::Leadership,
     ) -> Arc<Self> {
+        let metrics = metrics::Metrics::default();
         Arc::new(Self {
-            events: events::Recorder::new(client.clone(), settings.identity.clone()),
+            events: events::Recorder::new(client.clone(), settings.identity.clone())
+                .counting_drops_in(metrics.events_dropped()),
             client,
             settings,
             cache,
             leader,
-            metrics: metrics::Metrics::default(),
+            metrics,
             memory: Mutex::new(palisade_decide::memory::Memory::new()),
             start_gate: tokio::sync::Mutex::new(()),
             workers: Mutex::new(HashSet::new()),

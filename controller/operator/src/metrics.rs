@@ -58,6 +58,7 @@ pub struct Metrics {
     power_reads: Counters,
     ticks: Counter,
     leader: Gauge,
+    events_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -81,6 +82,7 @@ impl Default for Metrics {
             power_reads: Counters::default(),
             ticks: Counter::default(),
             leader: Gauge::default(),
+            events_dropped: Counter::default(),
         };
         let mut r = Registry::default();
         palisade_telemetry::metrics::register_build_info(
@@ -150,6 +152,11 @@ impl Default for Metrics {
             Listed(m.power_reads.clone()),
         );
         r.register("palisade_ticks", "Detection ticks", m.ticks.clone());
+        r.register(
+            "palisade_events_dropped",
+            "Kubernetes Events dropped because the queue to the API server was full",
+            m.events_dropped.clone(),
+        );
         r.register(
             "palisade_leader",
             "Whether this replica leads",
@@ -254,6 +261,11 @@ impl Metrics {
     pub fn tick(&self, leader: bool) {
         self.ticks.inc();
         self.leader.set(i64::from(leader));
+    }
+
+    /// The counter of Events dropped, for [`crate::events::Recorder::counting_drops_in`].
+    pub fn events_dropped(&self) -> Counter {
+        self.events_dropped.clone()
     }
 
     /// The OpenMetrics text exposition of every metric, ending in `# EOF`; serve it as
