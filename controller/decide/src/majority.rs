@@ -229,7 +229,7 @@ impl Streaks {
     /// result to `now`, within its window of a write it sent before that instant (see the
     /// module docs), so the healthy majority intersects any strict majority of the same set
     /// (the peers that may excuse the node). Members without a streak count as not healthy.
-    pub fn majority_since_among(&self, members: &BTreeSet<String>, now: Mono) -> Option<Mono> {
+    pub fn majority_since_among(&self, members: &Members, now: Mono) -> Option<Mono> {
         if members.is_empty() {
             return None;
         }
@@ -248,7 +248,7 @@ impl Streaks {
 impl Streaks {
     /// The members of `members` counted healthy at `now` (a current streak), in name order:
     /// what an operator needs to see when a peer-checked self-fence waits for a majority.
-    pub fn healthy_among<'a>(&self, members: &'a BTreeSet<String>, now: Mono) -> Vec<&'a str> {
+    pub fn healthy_among<'a>(&self, members: &'a Members, now: Mono) -> Vec<&'a str> {
         members
             .iter()
             .filter(|m| {
@@ -256,8 +256,55 @@ impl Streaks {
                     s.last + s.window >= now && s.first + MAX_CLOCK_SKEW * 2 <= now
                 })
             })
-            .map(String::as_str)
             .collect()
+    }
+}
+
+/// One Node set's names, sorted and without duplicates, shared cheaply: a recorded set holds
+/// each name as a pointer to the string of the set recorded before it when that set has the
+/// name too, so 64 sets of 10,000 nodes cost 64 × 10,000 pointers, not as many strings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Members(std::sync::Arc<[std::sync::Arc<str>]>);
+
+impl Members {
+    /// The names, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|n| n.as_ref())
+    }
+
+    /// How many names.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `names` (sorted and unique, as a `BTreeSet` iterates), each string taken from `like`
+    /// where it holds the same name.
+    fn sharing(names: BTreeSet<String>, like: Option<&Members>) -> Self {
+        let mut old = like.map(|m| m.0.iter().peekable());
+        let shared = names
+            .into_iter()
+            .map(|name| {
+                if let Some(old) = old.as_mut() {
+                    while old.next_if(|o| o.as_ref() < name.as_str()).is_some() {}
+                    if let Some(o) = old.next_if(|o| o.as_ref() == name.as_str()) {
+                        return o.clone();
+                    }
+                }
+                std::sync::Arc::from(name)
+            })
+            .collect();
+        Members(shared)
+    }
+}
+
+impl FromIterator<String> for Members {
+    fn from_iter<I: IntoIterator<Item = String>>(names: I) -> Self {
+        Members::sharing(names.into_iter().collect(), None)
     }
 }
 
@@ -270,7 +317,7 @@ impl Streaks {
 /// earn no peer trust.
 #[derive(Debug, Clone, Default)]
 pub struct MemberHistory {
-    sets: std::collections::VecDeque<(MemberSet, BTreeSet<String>)>,
+    sets: std::collections::VecDeque<(MemberSet, Members)>,
 }
 
 impl MemberHistory {
@@ -290,6 +337,7 @@ impl MemberHistory {
             return set;
         }
         self.sets.retain(|(s, _)| *s != set);
+        let names = Members::sharing(names, self.sets.back().map(|(_, m)| m));
         self.sets.push_back((set, names));
         while self.sets.len() > Self::CAPACITY {
             self.sets.pop_front();
@@ -298,7 +346,7 @@ impl MemberHistory {
     }
 
     /// The Node names of `set`, if it was recorded.
-    pub fn get(&self, set: MemberSet) -> Option<&BTreeSet<String>> {
+    pub fn get(&self, set: MemberSet) -> Option<&Members> {
         self.sets.iter().find(|(s, _)| *s == set).map(|(_, n)| n)
     }
 }
@@ -362,7 +410,7 @@ mod tests {
         let mut s = Streaks::new();
         renew(&mut s, "a", 0, 20);
         renew(&mut s, "b", 0, 10);
-        let members: BTreeSet<String> = ["a", "b", "c"].iter().map(|x| x.to_string()).collect();
+        let members: Members = ["a", "b", "c"].iter().map(|x| x.to_string()).collect();
         assert_eq!(s.healthy_among(&members, m(20)), vec!["a"]);
         assert_eq!(s.healthy_among(&members, m(12)), vec!["a", "b"]);
         assert_eq!(s.majority_since_among(&members, m(12)), Some(m(2)));
@@ -398,15 +446,15 @@ mod tests {
         for n in ["c", "d", "e"] {
             renew(&mut s, n, 0, 20);
         }
-        let old: BTreeSet<String> = ["a", "b", "c"].map(String::from).into();
-        let new: BTreeSet<String> = ["a", "b", "c", "d", "e"].map(String::from).into();
+        let old: Members = ["a", "b", "c"].map(String::from).into_iter().collect();
+        let new: Members = ["a", "b", "c", "d", "e"].map(String::from).into_iter().collect();
         // Three of five are healthy: a majority of the new set, none of the old one.
         assert_eq!(s.majority_since_among(&new, m(20)), Some(m(2)));
         assert_eq!(s.majority_since(5, m(20)), Some(m(2)));
         assert_eq!(s.majority_since_among(&old, m(20)), None);
         renew(&mut s, "b", 10, 20);
         assert_eq!(s.majority_since_among(&old, m(20)), Some(m(12)));
-        assert_eq!(s.majority_since_among(&BTreeSet::new(), m(20)), None);
+        assert_eq!(s.majority_since_among(&Members::default(), m(20)), None);
     }
 
     #[test]
@@ -416,8 +464,15 @@ mod tests {
         let old = h.record(names(&["a", "b", "c"]));
         assert_eq!(h.record(names(&["a", "b", "c"])), old);
         let new = h.record(names(&["a", "b", "c", "d", "e"]));
-        assert_eq!(h.get(old), Some(&names(&["a", "b", "c"])));
-        assert_eq!(h.get(new).map(BTreeSet::len), Some(5));
+        assert_eq!(h.get(old), Some(&names(&["a", "b", "c"]).into_iter().collect()));
+        assert_eq!(h.get(new).map(Members::len), Some(5));
+        assert_eq!(
+            h.get(new).unwrap().iter().collect::<Vec<_>>(),
+            ["a", "b", "c", "d", "e"]
+        );
+        // The newer set shares the strings of the names both sets hold.
+        let (a_old, a_new) = (&h.get(old).unwrap().0[0], &h.get(new).unwrap().0[0]);
+        assert!(std::sync::Arc::ptr_eq(a_old, a_new));
         assert_eq!(h.get(MemberSet::of(["x"])), None);
         for i in 0..MemberHistory::CAPACITY {
             h.record(names(&[&format!("n{i}")]));

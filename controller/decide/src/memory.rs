@@ -159,7 +159,7 @@ impl Memory {
     /// and judged at `judge`.
     pub fn peer_trust_among(
         &self,
-        members: Option<&BTreeSet<String>>,
+        members: Option<&crate::majority::Members>,
         ad: &Advertisement,
         margin: Duration,
         judge: Mono,

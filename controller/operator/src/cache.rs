@@ -5,7 +5,8 @@
 //! the object from the API first (fresh `resourceVersion`, UID preconditions).
 //!
 //! The caches hold what the controller reads, not whole objects: every object is kept without
-//! its `managedFields`, and a Node without its image list (see [`Trim`]). On a real cluster
+//! its `managedFields`, and a Node's status with only what the controller reads (see
+//! [`Trim`]). On a real cluster
 //! those are most of an object's size (a Node lists every image it holds, often tens of
 //! kilobytes), and at 10,000 nodes they were most of the controller's memory.
 
@@ -13,7 +14,7 @@ use std::fmt::Debug;
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, NodeStatus, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, store::Writer, Store};
@@ -91,11 +92,19 @@ trim_metadata_only!(
 );
 
 impl Trim for Node {
-    /// Also drops `status.images`: the images a node holds (often tens of kilobytes).
+    /// Of the status, keeps only the conditions (the Ready heartbeat), `nodeInfo` (boot ID and
+    /// machine identity) and the addresses: the images a node holds (often tens of kilobytes),
+    /// its capacity and the rest are never read from the cache (the attach records are read
+    /// fresh), and a field a later Kubernetes adds is dropped too.
     fn trim(&mut self) {
         without_managed_fields(self);
-        if let Some(status) = self.status.as_mut() {
-            status.images = None;
+        if let Some(status) = self.status.take() {
+            self.status = Some(NodeStatus {
+                conditions: status.conditions,
+                node_info: status.node_info,
+                addresses: status.addresses,
+                ..NodeStatus::default()
+            });
         }
     }
 }
@@ -262,7 +271,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cached_node_keeps_what_the_controller_reads_and_drops_its_images() {
+    fn a_cached_node_keeps_what_the_controller_reads_and_drops_the_rest_of_its_status() {
         let mut node: Node = serde_json::from_value(serde_json::json!({
             "metadata": {
                 "name": "n1", "uid": "u1", "labels": {"zone": "a"},
@@ -277,13 +286,19 @@ mod tests {
                     "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
                 "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
                 "images": [{"names": ["registry/app:1"], "sizeBytes": 1}],
+                "capacity": {"cpu": "4"}, "allocatable": {"cpu": "4"},
+                "volumesInUse": ["kubernetes.io/csi/lab^v1"],
             },
         }))
         .unwrap();
         let mut expected = node.clone();
         node.trim();
         expected.metadata.managed_fields = None;
-        expected.status.as_mut().unwrap().images = None;
+        let status = expected.status.as_mut().unwrap();
+        status.images = None;
+        status.capacity = None;
+        status.allocatable = None;
+        status.volumes_in_use = None;
         assert_eq!(node, expected);
         assert!(node.status.unwrap().node_info.is_some());
     }

@@ -2599,7 +2599,7 @@ impl<'s> World<'s> {
         let peer_trust = match self.bug {
             Some(Bug::IgnoreMajorityBound) => PeerTrust::NotPeerChecked,
             Some(Bug::LatestListOnly) => {
-                let latest: BTreeSet<String> = self
+                let latest: palisade_decide::majority::Members = self
                     .members()
                     .into_iter()
                     .map(|i| self.machines[i].name.clone())

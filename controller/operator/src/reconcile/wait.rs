@@ -170,7 +170,7 @@ fn fencing_wait(
         format!(
             "waiting for a healthy majority: node {node} runs a peer check, so its self-fence is trusted only after this controller has seen a strict majority of the {n} Nodes it counts ({all}) renew without a break (need {need}; healthy now: [{healthy}]); a node counts healthy only while its Lease writes follow each other within {window:?} (--peer-vouch-after minus 4 s)",
             n = members.len(),
-            all = members.iter().cloned().collect::<Vec<_>>().join(", "),
+            all = members.iter().collect::<Vec<_>>().join(", "),
             need = members.len() / 2 + 1,
             healthy = healthy.join(", "),
         ),
