@@ -447,7 +447,10 @@ mod tests {
             renew(&mut s, n, 0, 20);
         }
         let old: Members = ["a", "b", "c"].map(String::from).into_iter().collect();
-        let new: Members = ["a", "b", "c", "d", "e"].map(String::from).into_iter().collect();
+        let new: Members = ["a", "b", "c", "d", "e"]
+            .map(String::from)
+            .into_iter()
+            .collect();
         // Three of five are healthy: a majority of the new set, none of the old one.
         assert_eq!(s.majority_since_among(&new, m(20)), Some(m(2)));
         assert_eq!(s.majority_since(5, m(20)), Some(m(2)));
@@ -464,7 +467,10 @@ mod tests {
         let old = h.record(names(&["a", "b", "c"]));
         assert_eq!(h.record(names(&["a", "b", "c"])), old);
         let new = h.record(names(&["a", "b", "c", "d", "e"]));
-        assert_eq!(h.get(old), Some(&names(&["a", "b", "c"]).into_iter().collect()));
+        assert_eq!(
+            h.get(old),
+            Some(&names(&["a", "b", "c"]).into_iter().collect())
+        );
         assert_eq!(h.get(new).map(Members::len), Some(5));
         assert_eq!(
             h.get(new).unwrap().iter().collect::<Vec<_>>(),

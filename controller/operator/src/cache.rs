@@ -5,8 +5,8 @@
 //! the object from the API first (fresh `resourceVersion`, UID preconditions).
 //!
 //! The caches hold what the controller reads, not whole objects: every object is kept without
-//! its `managedFields`, and a Node's status with only what the controller reads (see
-//! [`Trim`]). On a real cluster
+//! its `managedFields`, and a Node's status and a Pod's spec and status with only what the
+//! controller reads (see [`Trim`]). On a real cluster
 //! those are most of an object's size (a Node lists every image it holds, often tens of
 //! kilobytes), and at 10,000 nodes they were most of the controller's memory.
 
@@ -14,7 +14,9 @@ use std::fmt::Debug;
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, NodeStatus, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    Node, NodeStatus, PersistentVolumeClaim, Pod, PodSpec, PodStatus,
+};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, store::Writer, Store};
@@ -82,7 +84,6 @@ macro_rules! trim_metadata_only {
 
 trim_metadata_only!(
     Lease,
-    Pod,
     PersistentVolumeClaim,
     VolumeAttachment,
     DynamicObject,
@@ -104,6 +105,33 @@ impl Trim for Node {
                 node_info: status.node_info,
                 addresses: status.addresses,
                 ..NodeStatus::default()
+            });
+        }
+    }
+}
+
+impl Trim for Pod {
+    /// Keeps what the decision and the pod marks read: the node it is bound to, its
+    /// tolerations, priority and volumes (its claims), and its phase, reason and conditions.
+    /// Containers, their statuses and the rest are never read from the cache (a release lists
+    /// the pods fresh), and at tens of pods per node they were most of a large cluster's cache.
+    fn trim(&mut self) {
+        without_managed_fields(self);
+        if let Some(spec) = self.spec.take() {
+            self.spec = Some(PodSpec {
+                node_name: spec.node_name,
+                tolerations: spec.tolerations,
+                priority: spec.priority,
+                volumes: spec.volumes,
+                ..PodSpec::default()
+            });
+        }
+        if let Some(status) = self.status.take() {
+            self.status = Some(PodStatus {
+                phase: status.phase,
+                reason: status.reason,
+                conditions: status.conditions,
+                ..PodStatus::default()
             });
         }
     }
@@ -318,5 +346,51 @@ mod tests {
         assert_eq!(lease.metadata.managed_fields, None);
         assert_eq!(lease.metadata.annotations, before.metadata.annotations);
         assert_eq!(lease.spec, before.spec);
+    }
+
+    #[test]
+    fn a_cached_pod_keeps_what_the_decision_and_the_marks_read() {
+        let full = serde_json::json!({
+            "metadata": {"name": "db-0", "namespace": "prod", "uid": "u", "labels": {"app": "db"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
+            "spec": {
+                "nodeName": "n1", "priority": 1000,
+                "tolerations": [{"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                    "effect": "NoExecute", "tolerationSeconds": 300}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}],
+                "containers": [{"name": "db", "image": "postgres", "env": [{"name": "A", "value": "b"}]}],
+            },
+            "status": {
+                "phase": "Running", "reason": "NodeSuspect",
+                "conditions": [{"type": "palisade.dev/NodeSilent", "status": "True"}],
+                "containerStatuses": [{"name": "db", "image": "postgres", "imageID": "", "ready": true,
+                    "restartCount": 0}],
+            },
+        });
+        let mut pod: Pod = serde_json::from_value(full).unwrap();
+        let before = pod.clone();
+        pod.trim();
+        let (spec, was) = (pod.spec.as_ref().unwrap(), before.spec.as_ref().unwrap());
+        assert_eq!(spec.node_name, was.node_name);
+        assert_eq!(spec.tolerations, was.tolerations);
+        assert_eq!(spec.priority, was.priority);
+        assert_eq!(spec.volumes, was.volumes);
+        assert!(spec.containers.is_empty());
+        let (status, was) = (
+            pod.status.as_ref().unwrap(),
+            before.status.as_ref().unwrap(),
+        );
+        assert_eq!(status.phase, was.phase);
+        assert_eq!(status.reason, was.reason);
+        assert_eq!(status.conditions, was.conditions);
+        assert_eq!(status.container_statuses, None);
+        assert_eq!(pod.metadata.managed_fields, None);
+        assert_eq!(pod.metadata.labels, before.metadata.labels);
+        // What the decision sees of the pod is the same.
+        let no_claims = |_: &str, _: &str| None::<std::sync::Arc<PersistentVolumeClaim>>;
+        assert_eq!(
+            palisade_decide::convert::pod_snapshot(&pod, no_claims),
+            palisade_decide::convert::pod_snapshot(&before, no_claims)
+        );
     }
 }
