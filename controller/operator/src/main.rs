@@ -12,7 +12,8 @@ use palisade_controller::{cache, crds, detect, leader, server, Ctx, Settings};
 
 /// jemalloc, not the C library's allocator: every tick builds a snapshot of every node and
 /// drops it, and with glibc's per-thread arenas that churn held on to memory (330 MiB resident
-/// at 10,000 nodes; see `docs/benchmarks.md`).
+/// at 10,000 nodes; see `docs/benchmarks.md`). Freed pages go back after a second, purged by
+/// jemalloc's background thread (`.cargo/config.toml`, the crate's `background_threads`).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
