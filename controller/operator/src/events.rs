@@ -4,8 +4,8 @@
 //! Events written off a hot path ([`Recorder::publish_later`]) go through one bounded queue and
 //! a few writers ([`WRITERS`]): a storm (10,000 nodes held at once when the quorum guard holds)
 //! writes at the API server's pace, never with one request in flight per Event, and what does
-//! not fit in the queue is dropped and counted, as client-go's recorder does. Events are best effort; the
-//! NodeFence status and the metrics are the record.
+//! not fit in the queue is dropped and counted, as client-go's recorder does. Events are best
+//! effort; the NodeFence status and the metrics are the record.
 
 use std::sync::{Arc, OnceLock};
 
@@ -30,13 +30,13 @@ pub enum Kind {
 pub struct Recorder {
     client: Client,
     instance: String,
-    /// The queue of [`Recorder::publish_later`], its writer started on first use.
+    /// The queue of [`Recorder::publish_later`], its writers started on first use.
     queue: Arc<OnceLock<tokio::sync::mpsc::Sender<Queued>>>,
     /// Events dropped because the queue was full (`palisade_events_dropped_total`).
     dropped: Counter,
 }
 
-/// An Event waiting for the writer.
+/// An Event waiting for the writers.
 struct Queued {
     about: ObjectReference,
     kind: Kind,
@@ -73,14 +73,13 @@ impl Recorder {
         }
     }
 
-    /// Queues one Event about `about` for the writer and returns at once (must be called
+    /// Queues one Event about `about` for the writers and returns at once (must be called
     /// within the Tokio runtime).
     ///
     /// Guarantees: at most [`QUEUE_CAPACITY`] Events wait, and at most [`WRITERS`] are written
     /// at a time, so a storm of Events never adds more than that many requests to a struggling
-    /// API server; an Event
-    /// that does not fit is dropped, counted ([`Recorder::dropped`]) and logged (the first of
-    /// every thousand).
+    /// API server; an Event that does not fit is dropped, counted ([`Recorder::dropped`]) and
+    /// logged (the first of every thousand).
     pub fn publish_later(
         &self,
         about: ObjectReference,
