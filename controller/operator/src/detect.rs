@@ -378,7 +378,7 @@ async fn decide_round(
                     };
                     // Off the decision path: a storm of holds must not delay the next node's
                     // decision by one API round trip each, nor put one request per node on
-                    // the API server at once (bounded queue, one writer).
+                    // the API server at once (a bounded queue and a few writers, see events).
                     ctx.events.publish_later(
                         Recorder::reference(node.as_ref()),
                         kind,
