@@ -10,7 +10,7 @@
 #       docs/data/simulation.jsonl and regenerates docs/simulation-report.md from it.
 #   hack/chaos.sh --lab [--seed S] [--events N] [--minutes M] [--machines K] [--writers W]
 #                 [--plant BUG]... [--only CLASS]... [--no-fence-devices] [--qemu [--no-watchdog]]
-#                 [--print-schedule]
+#                 [--print-schedule] [--record [--conditions TEXT]]
 #       the nemesis on the real lab (as root): one lab of K namespace machines (default 5),
 #       or with --qemu K QEMU virtual machines (TCG; the agents and pods run in the guests,
 #       and the machine-clock-step class steps a guest's own wall clock),
@@ -25,6 +25,9 @@
 #       self-fences (namespace machines have no watchdog: nothing may be released; QEMU
 #       machines' agents arm a real one, unless --no-watchdog).
 #       --print-schedule prints the events the seed draws (JSON lines) and starts no lab.
+#       --record appends the finished campaign (date, commit, build, figures, violations) to
+#       docs/data/campaigns.jsonl and regenerates docs/campaign-report.md from it; --conditions
+#       says what else the machine was doing (e.g. "the machine shared with a build").
 # The report is printed and saved under target/chaos/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +40,7 @@ seed=""
 bug=()
 joins=()
 record=0
+conditions=()
 lab_args=()
 while [ "$#" -gt 0 ]; do
   case "$1" in
@@ -54,7 +58,8 @@ while [ "$#" -gt 0 ]; do
     --qemu) lab_args+=(--qemu) ;;
     --no-watchdog) lab_args+=(--no-watchdog) ;;
     --print-schedule) lab_args+=(--print-schedule) ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    --conditions) conditions=("$2"); shift ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "hack/chaos.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -67,11 +72,19 @@ if [ "$mode" = sim ] && [ "${#lab_args[@]}" -gt 0 ]; then
   echo "hack/chaos.sh: ${lab_args[0]} is a --lab option" >&2
   exit 2
 fi
+if [ "$mode" = sim ] && [ "${#conditions[@]}" -gt 0 ]; then
+  echo "hack/chaos.sh: --conditions is a --lab option" >&2
+  exit 2
+fi
 [ -n "$seed" ] || seed=$(( $(date +%s) % 1000000007 ))
 mkdir -p target/chaos
 if [ "$mode" = lab ]; then
   if [ "${#bug[@]}" -gt 0 ] || [ "${#joins[@]}" -gt 0 ]; then
     echo "hack/chaos.sh: --bug and --joins are --sim options (the lab plants bugs with --plant)" >&2
+    exit 2
+  fi
+  if [ "${#conditions[@]}" -gt 0 ] && [ "$record" = 0 ]; then
+    echo "hack/chaos.sh: --conditions goes with --record" >&2
     exit 2
   fi
   if [ "$(id -u)" -ne 0 ]; then
@@ -85,9 +98,18 @@ if [ "$mode" = lab ]; then
     -p palisade-bridge -p palisade-lab -p palisade-labstore
   bin_dir="${CARGO_TARGET_DIR:-target}/debug"
   out="target/chaos/lab-seed$seed"
+  rec=()
+  if [ "$record" = 1 ]; then
+    # As root in a checkout someone else owns, git asks for the directory to be declared safe.
+    commit=$(git -c safe.directory="$PWD" rev-parse --short HEAD)
+    git -c safe.directory="$PWD" diff --quiet HEAD -- || commit="$commit-dirty"
+    rec=(--record docs/data/campaigns.jsonl --commit "$commit")
+    [ "${#conditions[@]}" -eq 0 ] || rec+=(--conditions "${conditions[0]}")
+  fi
   say "nemesis on the lab: seed $seed ${lab_args[*]:-} (history and report in $out)"
   status=0
-  PALISADE_BIN_DIR="$bin_dir" "$bin_dir/palisade-nemesis" --seed "$seed" "${lab_args[@]}" --out "$out" || status=$?
+  PALISADE_BIN_DIR="$bin_dir" "$bin_dir/palisade-nemesis" --seed "$seed" "${lab_args[@]}" "${rec[@]}" --out "$out" || status=$?
+  [ "$record" = 0 ] || say "recorded in docs/data/campaigns.jsonl; docs/campaign-report.md regenerated"
   say "report: $out/report.txt"
   exit "$status"
 fi

@@ -19,6 +19,7 @@ use palisade_labstore::record::parse_ack_log;
 use crate::check::{check_all, Violation};
 use crate::history::{History, Record};
 use crate::observer::{self, list_fences, snapshot};
+use crate::report::{Build, CampaignRecord, Tally};
 use crate::schedule::{self, Event};
 use crate::world::{World, WorldConfig};
 use palisade_lab::MachineKind;
@@ -92,6 +93,9 @@ pub struct Outcome {
     pub report: String,
     /// The history file.
     pub history: PathBuf,
+    /// The campaign as a line of the campaigns' history (`--record`); the date and build
+    /// are filled, the commit and conditions left to the caller.
+    pub record: CampaignRecord,
 }
 
 impl Outcome {
@@ -243,8 +247,15 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
             detail: v.detail.clone(),
         });
     }
-    let report = render(cfg, &schedule, &records, &violations, live, settles, start);
+    let wall_s = start.elapsed().as_secs_f64();
+    let report = render(cfg, &schedule, &records, &violations, live, settles, wall_s);
     std::fs::write(cfg.out.join("report.txt"), &report)?;
+    let mut record = CampaignRecord::of(cfg, schedule.len(), &records, &violations, live, wall_s);
+    record.date = Some(k8s_openapi::jiff::Timestamp::now().to_string()[..10].to_string());
+    record.build = Build::of_lab_binaries();
+    if stopping() {
+        record.remarks = Some("interrupted: a stop was requested before the schedule ended".into());
+    }
     if !violations.is_empty() || !live {
         world.save_logs(&cfg.out);
     }
@@ -253,6 +264,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
         live,
         report,
         history: h.path().to_path_buf(),
+        record,
     })
 }
 
@@ -468,30 +480,17 @@ fn render(
     violations: &[Violation],
     live: bool,
     settles: (usize, usize),
-    start: Instant,
+    wall_s: f64,
 ) -> String {
     let mut s = String::new();
-    let applied: Vec<&crate::schedule::Fault> = {
-        let mut seen = std::collections::BTreeSet::new();
-        records
-            .iter()
-            .filter_map(|r| match r {
-                Record::Fault { event, fault, .. } if seen.insert(*event) => Some(fault),
-                _ => None,
-            })
-            .collect()
-    };
-    let skipped = records
-        .iter()
-        .filter(|r| matches!(r, Record::Skipped { .. }))
-        .count();
+    let tally = Tally::of(records);
     let _ = writeln!(
         s,
         "nemesis campaign: seed {}, {} of {} events applied ({} skipped), {} {}machines, {} writers, {:.0} s",
         cfg.seed,
-        applied.len(),
+        tally.applied.len(),
         schedule.len(),
-        skipped,
+        tally.skipped,
         cfg.machines,
         // Unchanged for namespace machines, so earlier reports compare line by line.
         if cfg.machine_kind == MachineKind::Qemu {
@@ -500,35 +499,27 @@ fn render(
             ""
         },
         cfg.writers,
-        start.elapsed().as_secs_f64()
+        wall_s
     );
-    let mut classes: BTreeMap<&str, usize> = BTreeMap::new();
-    for f in &applied {
-        *classes.entry(f.class()).or_default() += 1;
-    }
-    let by_class: Vec<String> = classes.iter().map(|(c, n)| format!("{c} {n}")).collect();
-    let _ = writeln!(s, "faults by class: {}", by_class.join(", "));
-    let finals: Vec<&crate::history::FenceSnapshot> = records
+    let by_class: Vec<String> = tally
+        .by_class
         .iter()
-        .filter_map(|r| match r {
-            Record::FenceFinal { snapshot, .. } => Some(snapshot),
-            _ => None,
-        })
+        .map(|(c, n)| format!("{c} {n}"))
         .collect();
-    let mut phases: BTreeMap<&str, usize> = BTreeMap::new();
-    for f in &finals {
-        *phases.entry(f.phase.as_str()).or_default() += 1;
-    }
-    let released: usize = finals.iter().map(|f| f.released.len()).sum();
-    let phase_list: Vec<String> = phases.iter().map(|(p, n)| format!("{p} {n}")).collect();
+    let _ = writeln!(s, "faults by class: {}", by_class.join(", "));
+    let phase_list: Vec<String> = tally
+        .phases
+        .iter()
+        .map(|(p, n)| format!("{p} {n}"))
+        .collect();
     let _ = writeln!(
         s,
         "fences: {} NodeFences ({}), {} pods released",
-        finals.len(),
+        tally.finals.len(),
         phase_list.join(", "),
-        released
+        tally.released
     );
-    for f in finals.iter().filter(|f| f.failure.is_some()) {
+    for f in tally.finals.iter().filter(|f| f.failure.is_some()) {
         let _ = writeln!(
             s,
             "  {} ({}) failed: {}",
@@ -566,18 +557,12 @@ fn render(
             );
         }
     }
-    let identity_pods = records
-        .iter()
-        .filter(|r| matches!(r, Record::Pod { writer, .. } if writer == crate::world::IDENTITY))
-        .count();
-    let overlaps = records
-        .iter()
-        .filter(|r| matches!(r, Record::TwoIncarnations { .. }))
-        .count();
     let _ = writeln!(
         s,
-        "identity {}-0 (no volume): {identity_pods} incarnation(s), {overlaps} time(s) two alive at once",
-        crate::world::IDENTITY
+        "identity {}-0 (no volume): {} incarnation(s), {} time(s) two alive at once",
+        crate::world::IDENTITY,
+        tally.identity_incarnations,
+        tally.overlaps
     );
     let _ = writeln!(
         s,

@@ -11,7 +11,9 @@
 //! most one live process per volume-less identity; no
 //! release without verified evidence in the same NodeFence status; releases only of the fenced
 //! node's pods; legal phase transitions; bridge tokens never going down); [`campaign`] ties
-//! them together and writes the report, with the command that replays it.
+//! them together and writes the report, with the command that replays it; [`report`] turns
+//! finished campaigns into lines of `docs/data/campaigns.jsonl` and renders those as
+//! `docs/campaign-report.md`.
 
 pub mod campaign;
 pub mod check;
@@ -19,6 +21,7 @@ pub mod faults;
 pub mod history;
 pub mod observer;
 pub mod presence;
+pub mod report;
 pub mod schedule;
 pub mod world;
 

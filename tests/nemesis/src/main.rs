@@ -1,14 +1,19 @@
 //! `palisade-nemesis`: runs one fault campaign on a fresh lab and prints its report. Exit 0 on
 //! PASS, 1 on a safety violation, 3 when no safety rule broke but a writer was not writing
 //! again after the last heal, 2 when the campaign could not run.
+//!
+//! `--record FILE` appends the finished campaign to a history of campaigns (JSON lines,
+//! `docs/data/campaigns.jsonl`) and regenerates the page `--page` from it; `--report FILE`
+//! prints that page and starts no lab ([`palisade_nemesis::report`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Parser;
 use palisade_lab::MachineKind;
-use palisade_nemesis::{run, Config};
+use palisade_nemesis::{report, run, Config, Outcome};
 
 /// A seeded random fault campaign on the lab, judged by the at-most-one checker.
 #[derive(Debug, Parser)]
@@ -68,6 +73,23 @@ struct Args {
     /// target/chaos/lab-seed<SEED>.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Append the finished campaign (violations included) to this history of campaigns
+    /// (`docs/data/campaigns.jsonl`) and regenerate `--page` from it.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["judge", "print_schedule", "report"])]
+    record: Option<PathBuf>,
+    /// With --record: the commit the campaign was built from (`git rev-parse --short HEAD`).
+    #[arg(long, requires = "record")]
+    commit: Option<String>,
+    /// With --record: what else the machine was doing (a build, another campaign, its load).
+    #[arg(long, requires = "record")]
+    conditions: Option<String>,
+    /// With --record: the page regenerated from the history.
+    #[arg(long, requires = "record", default_value = "docs/campaign-report.md")]
+    page: PathBuf,
+    /// Print a history of campaigns (`docs/data/campaigns.jsonl`) as the Markdown page and
+    /// exit; no lab is started.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["judge", "print_schedule"])]
+    report: Option<PathBuf>,
 }
 
 /// Turns SIGINT and SIGTERM into a stop request (before any other thread exists, so every
@@ -113,10 +135,45 @@ fn judge(path: &std::path::Path) -> ExitCode {
     }
 }
 
+/// Reads a history of campaigns and renders its page.
+fn page(history: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(history)
+        .with_context(|| format!("reading {}", history.display()))?;
+    report::render(&text).map_err(|e| anyhow::anyhow!("{}: {e}", history.display()))
+}
+
+/// `--record`: appends the campaign to the history and regenerates the page from it.
+fn record(args: &Args, outcome: &Outcome, history: &Path) -> anyhow::Result<()> {
+    let mut line = outcome.record.clone();
+    line.commit = args.commit.clone();
+    line.conditions = args.conditions.clone();
+    report::append(history, &line).map_err(|e| anyhow::anyhow!("{e}"))?;
+    std::fs::write(&args.page, page(history)?)
+        .with_context(|| format!("writing {}", args.page.display()))?;
+    println!(
+        "palisade-nemesis: recorded in {}; {} regenerated",
+        history.display(),
+        args.page.display()
+    );
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(path) = &args.judge {
         return judge(path);
+    }
+    if let Some(path) = &args.report {
+        return match page(path) {
+            Ok(page) => {
+                print!("{page}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("palisade-nemesis: --report: {e:#}");
+                ExitCode::from(2)
+            }
+        };
     }
     if let Err(e) = stop_on_signals() {
         eprintln!("palisade-nemesis: cannot handle signals: {e}");
@@ -199,6 +256,15 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
+    // A history the campaign could not be appended to is found now, not after an hour.
+    if let Some(history) = &args.record {
+        if history.exists() {
+            if let Err(e) = page(history) {
+                eprintln!("palisade-nemesis: --record: {e:#}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let cfg = Config {
         seed,
         events: args.events,
@@ -207,6 +273,7 @@ fn main() -> ExitCode {
         writers: args.writers,
         out: args
             .out
+            .clone()
             .unwrap_or_else(|| PathBuf::from(format!("target/chaos/lab-seed{seed}"))),
         settle_timeout: Duration::from_secs(args.settle_seconds),
         planted: args.planted.clone(),
@@ -222,6 +289,12 @@ fn main() -> ExitCode {
     match run(&cfg) {
         Ok(outcome) => {
             println!("\n{}", outcome.report);
+            if let Some(history) = &args.record {
+                if let Err(e) = record(&args, &outcome, history) {
+                    eprintln!("palisade-nemesis: --record: {e:#}");
+                    return ExitCode::from(2);
+                }
+            }
             if !outcome.safe() {
                 eprintln!(
                     "palisade-nemesis: VIOLATION with seed {seed}; replay: {}",
