@@ -2,8 +2,8 @@
 # Benchmarks, side by side with the peer tools in the same run, against the same lab
 # simulators. Not part of hack/test.sh: tests assert behaviour, benchmarks measure.
 #   hack/bench.sh            every benchmark
-#   hack/bench.sh agents     only one (agents | storage | bridge | node | recovery | scale |
-#                            scale10k)
+#   hack/bench.sh agents     only one (agents | storage | bridge | powerwatch | node | recovery |
+#                            scale | scale10k)
 #   hack/bench.sh recovery   both machine kinds, each on Kubernetes 1.20 and 1.34 side by side,
 #                            a cut and a power loss (switched off at the BMC), 20 runs of each
 #                            (RECOVERY_RUNS=3 hack/bench.sh recovery for a quick look; 20 runs
@@ -72,6 +72,17 @@ if [ "$want" = all ] || [ "$want" = bridge ]; then
   run bridge bridge-bench -p palisade-bridge --features palisade-bridge/bench -- \
     --out target/bench/bridge.json
   record bridge
+fi
+if [ "$want" = all ] || [ "$want" = powerwatch ]; then
+  # 1,000 BMC responders (one UDP socket each) in the bench's process, the firmware-bridge in
+  # its own: the bench needs about 1,300 open files (a higher limit is left as it is).
+  if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt 2048 ]; then
+    say "powerwatch: raising the open files limit to 2048"
+    ulimit -n 2048
+  fi
+  run powerwatch power-watch-bench -p palisade-bridge --features palisade-bridge/bench -- \
+    --bmcs 1000 --rounds 10 --interval-ms 1000 --sample 100 --out target/bench/powerwatch.json
+  record powerwatch
 fi
 if [ "$want" = all ] || [ "$want" = node ]; then
   run node node-bench -p palisade-node-bench -p palisade-node -p palisade-controller -- 100 \

@@ -15,7 +15,9 @@
 //!   [`get_channel_cipher_suites`], [`set_session_privilege_level`], [`chassis_control`],
 //!   [`get_chassis_status`] and [`close_session`].
 //!
-//! The I/O (UDP, retransmission, timeouts) lives in `palisade-fence`.
+//! The I/O (UDP, retransmission, timeouts) lives in `palisade-fence`. With the feature
+//! `responder` (tests and benchmarks only), the `responder` module is the BMC's side: a
+//! sans-IO BMC and a tokio UDP server for it.
 
 pub mod chassis_control;
 pub mod cipher_suite;
@@ -30,6 +32,8 @@ pub mod get_system_guid;
 pub mod message;
 pub mod open_session;
 pub mod rakp;
+#[cfg(feature = "responder")]
+pub mod responder;
 pub mod rmcp;
 pub mod session;
 pub mod set_session_privilege_level;

@@ -12,6 +12,9 @@
 //! (`cargo build -p palisade-bridge --features bench`), so the daemon's own build carries no
 //! benchmark code.
 
+#[path = "common/pki.rs"]
+mod pki;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,7 +25,7 @@ use palisade_bridge::executor::{Executor, RecordingExecutor};
 use palisade_bridge::Bridge;
 use palisade_fence::bridge::{BridgeClient, ClientSettings};
 use palisade_test_support::bench::{self, Figure, Stat};
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
+use pki::Pki;
 
 /// Flags.
 #[derive(Debug, Parser)]
@@ -60,34 +63,6 @@ fn micros(v: &[Duration]) -> Stat {
 
 fn us(v: Option<f64>) -> String {
     format!("{:.1} µs", v.unwrap_or(f64::NAN))
-}
-
-struct Pki {
-    ca: rcgen::Certificate,
-    key: KeyPair,
-}
-
-impl Pki {
-    fn new() -> anyhow::Result<Self> {
-        let mut p = CertificateParams::new(Vec::<String>::new())?;
-        p.distinguished_name.push(DnType::CommonName, "bench-ca");
-        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let key = KeyPair::generate()?;
-        let ca = p.self_signed(&key)?;
-        Ok(Self { ca, key })
-    }
-    fn issue(&self, sans: Vec<String>, cn: &str, server: bool) -> anyhow::Result<(String, String)> {
-        let mut p = CertificateParams::new(sans)?;
-        p.distinguished_name.push(DnType::CommonName, cn);
-        p.extended_key_usages = vec![if server {
-            ExtendedKeyUsagePurpose::ServerAuth
-        } else {
-            ExtendedKeyUsagePurpose::ClientAuth
-        }];
-        let key = KeyPair::generate()?;
-        let cert = p.signed_by(&key, &self.ca, &self.key)?;
-        Ok((cert.pem(), key.serialize_pem()))
-    }
 }
 
 fn main() -> anyhow::Result<()> {

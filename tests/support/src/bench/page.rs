@@ -25,7 +25,7 @@ struct Section {
 }
 
 /// The benches with a document of the common form, in the page's order (after recovery).
-const SECTIONS: [Section; 6] = [
+const SECTIONS: [Section; 7] = [
     Section {
         name: "scale",
         title: "Scale",
@@ -84,6 +84,24 @@ const SECTIONS: [Section; 6] = [
                 directly, then through the bridge (mutual TLS on a kept-alive connection, \
                 policy, rate limit, metrics), then throughput with concurrent clients, each \
                 with its own connection and certificate.",
+    },
+    Section {
+        name: "powerwatch",
+        title: "The firmware-bridge serving the power watch",
+        about: "`power-watch-bench` runs the real `firmware-bridge` daemon in its own process \
+                in front of 1,000 of the project's lightweight BMCs (`palisade_ipmi::responder`, \
+                one UDP socket each on loopback, a user and password of their own in the \
+                bridge's secret store, a real RMCP+ session with cipher suite 17 per read, one \
+                machine in ten off), and reads every machine's power the way the controller's \
+                power watch does: every second, 16 reads at once, each bounded by 5 s, a read \
+                still running not started again. Rounds through the bridge (one mTLS client, \
+                kept-alive connections) alternate with rounds of the same reads made directly \
+                by the `palisade-fence` IPMI client, the peer, after a warm-up round each; a \
+                read that fails or reads the wrong state is a failed read. The bridge's CPU \
+                time and resident memory are read from `/proc`. Last, machines are read one at \
+                a time through the bridge and directly, beside `ipmitool` (a process per read, \
+                with cipher suite 3: its suite 17 keys are derived otherwise than \
+                `palisade-ipmi`'s, and so these BMCs').",
     },
     Section {
         name: "storage",
@@ -504,7 +522,14 @@ mod tests {
         let page = render(&dir).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         for name in [
-            "recovery", "scale", "scale10k", "node", "agents", "bridge", "storage",
+            "recovery",
+            "scale",
+            "scale10k",
+            "node",
+            "agents",
+            "bridge",
+            "powerwatch",
+            "storage",
         ] {
             assert!(
                 page.contains(&format!("`RECORD=1 hack/bench.sh {name}`")),
