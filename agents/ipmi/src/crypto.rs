@@ -72,15 +72,29 @@ impl std::fmt::Debug for SessionKeys {
     }
 }
 
+/// Const1 and Const2 of IPMI 2.0 section 13.32: 0x01 (0x02) repeated 20 times, whatever the
+/// authentication algorithm. The section's prose ("repeated up to the HMAC block size") reads
+/// as if the length followed the hash (FreeIPMI's comment quotes it), but ipmitool
+/// (`lanplus_generate_k1/k2`), FreeIPMI (`IPMI_KEY_CONSTANT_LENGTH`) and OpenBMC's netipmid
+/// (`rmcp::CONST_N_SIZE`) all hash these 20 bytes for RAKP-HMAC-SHA256 too: suite 17 keys
+/// from 32-byte constants log in (RAKP uses neither K1 nor K2) and then fail every
+/// in-session integrity check against them.
+const CONST_1: [u8; 20] = [0x01; 20];
+const CONST_2: [u8; 20] = [0x02; 20];
+
 impl SessionKeys {
-    /// Derives K1 = HMAC(SIK, 0x01 * n) and K2 = HMAC(SIK, 0x02 * n), n being the hash length.
+    /// Derives K1 = HMAC(SIK, Const1) and K2 = HMAC(SIK, Const2) with the RAKP hash of the
+    /// suite.
+    ///
+    /// Guarantees: K1 and K2 are the full HMAC outputs (20 bytes for SHA-1, 32 for SHA-256);
+    /// K1 keys the integrity AuthCode and the first 16 bytes of K2 are the AES-CBC-128 key,
+    /// as every other implementation derives them.
+    ///
+    /// Assumptions: `sik` is the SIK of this session (HMAC over Rm | Rc | ROLEm | ULENm |
+    /// UNAMEm keyed by Kuid, see [`crate::rakp::sik`]).
     pub fn derive(suite: CipherSuite, sik: &[u8]) -> Self {
-        let n = match suite.auth {
-            AuthAlgorithm::HmacSha256 => 32,
-            _ => 20,
-        };
-        let k1 = rakp_hmac(suite.auth, sik, &[&vec![0x01; n]]);
-        let k2 = rakp_hmac(suite.auth, sik, &[&vec![0x02; n]]);
+        let k1 = rakp_hmac(suite.auth, sik, &[&CONST_1]);
+        let k2 = rakp_hmac(suite.auth, sik, &[&CONST_2]);
         Self { suite, k1, k2 }
     }
 
@@ -232,16 +246,36 @@ mod tests {
         }
     }
 
+    // Known answers computed outside this crate, once, with Python's hmac module:
+    //   python3 -c 'import hmac,hashlib; sik=bytes(range(32)); \
+    //     print(hmac.new(sik, b"\x01"*20, hashlib.sha256).hexdigest())'
+    // (and b"\x02"*20 for K2; bytes(range(20)) with hashlib.sha1 for suite 3), and checked
+    // with `openssl dgst -sha256 -mac HMAC -macopt hexkey:0001..1f`. The constants are 20
+    // bytes for every algorithm, as in IPMI 2.0 section 13.32 and ipmitool's lanplus.
+
     #[test]
-    fn key_derivation_uses_constant_blocks_of_hash_length() {
-        let s3 = CipherSuite::from_id(3).unwrap();
-        let keys = SessionKeys::derive(s3, b"sik");
-        assert_eq!(keys.k1(), hmac_sha1(b"sik", &[&[1u8; 20]]));
-        assert_eq!(keys.k2(), hmac_sha1(b"sik", &[&[2u8; 20]]));
-        let s17 = CipherSuite::from_id(17).unwrap();
-        let keys = SessionKeys::derive(s17, b"sik");
-        assert_eq!(keys.k1(), hmac_sha256(b"sik", &[&[1u8; 32]]));
-        assert_eq!(keys.auth_code(b"x").len(), 16);
+    fn suite_17_keys_are_hmac_sha256_of_the_20_byte_constants() {
+        let sik: Vec<u8> = (0..32).collect();
+        let keys = SessionKeys::derive(CipherSuite::from_id(17).unwrap(), &sik);
+        assert_eq!(
+            keys.k1(),
+            hex("8f34f198a044babe550f6217f57fc801e20bee40dd16b9712797aaf5bac3106b")
+        );
+        assert_eq!(
+            keys.k2(),
+            hex("4711da70e361cc4884e705f63bb297e3ba8e1c56e5de896cc0282feba64592f0")
+        );
+        // HMAC-SHA256-128: K1 keys it, 16 bytes of it are sent.
+        assert_eq!(keys.auth_code(b"x"), hmac_sha256(keys.k1(), &[b"x"])[..16]);
+    }
+
+    #[test]
+    fn suite_3_keys_are_hmac_sha1_of_the_20_byte_constants() {
+        let sik: Vec<u8> = (0..20).collect();
+        let keys = SessionKeys::derive(CipherSuite::from_id(3).unwrap(), &sik);
+        assert_eq!(keys.k1(), hex("34e51c571c5c392460e6775dd5ecfa79f4a7f505"));
+        assert_eq!(keys.k2(), hex("c13076ed1957a59e8c7abb2460d22c1a159de60a"));
+        assert_eq!(keys.auth_code(b"x"), hmac_sha1(keys.k1(), &[b"x"])[..12]);
     }
 
     pub(crate) fn hex(s: &str) -> Vec<u8> {

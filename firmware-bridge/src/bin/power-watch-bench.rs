@@ -17,11 +17,9 @@
 //! kept-alive connections) and direct (the `palisade-fence` IPMI client, one device per
 //! machine, as the bridge's executor holds them), after one warm-up round each. A read that
 //! fails, or reads the wrong state, is a failed read. Then `--sample` machines are read one at
-//! a time by each route and by `ipmitool -I lanplus -C 3` when it is installed (a process per
-//! read, the password in its environment). Suite 3, because ipmitool derives suite 17's
-//! integrity and encryption keys (K1, K2) from 20-byte constants where `palisade-ipmi`, and so
-//! these BMCs, use 32-byte ones: `ipmitool -C 17` opens the session and then fails its first
-//! command. With suite 3 (SHA-1) both derive the same keys.
+//! a time by each route and by `ipmitool -I lanplus -C 17` when it is installed (a process per
+//! read, the password in its environment), on the same suite as the two routes
+//! (`agents/fence/tests/ipmitool_peer.rs` pins that ipmitool and these BMCs agree on its keys).
 //!
 //! With `--out FILE.json` the figures are written as a bench document
 //! (`palisade_test_support::bench`). Built with the `bench` feature, beside the daemon.
@@ -419,12 +417,12 @@ fn on_path(name: &str) -> Option<PathBuf> {
         .find(|f| f.is_file())
 }
 
-/// One `ipmitool -I lanplus -C 3 … chassis power status` of machine `i`, its password in the
-/// environment (`-E`), never on the command line (suite 3: see the module's documentation).
+/// One `ipmitool -I lanplus -C 17 … chassis power status` of machine `i`, its password in the
+/// environment (`-E`), never on the command line.
 async fn ipmitool_read(bin: &Path, fleet: &Fleet, i: usize) -> Result<(), String> {
     let port = fleet.bmcs[i].addr().port().to_string();
     let mut cmd = tokio::process::Command::new(bin);
-    cmd.args(["-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", &port])
+    cmd.args(["-I", "lanplus", "-C", "17", "-H", "127.0.0.1", "-p", &port])
         .args(["-U", &fleet.users[i], "-E", "-N", "1", "-R", "3"])
         .args(["chassis", "power", "status"])
         .env("IPMI_PASSWORD", &fleet.passwords[i])
@@ -753,7 +751,7 @@ async fn run(args: Args, bridge_bin: PathBuf) -> anyhow::Result<()> {
     if let Some(out) = &args.out {
         let watch = format!("{n} machines, {} at once", args.concurrency);
         let ipmitool_peer = format!(
-            "{} -I lanplus -C 3 (a process per read)",
+            "{} -I lanplus -C 17 (a process per read)",
             ipmitool_version
                 .clone()
                 .unwrap_or_else(|| "ipmitool (not installed)".into())
@@ -827,7 +825,7 @@ async fn run(args: Args, bridge_bin: PathBuf) -> anyhow::Result<()> {
                 json!({"bmcs": n, "rounds": args.rounds, "interval_ms": args.interval_ms,
                     "concurrency": args.concurrency, "read_budget_s": READ_BUDGET.as_secs(),
                     "sample": args.sample, "max_seconds": args.max_seconds,
-                    "cipher_suite": 17, "ipmitool_cipher_suite": 3,
+                    "cipher_suite": 17, "ipmitool_cipher_suite": 17,
                     "ipmitool": ipmitool_version}),
                 &figures,
                 json!({"rounds": round_rows, "skipped_bridge": skipped(Route::Bridge),
