@@ -4,6 +4,7 @@
 //! (median and p99 over 200 rounds). A measurement, not a test.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
@@ -34,10 +35,10 @@ fn main() {
         nodes: (0..nodes)
             .map(|i| NodeSnapshot {
                 name: format!("node-{i:04}"),
-                labels: BTreeMap::from([(
+                labels: Arc::new(BTreeMap::from([(
                     "topology.kubernetes.io/zone".to_string(),
                     format!("zone-{}", (i / 7) % 20),
-                )]),
+                )])),
                 last_heartbeat_change: if i % (nodes / silent) == 0 {
                     Mono::from_secs(1_000)
                 } else {
@@ -50,7 +51,7 @@ fn main() {
                 long_gaps: vec![],
                 power_off: None,
                 hosts_bridge: false,
-                fence_target: Some(FenceTargetSpec {
+                fence_target: Some(Arc::new(FenceTargetSpec {
                     levels: vec![FenceLevel {
                         name: "bridge".into(),
                         devices: vec![FenceDevice {
@@ -62,7 +63,7 @@ fn main() {
                         }],
                         power_off: Default::default(),
                     }],
-                }),
+                })),
                 pods: (0..10)
                     .map(|p| PodSnapshot {
                         namespace: "ns".into(),

@@ -139,6 +139,16 @@ struct NodeClock {
     long: Vec<LongGap>,
 }
 
+impl NodeClock {
+    /// [`Detector::renewal_gap`].
+    fn renewal_gap(&self) -> Option<Duration> {
+        if self.gaps.len() < 2 {
+            return None;
+        }
+        self.gaps.iter().max().copied()
+    }
+}
+
 /// One observed interval between two heartbeat changes of a node, kept by
 /// [`Detector::long_gaps`] while no later interval is at least as long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,6 +157,19 @@ pub struct LongGap {
     pub ended: Mono,
     /// How long the interval was.
     pub length: Duration,
+}
+
+/// What the detector knows of one node ([`Detector::sighting`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sighting {
+    /// [`Detector::last_change`].
+    pub last_change: Mono,
+    /// [`Detector::marker`].
+    pub marker: String,
+    /// [`Detector::renewal_gap`].
+    pub renewal_gap: Option<Duration>,
+    /// [`Detector::long_gaps`].
+    pub long_gaps: Vec<LongGap>,
 }
 
 /// Long intervals kept per node for [`Detector::long_gaps`].
@@ -252,11 +275,7 @@ impl Detector {
     /// Guarantees: never shorter than any of the intervals it covers, so a node silent for
     /// longer than this has missed a renewal it made in each of them.
     pub fn renewal_gap(&self, node: &str) -> Option<Duration> {
-        let clock = self.nodes.get(node)?;
-        if clock.gaps.len() < 2 {
-            return None;
-        }
-        clock.gaps.iter().max().copied()
+        self.nodes.get(node)?.renewal_gap()
     }
 
     /// The node's longest recent renewal intervals, oldest first: each kept interval is longer
@@ -280,6 +299,20 @@ impl Detector {
     /// equality: a different marker means the node wrote a heartbeat since).
     pub fn marker(&self, node: &str) -> Option<String> {
         self.nodes.get(node).map(|c| c.last.marker())
+    }
+
+    /// Everything the detector knows of `node` that a decision reads, in one lookup (a
+    /// snapshot of every node each tick looks each node up once, not four times): the same
+    /// values as [`Self::last_change`], [`Self::marker`], [`Self::renewal_gap`] and
+    /// [`Self::long_gaps`]. `None` if never observed.
+    pub fn sighting(&self, node: &str) -> Option<Sighting> {
+        let clock = self.nodes.get(node)?;
+        Some(Sighting {
+            last_change: clock.last_change,
+            marker: clock.last.marker(),
+            renewal_gap: clock.renewal_gap(),
+            long_gaps: clock.long.clone(),
+        })
     }
 
     /// The node's health at `now`, `None` if never observed.

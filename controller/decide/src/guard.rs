@@ -5,6 +5,8 @@
 //!   nor released; leadership must move to a replica on another node first.
 //! - [`start_limit`]: how many fences may be in flight at once, from counts the caller took
 //!   from a fresh read of the API (never from a lagging cache).
+//! - [`older_sibling`]: of two unfinished fences of one node, which acts (the other is
+//!   superseded).
 
 use std::fmt;
 
@@ -103,6 +105,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn of_two_unfinished_fences_one_acts_and_a_started_one_is_never_superseded() {
+        use palisade_model::nodefence::Phase;
+        let at = |s: i64| k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + s).ok();
+        let f = |name, node, phase, created| Sibling {
+            name,
+            node,
+            phase,
+            created: at(created),
+        };
+        let older = f("m0-a", "m0", Phase::Pending, 100);
+        let ours = f("m0-b", "m0", Phase::Pending, 200);
+        let started = f("m0-c", "m0", Phase::Fencing, 300);
+        let done = f("m0-d", "m0", Phase::Done, 50);
+        let other = f("m1-a", "m1", Phase::Fencing, 10);
+        assert_eq!(older_sibling([ours], &ours), None);
+        assert_eq!(older_sibling([older, ours], &ours).as_deref(), Some("m0-a"));
+        assert_eq!(older_sibling([older, ours], &older), None);
+        assert_eq!(
+            older_sibling([older, started, ours], &ours).as_deref(),
+            Some("m0-c")
+        );
+        assert_eq!(
+            older_sibling([older, started], &older).as_deref(),
+            Some("m0-c")
+        );
+        assert_eq!(older_sibling([older, started], &started), None);
+        assert_eq!(older_sibling([done, other, ours], &ours), None);
+        // Created in the same second: the name decides, and exactly one of the two acts.
+        let twin = f("m0-0", "m0", Phase::Pending, 200);
+        assert_eq!(older_sibling([twin, ours], &ours).as_deref(), Some("m0-0"));
+        assert_eq!(older_sibling([twin, ours], &twin), None);
+    }
+
+    #[test]
     fn own_node_table() {
         let cases: &[(&str, Option<&str>, OwnNode)] = &[
             ("m0", Some("m0"), OwnNode::HandOver),
@@ -159,4 +195,52 @@ mod tests {
             .to_string()
             .contains("perDomain.maxConcurrent is 1"));
     }
+}
+
+/// A `NodeFence` as the sibling rule ([`older_sibling`]) sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sibling<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// The node it fences (`spec.nodeName`).
+    pub node: &'a str,
+    /// Its phase (a missing status is `Pending`).
+    pub phase: palisade_model::nodefence::Phase,
+    /// Its creation time (the API server's, one-second resolution).
+    pub created: Option<k8s_openapi::jiff::Timestamp>,
+}
+
+impl Sibling<'_> {
+    /// The order in which siblings act: one that has left `Pending` first, then the older by
+    /// creation time, then by name.
+    fn rank(&self) -> (bool, Option<k8s_openapi::jiff::Timestamp>, &str) {
+        (
+            self.phase == palisade_model::nodefence::Phase::Pending,
+            self.created,
+            self.name,
+        )
+    }
+}
+
+/// The other unfinished fence of `ours`'s node among `fences` that acts instead of `ours`, if
+/// any.
+///
+/// Guarantees: a fence that has started (it may hold a token and have commanded devices) is
+/// never superseded by one still `Pending`; of any set of unfinished fences of one node,
+/// exactly one gets `None` (the order is total: names are unique). Creation times have
+/// one-second resolution, so two fences created in the same second are otherwise ordered by
+/// name alone, which must not let a new request displace the one already fencing.
+/// Assumptions: `fences` is a fresh enough view that a started sibling is in it (the start
+/// gate reads the API again before a fence leaves `Pending`).
+pub fn older_sibling<'a, 'b>(
+    fences: impl IntoIterator<Item = Sibling<'b>>,
+    ours: &Sibling<'a>,
+) -> Option<String> {
+    let mine = ours.rank();
+    fences
+        .into_iter()
+        .filter(|f| f.node == ours.node && f.name != ours.name && !f.phase.is_terminal())
+        .filter(|f| f.rank() < mine)
+        .min_by(|a, b| a.rank().cmp(&b.rank()))
+        .map(|f| f.name.to_string())
 }

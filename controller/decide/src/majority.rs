@@ -332,7 +332,7 @@ impl MemberHistory {
     /// Records the current Node names (a no-op when they are the newest set already) and
     /// returns their [`MemberSet`].
     pub fn record(&mut self, names: BTreeSet<String>) -> MemberSet {
-        let set = MemberSet::of(&names);
+        let set = MemberSet::of_sorted(names.iter().map(String::as_str));
         if self.sets.back().is_some_and(|(s, _)| *s == set) {
             return set;
         }
@@ -343,6 +343,11 @@ impl MemberHistory {
             self.sets.pop_front();
         }
         set
+    }
+
+    /// The newest set recorded.
+    pub fn latest(&self) -> Option<MemberSet> {
+        self.sets.back().map(|(s, _)| *s)
     }
 
     /// The Node names of `set`, if it was recorded.

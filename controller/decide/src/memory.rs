@@ -18,11 +18,11 @@
 //! detector starts every node's clock at its first sighting and its streaks start blind
 //! ([`Memory::new`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use palisade_model::advertise::Advertisement;
+use palisade_model::advertise::{Advertisement, MemberSet};
 
 use crate::clock::{Clocks, Mono};
 use crate::detector::{Detector, Heartbeat, Observed};
@@ -47,6 +47,10 @@ pub struct Memory {
     pub guard_held: HashMap<String, Mono>,
     /// The latest verdict per node.
     pub verdicts: HashMap<String, Verdict>,
+    /// The Node set of the last [`Memory::nodes_now`] that forgot every node not in it, while
+    /// no node was sighted for the first time since: the nodes the memory holds are all in
+    /// it, so the same set again has nothing to forget.
+    settled: Option<MemberSet>,
 }
 
 impl Default for Memory {
@@ -75,6 +79,7 @@ impl Memory {
             members: MemberHistory::new(),
             guard_held: HashMap::new(),
             verdicts: HashMap::new(),
+            settled: None,
         }
     }
 
@@ -91,19 +96,32 @@ impl Memory {
     }
 
     /// The Node list now: the set is recorded, and nodes no longer in it are forgotten.
-    pub fn nodes_now(&mut self, names: BTreeSet<String>) {
+    ///
+    /// Every tick calls this with every Node's name: the same set as last time costs a sort
+    /// of borrowed names, nothing is copied or looked up (at 10,000 nodes, copying and
+    /// comparing every name four times a second was a tenth of the controller's work).
+    pub fn nodes_now<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        let mut names: Vec<&str> = names.into_iter().collect();
+        names.sort_unstable();
+        names.dedup();
+        let set = MemberSet::of_sorted(names.iter().copied());
+        if self.settled == Some(set) && self.members.latest() == Some(set) {
+            return;
+        }
         let gone: Vec<String> = self
             .detector
             .nodes()
             .chain(self.streaks.nodes())
-            .filter(|n| !names.contains(*n))
+            .filter(|n| names.binary_search(n).is_err())
             .map(str::to_string)
             .collect();
         for n in gone {
             self.detector.forget(&n);
             self.streaks.forget(&n);
         }
-        self.members.record(names);
+        self.members
+            .record(names.iter().map(|n| n.to_string()).collect());
+        self.settled = Some(set);
     }
 
     /// Node `name`'s heartbeat as observed `now`, with its Lease's `renewTime` (stamped by the
@@ -119,6 +137,10 @@ impl Memory {
         advertisement: impl FnOnce() -> Advertisement,
     ) -> (Observed, Option<Write>) {
         let seen = self.detector.observe(name, heartbeat, now.mono);
+        if seen == Observed::New {
+            // A node the last Node set may not hold: the next nodes_now looks again.
+            self.settled = None;
+        }
         let mut write = None;
         if seen != Observed::Unchanged {
             let ad = advertisement();
@@ -278,9 +300,27 @@ mod tests {
     fn a_node_that_leaves_the_list_is_forgotten() {
         let mut m = Memory::new();
         m.observe("m0", hb("1"), None, clocks(1), Advertisement::default);
-        m.nodes_now(BTreeSet::from(["m1".to_string()]));
+        m.nodes_now(["m1"]);
         assert_eq!(m.detector.marker("m0"), None);
         let (seen, _) = m.observe("m0", hb("1"), None, clocks(2), Advertisement::default);
         assert_eq!(seen, Observed::New, "its clock starts afresh");
+    }
+
+    #[test]
+    fn the_same_node_set_again_still_forgets_a_node_first_seen_since() {
+        let mut m = Memory::new();
+        m.observe("m1", hb("1"), None, clocks(1), Advertisement::default);
+        m.nodes_now(["m1"]);
+        m.nodes_now(["m1"]);
+        assert!(m.detector.marker("m1").is_some(), "a listed node is kept");
+        // Sighted after the set settled, and not in it: the same set must look again.
+        m.observe("m0", hb("1"), None, clocks(2), Advertisement::default);
+        m.nodes_now(["m1"]);
+        assert_eq!(m.detector.marker("m0"), None);
+        assert_eq!(
+            m.members.latest(),
+            Some(MemberSet::of(["m1"])),
+            "the set recorded is the list's"
+        );
     }
 }

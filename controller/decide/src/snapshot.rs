@@ -2,6 +2,7 @@
 //! controller assembles from its caches. Nothing here talks to anything.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -46,8 +47,9 @@ pub struct PolicySnapshot {
 pub struct NodeSnapshot {
     /// `metadata.name`.
     pub name: String,
-    /// `metadata.labels` (topology domain, policy selection).
-    pub labels: BTreeMap<String, String>,
+    /// `metadata.labels` (topology domain, policy selection); shared, not copied, from one
+    /// round to the next while the Node does not change.
+    pub labels: Arc<BTreeMap<String, String>>,
     /// When the detector last observed a heartbeat change ([`crate::detector::Detector::last_change`]).
     pub last_heartbeat_change: crate::clock::Mono,
     /// The node's renewal interval as observed ([`crate::detector::Detector::renewal_gap`]).
@@ -68,8 +70,9 @@ pub struct NodeSnapshot {
     /// The node hosts the firmware-bridge (then no level that goes through the bridge may
     /// fence it).
     pub hosts_bridge: bool,
-    /// The node's `FenceTarget` spec, if one exists.
-    pub fence_target: Option<FenceTargetSpec>,
+    /// The node's `FenceTarget` spec, if one exists; shared, not copied, from one round to
+    /// the next while the FenceTarget does not change.
+    pub fence_target: Option<Arc<FenceTargetSpec>>,
     /// Non-terminal pods bound to the node.
     pub pods: Vec<PodSnapshot>,
     /// The node's `NodeFence` state.
@@ -118,6 +121,49 @@ pub enum FenceState {
     InFlight,
     /// A `NodeFence` in Released or Recovering: the node is fenced; nothing to decide.
     Settled,
+}
+
+impl FenceState {
+    /// A node's fence state from its `NodeFence`s (`spec`, `status`, creation time), and the
+    /// times its finished fences count from toward the cooldown and the escalation limit
+    /// ([`crate::escalation::counted_end`]).
+    ///
+    /// Guarantees: the most advanced unfinished fence wins (`InFlight` over `Settled` over
+    /// `Pending`), so a second request beside a running fence never makes the node look
+    /// undecided; a fence that ended before fencing began (a cancelled flap) never counts
+    /// toward the cooldown or the limit.
+    pub fn of<'a>(
+        fences: impl IntoIterator<
+            Item = (
+                &'a palisade_model::NodeFenceSpec,
+                Option<&'a palisade_model::nodefence::NodeFenceStatus>,
+                Option<Timestamp>,
+            ),
+        >,
+    ) -> (FenceState, Vec<Timestamp>) {
+        use palisade_model::nodefence::{Phase, RequestedBy};
+        let mut state = FenceState::None;
+        let mut past = Vec::new();
+        for (spec, status, created) in fences {
+            let here = match status.map_or(Phase::Pending, |s| s.phase) {
+                Phase::Pending => FenceState::Pending {
+                    manual: (spec.requested_by == RequestedBy::Manual).then_some(spec.overrides),
+                },
+                Phase::Fencing | Phase::Fenced | Phase::Releasing => FenceState::InFlight,
+                Phase::Released | Phase::Recovering => FenceState::Settled,
+                Phase::Done | Phase::Failed => {
+                    past.extend(crate::escalation::counted_end(status, created));
+                    continue;
+                }
+            };
+            state = match (state, here) {
+                (FenceState::InFlight, _) | (_, FenceState::InFlight) => FenceState::InFlight,
+                (FenceState::Settled, _) | (_, FenceState::Settled) => FenceState::Settled,
+                (_, h) => h,
+            };
+        }
+        (state, past)
+    }
 }
 
 /// A pod bound to the node.
@@ -226,6 +272,56 @@ mod tests {
     }
 
     const U: &str = "node.kubernetes.io/unreachable";
+
+    #[test]
+    fn the_most_advanced_unfinished_fence_is_the_nodes_state() {
+        use palisade_model::nodefence::{NodeFenceStatus, Phase, RequestedBy};
+        use palisade_model::NodeFenceSpec;
+        let spec = |by| NodeFenceSpec {
+            node_name: "m0".into(),
+            reason: "silent".into(),
+            requested_by: by,
+            overrides: Overrides::default(),
+        };
+        let at = |s: i64| Timestamp::from_second(1_800_000_000 + s).expect("a valid time");
+        let status = |path: &[Phase]| {
+            let mut st = NodeFenceStatus::default();
+            for (k, p) in path.iter().enumerate() {
+                st.transition(*p, at(k as i64), "test")
+                    .expect("a legal transition");
+            }
+            st
+        };
+        let controller = spec(RequestedBy::Controller);
+        let manual = spec(RequestedBy::Manual);
+        let fencing = status(&[Phase::Pending, Phase::Fencing]);
+        let cancelled = status(&[Phase::Pending, Phase::Done]);
+        let failed = status(&[Phase::Pending, Phase::Fencing, Phase::Failed]);
+        // A person's request beside a running fence: the node is in flight, whatever the order.
+        for order in [[0, 1], [1, 0]] {
+            let fences = [
+                (&manual, None, Some(at(5))),
+                (&controller, Some(&fencing), Some(at(0))),
+            ];
+            let (state, past) = FenceState::of(order.map(|k| fences[k]));
+            assert_eq!(state, FenceState::InFlight);
+            assert!(past.is_empty());
+        }
+        let (state, _) = FenceState::of([(&manual, None, Some(at(5)))]);
+        assert_eq!(
+            state,
+            FenceState::Pending {
+                manual: Some(Overrides::default())
+            }
+        );
+        // A cancelled fence never counts toward the cooldown; one that began fencing does.
+        let (state, past) = FenceState::of([
+            (&controller, Some(&cancelled), Some(at(0))),
+            (&controller, Some(&failed), Some(at(0))),
+        ]);
+        assert_eq!(state, FenceState::None);
+        assert_eq!(past, vec![at(2)]);
+    }
 
     #[test]
     fn tolerance_follows_the_taint_manager() {

@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -270,10 +271,10 @@ const CASES: &[Case] = &[
         |s| {
             let n = node_mut(s, "m0");
             n.hosts_bridge = true;
-            n.fence_target = Some(target(vec![vec![(
+            n.fence_target = Some(Arc::new(target(vec![vec![(
                 "bridge://fw:9443/m0".into(),
                 DeviceKind::Power,
-            )]]));
+            )]])));
         },
         "hold_bridge_host",
     ),
@@ -330,8 +331,10 @@ const CASES: &[Case] = &[
     (
         "invalid fence target",
         |s| {
-            node_mut(s, "m0").fence_target =
-                Some(target(vec![vec![("ftp://x".into(), DeviceKind::Power)]]));
+            node_mut(s, "m0").fence_target = Some(Arc::new(target(vec![vec![(
+                "ftp://x".into(),
+                DeviceKind::Power,
+            )]])));
         },
         "hold_invalid_fence_target",
     ),
@@ -597,10 +600,10 @@ fn the_bridge_host_is_fenced_only_through_direct_levels() {
     let mut s = world();
     let n = node_mut(&mut s, "m0");
     n.hosts_bridge = true;
-    n.fence_target = Some(target(vec![
+    n.fence_target = Some(Arc::new(target(vec![
         vec![("bridge://fw:9443/m0".into(), DeviceKind::Power)],
         vec![("ipmi://bmc-m0:623".into(), DeviceKind::Power)],
-    ]));
+    ])));
     let Some(Verdict::Fence(plan)) = verdict_of(&s, "m0") else {
         panic!("expected fence through the direct level")
     };
@@ -648,10 +651,10 @@ fn self_fence_plan_trusts_after_timeout_plus_margin() {
         wall(DEAD as i64 - NOW as i64)
     );
     // A hardware level takes precedence over trust.
-    node_mut(&mut s, "m0").fence_target = Some(target(vec![vec![(
+    node_mut(&mut s, "m0").fence_target = Some(Arc::new(target(vec![vec![(
         "bridge://127.0.0.1:9443/m0".into(),
         DeviceKind::Power,
-    )]]));
+    )]])));
     let Some(Verdict::Fence(plan)) = verdict_of(&s, "m0") else {
         panic!("expected fence")
     };
@@ -1042,7 +1045,7 @@ fn a_level_that_must_not_power_off_is_planned_storage_first() {
         ("storagefw+https://fw/m0".to_string(), DeviceKind::Storage),
     ]]);
     t.levels[0].power_off = palisade_model::target::PowerOff::Disallowed;
-    node_mut(&mut s, "m0").fence_target = Some(t);
+    node_mut(&mut s, "m0").fence_target = Some(Arc::new(t));
     let Some(Verdict::Fence(plan)) = verdict_of(&s, "m0") else {
         panic!("expected fence")
     };
@@ -1273,14 +1276,14 @@ fn renewals_arriving_late_elsewhere_hold_a_fence_of_a_silent_node() {
 fn a_power_device_without_identity_names_its_provers_when_the_policy_requires_proof() {
     use palisade_model::policy::PowerWithoutIdentity;
     let mut s = world();
-    node_mut(&mut s, "m0").fence_target = Some(target(vec![
+    node_mut(&mut s, "m0").fence_target = Some(Arc::new(target(vec![
         vec![("ipmi://bmc-m0".into(), DeviceKind::Power)],
         vec![
             ("snmp+pdu://pdu:161/outlets/3".into(), DeviceKind::Power),
             ("bridge://127.0.0.1:44881/m0".into(), DeviceKind::Power),
         ],
         vec![("redfish+https://bmc2-m0".into(), DeviceKind::Power)],
-    ]));
+    ])));
     let devices = |s: &Snapshot| {
         let v = verdict_of(s, "m0");
         let Some(Verdict::Fence(plan)) = v else {
@@ -1314,10 +1317,10 @@ fn a_power_device_without_identity_names_its_provers_when_the_policy_requires_pr
         ]
     );
     // A FenceTarget with no direct BMC: the outlet names no prover, so it never acts.
-    node_mut(&mut s, "m0").fence_target = Some(target(vec![vec![(
+    node_mut(&mut s, "m0").fence_target = Some(Arc::new(target(vec![vec![(
         "snmp+pdu://pdu:161/outlets/3".into(),
         DeviceKind::Power,
-    )]]));
+    )]])));
     assert_eq!(
         devices(&s),
         vec![("snmp+pdu://pdu:161/outlets/3".to_string(), Some(vec![]))]

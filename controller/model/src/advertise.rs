@@ -106,16 +106,26 @@ impl MemberSet {
     /// The set of `names`.
     pub fn of<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> MemberSet {
         let names: BTreeSet<String> = names.into_iter().map(|n| n.as_ref().to_string()).collect();
+        Self::of_sorted(names.iter().map(String::as_str))
+    }
+
+    /// The set of `names`, which are sorted and distinct (as a `BTreeSet` iterates them): the
+    /// same value as [`MemberSet::of`] without copying the names.
+    ///
+    /// Assumptions: the caller sorted the names and removed duplicates; otherwise the value
+    /// names no set anyone else computes.
+    pub fn of_sorted<'a>(names: impl IntoIterator<Item = &'a str>) -> MemberSet {
         let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in names
-            .iter()
-            .flat_map(|n| n.bytes().chain(std::iter::once(b'\n')))
-        {
-            digest ^= u64::from(b);
-            digest = digest.wrapping_mul(0x0000_0100_0000_01b3);
+        let mut count = 0usize;
+        for n in names {
+            count += 1;
+            for b in n.bytes().chain(std::iter::once(b'\n')) {
+                digest ^= u64::from(b);
+                digest = digest.wrapping_mul(0x0000_0100_0000_01b3);
+            }
         }
         MemberSet {
-            count: u32::try_from(names.len()).unwrap_or(u32::MAX),
+            count: u32::try_from(count).unwrap_or(u32::MAX),
             digest,
         }
     }

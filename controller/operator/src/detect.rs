@@ -25,6 +25,7 @@ use palisade_decide::snapshot::{
 };
 use palisade_decide::{decide, guards_holding, Clocks, Verdict};
 use palisade_model::nodefence::{NodeFenceSpec, Overrides, Phase, RequestedBy};
+use palisade_model::target::FenceTargetSpec;
 use palisade_model::{FenceTarget, NodeFence};
 
 use crate::error::Error;
@@ -36,13 +37,14 @@ pub async fn run(ctx: Arc<Ctx>) {
     let mut interval = tokio::time::interval(ctx.settings.tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut reported: HashMap<String, String> = HashMap::new();
+    let mut shared = Shared::default();
     loop {
         interval.tick().await;
         let now = ctx.now();
         observe(&ctx, now);
         // Every replica remembers when a quorum guard held, so a standby that takes over
         // knows what the leader knew.
-        let snap = snapshot(&ctx, now);
+        let snap = snapshot(&ctx, now, &mut shared);
         record_guards(&ctx, &snap);
         // Tokens only go up: never act below a token some NodeFence already recorded (the
         // leader Lease may have been deleted with its namespace, or restored from a backup).
@@ -85,7 +87,7 @@ pub async fn run(ctx: Arc<Ctx>) {
 pub fn observe(ctx: &Ctx, now: Clocks) {
     let nodes = ctx.cache.nodes.state();
     let mut memory = ctx.memory.lock();
-    memory.nodes_now(nodes.iter().map(|n| n.name_any()).collect());
+    memory.nodes_now(nodes.iter().filter_map(|n| n.metadata.name.as_deref()));
     if let Some(at) = ctx.cache.sight.restored_at() {
         memory.blind(ctx.mono_of(at));
     }
@@ -138,34 +140,13 @@ fn fence_state(
     fences: &[Arc<NodeFence>],
     node: &str,
 ) -> (FenceState, Vec<k8s_openapi::jiff::Timestamp>) {
-    let mut state = FenceState::None;
-    let mut past = Vec::new();
-    for f in fences.iter().filter(|f| f.spec.node_name == node) {
-        let phase = phase_of(f);
-        let here = match phase {
-            Phase::Pending => FenceState::Pending {
-                manual: (f.spec.requested_by == RequestedBy::Manual).then_some(f.spec.overrides),
-            },
-            Phase::Fencing | Phase::Fenced | Phase::Releasing => FenceState::InFlight,
-            Phase::Released | Phase::Recovering => FenceState::Settled,
-            Phase::Done | Phase::Failed => {
-                // Only fences that may have acted count toward the cooldown and the escalation
-                // limit: a cancelled one (benign flap) must not hold a later, real fence.
-                past.extend(palisade_decide::escalation::counted_end(
-                    f.status.as_ref(),
-                    f.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                ));
-                continue;
-            }
-        };
-        // The most advanced unfinished fence wins.
-        state = match (state, here) {
-            (FenceState::InFlight, _) | (_, FenceState::InFlight) => FenceState::InFlight,
-            (FenceState::Settled, _) | (_, FenceState::Settled) => FenceState::Settled,
-            (_, h) => h,
-        };
-    }
-    (state, past)
+    FenceState::of(fences.iter().filter(|f| f.spec.node_name == node).map(|f| {
+        (
+            &f.spec,
+            f.status.as_ref(),
+            f.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        )
+    }))
 }
 
 /// The pod as the decision sees it, its claims read from the PVC cache (an unknown claim
@@ -245,8 +226,77 @@ fn pdb_snapshots(ctx: &Ctx) -> Vec<PdbSnapshot> {
         .collect()
 }
 
-/// Builds the decision input from the caches.
-pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
+/// What each node's snapshot shares with the previous round's: its labels, exclusion and
+/// FenceTarget spec, worked out again only when the cache holds a new object (a watch event
+/// replaces the cached `Arc`). At 10,000 nodes, copying every node's labels and FenceTarget
+/// four times a second was a third of the controller's CPU.
+///
+/// Guarantees: a round's snapshot carries exactly what the cached objects say (a changed
+/// object is a new `Arc`, never one changed in place); nodes gone from the cache are dropped.
+#[derive(Default)]
+pub struct Shared {
+    nodes: HashMap<String, SharedNode>,
+    /// The round whose nodes are kept (see [`Shared::sweep`]).
+    round: u64,
+}
+
+struct SharedNode {
+    node: Arc<Node>,
+    labels: Arc<BTreeMap<String, String>>,
+    exclusion: Option<Exclusion>,
+    target: Option<(Arc<FenceTarget>, Arc<FenceTargetSpec>)>,
+    seen: u64,
+}
+
+/// What a node's snapshot borrows from [`Shared`].
+struct Lent {
+    labels: Arc<BTreeMap<String, String>>,
+    exclusion: Option<Exclusion>,
+    fence_target: Option<Arc<FenceTargetSpec>>,
+}
+
+impl Shared {
+    /// The node's labels and exclusion, and its FenceTarget's spec (`target`, from the cache).
+    fn node(&mut self, name: &str, node: &Arc<Node>, target: Option<&Arc<FenceTarget>>) -> Lent {
+        let round = self.round;
+        let entry = match self.nodes.get_mut(name) {
+            Some(e) if Arc::ptr_eq(&e.node, node) => e,
+            _ => {
+                let fresh = SharedNode {
+                    node: node.clone(),
+                    labels: Arc::new(node.labels().clone()),
+                    exclusion: Exclusion::from_annotations(node.annotations()),
+                    target: None,
+                    seen: round,
+                };
+                self.nodes.insert(name.to_string(), fresh);
+                self.nodes.get_mut(name).expect("inserted")
+            }
+        };
+        entry.seen = round;
+        entry.target = match (entry.target.take(), target) {
+            (Some((was, spec)), Some(now)) if Arc::ptr_eq(&was, now) => Some((was, spec)),
+            (_, Some(now)) => Some((now.clone(), Arc::new(now.spec.clone()))),
+            (_, None) => None,
+        };
+        Lent {
+            labels: entry.labels.clone(),
+            exclusion: entry.exclusion,
+            fence_target: entry.target.as_ref().map(|(_, spec)| spec.clone()),
+        }
+    }
+
+    /// Ends a round: forgets the nodes it did not see.
+    fn sweep(&mut self) {
+        let round = self.round;
+        self.nodes.retain(|_, e| e.seen == round);
+        self.round += 1;
+    }
+}
+
+/// Builds the decision input from the caches (`shared`: what the previous round's snapshot
+/// can lend this one).
+pub fn snapshot(ctx: &Ctx, now: Clocks, shared: &mut Shared) -> Snapshot {
     let mut fences_by_node: HashMap<String, Vec<Arc<NodeFence>>> = HashMap::new();
     for f in ctx.cache.fences.state() {
         fences_by_node
@@ -255,8 +305,13 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
             .push(f);
     }
     let pods = pods_by_node(ctx);
+    let targets = ctx.cache.targets.state();
+    let target_of: HashMap<&str, &Arc<FenceTarget>> = targets
+        .iter()
+        .filter_map(|t| Some((t.metadata.name.as_deref()?, t)))
+        .collect();
     let memory = ctx.memory.lock();
-    let detector = &memory.detector;
+    let power = ctx.power.lock();
     let nodes = ctx
         .cache
         .nodes
@@ -264,23 +319,25 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
         .iter()
         .map(|n| {
             let name = n.name_any();
+            let Lent {
+                labels,
+                exclusion,
+                fence_target,
+            } = shared.node(&name, n, target_of.get(name.as_str()).copied());
             let (fence, past_fences) =
                 fence_state(fences_by_node.get(&name).map_or(&[], Vec::as_slice), &name);
+            let seen = memory.detector.sighting(&name);
             NodeSnapshot {
-                labels: n.labels().clone(),
-                last_heartbeat_change: detector.last_change(&name).unwrap_or(now.mono),
-                heartbeat_marker: detector.marker(&name),
-                renewal_gap: detector.renewal_gap(&name),
-                long_gaps: detector.long_gaps(&name),
-                power_off: ctx.power.lock().off_run(&name),
+                labels,
+                last_heartbeat_change: seen.as_ref().map_or(now.mono, |s| s.last_change),
+                renewal_gap: seen.as_ref().and_then(|s| s.renewal_gap),
+                heartbeat_marker: seen.as_ref().map(|s| s.marker.clone()),
+                long_gaps: seen.map(|s| s.long_gaps).unwrap_or_default(),
+                power_off: power.off_run(&name),
                 hosts_bridge: ctx.settings.bridge_node.as_deref() == Some(name.as_str()),
-                exclusion: Exclusion::from_annotations(n.annotations()),
+                exclusion,
                 advertisement: memory.advertised_by(&name),
-                fence_target: ctx
-                    .cache
-                    .targets
-                    .get(&ObjectRef::<FenceTarget>::new(&name))
-                    .map(|t| t.spec.clone()),
+                fence_target,
                 pods: pods
                     .get(&name)
                     .map(|ps| ps.iter().map(|p| pod_snapshot(ctx, p)).collect())
@@ -291,6 +348,8 @@ pub fn snapshot(ctx: &Ctx, now: Clocks) -> Snapshot {
             }
         })
         .collect();
+    drop(power);
+    shared.sweep();
     let restored = ctx.cache.sight.restored_at().map(|at| ctx.mono_of(at));
     Snapshot {
         now,

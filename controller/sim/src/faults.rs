@@ -192,6 +192,17 @@ pub enum Fault {
     /// challenge it reads. The original machine stays where it was (powered, on its storage,
     /// with whatever still runs on it), and never reaches the API again.
     Impostor(usize),
+    /// A `NodeFence` for the node that this leader's decision did not create: a person's
+    /// request (`manual`: `kubectl palisade fence`, with no overrides), or a second
+    /// controller request from a deposed replica whose list-then-create raced the leader's
+    /// (only while the node has an unfinished fence). Of two unfinished fences of one node
+    /// only one may act.
+    Request {
+        /// The node.
+        node: usize,
+        /// A person's request (or a replica's).
+        manual: bool,
+    },
 }
 
 /// A whole run: configuration plus the faults in time (milliseconds).
@@ -240,6 +251,7 @@ impl Schedule {
         s.add_machine_faults(&mut Rng::new(seed ^ 0x1DE7_7171));
         add_hung_kills(&mut s.nodes, &mut Rng::new(seed ^ 0x0D57_A7E5));
         add_partly_hung_kills(&mut s.nodes, &mut Rng::new(seed ^ 0x5E1E_C7ED));
+        s.add_requests(&mut Rng::new(seed ^ 0x5EC0_4D15));
         if Rng::new(seed ^ 0x7141_1E55).chance(12) {
             s = s.scaled(PRODUCTION_SCALE);
         }
@@ -662,6 +674,46 @@ fn add_power_faults(events: &mut Vec<(u64, Fault)>, n: usize, r: &mut Rng) {
 impl Schedule {
     /// Faults of the machines' identity and nature, drawn from `r` apart from the rest of a
     /// schedule (see [`add_machine_faults`]).
+    /// Second fences of a node ([`Fault::Request`]), drawn from `r` apart from the rest of a
+    /// schedule: in 15 % of the schedules, one or two, each a person's request of a random
+    /// node at a random time or, as often, a racing replica's request 4–16 s after a fault
+    /// that silences a node (while the leader's own fence of it is likely under way).
+    fn add_requests(&mut self, r: &mut Rng) {
+        if !r.chance(15) {
+            return;
+        }
+        let silencing: Vec<(u64, usize)> = self
+            .events
+            .iter()
+            .filter_map(|(at, f)| match f {
+                Fault::CutApi(i)
+                | Fault::CutAll(i)
+                | Fault::HangAgent(i)
+                | Fault::CrashAgent(i)
+                | Fault::PowerLoss(i) => Some((*at, *i)),
+                _ => None,
+            })
+            .collect();
+        for _ in 0..1 + r.below(2) {
+            let event = if silencing.is_empty() || r.chance(50) {
+                let node = r.below(self.nodes.len() as u64) as usize;
+                (
+                    3_000 + r.below(90_000),
+                    Fault::Request { node, manual: true },
+                )
+            } else {
+                let (at, node) = silencing[r.below(silencing.len() as u64) as usize];
+                let manual = r.chance(30);
+                (
+                    at + 4_000 + r.below(12_000),
+                    Fault::Request { node, manual },
+                )
+            };
+            self.events.push(event);
+        }
+        self.events.sort_by_key(|(t, _)| *t);
+    }
+
     fn add_machine_faults(&mut self, r: &mut Rng) {
         add_machine_faults(&mut self.events, &mut self.nodes, r);
         self.events.sort_by_key(|(t, _)| *t);

@@ -72,6 +72,8 @@ pub fn campaign_of(
         c.held += out.held;
         c.excused += out.excused;
         c.resets += out.resets;
+        c.requests += out.requests;
+        c.superseded += out.superseded;
         c.stale_commands += out.stale_commands;
         c.late_writes += out.late_writes;
         c.warm_takeovers += out.warm_takeovers;
@@ -103,6 +105,10 @@ pub struct Campaign {
     pub excused: u64,
     /// Warm resets of hosts that must not power off.
     pub resets: u64,
+    /// NodeFences created beside the leader's decision (a person's, a racing replica's).
+    pub requests: u64,
+    /// NodeFences superseded by an older sibling.
+    pub superseded: u64,
     /// Device commands delivered by a deposed leader after a freeze.
     pub stale_commands: u64,
     /// Lease writes that landed after their agent gave up on them.

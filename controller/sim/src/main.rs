@@ -129,6 +129,10 @@ fn main() {
     println!("  excused:     {}", c.excused);
     println!("  resets:      {}", c.resets);
     println!(
+        "  requests:    {} (fences beside the leader's decision), {} superseded",
+        c.requests, c.superseded
+    );
+    println!(
         "  stale cmds:  {} (device commands a deposed leader delivered after a freeze)",
         c.stale_commands
     );

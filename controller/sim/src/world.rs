@@ -176,6 +176,10 @@ pub enum Bug {
     /// node's heartbeat from the API first, so a renewal the watch has not delivered yet does
     /// not stop the fence.
     FenceOnWatchedSilence,
+    /// Two unfinished fences of one node both act (no fence is superseded by its older
+    /// sibling): one recovers the machine while the other still releases on a fence that no
+    /// longer holds.
+    IgnoreSibling,
 }
 
 impl Bug {
@@ -244,8 +248,20 @@ impl Bug {
     /// outages, 2026-11-30): 30,000 schedules from seed 1, 8,312 lapsed terms and about 4,000
     /// Lease takeovers after an outage, 0 violations: after an outage every node is silent at
     /// once and the quorum guard holds, so a blind standby's judgement is not acted on. Kept
-    /// plantable (`--bug`) for the search.
-    pub const SEARCHED: [Bug; 2] = [Bug::StandbyForgetsGuard, Bug::StandbyIgnoresBlindSpell];
+    /// plantable (`--bug`) for the search. `IgnoreSibling` (second fences of a node, a
+    /// person's and a racing replica's, 2026-12-02): 20,000 schedules from seed 1 with it
+    /// planted, 3,090 second fences, 0 violations. The decision itself withholds any
+    /// verdict from a `Pending` fence while a sibling is in flight or settled
+    /// ([`palisade_decide::snapshot::FenceState::of`]: the most advanced wins), so two fences
+    /// act only when both were `Pending` in one round; they then run one plan under one token,
+    /// and every step they repeat (a verified level, a recorded release) is idempotent. The
+    /// rule stays: the start gate reads siblings from the API, so two replicas with lagging
+    /// caches still start one fence.
+    pub const SEARCHED: [Bug; 3] = [
+        Bug::StandbyForgetsGuard,
+        Bug::StandbyIgnoresBlindSpell,
+        Bug::IgnoreSibling,
+    ];
 
     /// The schedule made for a bug of [`Bug::AIMED`] (`None` for the others).
     ///
@@ -433,6 +449,10 @@ pub struct Outcome {
     pub excused: u64,
     /// Warm resets a fence of a host that must not power off sent (and the BMC carried out).
     pub resets: u64,
+    /// NodeFences created beside the leader's decision ([`Fault::Request`]).
+    pub requests: u64,
+    /// NodeFences superseded by an older sibling.
+    pub superseded: u64,
     /// Device commands a deposed leader delivered after it resumed from a freeze.
     pub stale_commands: u64,
     /// Lease writes that landed after their agent had given up on them.
@@ -698,6 +718,20 @@ struct Fence {
     node: usize,
     spec: NodeFenceSpec,
     status: NodeFenceStatus,
+    /// Its `creationTimestamp`: the API server's true time, to the second.
+    created: Timestamp,
+}
+
+impl Fence {
+    /// The fence as the sibling rule sees it.
+    fn sibling(&self) -> palisade_decide::guard::Sibling<'_> {
+        palisade_decide::guard::Sibling {
+            name: &self.name,
+            node: &self.spec.node_name,
+            phase: self.status.phase,
+            created: Some(self.created),
+        }
+    }
 }
 
 struct Controller {
@@ -1184,6 +1218,7 @@ impl<'s> World<'s> {
                         m.paused = Some((self.now, self.now + ms));
                     }
                 }
+                Fault::Request { node, manual } => self.request(node, manual),
                 Fault::Impostor(i) => {
                     self.machines[i].displaced = true;
                     self.impostors[i] = Some(Impostor {
@@ -2233,12 +2268,11 @@ impl<'s> World<'s> {
         }
         sight.last_tick = Some(self.now);
         let seen_at = self.now.saturating_sub(lag);
-        let names = self
-            .members()
-            .into_iter()
-            .map(|i| self.machines[i].name.clone())
-            .collect();
-        memory.nodes_now(names);
+        memory.nodes_now(
+            self.members()
+                .into_iter()
+                .map(|i| self.machines[i].name.as_str()),
+        );
         let trust_without_watchdog = self.bug == Some(Bug::TrustWithoutWatchdog);
         for i in self.members() {
             let name = self.machines[i].name.clone();
@@ -2325,26 +2359,12 @@ impl<'s> World<'s> {
                     self.log(format!("not fencing m{i}: the watch is behind"));
                     continue;
                 }
-                let mut status = NodeFenceStatus::default();
-                let _ = status.transition(Phase::Pending, self.wall(), "requested");
-                let name = format!("{node}-nf{}", self.fences.len());
+                let name = self.create_fence(i, RequestedBy::Controller);
                 self.log(format!("NodeFence {name} created{}", plan.cause.words()));
-                self.out.fences += 1;
                 if matches!(plan.cause, Cause::PowerOff { .. }) {
                     self.out.power_fences += 1;
                 }
                 self.check_cause(i, &name);
-                self.fences.push(Fence {
-                    name,
-                    node: i,
-                    spec: NodeFenceSpec {
-                        node_name: node.clone(),
-                        reason: "silent".into(),
-                        requested_by: RequestedBy::Controller,
-                        overrides: Default::default(),
-                    },
-                    status,
-                });
             }
         }
         // Reconcile every unfinished fence.
@@ -2390,6 +2410,56 @@ impl<'s> World<'s> {
                 self.apply(f, step);
             }
         }
+    }
+
+    /// A `NodeFence` for machine `i` that this leader's decision did not create
+    /// ([`Fault::Request`]): a person's (any time the API answers), or a deposed replica's
+    /// (only beside an unfinished fence of the node, as its list before the create let it
+    /// through). Neither is checked for a cause: a person's is one, the replica's shares the
+    /// first fence's.
+    fn request(&mut self, i: usize, manual: bool) {
+        let open = self
+            .fences
+            .iter()
+            .any(|f| f.node == i && !f.status.phase.is_terminal());
+        if !self.api_up || !self.machines[i].member || (!manual && !open) {
+            return;
+        }
+        let by = if manual {
+            RequestedBy::Manual
+        } else {
+            RequestedBy::Controller
+        };
+        let name = self.create_fence(i, by);
+        self.out.requests += 1;
+        self.log(format!(
+            "NodeFence {name} created by {by:?}, beside this leader's decision"
+        ));
+    }
+
+    /// A `NodeFence` for machine `i`, created now on the API server by `by`; its name.
+    fn create_fence(&mut self, i: usize, by: RequestedBy) -> String {
+        let mut status = NodeFenceStatus::default();
+        let _ = status.transition(Phase::Pending, self.wall(), "requested");
+        let name = format!("{}-nf{}", self.machines[i].name, self.fences.len());
+        self.out.fences += 1;
+        let seconds = i64::try_from(self.now / 1_000).unwrap_or(0);
+        let created = epoch()
+            .checked_add(SignedDuration::from_secs(seconds))
+            .unwrap_or(epoch());
+        self.fences.push(Fence {
+            name: name.clone(),
+            node: i,
+            spec: NodeFenceSpec {
+                node_name: self.machines[i].name.clone(),
+                reason: "silent".into(),
+                requested_by: by,
+                overrides: Default::default(),
+            },
+            status,
+            created,
+        });
+        name
     }
 
     /// The check that the fence the controller creates now for machine `i` has a cause: it
@@ -2503,20 +2573,12 @@ impl<'s> World<'s> {
             .into_iter()
             .map(|i| {
                 let name = self.machines[i].name.clone();
-                let mut fence = FenceState::None;
-                let mut past = Vec::new();
-                for f in self.fences.iter().filter(|f| f.node == i) {
-                    match f.status.phase {
-                        Phase::Pending => fence = FenceState::Pending { manual: None },
-                        Phase::Fencing | Phase::Fenced | Phase::Releasing => {
-                            fence = FenceState::InFlight
-                        }
-                        Phase::Released | Phase::Recovering => fence = FenceState::Settled,
-                        Phase::Done | Phase::Failed => {
-                            past.extend(f.status.transitions.last().map(|t| t.at.0))
-                        }
-                    }
-                }
+                let (fence, past) = FenceState::of(
+                    self.fences
+                        .iter()
+                        .filter(|f| f.node == i)
+                        .map(|f| (&f.spec, Some(&f.status), Some(f.created))),
+                );
                 let last_change = self
                     .ctl
                     .sight
@@ -2526,7 +2588,7 @@ impl<'s> World<'s> {
                     .unwrap_or(now.mono);
                 let (renewal_gap, power_off) = self.power_evidence(&name, last_change);
                 NodeSnapshot {
-                    labels: BTreeMap::new(),
+                    labels: Default::default(),
                     last_heartbeat_change: last_change,
                     heartbeat_marker: self.ctl.sight.memory.detector.marker(&name),
                     renewal_gap,
@@ -2535,7 +2597,7 @@ impl<'s> World<'s> {
                     hosts_bridge: false,
                     exclusion: None,
                     advertisement: self.advertisement_for_decide(&name),
-                    fence_target: self.target(i),
+                    fence_target: self.target(i).map(std::sync::Arc::new),
                     pods: self
                         .pods
                         .iter()
@@ -2740,7 +2802,11 @@ impl<'s> World<'s> {
             node_system_uuid: Some(self.node_uuid(i)),
             advertised_system_uuid: advertised.system_uuid.clone(),
             proof_from: palisade_decide::phase::ProofFrom::Agent(answered.system_uuid.clone()),
-            older_sibling: None,
+            older_sibling: palisade_decide::guard::older_sibling(
+                self.fences.iter().map(Fence::sibling),
+                &fence.sibling(),
+            )
+            .filter(|_| self.bug != Some(Bug::IgnoreSibling)),
             // Budgets on the wall clock alone, as the recorded schedules were found with.
             phase_seen_for: None,
         }
@@ -2895,6 +2961,9 @@ impl<'s> World<'s> {
 
     fn apply(&mut self, f: usize, mut step: Step) {
         let i = self.fences[f].node;
+        if matches!(step, Step::Supersede(_)) {
+            self.out.superseded += 1;
+        }
         let label = step.label();
         let name = self.fences[f].name.clone();
         if matches!(

@@ -302,3 +302,51 @@ fn a_share_of_the_schedules_runs_at_production_timing() {
         );
     }
 }
+
+/// A second fence of a node beside the leader's (a racing replica's, then a person's while the
+/// first is still unfinished) is superseded by the older one: the node is fenced once, its pods
+/// released once, at-most-one holds; and a person's request of a healthy node holds without
+/// fencing it.
+#[test]
+fn a_second_fence_of_a_node_is_superseded_and_a_request_of_a_healthy_node_holds() {
+    let mut superseded = 0;
+    for seed in 1..=10 {
+        let events = vec![
+            (10_000, Fault::CutApi(0)),
+            (
+                14_500,
+                Fault::Request {
+                    node: 0,
+                    manual: false,
+                },
+            ),
+            (
+                15_000,
+                Fault::Request {
+                    node: 0,
+                    manual: true,
+                },
+            ),
+            (
+                16_000,
+                Fault::Request {
+                    node: 1,
+                    manual: true,
+                },
+            ),
+        ];
+        let out = run(&power_schedule(seed, events), None);
+        let history = out.history.join("\n");
+        assert!(out.violation.is_none(), "seed {seed}: {:?}", out.violation);
+        assert!(out.requests >= 1, "seed {seed}: no second fence\n{history}");
+        assert!(
+            !history.contains("m1 powered off") && !history.contains("m1 is off"),
+            "seed {seed}: a person's request fenced the healthy m1\n{history}"
+        );
+        superseded += out.superseded;
+    }
+    assert!(
+        superseded >= 10,
+        "{superseded} second fences superseded in 10 runs"
+    );
+}

@@ -92,7 +92,7 @@ pub fn pod(ns: &str, name: &str, priority: i32, tol: Tolerance, rwo: bool) -> Po
 pub fn node(name: &str, zone: &str) -> NodeSnapshot {
     NodeSnapshot {
         name: name.into(),
-        labels: [(ZONE.to_string(), zone.to_string())].into(),
+        labels: std::sync::Arc::new([(ZONE.to_string(), zone.to_string())].into()),
         last_heartbeat_change: Mono::from_secs(NOW),
         exclusion: None,
         advertisement: Default::default(),
@@ -101,10 +101,10 @@ pub fn node(name: &str, zone: &str) -> NodeSnapshot {
         long_gaps: vec![],
         power_off: None,
         hosts_bridge: false,
-        fence_target: Some(target(vec![vec![(
+        fence_target: Some(std::sync::Arc::new(target(vec![vec![(
             format!("ipmi://bmc-{name}"),
             DeviceKind::Power,
-        )]])),
+        )]]))),
         pods: vec![pod(
             "db",
             &format!("{name}-db"),

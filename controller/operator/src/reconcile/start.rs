@@ -127,20 +127,16 @@ pub(super) fn older_among<'a>(
     fences: impl IntoIterator<Item = &'a NodeFence>,
     nf: &NodeFence,
 ) -> Option<String> {
-    let key = |f: &NodeFence| {
-        (
-            crate::detect::phase_of(f) == Phase::Pending,
-            f.metadata.creation_timestamp.clone().map(|t| t.0),
-            f.name_any(),
-        )
-    };
-    let ours = key(nf);
-    fences
-        .into_iter()
-        .filter(|f| f.spec.node_name == nf.spec.node_name && f.name_any() != nf.name_any())
-        .filter(|f| !crate::detect::phase_of(f).is_terminal())
-        .map(key)
-        .filter(|k| *k < ours)
-        .min()
-        .map(|(_, _, name)| name)
+    let ours = sibling(nf);
+    palisade_decide::guard::older_sibling(fences.into_iter().map(sibling), &ours)
+}
+
+/// A `NodeFence` as the sibling rule sees it.
+fn sibling(f: &NodeFence) -> palisade_decide::guard::Sibling<'_> {
+    palisade_decide::guard::Sibling {
+        name: f.metadata.name.as_deref().unwrap_or_default(),
+        node: &f.spec.node_name,
+        phase: crate::detect::phase_of(f),
+        created: f.metadata.creation_timestamp.as_ref().map(|t| t.0),
+    }
 }
