@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use palisade_model::advertise::PeerCheck;
 use palisade_node::cgroup::Hierarchies;
 use palisade_node::metrics::Metrics;
 use palisade_node::node::{self, NodeConfig};
@@ -102,39 +101,8 @@ struct Args {
     /// advertised as one the controller may trust.
     #[arg(long)]
     watchdog_allow_disarm: bool,
-    /// The peer check's shared key (a file of at least 32 secret bytes, the same on every
-    /// node; default /etc/palisade-node/peer.key; create it with `palisade-node peer-key
-    /// generate <file>`): when the Lease cannot be renewed, ask the other nodes whether they
-    /// cannot reach the API either, and keep the pods only while a strict majority vouches so
-    /// (a control-plane outage). The agent refuses to start without a usable key unless
-    /// --no-peer-check is given.
-    #[arg(long)]
-    peer_key_file: Option<PathBuf>,
-    /// Run without the peer check: every lost Lease self-fences, so an API-server outage
-    /// longer than --self-fence-after stops every stateful pod of the cluster.
-    #[arg(long, conflicts_with = "peer_key_file")]
-    no_peer_check: bool,
-    /// The peer-check port, on --address, the same on every node.
-    #[arg(long, default_value_t = 10260)]
-    peer_port: u16,
-    /// Vouch to a peer only after this long without a Lease write of our own (at least 4 s
-    /// plus two --renew-interval, and shorter than --self-fence-after; default: a third of the
-    /// way from --renew-interval to --self-fence-after, raised to that floor). The controller
-    /// counts a node healthy only within this minus 4 s of its writes.
-    #[arg(long, value_parser = parse_duration)]
-    peer_vouch_after: Option<Duration>,
-    /// How long a peer's vouch excuses us, from when we asked (the controller waits this out
-    /// before it trusts our self-fence). Also the time an agent has, after an outage, to renew
-    /// once its peers renew again (they stop vouching then).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    peer_answer_valid: Duration,
-    /// How often to ask the peers while the Lease is not renewed.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    peer_poll_interval: Duration,
-    /// How often to LIST the Nodes (the peer set) regardless of the Node watch, which relists
-    /// at once when a Node is added or deleted (at least 1s).
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
-    peer_list_interval: Duration,
+    #[command(flatten)]
+    peer: palisade_node::peer::args::PeerArgs,
 }
 
 impl Args {
@@ -170,27 +138,8 @@ impl Args {
                 bail!("--watchdog {} does not exist", w.display());
             }
         }
-        if self.peer_key_path().is_some() {
-            let a = self.vouch_after();
-            let floor = PeerCheck::min_vouch_after(self.renew_interval);
-            if a < floor {
-                bail!(
-                    "--peer-vouch-after {a:?} is too short: the controller counts a node healthy only within --peer-vouch-after minus four clock skews of its writes, so below {floor:?} (4s plus two --renew-interval) it could never see a healthy majority and would never trust a self-fence"
-                );
-            }
-            if a >= self.self_fence_after {
-                bail!(
-                    "--peer-vouch-after {a:?} must be shorter than --self-fence-after {:?} (peers must be able to vouch before this node self-fences); with the peer check, --self-fence-after must be above {floor:?}",
-                    self.self_fence_after
-                );
-            }
-            if self.peer_answer_valid <= self.peer_poll_interval {
-                bail!("--peer-answer-valid must be longer than --peer-poll-interval");
-            }
-            if self.peer_list_interval < Duration::from_secs(1) {
-                bail!("--peer-list-interval must be at least 1s");
-            }
-        }
+        self.peer
+            .validate(self.renew_interval, self.self_fence_after)?;
         if !self.kubeconfig.exists() {
             bail!("--kubeconfig {} does not exist", self.kubeconfig.display());
         }
@@ -200,64 +149,27 @@ impl Args {
 
 impl Args {
     /// The peer check's key file, or `None` when the peer check is off (`--no-peer-check`).
+    #[cfg(test)]
     fn peer_key_path(&self) -> Option<PathBuf> {
-        if self.no_peer_check {
-            return None;
-        }
-        Some(
-            self.peer_key_file
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(palisade_node::peer::DEFAULT_KEY_FILE)),
-        )
+        self.peer.key_path()
     }
 
-    /// Reads the peer check's key, or `None` when the peer check is off. A missing,
-    /// unreadable or short key is an error that says how to create the key and how to opt out:
-    /// the agent must not quietly run without the peer check.
+    /// Reads the peer check's key, or `None` when the peer check is off (see
+    /// [`palisade_node::peer::args::PeerArgs::key`]).
     fn peer_key(&self) -> anyhow::Result<Option<palisade_node::peer::PeerKey>> {
-        let Some(path) = self.peer_key_path() else {
-            return Ok(None);
-        };
-        match palisade_node::peer::PeerKey::from_file(&path) {
-            Ok(key) => Ok(Some(key)),
-            Err(e) => {
-                let given = if self.peer_key_file.is_some() {
-                    "--peer-key-file"
-                } else {
-                    "the peer check is on by default and needs its key (default path)"
-                };
-                bail!(
-                    "{given}: {e}.\n\
-                     Create the key ONCE, on one machine: palisade-node peer-key generate {p}\n\
-                     then copy that same file (mode 0600) to {p} on every node: every node must hold the SAME key (keys generated on each node differ, and peers with different keys never vouch for each other).\n\
-                     Or opt out with --no-peer-check: then every lost Lease self-fences, so an API-server outage longer than --self-fence-after stops every stateful pod of the cluster.",
-                    p = path.display()
-                )
-            }
-        }
+        self.peer.key()
     }
 
-    /// The vouch delay: as given, or a third of the way from the renew interval to the
-    /// self-fence timeout, and never below [`PeerCheck::min_vouch_after`] (the shortest one the
-    /// controller can count healthy nodes with: a shorter default made every peer-checked
-    /// self-fence wait for a healthy majority that the controller could never see).
+    /// The vouch delay (see [`palisade_node::peer::args::PeerArgs::vouch_after`]).
+    #[cfg(test)]
     fn vouch_after(&self) -> Duration {
-        self.peer_vouch_after.unwrap_or_else(|| {
-            let third = self.renew_interval
-                + (self.self_fence_after.saturating_sub(self.renew_interval)) / 3;
-            third.max(PeerCheck::min_vouch_after(self.renew_interval))
-        })
+        self.peer
+            .vouch_after(self.renew_interval, self.self_fence_after)
     }
 
     fn peer_config(&self) -> palisade_node::peer::PeerConfig {
-        palisade_node::peer::PeerConfig {
-            node: self.node_name.clone(),
-            port: self.peer_port,
-            vouch_after: self.vouch_after(),
-            answer_valid: self.peer_answer_valid,
-            poll_interval: self.peer_poll_interval,
-            request_timeout: self.peer_poll_interval.mul_f32(0.8),
-        }
+        self.peer
+            .config(&self.node_name, self.renew_interval, self.self_fence_after)
     }
 }
 
@@ -481,7 +393,7 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
         Some(key) => {
             let key = Arc::new(key);
             let pcfg = args.peer_config();
-            let listen = SocketAddr::new(args.address, args.peer_port);
+            let listen = SocketAddr::new(args.address, args.peer.peer_port);
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
                 .with_context(|| format!("peer check: listen on {listen}"))?;
@@ -499,7 +411,7 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
             let book = Arc::new(palisade_node::peer::MemberBook::new(&args.node_name));
             tokio::spawn(palisade_node::peer::node_list_loop(
                 client.clone(),
-                args.peer_list_interval,
+                args.peer.peer_list_interval,
                 peers_tx,
             ));
             let needed: Arc<dyn Fn() -> bool + Send + Sync> = {
@@ -721,6 +633,7 @@ async fn run(args: Args, peer_key: Option<palisade_node::peer::PeerKey>) -> anyh
 #[cfg(test)]
 mod tests {
     use super::*;
+    use palisade_model::advertise::PeerCheck;
     use std::path::Path;
 
     fn args(extra: &[&str]) -> Args {
@@ -838,7 +751,7 @@ mod tests {
             "palisade-node peer-key generate",
             "SAME key",
             "--no-peer-check",
-            "every lost Lease self-fences",
+            "every lost write self-fences",
             "API-server outage",
         ] {
             assert!(e.contains(want), "{want:?} missing from: {e}");
@@ -911,7 +824,7 @@ mod tests {
             .to_string();
         assert!(e.contains("--peer-list-interval"), "{e}");
         assert_eq!(
-            args(&["--self-fence-after", "8s"]).peer_list_interval,
+            args(&["--self-fence-after", "8s"]).peer.peer_list_interval,
             Duration::from_secs(60)
         );
     }

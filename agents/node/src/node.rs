@@ -83,6 +83,10 @@ impl NodeError {
     pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, NodeError::Api { source: kube::Error::Api(s), .. } if s.code == 404)
     }
+
+    pub(crate) fn is_conflict(&self) -> bool {
+        matches!(self, NodeError::Api { source: kube::Error::Api(s), .. } if s.code == 409)
+    }
 }
 
 /// Registration settings.

@@ -128,6 +128,12 @@ impl Memory {
     /// node's clock) and, read only when the heartbeat is new to this replica, what the Lease
     /// advertises. Returns what the detector saw and, for a renewal observed, whether it was
     /// a timely write.
+    ///
+    /// Guarantees: a Lease that carries a companion's write stamp
+    /// ([`palisade_model::advertise::COMPANION_WRITTEN`]) extends the node's healthy streak
+    /// by that stamp alone, never by the kubelet's `renewTime`: the companion's peer check
+    /// vouches on its own writes, which the kubelet's renewals say nothing about (a companion
+    /// whose writes fail while its kubelet renews may vouch, so it must not count healthy).
     pub fn observe(
         &mut self,
         name: &str,
@@ -144,7 +150,11 @@ impl Memory {
         let mut write = None;
         if seen != Observed::Unchanged {
             let ad = advertisement();
-            write = renew_time.map(|renew| {
+            let written = match ad.companion_written {
+                Some(stamp) => Some(stamp),
+                None => renew_time,
+            };
+            write = written.map(|renew| {
                 self.streaks.observe(
                     name,
                     renew,
@@ -294,6 +304,49 @@ mod tests {
         m.observe("m0", hb("2"), None, clocks(3), ad("b"));
         assert_eq!(m.advertised["m0"].boot_id.as_deref(), Some("b"));
         assert_eq!(m.changed_at["m0"], Mono(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn a_companion_stamp_alone_keeps_a_stock_node_healthy_never_the_kubelet_renewal() {
+        use crate::majority::Write;
+        let mut m = Memory::new();
+        let wall = |s: u64| clocks(s).wall;
+        let companion = |stamp: u64| {
+            move || Advertisement {
+                peer_check: Some(palisade_model::advertise::PeerCheck {
+                    vouch_after: Duration::from_secs(20),
+                    answer_valid: Duration::from_secs(10),
+                    members: None,
+                }),
+                companion_written: Some(wall(stamp)),
+                ..Advertisement::default()
+            }
+        };
+        // The kubelet renewed at `renew` and the companion last wrote at `stamp`, seen `at`.
+        let mut seen = |renew: u64, stamp: u64, at: u64| {
+            let beat = Heartbeat {
+                companion_written: Some(wall(stamp).to_string()),
+                ..hb(&format!("r{renew}"))
+            };
+            m.observe("m0", beat, Some(wall(renew)), clocks(at), companion(stamp))
+                .1
+        };
+        assert_eq!(seen(10, 10, 10), Some(Write::Started));
+        // The kubelet renews; the companion has not written since 10 s (its writes fail, so
+        // it may vouch 20 s later): the renewal extends nothing.
+        assert_eq!(
+            seen(20, 10, 20),
+            Some(Write::Old),
+            "a kubelet renewal counted as a companion write"
+        );
+        // The companion's next write does.
+        assert_eq!(seen(20, 24, 24), Some(Write::Extended));
+        // A node agent's Lease (no stamp) is timed by its renewals, as before.
+        let agent = || Advertisement::default();
+        let (_, w) = m.observe("m1", hb("r10"), Some(wall(10)), clocks(10), agent);
+        assert_eq!(w, Some(Write::Started));
+        let (_, w) = m.observe("m1", hb("r20"), Some(wall(20)), clocks(20), agent);
+        assert_eq!(w, Some(Write::Extended));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The companion's self-fence, on a real (emulated) watchdog, timed from the companion's own
 //! writes. m0 is a QEMU VM with an i6300esb watchdog (driver loaded with a 30 s heartbeat and
 //! `nowayout`, expiry: power off). In the guest runs `palisade-companion` (the suite's own
-//! binary) with `--watchdog`: it arms the watchdog with a 6 s timeout, self-fences 12 s after
+//! binary) with `--watchdog` and `--no-peer-check` (one machine has no peers; the peer check
+//! has its own test, `companion_peer_check.rs`): it arms the watchdog with a 6 s timeout, self-fences 12 s after
 //! its last write, and writes its promise with a stamp on m0's Lease. m0's kubelet is played
 //! by the test, renewing m0's Lease from the host, its last renewal right after a companion
 //! write as on a real node (see `last_renewal_after_a_companion_write`). There is no CRI in
@@ -53,7 +54,7 @@ fn companion_command() -> String {
     format!(
         r#"RUST_LOG=info,kube=warn '{companion}' --node-name "$PALISADE_MACHINE_NAME" --kubeconfig "$PALISADE_NODE_KUBECONFIG" \
   --cri-endpoint unix:///run/containerd/containerd.sock --interval 1s --timeout 1s \
-  --watchdog /dev/watchdog --watchdog-timeout 6s --watchdog-interval 1s --self-fence-after 12s \
+  --watchdog /dev/watchdog --watchdog-timeout 6s --watchdog-interval 1s --self-fence-after 12s --no-peer-check \
   >> /machine/companion.log 2>&1"#,
         companion = companion.display()
     )

@@ -1,12 +1,15 @@
 //! The `palisade-companion` binary: the companion beside a stock kubelet (see
 //! `palisade_node::companion`).
 
+use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
 use palisade_node::companion::{self, CompanionConfig};
+use palisade_node::peer::args::PeerArgs;
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     palisade_model::duration::parse(s)
@@ -18,9 +21,10 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 ///
 /// With --watchdog it also self-fences: it arms the hardware watchdog (nowayout) after its
 /// first write, pets it only while its writes succeed, and past --self-fence-after without one
-/// stops every pod through the CRI and lets the watchdog reset the machine. Without it, it
-/// promises no self-fence: the node is fenced through its devices, never trusted to have
-/// fenced itself.
+/// stops every pod through the CRI and lets the watchdog reset the machine, unless a strict
+/// majority of the nodes vouch that they cannot write either (the peer check, on by default
+/// with --watchdog: a control-plane outage resets no machine). Without it, it promises no
+/// self-fence: the node is fenced through its devices, never trusted to have fenced itself.
 #[derive(Debug, Parser)]
 #[command(name = "palisade-companion", version)]
 struct Args {
@@ -59,9 +63,46 @@ struct Args {
     /// downward API; a host process leaves it out).
     #[arg(long, env = "PALISADE_POD_UID")]
     own_pod_uid: Option<String>,
+    /// This node's address, its InternalIP (a DaemonSet sets it from the downward API's
+    /// status.hostIP, with hostNetwork): the peer check listens there and peers reach it
+    /// there. Needed with the peer check.
+    #[arg(long, env = "PALISADE_NODE_ADDRESS")]
+    address: Option<IpAddr>,
     /// Logs as JSON lines.
     #[arg(long)]
     log_json: bool,
+    /// The peer check (with --watchdog only: it excuses the self-fence during a control-plane
+    /// outage).
+    #[command(flatten)]
+    peer: PeerArgs,
+}
+
+impl Args {
+    /// The peer check, or `None` when it is off (no --watchdog, or --no-peer-check).
+    fn peer(&self) -> anyhow::Result<Option<companion::peer::PeerSetup>> {
+        if self.watchdog.is_none() {
+            if self.peer.peer_key_file.is_some() {
+                bail!("--peer-key-file needs --watchdog: the peer check only excuses a self-fence, and without --watchdog the companion promises none");
+            }
+            return Ok(None);
+        }
+        self.peer.validate(self.interval, self.self_fence_after)?;
+        let Some(key) = self.peer.key()? else {
+            tracing::warn!("peer check off (--no-peer-check): a control-plane outage longer than --self-fence-after resets every machine this companion runs on");
+            return Ok(None);
+        };
+        let Some(address) = self.address else {
+            bail!("the peer check needs this node's address (--address or PALISADE_NODE_ADDRESS: its InternalIP, where the peers reach it); or opt out with --no-peer-check");
+        };
+        Ok(Some(companion::peer::PeerSetup {
+            config: self
+                .peer
+                .config(&self.node_name, self.interval, self.self_fence_after),
+            key: Arc::new(key),
+            address,
+            list_interval: self.peer.peer_list_interval,
+        }))
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -95,6 +136,7 @@ fn main() -> anyhow::Result<()> {
         args.log_json,
         palisade_telemetry::OtlpArgs::default(),
     )?;
+    let peer = args.peer()?;
     rt.block_on(async {
         let config = match &args.kubeconfig {
             Some(path) => {
@@ -116,9 +158,11 @@ fn main() -> anyhow::Result<()> {
                 interval: args.interval,
                 timeout: args.timeout,
                 self_fence,
+                peer,
             },
         )
-        .await;
+        .await
+        .context("peer check: listen on --address at --peer-port")?;
         Ok(())
     })
 }

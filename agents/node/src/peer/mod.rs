@@ -22,8 +22,10 @@
 //!
 //! Modules: [`excuse`] is the pure majority arithmetic; `wire` is the line protocol (one
 //! HMAC-signed JSON line each way); `server` answers peers ([`serve`]); `client` asks them
-//! ([`poll`]); `nodes` keeps the peer set ([`node_list_loop`]); [`members`] the list counted.
+//! ([`poll`]); `nodes` keeps the peer set ([`node_list_loop`]); [`members`] the list counted;
+//! [`args`] the flags the node agent and the companion share.
 
+pub mod args;
 mod client;
 pub mod excuse;
 pub mod members;

@@ -6,10 +6,12 @@
 //! Each pass reads the recovery challenge from the Node ([`RECOVERY_CHALLENGE`]), *then* lists
 //! every pod sandbox and container through the CRI, and writes both with the machine's boot ID
 //! and system UUID as annotations on the node's Lease (`kube-node-lease/<node>`), with a JSON
-//! merge patch that touches nothing else. The kubelet owns that Lease and renews it; its
-//! renewals keep annotations (a renewal that meets the companion's write conflicts, reads the
-//! Lease again and retries), and the controller's heartbeat is the kubelet's `renewTime`
-//! alone, which the companion never writes.
+//! merge patch that touches nothing else and applies only to the Lease the pass read (its
+//! `resourceVersion`). The kubelet owns that Lease and renews it; its renewals keep
+//! annotations (a renewal that meets the companion's write conflicts, reads the Lease again
+//! and retries, and so does a companion write that meets a renewal). The companion never
+//! writes the kubelet's `renewTime`; its own write stamp, when it writes one, counts as the
+//! node's write too (see the self-fence and [`peer`]).
 //!
 //! **The self-fence** (with `--watchdog`): the companion opens the hardware watchdog after
 //! its first successful write, arms it `nowayout`, and pets it only while its last successful
@@ -33,8 +35,11 @@
 //!   `--self-fence-after`, so the machine resets within that plus the watchdog timeout (twice
 //!   it, when the companion dies: the kernel pets once more on close) of its last write;
 //! - without `--watchdog` it advertises no self-fence, no watchdog and no stamp: nothing on
-//!   its word earns a self-fence's trust. It runs no peer check, so a control-plane outage
-//!   longer than `--self-fence-after` resets every machine it runs on.
+//!   its word earns a self-fence's trust, and it runs no peer check;
+//! - with the peer check ([`peer`]; on by default with `--watchdog`), a companion that cannot
+//!   write keeps petting and stops no pod while a strict majority of the nodes vouch that
+//!   they cannot write either (a control-plane outage), as the node agent does; every write
+//!   is then stamped and conditional on the `resourceVersion` it read.
 //!
 //! The CRI stop is not the fence: a stock kubelet restarts what it stops (by restart policy,
 //! even while it cannot reach the API), so only the watchdog's reset is trusted. The stop ends
@@ -58,10 +63,12 @@ use kube::Client;
 #[cfg(doc)]
 use palisade_model::advertise::COMPANION_WRITTEN;
 use palisade_model::advertise::{
-    Advertisement, RuntimeSource, SelfFenceScope, Virtualization, RECOVERY_CHALLENGE,
+    Advertisement, PeerCheck, RuntimeSource, SelfFenceScope, Virtualization, RECOVERY_CHALLENGE,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+pub mod peer;
 
 use crate::cri::inventory::Inventory;
 use crate::cri::{CriClient, CriError};
@@ -81,6 +88,8 @@ pub struct CompanionConfig {
     pub timeout: Duration,
     /// The self-fence, when the companion has a watchdog (`None`: it promises none).
     pub self_fence: Option<SelfFenceConfig>,
+    /// The peer check (`None`: off; only with a self-fence, which it excuses).
+    pub peer: Option<peer::PeerSetup>,
 }
 
 /// The companion's self-fence.
@@ -198,17 +207,20 @@ pub enum PassError {
 /// answered by `inventory`, or neither when the runtime gave no complete answer.
 ///
 /// With a `promise` whose watchdog is armed, it also promises the self-fence (scope `all`:
-/// the reset ends every pod) and carries the stamp `written`; without one, neither.
+/// the reset ends every pod). It carries the stamp `written` with a promise or a
+/// `peer_check` (which it advertises), and without either no stamp.
 pub fn advertisement(
     challenge: Option<String>,
     inventory: Result<&Inventory, &CriError>,
     boot_id: Option<String>,
     system_uuid: Option<String>,
     promise: &Promise,
+    peer_check: Option<PeerCheck>,
     written: Timestamp,
 ) -> Advertisement {
     let runtime_pods = inventory.ok().map(|inv| inv.pods.keys().cloned().collect());
     let promised = promise.watchdog.is_some() && promise.self_fence_after.is_some();
+    let stamped = promised || peer_check.is_some();
     Advertisement {
         version: Some(env!("CARGO_PKG_VERSION").to_string()),
         boot_id,
@@ -220,14 +232,16 @@ pub fn advertisement(
         watchdog: promise.watchdog.clone().filter(|_| promised),
         virtualization: promise.virtualization.clone().filter(|_| promised),
         scope: promised.then_some(SelfFenceScope::All),
-        companion_written: promised.then_some(written),
+        peer_check,
+        companion_written: stamped.then_some(written),
         ..Advertisement::default()
     }
 }
 
 /// The JSON merge patch that writes `ad` on the Lease: its annotations only (a key the
-/// advertisement leaves out is removed).
-pub fn lease_patch(ad: &Advertisement) -> serde_json::Value {
+/// advertisement leaves out is removed), on the condition that the Lease is still at
+/// `resource_version` (the API server refuses it with a conflict otherwise).
+pub fn lease_patch(ad: &Advertisement, resource_version: Option<&str>) -> serde_json::Value {
     let annotations: BTreeMap<String, serde_json::Value> = ad
         .to_annotations()
         .into_iter()
@@ -238,7 +252,12 @@ pub fn lease_patch(ad: &Advertisement) -> serde_json::Value {
             )
         })
         .collect();
-    serde_json::json!({ "metadata": { "annotations": annotations } })
+    match resource_version {
+        Some(rv) => serde_json::json!({
+            "metadata": { "annotations": annotations, "resourceVersion": rv }
+        }),
+        None => serde_json::json!({ "metadata": { "annotations": annotations } }),
+    }
 }
 
 /// The recovery challenge on `node`, trimmed (`None`: none, or empty).
@@ -276,26 +295,33 @@ pub enum Pass {
 }
 
 /// One pass: the Lease (is the kubelet still renewing?), the challenge, then the inventory,
-/// then the Lease write.
+/// then the Lease write, conditional on the Lease read. A write that meets a concurrent
+/// change (the kubelet's renewal) reads the Lease again and is sent once more; with the peer
+/// check (`peer`), each attempt is recorded on its write clock.
 pub async fn pass(
     client: &Client,
     cfg: &CompanionConfig,
     kubelet: &mut KubeletRenewals,
     promise: &Promise,
+    peer: Option<&peer::PeerWrites>,
 ) -> Result<Pass, PassError> {
     let nodes: Api<Node> = Api::all(client.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-    let sent = Instant::now();
-    let Some(lease) = bounded(
-        "read lease",
-        &cfg.node,
-        cfg.timeout,
-        leases.get_opt(&cfg.node),
-    )
-    .await?
-    else {
-        return Err(PassError::NoLease(cfg.node.clone()));
+    let read_lease = || async {
+        let sent = Instant::now();
+        match bounded(
+            "read lease",
+            &cfg.node,
+            cfg.timeout,
+            leases.get_opt(&cfg.node),
+        )
+        .await?
+        {
+            Some(lease) => Ok((lease, sent)),
+            None => Err(PassError::NoLease(cfg.node.clone())),
+        }
     };
+    let (mut lease, sent) = read_lease().await?;
     kubelet.read(&lease, sent);
     if kubelet.silent(Instant::now()) {
         return Ok(Pass::KubeletSilent);
@@ -306,27 +332,48 @@ pub async fn pass(
     if let Err(e) = &inventory {
         tracing::warn!(error = %e, "the container runtime gave no complete inventory: none is advertised");
     }
-    let sent = Instant::now();
-    let ad = advertisement(
-        challenge,
-        inventory.as_ref(),
-        crate::node::boot_id(),
-        crate::node::system_uuid(),
-        promise,
-        Timestamp::now(),
-    );
-    let patch = Patch::Merge(lease_patch(&ad));
-    match bounded(
-        "write advertisement",
-        &cfg.node,
-        cfg.timeout,
-        leases.patch(&cfg.node, &PatchParams::default(), &patch),
-    )
-    .await
-    {
-        Ok(_) => Ok(Pass::Wrote(Box::new(ad), sent)),
-        Err(e) if e.is_not_found() => Err(PassError::NoLease(cfg.node.clone())),
-        Err(e) => Err(e.into()),
+    let mut retried = false;
+    loop {
+        let ad = advertisement(
+            challenge.clone(),
+            inventory.as_ref(),
+            crate::node::boot_id(),
+            crate::node::system_uuid(),
+            promise,
+            peer.map(peer::PeerWrites::offer),
+            Timestamp::now(),
+        );
+        let patch = Patch::Merge(lease_patch(&ad, lease.metadata.resource_version.as_deref()));
+        if let Some(p) = peer {
+            p.sending();
+        }
+        let sent = Instant::now();
+        match bounded(
+            "write advertisement",
+            &cfg.node,
+            cfg.timeout,
+            leases.patch(&cfg.node, &PatchParams::default(), &patch),
+        )
+        .await
+        {
+            Ok(_) => {
+                if let Some(p) = peer {
+                    p.written(&ad);
+                }
+                return Ok(Pass::Wrote(Box::new(ad), sent));
+            }
+            Err(e) if e.is_not_found() => return Err(PassError::NoLease(cfg.node.clone())),
+            Err(e) if e.is_conflict() && !retried => {
+                retried = true;
+                let (again, sent) = read_lease().await?;
+                kubelet.read(&again, sent);
+                if kubelet.silent(Instant::now()) {
+                    return Ok(Pass::KubeletSilent);
+                }
+                lease = again;
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
@@ -349,14 +396,29 @@ async fn stop_all_but(
     Ok(report.still_live)
 }
 
-/// The self-fence loop: every `cfg.interval`, once [`fence_due`], stops the pods through the
-/// CRI (again each time: the kubelet restarts them). The watchdog, unpetted by then, is what
-/// ends them for good.
-async fn self_fence(cfg: CompanionConfig, sf: SelfFenceConfig, renewed: watch::Receiver<Instant>) {
+/// The self-fence loop: every `cfg.interval`, once [`fence_due`] and not excused by the
+/// peers, stops the pods through the CRI (again each time: the kubelet restarts them). The
+/// watchdog, unpetted by then, is what ends them for good.
+async fn self_fence(
+    cfg: CompanionConfig,
+    sf: SelfFenceConfig,
+    renewed: watch::Receiver<Instant>,
+    excused: crate::node::Excused,
+) {
     let mut fenced = false;
+    let mut was_excused = false;
     loop {
         tokio::time::sleep(cfg.interval).await;
-        let due = fence_due(*renewed.borrow(), sf.self_fence_after, Instant::now());
+        let now = Instant::now();
+        let late = fence_due(*renewed.borrow(), sf.self_fence_after, now);
+        let excused_now = late && crate::node::excused_at(&excused, now);
+        if excused_now != was_excused {
+            if excused_now {
+                tracing::warn!("no successful write for --self-fence-after, but a majority of peers cannot write either: no self-fence (the watchdog is still petted)");
+            }
+            was_excused = excused_now;
+        }
+        let due = late && !excused_now;
         if due != fenced {
             if due {
                 tracing::error!(after = ?sf.self_fence_after, "self-fence: no successful write for --self-fence-after: stopping every pod through the CRI; the watchdog is no longer petted and resets the machine at its timeout");
@@ -385,16 +447,31 @@ async fn self_fence(cfg: CompanionConfig, sf: SelfFenceConfig, renewed: watch::R
 /// Runs a pass every `cfg.interval`, for ever; a failed pass is logged and the next one runs
 /// on time. With [`CompanionConfig::self_fence`], also the watchdog's service (opened after
 /// the first successful write) and the self-fence loop.
-pub async fn run(client: Client, cfg: CompanionConfig) {
+///
+/// Errors: the peer check's port cannot be bound.
+pub async fn run(client: Client, cfg: CompanionConfig) -> std::io::Result<()> {
     let (renewed_tx, renewed_rx) = watch::channel(Instant::now());
     let held = Held::default();
+    // Without the peer check the node is never excused: the sender stays here, unused.
+    let (_excused_tx, mut excused) = watch::channel(None);
+    let mut peer = None;
+    if let Some(setup) = cfg.peer.clone() {
+        let started = peer::start(
+            client.clone(),
+            setup,
+            renewed_rx.clone(),
+            cfg.interval + cfg.timeout,
+        )
+        .await?;
+        excused = started.excused;
+        peer = Some(started.writes);
+    }
     let mut promise = Promise::default();
     if let Some(sf) = cfg.self_fence.clone() {
         let virtualization = crate::virt::detect(&crate::virt::Roots::host());
         tracing::info!(virtualization = virtualization.as_str(), "machine detected");
         promise.self_fence_after = Some(sf.self_fence_after);
         promise.virtualization = Some(virtualization.clone());
-        let (_excused_tx, excused) = watch::channel(None);
         let (_fence_tx, fence) = watch::channel(crate::pod_worker::FenceState::default());
         let (_shutdown_tx, shutdown) = watch::channel(false);
         let service = crate::watchdog::Service {
@@ -414,7 +491,7 @@ pub async fn run(client: Client, cfg: CompanionConfig) {
             virtualization,
             held: held.clone(),
             renewed: renewed_rx.clone(),
-            excused,
+            excused: excused.clone(),
             fence,
             shutdown,
             // Never disarmed: the companion cannot tell, at its stop, what the kubelet runs.
@@ -424,19 +501,19 @@ pub async fn run(client: Client, cfg: CompanionConfig) {
         };
         tokio::spawn(async move {
             // Keep the channels' senders for as long as the service runs.
-            let _keep = (_excused_tx, _fence_tx, _shutdown_tx);
+            let _keep = (_fence_tx, _shutdown_tx);
             if let Err(e) = crate::watchdog::serve(service).await {
                 tracing::error!(error = %e, "watchdog stopped: no self-fence is promised");
             }
         });
-        tokio::spawn(self_fence(cfg.clone(), sf, renewed_rx));
+        tokio::spawn(self_fence(cfg.clone(), sf, renewed_rx, excused));
     }
     let mut kubelet = KubeletRenewals::default();
     let mut last = None;
     let mut silent = false;
     loop {
         promise.watchdog = held.advertised();
-        match pass(&client, &cfg, &mut kubelet, &promise).await {
+        match pass(&client, &cfg, &mut kubelet, &promise, peer.as_ref()).await {
             Ok(Pass::Wrote(ad, sent)) => {
                 let _ = renewed_tx.send(sent);
                 if silent {
@@ -492,17 +569,36 @@ mod tests {
         Inventory { pods }
     }
 
-    #[test]
-    fn every_pod_the_runtime_holds_a_record_of_is_advertised_live_or_not() {
-        let inv = inventory();
-        let ad = advertisement(
+    /// The advertisement of a companion without a self-fence or a peer check, answering
+    /// challenge `nf-1` with `inventory`.
+    fn plain(inventory: Result<&Inventory, &CriError>) -> Advertisement {
+        advertisement(
             Some("nf-1".into()),
-            Ok(&inv),
+            inventory,
             Some("b".into()),
             None,
             &Promise::default(),
+            None,
             Timestamp::UNIX_EPOCH,
-        );
+        )
+    }
+
+    /// `ad` as the controller reads it back from the annotations its patch writes.
+    fn read_back(ad: &Advertisement) -> Advertisement {
+        let patch = lease_patch(ad, None);
+        let a: BTreeMap<String, String> = patch["metadata"]["annotations"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+            .collect();
+        Advertisement::from_annotations(&a)
+    }
+
+    #[test]
+    fn every_pod_the_runtime_holds_a_record_of_is_advertised_live_or_not() {
+        let inv = inventory();
+        let ad = plain(Ok(&inv));
         let pods = ad.runtime_pods.as_ref().unwrap();
         assert!(pods.contains("live") && pods.contains("exited"), "{pods:?}");
         assert_eq!(ad.challenge.as_deref(), Some("nf-1"));
@@ -520,17 +616,10 @@ mod tests {
             method: "ListContainers",
             after: Duration::from_secs(2),
         };
-        let ad = advertisement(
-            Some("nf-1".into()),
-            Err(&e),
-            Some("b".into()),
-            None,
-            &Promise::default(),
-            Timestamp::UNIX_EPOCH,
-        );
+        let ad = plain(Err(&e));
         assert_eq!(ad.runtime_pods, None);
         assert_eq!(ad.challenge, None);
-        let patch = lease_patch(&ad);
+        let patch = lease_patch(&ad, None);
         let a = &patch["metadata"]["annotations"];
         // Earlier answers are withdrawn, not left standing.
         assert!(
@@ -552,17 +641,11 @@ mod tests {
             Some("b".into()),
             Some("u".into()),
             &armed(),
+            None,
             "2026-11-30T12:00:00.250Z".parse().unwrap(),
         );
         assert!(ad.companion_written.is_some() && ad.watchdog.is_some());
-        let patch = lease_patch(&ad);
-        let a: BTreeMap<String, String> = patch["metadata"]["annotations"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-            .collect();
-        assert_eq!(Advertisement::from_annotations(&a), ad);
+        assert_eq!(read_back(&ad), ad);
     }
 
     fn armed() -> Promise {
@@ -582,7 +665,7 @@ mod tests {
     fn a_self_fence_is_promised_only_with_an_armed_watchdog_and_with_a_stamp() {
         let inv = inventory();
         let at: Timestamp = "2026-11-30T12:00:00Z".parse().unwrap();
-        let ad = advertisement(None, Ok(&inv), Some("b".into()), None, &armed(), at);
+        let ad = advertisement(None, Ok(&inv), Some("b".into()), None, &armed(), None, at);
         assert_eq!(ad.self_fence_after, Some(Duration::from_secs(30)));
         assert_eq!(ad.scope, Some(SelfFenceScope::All));
         assert_eq!(ad.companion_written, Some(at));
@@ -594,12 +677,12 @@ mod tests {
             watchdog: None,
             ..armed()
         };
-        let ad = advertisement(None, Ok(&inv), Some("b".into()), None, &unarmed, at);
+        let ad = advertisement(None, Ok(&inv), Some("b".into()), None, &unarmed, None, at);
         assert_eq!(ad.self_fence_after, None);
         assert_eq!(ad.watchdog, None);
         assert_eq!(ad.scope, None);
         assert_eq!(ad.companion_written, None);
-        let a = &lease_patch(&ad)["metadata"]["annotations"];
+        let a = &lease_patch(&ad, None)["metadata"]["annotations"];
         assert!(
             a[palisade_model::advertise::COMPANION_WRITTEN].is_null()
                 && a[palisade_model::advertise::SELF_FENCE_AFTER].is_null(),
@@ -686,5 +769,37 @@ mod tests {
                 .collect(),
         );
         assert_eq!(challenge_of(&n).as_deref(), Some("nf-uid"));
+    }
+
+    #[test]
+    fn with_the_peer_check_every_write_is_stamped_and_advertises_it() {
+        let inv = inventory();
+        let at: Timestamp = "2026-11-30T12:00:00Z".parse().unwrap();
+        let check = PeerCheck {
+            vouch_after: Duration::from_secs(23),
+            answer_valid: Duration::from_secs(10),
+            members: Some(palisade_model::advertise::MemberSet::of(["m0", "m1", "m2"])),
+        };
+        // The watchdog could not be armed: no promise, but the stamp and the peer check are
+        // written all the same (the controller times the node's health on the stamp, and the
+        // node's vouches on its window).
+        let unarmed = Promise {
+            watchdog: None,
+            ..armed()
+        };
+        let ad = advertisement(None, Ok(&inv), None, None, &unarmed, Some(check), at);
+        assert_eq!(ad.self_fence_after, None);
+        assert_eq!(ad.companion_written, Some(at));
+        assert_eq!(ad.peer_check, Some(check));
+        assert_eq!(ad.companion_current(Some(at), None), Ok(()));
+        assert_eq!(read_back(&ad), ad);
+    }
+
+    #[test]
+    fn a_write_is_conditional_on_the_lease_it_read() {
+        let ad = plain(Ok(&inventory()));
+        let patch = lease_patch(&ad, Some("4711"));
+        assert_eq!(patch["metadata"]["resourceVersion"], "4711");
+        assert!(patch.get("spec").is_none(), "{patch}");
     }
 }
