@@ -89,6 +89,12 @@ pub struct NodeConfig {
     /// drawn when it starts, one in two hangs. A node with both a released pod that died and
     /// one that lives on returns naming only the living one.
     pub some_kills_hang: bool,
+    /// A stock node: the kubelet renews the Lease (its `renewTime`) and Palisade's companion
+    /// writes the advertisement with its write stamp, each on its own
+    /// ([`Fault::CompanionCut`] fails the companion's writes alone). The companion stands in
+    /// for the node agent in everything else (its self-fence, watchdog, peer check, the pods
+    /// it reports), and vouches on its own writes.
+    pub stock: bool,
 }
 
 impl NodeConfig {
@@ -110,6 +116,7 @@ impl NodeConfig {
             bmc_of: None,
             kill_hangs: false,
             some_kills_hang: false,
+            stock: false,
         }
     }
 }
@@ -203,6 +210,11 @@ pub enum Fault {
         /// A person's request (or a replica's).
         manual: bool,
     },
+    /// A stock node's companion can no longer write its advertisement (its credentials, its
+    /// API priority level, its own process's link), while its kubelet still renews the Lease.
+    CompanionCut(usize),
+    /// The companion's writes get through again.
+    CompanionHeal(usize),
 }
 
 /// A whole run: configuration plus the faults in time (milliseconds).
@@ -241,17 +253,31 @@ impl Schedule {
     /// grows while part of it is cut off (as [`Schedule::generate_with_joins`] does in every one).
     ///
     /// Then the machines' identity and nature (`add_machine_faults`: a miswired BMC, paused
-    /// virtual machines, another machine under a name), and nodes whose kills hang
-    /// (`add_hung_kills`), each drawn apart too.
+    /// virtual machines, another machine under a name), nodes whose kills hang
+    /// (`add_hung_kills`), second fences of a node (`add_requests`) and stock nodes
+    /// (`add_stock`), each drawn apart too.
     ///
     /// Last, in one schedule of eight (drawn apart), production timing
     /// ([`PRODUCTION_SCALE`]).
     pub fn generate(seed: u64) -> Schedule {
+        Schedule::drawn(seed, true)
+    }
+
+    /// The schedule of `seed` as drawn before stock nodes were (`add_stock`, 2026-12-02): the
+    /// seeds recorded before then replay as they were found.
+    pub fn generate_before_stock(seed: u64) -> Schedule {
+        Schedule::drawn(seed, false)
+    }
+
+    fn drawn(seed: u64, stock: bool) -> Schedule {
         let mut s = Schedule::generate_without_machine_faults(seed);
         s.add_machine_faults(&mut Rng::new(seed ^ 0x1DE7_7171));
         add_hung_kills(&mut s.nodes, &mut Rng::new(seed ^ 0x0D57_A7E5));
         add_partly_hung_kills(&mut s.nodes, &mut Rng::new(seed ^ 0x5E1E_C7ED));
         s.add_requests(&mut Rng::new(seed ^ 0x5EC0_4D15));
+        if stock {
+            s.add_stock(&mut Rng::new(seed ^ 0x5700_C4ED));
+        }
         if Rng::new(seed ^ 0x7141_1E55).chance(12) {
             s = s.scaled(PRODUCTION_SCALE);
         }
@@ -348,6 +374,7 @@ impl Schedule {
                     bmc_of: None,
                     kill_hangs: false,
                     some_kills_hang: false,
+                    stock: false,
                 }
             })
             .collect();
@@ -711,6 +738,46 @@ impl Schedule {
             };
             self.events.push(event);
         }
+        self.events.sort_by_key(|(t, _)| *t);
+    }
+
+    /// In a fifth of the schedules whose nodes run the peer check, stock nodes: each
+    /// peer-checked node runs a kubelet and a companion (seven in ten), and the companions of
+    /// half the nodes (rounded down, stock ones only) stop getting their requests through
+    /// while their kubelets renew, around the moment another node (one only its self-fence
+    /// can fence, when there is one) is cut off from the control plane, whom they may then
+    /// excuse. Drawn from `r`, apart from the rest of the schedule.
+    fn add_stock(&mut self, r: &mut Rng) {
+        if !self.nodes.iter().any(|n| n.peer_check.is_some()) || !r.chance(20) {
+            return;
+        }
+        for n in self.nodes.iter_mut().filter(|n| n.peer_check.is_some()) {
+            n.stock = r.chance(70);
+        }
+        let n = self.nodes.len();
+        // The node cut off: one that only its own self-fence can fence, when there is one.
+        let self_fenced: Vec<usize> = (0..n)
+            .filter(|&i| self.nodes[i].fencing == Fencing::None && self.nodes[i].watchdog.is_some())
+            .collect();
+        let cut_off = if self_fenced.is_empty() {
+            r.below(n as u64) as usize
+        } else {
+            self_fenced[r.below(self_fenced.len() as u64) as usize]
+        };
+        let at = 5_000 + r.below(40_000);
+        let mut stock: Vec<usize> = (0..n)
+            .filter(|&i| i != cut_off && self.nodes[i].stock)
+            .collect();
+        for _ in 0..(n / 2).min(stock.len()) {
+            let k = stock.remove(r.below(stock.len() as u64) as usize);
+            self.events.push((at, Fault::CompanionCut(k)));
+            let heal = at + 20_000 + r.below(40_000);
+            self.events.push((heal, Fault::CompanionHeal(k)));
+        }
+        self.events
+            .push((at + r.below(3_000), Fault::CutApi(cut_off)));
+        self.events
+            .push((at + 30_000 + r.below(40_000), Fault::Heal(cut_off)));
         self.events.sort_by_key(|(t, _)| *t);
     }
 

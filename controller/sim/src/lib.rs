@@ -74,6 +74,7 @@ pub fn campaign_of(
         c.resets += out.resets;
         c.requests += out.requests;
         c.superseded += out.superseded;
+        c.companion_cuts += out.companion_cuts;
         c.stale_commands += out.stale_commands;
         c.late_writes += out.late_writes;
         c.warm_takeovers += out.warm_takeovers;
@@ -109,6 +110,8 @@ pub struct Campaign {
     pub requests: u64,
     /// NodeFences superseded by an older sibling.
     pub superseded: u64,
+    /// Stock nodes' companions cut off while their kubelets renewed.
+    pub companion_cuts: u64,
     /// Device commands delivered by a deposed leader after a freeze.
     pub stale_commands: u64,
     /// Lease writes that landed after their agent gave up on them.

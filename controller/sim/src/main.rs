@@ -133,6 +133,10 @@ fn main() {
         c.requests, c.superseded
     );
     println!(
+        "  stock:       {} companion cuts (its kubelet renewing)",
+        c.companion_cuts
+    );
+    println!(
         "  stale cmds:  {} (device commands a deposed leader delivered after a freeze)",
         c.stale_commands
     );

@@ -73,6 +73,10 @@ pub enum Bug {
     IgnoreMajorityBound,
     /// The agents count half the members (rounded down) as a majority.
     LooseMajority,
+    /// The controller times a stock node's healthy streak on the kubelet's renewals, as
+    /// before the companion's peer check (its companion, whose requests do not get through,
+    /// vouches while the controller counts its node healthy).
+    KubeletRenewalKeepsCompanionHealthy,
     /// Record a released pod only after its deletion (no write-ahead record): a controller
     /// that dies in between leaves a deleted pod the status does not name.
     RecordAfterDelete,
@@ -184,7 +188,7 @@ pub enum Bug {
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 21] = [
+    pub const ALL: [Bug; 22] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -206,6 +210,7 @@ impl Bug {
         Bug::TrustBeforeWatchdog,
         Bug::OneWatchdogPeriod,
         Bug::FenceOnWatchedSilence,
+        Bug::KubeletRenewalKeepsCompanionHealthy,
     ];
 
     /// Parses a bug's name (as printed by `{:?}`).
@@ -302,7 +307,7 @@ impl Bug {
             }),
             Bug::IgnoreBlindSpell => Some(Schedule {
                 seed: 1,
-                ..Schedule::generate(4_107_866)
+                ..Schedule::generate_before_stock(4_107_866)
             }),
             Bug::FirstReleasedPodOnly => {
                 let partly_hung = crate::faults::NodeConfig {
@@ -363,7 +368,9 @@ impl Bug {
 
     /// Planted bugs too rare for a short random campaign to meet (the simulator found each
     /// after millions of schedules, or tens of thousands), each with a schedule seed that breaks
-    /// at-most-one with it (and must not without it). `NodeWideUnblock` was met once in the first 10,000 schedules from seed 1 (at
+    /// at-most-one with it (and must not without it), drawn as before stock nodes
+    /// ([`Schedule::generate_before_stock`]: two of them became stock schedules, whose added
+    /// faults change what happens). `NodeWideUnblock` was met once in the first 10,000 schedules from seed 1 (at
     /// seed 6860) until the power faults changed that schedule; the next is seed 43369 (no
     /// power fault: an aimed leader freeze).
     ///
@@ -453,6 +460,8 @@ pub struct Outcome {
     pub requests: u64,
     /// NodeFences superseded by an older sibling.
     pub superseded: u64,
+    /// Stock nodes' companions cut off while their kubelets renew ([`Fault::CompanionCut`]).
+    pub companion_cuts: u64,
     /// Device commands a deposed leader delivered after it resumed from a freeze.
     pub stale_commands: u64,
     /// Lease writes that landed after their agent had given up on them.
@@ -536,6 +545,10 @@ struct Machine {
     agent: Agent,
     cut_api: bool,
     cut_all: bool,
+    /// A stock node's companion cannot get its requests through ([`Fault::CompanionCut`]).
+    companion_cut: bool,
+    /// When a stock node's kubelet last renewed its Lease.
+    kubelet_last: Option<u64>,
     /// The storage firewall's holds on the node, one per fence that blocked it (the fence's
     /// name): the node is blocked while any is held, and a fence's unblock lifts only its own.
     storage_holds: BTreeSet<String>,
@@ -774,12 +787,13 @@ struct Frozen {
     deposed: bool,
 }
 
-/// The heartbeat of a Lease written `count` times (the simulation's `renewTime`).
-fn lease_heartbeat(count: u64) -> Heartbeat {
+/// The heartbeat of a Lease renewed `count` times (the simulation's `renewTime`) that
+/// carries `ad` (a stock node's companion stamp counts too, as in `convert::heartbeat`).
+fn lease_heartbeat(count: u64, ad: &Advertisement) -> Heartbeat {
     Heartbeat {
         lease_renew_time: Some(count.to_string()),
         ready_heartbeat: None,
-        companion_written: None,
+        companion_written: ad.companion_written.map(|t| t.to_string()),
     }
 }
 
@@ -937,6 +951,8 @@ impl<'s> World<'s> {
                 agent: Agent::Running,
                 cut_api: false,
                 cut_all: false,
+                companion_cut: false,
+                kubelet_last: None,
                 storage_holds: BTreeSet::new(),
                 last_renew_sent: None,
                 last_attempt: None,
@@ -1060,7 +1076,7 @@ impl<'s> World<'s> {
     /// Node `i`'s heartbeat marker as a quorum read of its Lease returns it now (not the
     /// watch's).
     fn stored_marker(&self, i: usize) -> String {
-        lease_heartbeat(self.leases[i].0).marker()
+        lease_heartbeat(self.leases[i].0, &self.leases[i].1).marker()
     }
 
     fn clocks(&self) -> Clocks {
@@ -1219,6 +1235,11 @@ impl<'s> World<'s> {
                     }
                 }
                 Fault::Request { node, manual } => self.request(node, manual),
+                Fault::CompanionCut(i) => {
+                    self.machines[i].companion_cut = true;
+                    self.out.companion_cuts += 1;
+                }
+                Fault::CompanionHeal(i) => self.machines[i].companion_cut = false,
                 Fault::Impostor(i) => {
                     self.machines[i].displaced = true;
                     self.impostors[i] = Some(Impostor {
@@ -1463,7 +1484,13 @@ impl<'s> World<'s> {
         if !m.powered || m.agent != Agent::Running || m.paused.is_some() {
             return;
         }
-        let reaches = api_up && !m.cut_api && !m.cut_all && !m.displaced;
+        let kubelet_reaches = api_up && !m.cut_api && !m.cut_all && !m.displaced;
+        // On a stock node the kubelet renews on its own; the companion (which stands for the
+        // agent below) gets no request through while it is cut, and so sends no write.
+        let reaches = kubelet_reaches && !(cfg.stock && m.companion_cut);
+        if cfg.stock && kubelet_reaches {
+            self.kubelet_renews(i);
+        }
         if reaches {
             // The Node list, read while the API answers.
             let members = self.members();
@@ -1514,13 +1541,7 @@ impl<'s> World<'s> {
                 companion_written: None,
                 companion_stale: None,
             };
-            // The renewTime stamp: the send time on the node's clock, off the controller's
-            // by its bias plus a jitter (within the assumed 1 s), plus any step its clock
-            // took (beyond it).
-            let jitter = self.skew_rng.below(601) as i64 - 300;
-            let stamp = now as i64
-                + (cfg.skew_ms + jitter).clamp(-1_000, 1_000)
-                + self.machines[i].clock_step_ms;
+            let stamp = self.node_stamp(i);
             self.machines[i].last_attempt = Some(now);
             // The write clock is stamped before every write that may land, whatever its
             // outcome (the agent's `WriteClock`): no vouch while a write of its own may count.
@@ -1542,7 +1563,7 @@ impl<'s> World<'s> {
                     self.renewed(i);
                 }
             } else {
-                self.write_lease(i, stamp, ad);
+                self.write_own(i, stamp, ad);
                 self.renewed(i);
             }
         }
@@ -1622,6 +1643,46 @@ impl<'s> World<'s> {
         self.lease_log[i].push((self.now, self.leases[i].0, stamp, ad));
     }
 
+    /// The node's own write of its advertisement stamped `stamp` (its clock): the node agent's
+    /// renewal, or on a stock node the companion's write, which carries the stamp and leaves
+    /// the kubelet's `renewTime` as it was.
+    fn write_own(&mut self, i: usize, stamp: i64, mut ad: Advertisement) {
+        if !self.s.nodes[i].stock {
+            self.write_lease(i, stamp, ad);
+            return;
+        }
+        ad.companion_written = Some(at_ms(stamp));
+        let (count, renewed) = self.lease_log[i]
+            .last()
+            .map_or((0, 0), |(_, c, st, _)| (*c, *st));
+        self.leases[i].1 = ad.clone();
+        self.lease_log[i].push((self.now, count, renewed, ad));
+    }
+
+    /// A write's stamp (its `renewTime`, or a companion's stamp): the send time on node `i`'s
+    /// clock, off the controller's by its bias plus a jitter (within the assumed 1 s), plus
+    /// any step its clock took (beyond it).
+    fn node_stamp(&mut self, i: usize) -> i64 {
+        let jitter = self.skew_rng.below(601) as i64 - 300;
+        self.now as i64
+            + (self.s.nodes[i].skew_ms + jitter).clamp(-1_000, 1_000)
+            + self.machines[i].clock_step_ms
+    }
+
+    /// A stock node's kubelet renews the Lease (once per renew interval while it reaches the
+    /// API): a new `renewTime`, the companion's advertisement kept.
+    fn kubelet_renews(&mut self, i: usize) {
+        let now = self.now;
+        let m = &self.machines[i];
+        if m.kubelet_last.is_some_and(|t| now - t < self.renew_ms()) {
+            return;
+        }
+        let stamp = self.node_stamp(i);
+        self.machines[i].kubelet_last = Some(now);
+        let ad = self.leases[i].1.clone();
+        self.write_lease(i, stamp, ad);
+    }
+
     /// The agent saw its renewal succeed: its self-fence clock restarts, the latch lifts, the
     /// poller stops and forgets.
     fn renewed(&mut self, i: usize) {
@@ -1646,7 +1707,7 @@ impl<'s> World<'s> {
             // it lands only if no other write landed since.
             let conflict = self.lease_log[i].last().is_some_and(|w| w.0 >= sent);
             if self.api_up && !conflict {
-                self.write_lease(i, stamp, ad);
+                self.write_own(i, stamp, ad);
                 self.out.late_writes += 1;
                 self.log(format!("m{i}: a Lease write its agent gave up on lands"));
             }
@@ -2282,12 +2343,17 @@ impl<'s> World<'s> {
                 .find(|(t, _, _, _)| *t <= seen_at)
                 .map(|(_, c, st, a)| (*c, *st, a.clone()))
                 .unwrap_or_default();
-            let hb = lease_heartbeat(count);
+            let hb = lease_heartbeat(count, &lease_ad);
+            let kubelet_times_companions =
+                self.bug == Some(Bug::KubeletRenewalKeepsCompanionHealthy);
             // The healthy majority: every observed Lease write (count 0: never written, no
             // renewTime), stamped by the node's clock, observed now.
             let renew = (count > 0).then(|| at_ms(stamp));
             memory.observe(&name, hb, renew, clocks, || {
                 let mut ad = lease_ad;
+                if kubelet_times_companions {
+                    ad.companion_written = None;
+                }
                 if trust_without_watchdog && ad.self_fence_after.is_some() {
                     ad.watchdog = Some(Watchdog {
                         timeout: Duration::from_secs(1),
