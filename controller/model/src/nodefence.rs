@@ -881,6 +881,19 @@ impl NodeFenceStatus {
         }
     }
 
+    /// Whether the fence's finalizer ([`crate::NODEFENCE_FINALIZER`]) may go, the fence being
+    /// `deleting` (its `deletionTimestamp` set) or not: it holds nothing on its node
+    /// ([`NodeFenceStatus::holds_node`]) and either a person deleted it or it finished. The
+    /// operator's worker and the simulation both remove it by this rule, and the operator
+    /// starts a worker for a finished fence that still carries it (a crash between the
+    /// persisted end and the removal).
+    ///
+    /// Guarantees: never while the fence may still hold something on its node, so its record
+    /// of what it released stays until its recovery lifted it.
+    pub fn finalizer_may_go(&self, deleting: bool) -> bool {
+        !self.holds_node() && (deleting || self.phase.is_terminal())
+    }
+
     /// When the current phase was entered (`None` before the first transition).
     pub fn entered_at(&self) -> Option<Timestamp> {
         self.transitions

@@ -215,6 +215,13 @@ pub enum Fault {
     CompanionCut(usize),
     /// The companion's writes get through again.
     CompanionHeal(usize),
+    /// A person deletes the node's newest `NodeFence` (`kubectl delete nodefence`), whatever
+    /// its phase. The operator's finalizer (`palisade.dev/holds-node`) holds the deletion of a
+    /// fence that holds something on its node (from `Fencing` on: a block, release taints,
+    /// released pods) until its own recovery lifted it; the fence goes on meanwhile, unchanged.
+    /// A fence that holds nothing (`Pending`, or finished) is gone at once, and the decision
+    /// may fence its still-silent node again with a new one.
+    DeleteFence(usize),
 }
 
 /// A whole run: configuration plus the faults in time (milliseconds).
@@ -257,19 +264,27 @@ impl Schedule {
     /// (`add_hung_kills`), second fences of a node (`add_requests`) and stock nodes
     /// (`add_stock`), each drawn apart too.
     ///
+    /// Then a person's deletions of a node's NodeFence (`add_deletions`), drawn apart too.
+    ///
     /// Last, in one schedule of eight (drawn apart), production timing
     /// ([`PRODUCTION_SCALE`]).
     pub fn generate(seed: u64) -> Schedule {
-        Schedule::drawn(seed, true)
+        Schedule::drawn(seed, true, true)
     }
 
     /// The schedule of `seed` as drawn before stock nodes were (`add_stock`, 2026-12-02): the
     /// seeds recorded before then replay as they were found.
     pub fn generate_before_stock(seed: u64) -> Schedule {
-        Schedule::drawn(seed, false)
+        Schedule::drawn(seed, false, false)
     }
 
-    fn drawn(seed: u64, stock: bool) -> Schedule {
+    /// The schedule of `seed` as drawn before a person's deletions of NodeFences were
+    /// (`add_deletions`, 2026-12-02): the seeds recorded before then replay as they were found.
+    pub fn generate_before_deletions(seed: u64) -> Schedule {
+        Schedule::drawn(seed, true, false)
+    }
+
+    fn drawn(seed: u64, stock: bool, deletions: bool) -> Schedule {
         let mut s = Schedule::generate_without_machine_faults(seed);
         s.add_machine_faults(&mut Rng::new(seed ^ 0x1DE7_7171));
         add_hung_kills(&mut s.nodes, &mut Rng::new(seed ^ 0x0D57_A7E5));
@@ -277,6 +292,9 @@ impl Schedule {
         s.add_requests(&mut Rng::new(seed ^ 0x5EC0_4D15));
         if stock {
             s.add_stock(&mut Rng::new(seed ^ 0x5700_C4ED));
+        }
+        if deletions {
+            s.add_deletions(&mut Rng::new(seed ^ 0xDE1E_7E5F));
         }
         if Rng::new(seed ^ 0x7141_1E55).chance(12) {
             s = s.scaled(PRODUCTION_SCALE);
@@ -709,18 +727,7 @@ impl Schedule {
         if !r.chance(15) {
             return;
         }
-        let silencing: Vec<(u64, usize)> = self
-            .events
-            .iter()
-            .filter_map(|(at, f)| match f {
-                Fault::CutApi(i)
-                | Fault::CutAll(i)
-                | Fault::HangAgent(i)
-                | Fault::CrashAgent(i)
-                | Fault::PowerLoss(i) => Some((*at, *i)),
-                _ => None,
-            })
-            .collect();
+        let silencing = self.silencing(false);
         for _ in 0..1 + r.below(2) {
             let event = if silencing.is_empty() || r.chance(50) {
                 let node = r.below(self.nodes.len() as u64) as usize;
@@ -735,6 +742,47 @@ impl Schedule {
                     at + 4_000 + r.below(12_000),
                     Fault::Request { node, manual },
                 )
+            };
+            self.events.push(event);
+        }
+        self.events.sort_by_key(|(t, _)| *t);
+    }
+
+    /// The faults that silence a node, with their times and nodes (and the hypervisor's
+    /// pauses with `pauses`).
+    fn silencing(&self, pauses: bool) -> Vec<(u64, usize)> {
+        self.events
+            .iter()
+            .filter_map(|(at, f)| match f {
+                Fault::CutApi(i)
+                | Fault::CutAll(i)
+                | Fault::HangAgent(i)
+                | Fault::CrashAgent(i)
+                | Fault::PowerLoss(i) => Some((*at, *i)),
+                Fault::Pause(i, _) if pauses => Some((*at, *i)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A person's deletions of a node's NodeFence ([`Fault::DeleteFence`]), drawn from `r`
+    /// apart from the rest of a schedule: in 10 % of the schedules, one or two, each (three in
+    /// four) 2–14 s after a fault that silences the node, while its fence is likely pending,
+    /// fencing, waiting on a self-fence, releasing or recovering, or else of a random node at a
+    /// random time. A second deletion of the same node often meets the fence the decision
+    /// created after the first.
+    fn add_deletions(&mut self, r: &mut Rng) {
+        if !r.chance(10) {
+            return;
+        }
+        let silencing = self.silencing(true);
+        for _ in 0..1 + r.below(2) {
+            let event = if silencing.is_empty() || r.chance(25) {
+                let node = r.below(self.nodes.len() as u64) as usize;
+                (3_000 + r.below(90_000), Fault::DeleteFence(node))
+            } else {
+                let (at, node) = silencing[r.below(silencing.len() as u64) as usize];
+                (at + 2_000 + r.below(12_000), Fault::DeleteFence(node))
             };
             self.events.push(event);
         }

@@ -75,6 +75,9 @@ pub fn campaign_of(
         c.requests += out.requests;
         c.superseded += out.superseded;
         c.companion_cuts += out.companion_cuts;
+        c.deletions += out.deletions;
+        c.deletions_held += out.deletions_held;
+        c.refenced += out.refenced;
         c.stale_commands += out.stale_commands;
         c.late_writes += out.late_writes;
         c.warm_takeovers += out.warm_takeovers;
@@ -112,6 +115,12 @@ pub struct Campaign {
     pub superseded: u64,
     /// Stock nodes' companions cut off while their kubelets renewed.
     pub companion_cuts: u64,
+    /// NodeFences a person deleted.
+    pub deletions: u64,
+    /// Of those, deletions held by the finalizer while the fence held its node.
+    pub deletions_held: u64,
+    /// Fences created again for a node whose `Pending` fence a person deleted.
+    pub refenced: u64,
     /// Device commands delivered by a deposed leader after a freeze.
     pub stale_commands: u64,
     /// Lease writes that landed after their agent gave up on them.

@@ -137,6 +137,10 @@ fn main() {
         c.companion_cuts
     );
     println!(
+        "  deletions:   {} (a person's kubectl delete nodefence), {} held by the finalizer, {} pending fences created again",
+        c.deletions, c.deletions_held, c.refenced
+    );
+    println!(
         "  stale cmds:  {} (device commands a deposed leader delivered after a freeze)",
         c.stale_commands
     );

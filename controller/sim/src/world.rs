@@ -184,11 +184,16 @@ pub enum Bug {
     /// sibling): one recovers the machine while the other still releases on a fence that no
     /// longer holds.
     IgnoreSibling,
+    /// No finalizer on a NodeFence: a person's deletion removes it at once whatever it holds
+    /// on its node, and its worker stops: its record of the pods it released goes while the
+    /// node is still fenced, and its block and taints stay with no fence to lift them (caught
+    /// at seed 255 by [`Invariant::ReleaseRecorded`]).
+    DeleteWithoutFinalizer,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 22] = [
+    pub const ALL: [Bug; 23] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -211,6 +216,7 @@ impl Bug {
         Bug::OneWatchdogPeriod,
         Bug::FenceOnWatchedSilence,
         Bug::KubeletRenewalKeepsCompanionHealthy,
+        Bug::DeleteWithoutFinalizer,
     ];
 
     /// Parses a bug's name (as printed by `{:?}`).
@@ -462,6 +468,13 @@ pub struct Outcome {
     pub superseded: u64,
     /// Stock nodes' companions cut off while their kubelets renew ([`Fault::CompanionCut`]).
     pub companion_cuts: u64,
+    /// NodeFences a person deleted ([`Fault::DeleteFence`]).
+    pub deletions: u64,
+    /// Of those, deletions the finalizer held while the fence still held its node (it went
+    /// on, and went once its recovery had lifted what it held).
+    pub deletions_held: u64,
+    /// Fences the decision created for a node whose `Pending` fence a person had deleted.
+    pub refenced: u64,
     /// Device commands a deposed leader delivered after it resumed from a freeze.
     pub stale_commands: u64,
     /// Lease writes that landed after their agent had given up on them.
@@ -733,9 +746,38 @@ struct Fence {
     status: NodeFenceStatus,
     /// Its `creationTimestamp`: the API server's true time, to the second.
     created: Timestamp,
+    /// A person's deletion of it ([`Fault::DeleteFence`]).
+    deletion: Deletion,
+}
+
+/// Where a `NodeFence` is in its deletion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deletion {
+    /// Not asked.
+    None,
+    /// Asked (its `deletionTimestamp` is set) while it held something on its node: the
+    /// operator's finalizer keeps it, and it goes on, until it holds nothing.
+    Waiting,
+    /// Gone from the API. `holding`: it still held something on its node when it went (only
+    /// under [`Bug::DeleteWithoutFinalizer`]), so its record of what it released was lost
+    /// while it still mattered.
+    Gone {
+        /// It still held its node.
+        holding: bool,
+    },
 }
 
 impl Fence {
+    /// Whether the API still lists it.
+    fn listed(&self) -> bool {
+        !matches!(self.deletion, Deletion::Gone { .. })
+    }
+
+    /// Whether it is listed and unfinished.
+    fn open(&self) -> bool {
+        self.listed() && !self.status.phase.is_terminal()
+    }
+
     /// The fence as the sibling rule sees it.
     fn sibling(&self) -> palisade_decide::guard::Sibling<'_> {
         palisade_decide::guard::Sibling {
@@ -912,6 +954,9 @@ pub struct World<'s> {
     /// Its watch lag, and whether a takeover is warm (a stream of its own, so that earlier
     /// schedules keep their leader's draws).
     standby_rng: Rng,
+    /// Per node: a person deleted its `Pending` fence, and the decision has not fenced it
+    /// again since.
+    pending_deleted: Vec<bool>,
 }
 
 /// Another machine under a node's name ([`Fault::Impostor`]): a reinstalled spare with the
@@ -1037,6 +1082,7 @@ impl<'s> World<'s> {
             freeze_trap: None,
             standby: Sight::default(),
             standby_rng: Rng::new(s.seed ^ 0x57A4_DB1E),
+            pending_deleted: vec![false; s.nodes.len()],
             frozen: None,
             late_writes: Vec::new(),
             write_rng: Rng::new(s.seed ^ 0x0D1A_7E5E),
@@ -1240,6 +1286,7 @@ impl<'s> World<'s> {
                     self.out.companion_cuts += 1;
                 }
                 Fault::CompanionHeal(i) => self.machines[i].companion_cut = false,
+                Fault::DeleteFence(i) => self.delete_fence(i),
                 Fault::Impostor(i) => {
                     self.machines[i].displaced = true;
                     self.impostors[i] = Some(Impostor {
@@ -1943,6 +1990,16 @@ impl<'s> World<'s> {
             ));
             self.out.stale_commands += 1;
             self.stale_command(f, fz.token, step);
+        } else if !self.fences[f].listed() {
+            // Its fence went while it was frozen: the command still reaches the devices, and
+            // the status write after it finds no fence.
+            self.log(format!(
+                "leader (token {}) resumes: its {} reaches the devices; {} is gone",
+                fz.token,
+                step.label(),
+                self.fences[f].name
+            ));
+            self.stale_command(f, fz.token, step);
         } else {
             self.log(format!("leader (token {}) resumes", fz.token));
             self.apply(f, step);
@@ -2211,14 +2268,20 @@ impl<'s> World<'s> {
         if let Some(what) = &self.causeless {
             return Some(self.violation(Invariant::CauselessFence, what.clone()));
         }
+        // A fence that went (deleted) once it held nothing more on its node (its recovery
+        // proved its released pods gone) counts; one that went while it held does not.
         if let Some(uid) = self.released_uids.iter().find(|uid| {
-            !self.fences.iter().any(|f| {
-                let r = &f.status.release;
-                r.pods
-                    .iter()
-                    .chain(r.releasing.iter())
-                    .any(|p| &p.uid == *uid)
-            })
+            !self
+                .fences
+                .iter()
+                .filter(|f| f.deletion != Deletion::Gone { holding: true })
+                .any(|f| {
+                    let r = &f.status.release;
+                    r.pods
+                        .iter()
+                        .chain(r.releasing.iter())
+                        .any(|p| &p.uid == *uid)
+                })
         }) {
             return Some(self.violation(
                 Invariant::ReleaseRecorded,
@@ -2410,10 +2473,7 @@ impl<'s> World<'s> {
             let Some(i) = self.machines.iter().position(|m| &m.name == node) else {
                 continue;
             };
-            let open = self
-                .fences
-                .iter()
-                .any(|f| f.node == i && !f.status.phase.is_terminal());
+            let open = self.fences.iter().any(|f| f.node == i && f.open());
             if let (Verdict::Fence(plan), false) = (v, open) {
                 // As the operator's `detect::create_fence`: fence only if the API itself still
                 // holds the heartbeat the detector judged silent (a renewal the watch has not
@@ -2427,14 +2487,24 @@ impl<'s> World<'s> {
                 }
                 let name = self.create_fence(i, RequestedBy::Controller);
                 self.log(format!("NodeFence {name} created{}", plan.cause.words()));
+                if std::mem::take(&mut self.pending_deleted[i]) {
+                    self.out.refenced += 1;
+                }
                 if matches!(plan.cause, Cause::PowerOff { .. }) {
                     self.out.power_fences += 1;
                 }
                 self.check_cause(i, &name);
             }
         }
-        // Reconcile every unfinished fence.
+        // Reconcile every unfinished fence (the worker re-reads its fence at every step: one
+        // that is gone acts no more).
         for f in 0..self.fences.len() {
+            if !self.fences[f].listed() {
+                continue;
+            }
+            if self.remove_finalizer(f) {
+                continue;
+            }
             for _ in 0..16 {
                 if self.fences[f].status.phase.is_terminal() {
                     break;
@@ -2475,6 +2545,77 @@ impl<'s> World<'s> {
                 }
                 self.apply(f, step);
             }
+            self.remove_finalizer(f);
+        }
+    }
+
+    /// As the operator's worker (`reconcile::work`): a deleted fence whose finalizer held it
+    /// while it held its node goes once it holds nothing
+    /// ([`palisade_model::nodefence::NodeFenceStatus::holds_node`]: its recovery lifted its
+    /// block and taints after the clean proof). Whether it went.
+    fn remove_finalizer(&mut self, f: usize) -> bool {
+        if self.fences[f].deletion != Deletion::Waiting
+            || !self.fences[f].status.finalizer_may_go(true)
+        {
+            return false;
+        }
+        self.fences[f].deletion = Deletion::Gone { holding: false };
+        let name = self.fences[f].name.clone();
+        self.log(format!(
+            "{name}: holds nothing more ({}): finalizer removed, deleted",
+            self.fences[f].status.phase
+        ));
+        true
+    }
+
+    /// A person deletes node `i`'s newest NodeFence ([`Fault::DeleteFence`]) through the API
+    /// server, as the operator meets it: one that holds nothing on its node carries no
+    /// finalizer and is gone at once; one that holds something (from `Fencing` on) is kept by
+    /// its finalizer, goes on as before, and goes when it holds nothing
+    /// ([`World::remove_finalizer`]). A `Pending` fence deleted leaves the node to the
+    /// decision, which fences it again, with a new fence, while it stays silent.
+    fn delete_fence(&mut self, i: usize) {
+        if !self.api_up {
+            self.log(format!(
+                "deletion of m{i}'s NodeFence fails: the API is down"
+            ));
+            return;
+        }
+        let Some(f) = (0..self.fences.len())
+            .rev()
+            .find(|&f| self.fences[f].node == i && self.fences[f].listed())
+        else {
+            return;
+        };
+        if self.fences[f].deletion == Deletion::Waiting {
+            return;
+        }
+        self.out.deletions += 1;
+        let name = self.fences[f].name.clone();
+        let phase = self.fences[f].status.phase;
+        let holds = self.fences[f].status.holds_node();
+        if self.bug == Some(Bug::DeleteWithoutFinalizer) {
+            self.fences[f].deletion = Deletion::Gone { holding: holds };
+            let held = if holds {
+                format!(" while it holds m{i}")
+            } else {
+                String::new()
+            };
+            self.log(format!(
+                "{name} deleted by a person in {phase}: gone at once (no finalizer){held}"
+            ));
+        } else if holds {
+            self.fences[f].deletion = Deletion::Waiting;
+            self.out.deletions_held += 1;
+            self.log(format!(
+                "{name} deleted by a person in {phase}: its finalizer keeps it until its recovery"
+            ));
+        } else {
+            self.fences[f].deletion = Deletion::Gone { holding: false };
+            self.log(format!("{name} deleted by a person in {phase}: gone"));
+        }
+        if phase == Phase::Pending {
+            self.pending_deleted[i] = true;
         }
     }
 
@@ -2484,10 +2625,7 @@ impl<'s> World<'s> {
     /// through). Neither is checked for a cause: a person's is one, the replica's shares the
     /// first fence's.
     fn request(&mut self, i: usize, manual: bool) {
-        let open = self
-            .fences
-            .iter()
-            .any(|f| f.node == i && !f.status.phase.is_terminal());
+        let open = self.fences.iter().any(|f| f.node == i && f.open());
         if !self.api_up || !self.machines[i].member || (!manual && !open) {
             return;
         }
@@ -2524,6 +2662,7 @@ impl<'s> World<'s> {
             },
             status,
             created,
+            deletion: Deletion::None,
         });
         name
     }
@@ -2566,9 +2705,9 @@ impl<'s> World<'s> {
         let under_way: Vec<bool> = members
             .iter()
             .map(|&i| {
-                self.fences.iter().any(|f| {
-                    f.node == i && f.status.phase != Phase::Pending && !f.status.phase.is_terminal()
-                })
+                self.fences
+                    .iter()
+                    .any(|f| f.node == i && f.open() && f.status.phase != Phase::Pending)
             })
             .collect();
         let says: Vec<PowerReading> = members.iter().map(|&i| self.bmc_read(i)).collect();
@@ -2642,7 +2781,7 @@ impl<'s> World<'s> {
                 let (fence, past) = FenceState::of(
                     self.fences
                         .iter()
-                        .filter(|f| f.node == i)
+                        .filter(|f| f.node == i && f.listed())
                         .map(|f| (&f.spec, Some(&f.status), Some(f.created))),
                 );
                 let last_change = self
@@ -2869,7 +3008,10 @@ impl<'s> World<'s> {
             advertised_system_uuid: advertised.system_uuid.clone(),
             proof_from: palisade_decide::phase::ProofFrom::Agent(answered.system_uuid.clone()),
             older_sibling: palisade_decide::guard::older_sibling(
-                self.fences.iter().map(Fence::sibling),
+                self.fences
+                    .iter()
+                    .filter(|f| f.listed())
+                    .map(Fence::sibling),
                 &fence.sibling(),
             )
             .filter(|_| self.bug != Some(Bug::IgnoreSibling)),

@@ -45,14 +45,25 @@ mod observe;
 mod start;
 mod wait;
 
-/// Starts a worker for every unfinished `NodeFence` that has none.
+/// Starts a worker for every `NodeFence` that needs one (`needs_worker`) and has none.
 pub fn ensure_workers(ctx: &Arc<Ctx>, token: i64) {
     for f in ctx.cache.fences.state() {
-        if crate::detect::phase_of(&f).is_terminal() {
-            continue;
+        if needs_worker(&f) {
+            start_worker(ctx, f.name_any(), token);
         }
-        start_worker(ctx, f.name_any(), token);
     }
+}
+
+/// Whether a worker must drive `nf`: it is unfinished, or it finished (or a person deleted it)
+/// holding nothing on its node and still carries its finalizer. The worker removes the
+/// finalizer in the round after it records the end; a crash or a failed patch in between
+/// would otherwise leave it for good, and a later `kubectl delete` of the fence would hang.
+fn needs_worker(nf: &NodeFence) -> bool {
+    let Some(status) = nf.status.as_ref() else {
+        return true; // Pending
+    };
+    !status.phase.is_terminal()
+        || (has_finalizer(nf) && status.finalizer_may_go(nf.metadata.deletion_timestamp.is_some()))
 }
 
 /// Starts a worker for the `NodeFence` `name` unless one runs (a fence just created need not
@@ -553,7 +564,7 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
         // record until its recovery lifted it, even when a person deletes it.
         let deleting = nf.metadata.deletion_timestamp.is_some();
         let holds = status.holds_node();
-        if has_finalizer(&nf) && !holds && (deleting || status.phase.is_terminal()) {
+        if has_finalizer(&nf) && status.finalizer_may_go(deleting) {
             set_finalizer(&api, &nf, false).await?;
             continue;
         }
@@ -906,6 +917,41 @@ mod tests {
             message: String::new(),
             seen_token: None,
         }
+    }
+
+    /// A finished fence whose finalizer stayed (the worker crashed between the persisted end
+    /// and the removal) gets a worker again, which removes it; one that still holds its node
+    /// keeps it, and a finished fence without it needs nothing.
+    #[test]
+    fn a_finished_fence_that_kept_its_finalizer_gets_a_worker_to_remove_it() {
+        let spec = palisade_model::nodefence::NodeFenceSpec {
+            node_name: "m0".into(),
+            reason: String::new(),
+            requested_by: Default::default(),
+            overrides: Default::default(),
+        };
+        let fence = |phase: Phase, finalizer: bool, released: bool| {
+            let mut nf = NodeFence::new("f", spec.clone());
+            if finalizer {
+                nf.metadata.finalizers = Some(vec![palisade_model::NODEFENCE_FINALIZER.into()]);
+            }
+            let mut st = NodeFenceStatus {
+                phase,
+                ..Default::default()
+            };
+            if released {
+                st.release.tainted_at = Some(MicroTime(Timestamp::from_second(1_000).unwrap()));
+            }
+            nf.status = Some(st);
+            nf
+        };
+        assert!(needs_worker(&NodeFence::new("new", spec.clone())));
+        assert!(needs_worker(&fence(Phase::Releasing, true, true)));
+        assert!(needs_worker(&fence(Phase::Done, true, false)));
+        assert!(needs_worker(&fence(Phase::Failed, true, false)));
+        assert!(!needs_worker(&fence(Phase::Done, false, false)));
+        // A Failed fence that tainted the node holds it: its finalizer stays for a person.
+        assert!(!needs_worker(&fence(Phase::Failed, true, true)));
     }
 
     /// Found on the lab (a Fujitsu-like BMC refusing a power-on right after a power-off): a
