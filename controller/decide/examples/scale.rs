@@ -4,12 +4,11 @@
 //! (median and p99 over 200 rounds). A measurement, not a test.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
 use palisade_decide::snapshot::{
-    FenceState, NodeSnapshot, PodSnapshot, PolicySnapshot, Snapshot, Tolerance,
+    FenceState, Lent, NodeSnapshot, PodSnapshot, PolicySnapshot, Snapshot, Tolerance,
 };
 use palisade_decide::{decide, Clocks, Mono};
 use palisade_model::policy::FencingPolicySpec;
@@ -35,7 +34,7 @@ fn main() {
         nodes: (0..nodes)
             .map(|i| NodeSnapshot {
                 name: format!("node-{i:04}"),
-                labels: Arc::new(BTreeMap::from([(
+                labels: Lent::from(BTreeMap::from([(
                     "topology.kubernetes.io/zone".to_string(),
                     format!("zone-{}", (i / 7) % 20),
                 )])),
@@ -51,7 +50,7 @@ fn main() {
                 long_gaps: vec![],
                 power_off: None,
                 hosts_bridge: false,
-                fence_target: Some(Arc::new(FenceTargetSpec {
+                fence_target: Some(Lent::from(FenceTargetSpec {
                     levels: vec![FenceLevel {
                         name: "bridge".into(),
                         devices: vec![FenceDevice {

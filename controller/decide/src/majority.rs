@@ -260,45 +260,85 @@ impl Streaks {
     }
 }
 
-/// One Node set's names, sorted and without duplicates, shared cheaply: a recorded set holds
-/// each name as a pointer to the string of the set recorded before it when that set has the
-/// name too, so 64 sets of 10,000 nodes cost 64 × 10,000 pointers, not as many strings.
+/// One Node set's names, sorted and without duplicates, shared cheaply between the sets of a
+/// [`MemberHistory`]: the names are cut into chunks where the content says (after a name whose
+/// hash ends a chunk, about one in 32), so a join or a departure changes only
+/// the chunk that holds the name, and a recorded set takes every other chunk from the set
+/// recorded before it. 64 sets of 10,000 nodes cost one set of pointers and names plus 64
+/// times a few hundred chunk pointers, not 64 × 10,000 pointers (a heap profile at 10,000
+/// nodes found 10.8 MB in the per-name sharing this replaced).
+///
+/// Guarantees: the chunks follow from the names alone, so two sets with the same names are
+/// equal, whichever set each shares its chunks with; the names iterate sorted.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Members(std::sync::Arc<[std::sync::Arc<str>]>);
+pub struct Members {
+    chunks: std::sync::Arc<[Chunk]>,
+    len: usize,
+}
+
+/// A run of consecutive names of a [`Members`].
+type Chunk = std::sync::Arc<[std::sync::Arc<str>]>;
 
 impl Members {
+    /// The mean number of names per chunk (a power of two).
+    const CHUNK: u64 = 32;
+
     /// The names, in order.
     pub fn iter(&self) -> impl Iterator<Item = &str> {
-        self.0.iter().map(|n| n.as_ref())
+        self.chunks
+            .iter()
+            .flat_map(|c| c.iter())
+            .map(|n| n.as_ref())
     }
 
     /// How many names.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.len
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.len == 0
     }
 
-    /// `names` (sorted and unique, as a `BTreeSet` iterates), each string taken from `like`
-    /// where it holds the same name.
+    /// Whether `name` ends its chunk: FNV-1a of the name, so the cut depends on the name only.
+    fn ends_chunk(name: &str) -> bool {
+        let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        hash % Self::CHUNK == 0
+    }
+
+    /// `names` (sorted and unique, as a `BTreeSet` iterates), each chunk taken from `like`
+    /// where it holds the same chunk.
     fn sharing(names: BTreeSet<String>, like: Option<&Members>) -> Self {
-        let mut old = like.map(|m| m.0.iter().peekable());
-        let shared = names
+        let old: std::collections::HashMap<&str, &Chunk> = like
             .into_iter()
-            .map(|name| {
-                if let Some(old) = old.as_mut() {
-                    while old.next_if(|o| o.as_ref() < name.as_str()).is_some() {}
-                    if let Some(o) = old.next_if(|o| o.as_ref() == name.as_str()) {
-                        return o.clone();
-                    }
-                }
-                std::sync::Arc::from(name)
-            })
+            .flat_map(|m| m.chunks.iter())
+            .filter_map(|c| Some((c.first()?.as_ref(), c)))
             .collect();
-        Members(shared)
+        let len = names.len();
+        let mut chunks = Vec::new();
+        let mut run: Vec<String> = Vec::new();
+        let mut names = names.into_iter().peekable();
+        while let Some(name) = names.next() {
+            let last = Self::ends_chunk(&name) || names.peek().is_none();
+            run.push(name);
+            if last {
+                let same = old.get(run[0].as_str()).filter(|c| {
+                    c.len() == run.len() && c.iter().zip(&run).all(|(a, b)| **a == **b)
+                });
+                chunks.push(match same {
+                    Some(c) => Chunk::clone(c),
+                    None => run.drain(..).map(std::sync::Arc::from).collect(),
+                });
+                run.clear();
+            }
+        }
+        Members {
+            chunks: chunks.into(),
+            len,
+        }
     }
 }
 
@@ -481,14 +521,53 @@ mod tests {
             h.get(new).unwrap().iter().collect::<Vec<_>>(),
             ["a", "b", "c", "d", "e"]
         );
-        // The newer set shares the strings of the names both sets hold.
-        let (a_old, a_new) = (&h.get(old).unwrap().0[0], &h.get(new).unwrap().0[0]);
-        assert!(std::sync::Arc::ptr_eq(a_old, a_new));
         assert_eq!(h.get(MemberSet::of(["x"])), None);
         for i in 0..MemberHistory::CAPACITY {
             h.record(names(&[&format!("n{i}")]));
         }
         assert_eq!(h.get(old), None, "the oldest set is forgotten");
+    }
+
+    #[test]
+    fn a_recorded_set_shares_every_chunk_but_the_changed_ones_and_equals_a_fresh_one() {
+        let names = |n: std::ops::Range<usize>, skip: usize| -> BTreeSet<String> {
+            n.filter(|i| *i != skip)
+                .map(|i| format!("node-{i:05}"))
+                .collect()
+        };
+        let mut h = MemberHistory::new();
+        let all = h.record(names(0..10_000, usize::MAX));
+        let less = h.record(names(0..10_000, 4_321));
+        let more = h.record(names(0..10_001, 4_321));
+        let (all, less, more) = (
+            h.get(all).unwrap(),
+            h.get(less).unwrap(),
+            h.get(more).unwrap(),
+        );
+        assert!(
+            all.chunks.len() > 100,
+            "about one chunk per {} names",
+            Members::CHUNK
+        );
+        for (set, fresh) in [
+            (less, names(0..10_000, 4_321)),
+            (more, names(0..10_001, 4_321)),
+        ] {
+            assert_eq!(set.len(), fresh.len());
+            assert!(set.iter().eq(fresh.iter().map(String::as_str)));
+            assert_eq!(*set, fresh.into_iter().collect::<Members>());
+        }
+        let fresh = |a: &Members, b: &Members| {
+            a.chunks
+                .iter()
+                .filter(|c| !b.chunks.iter().any(|d| std::sync::Arc::ptr_eq(c, d)))
+                .count()
+        };
+        assert_eq!(fresh(less, all), 1, "a departure changes one chunk");
+        assert!(
+            fresh(more, less) <= 2,
+            "a join changes at most the last chunk and its own"
+        );
     }
 
     #[test]

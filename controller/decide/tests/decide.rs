@@ -2,13 +2,12 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use palisade_decide::snapshot::{Exclusion, FenceState, PdbSnapshot, Snapshot, Tolerance};
+use palisade_decide::snapshot::{Exclusion, FenceState, Lent, PdbSnapshot, Snapshot, Tolerance};
 use palisade_decide::verdict::PlanLevel;
 use palisade_decide::{decide, guards_holding, HoldReason, Mono, Verdict, WaitReason};
 use palisade_model::nodefence::{Overrides, RequestedBy};
@@ -271,7 +270,7 @@ const CASES: &[Case] = &[
         |s| {
             let n = node_mut(s, "m0");
             n.hosts_bridge = true;
-            n.fence_target = Some(Arc::new(target(vec![vec![(
+            n.fence_target = Some(Lent::from(target(vec![vec![(
                 "bridge://fw:9443/m0".into(),
                 DeviceKind::Power,
             )]])));
@@ -331,7 +330,7 @@ const CASES: &[Case] = &[
     (
         "invalid fence target",
         |s| {
-            node_mut(s, "m0").fence_target = Some(Arc::new(target(vec![vec![(
+            node_mut(s, "m0").fence_target = Some(Lent::from(target(vec![vec![(
                 "ftp://x".into(),
                 DeviceKind::Power,
             )]])));
@@ -600,7 +599,7 @@ fn the_bridge_host_is_fenced_only_through_direct_levels() {
     let mut s = world();
     let n = node_mut(&mut s, "m0");
     n.hosts_bridge = true;
-    n.fence_target = Some(Arc::new(target(vec![
+    n.fence_target = Some(Lent::from(target(vec![
         vec![("bridge://fw:9443/m0".into(), DeviceKind::Power)],
         vec![("ipmi://bmc-m0:623".into(), DeviceKind::Power)],
     ])));
@@ -651,7 +650,7 @@ fn self_fence_plan_trusts_after_timeout_plus_margin() {
         wall(DEAD as i64 - NOW as i64)
     );
     // A hardware level takes precedence over trust.
-    node_mut(&mut s, "m0").fence_target = Some(Arc::new(target(vec![vec![(
+    node_mut(&mut s, "m0").fence_target = Some(Lent::from(target(vec![vec![(
         "bridge://127.0.0.1:9443/m0".into(),
         DeviceKind::Power,
     )]])));
@@ -1045,7 +1044,7 @@ fn a_level_that_must_not_power_off_is_planned_storage_first() {
         ("storagefw+https://fw/m0".to_string(), DeviceKind::Storage),
     ]]);
     t.levels[0].power_off = palisade_model::target::PowerOff::Disallowed;
-    node_mut(&mut s, "m0").fence_target = Some(Arc::new(t));
+    node_mut(&mut s, "m0").fence_target = Some(Lent::from(t));
     let Some(Verdict::Fence(plan)) = verdict_of(&s, "m0") else {
         panic!("expected fence")
     };
@@ -1276,7 +1275,7 @@ fn renewals_arriving_late_elsewhere_hold_a_fence_of_a_silent_node() {
 fn a_power_device_without_identity_names_its_provers_when_the_policy_requires_proof() {
     use palisade_model::policy::PowerWithoutIdentity;
     let mut s = world();
-    node_mut(&mut s, "m0").fence_target = Some(Arc::new(target(vec![
+    node_mut(&mut s, "m0").fence_target = Some(Lent::from(target(vec![
         vec![("ipmi://bmc-m0".into(), DeviceKind::Power)],
         vec![
             ("snmp+pdu://pdu:161/outlets/3".into(), DeviceKind::Power),
@@ -1317,7 +1316,7 @@ fn a_power_device_without_identity_names_its_provers_when_the_policy_requires_pr
         ]
     );
     // A FenceTarget with no direct BMC: the outlet names no prover, so it never acts.
-    node_mut(&mut s, "m0").fence_target = Some(Arc::new(target(vec![vec![(
+    node_mut(&mut s, "m0").fence_target = Some(Lent::from(target(vec![vec![(
         "snmp+pdu://pdu:161/outlets/3".into(),
         DeviceKind::Power,
     )]])));

@@ -98,6 +98,14 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
+    /// Whether its FenceTarget lists a BMC (a power device).
+    pub fn has_bmc(&self) -> bool {
+        matches!(
+            self.fencing,
+            Fencing::Power | Fencing::PowerAndStorage | Fencing::StorageThenReset
+        )
+    }
+
     /// A node of a schedule made by hand: `fencing`, working devices, a self-fence after 5 s,
     /// no watchdog, no peer check, a member from the start, bare metal, its own BMC, kills
     /// that work.
@@ -222,6 +230,15 @@ pub enum Fault {
     /// A fence that holds nothing (`Pending`, or finished) is gone at once, and the decision
     /// may fence its still-silent node again with a new one.
     DeleteFence(usize),
+    /// A person edits the address of the power device in the node's FenceTarget (`kubectl
+    /// edit fencetarget`): to the node's own BMC (`None`: correcting a miswired address), or
+    /// to machine `m`'s (`Some(m)`: a typo that reaches another machine's BMC). As the
+    /// operator meets it: the power watch reads through the new address from then on; a
+    /// fence's persisted plan keeps the address it was planned with, and a planned device
+    /// that is no longer listed in the FenceTarget is refused with nothing sent; every
+    /// command and read is pinned to the Node's `systemUUID` (never to what an address
+    /// answers), so an address that reaches another machine is refused by identity.
+    EditTargetAddress(usize, Option<usize>),
 }
 
 /// A whole run: configuration plus the faults in time (milliseconds).
@@ -264,27 +281,35 @@ impl Schedule {
     /// (`add_hung_kills`), second fences of a node (`add_requests`) and stock nodes
     /// (`add_stock`), each drawn apart too.
     ///
-    /// Then a person's deletions of a node's NodeFence (`add_deletions`), drawn apart too.
+    /// Then a person's deletions of a node's NodeFence (`add_deletions`) and edits of a
+    /// FenceTarget's BMC address (`add_edits`), each drawn apart too.
     ///
     /// Last, in one schedule of eight (drawn apart), production timing
     /// ([`PRODUCTION_SCALE`]).
     pub fn generate(seed: u64) -> Schedule {
-        Schedule::drawn(seed, true, true)
+        Schedule::drawn(seed, true, true, true)
     }
 
     /// The schedule of `seed` as drawn before stock nodes were (`add_stock`, 2026-12-02): the
     /// seeds recorded before then replay as they were found.
     pub fn generate_before_stock(seed: u64) -> Schedule {
-        Schedule::drawn(seed, false, false)
+        Schedule::drawn(seed, false, false, false)
     }
 
     /// The schedule of `seed` as drawn before a person's deletions of NodeFences were
     /// (`add_deletions`, 2026-12-02): the seeds recorded before then replay as they were found.
     pub fn generate_before_deletions(seed: u64) -> Schedule {
-        Schedule::drawn(seed, true, false)
+        Schedule::drawn(seed, true, false, false)
     }
 
-    fn drawn(seed: u64, stock: bool, deletions: bool) -> Schedule {
+    /// The schedule of `seed` as drawn before a person's edits of a FenceTarget's BMC address
+    /// were (`add_edits`, 2026-12-02): the seeds recorded before then replay as they were
+    /// found.
+    pub fn generate_before_edits(seed: u64) -> Schedule {
+        Schedule::drawn(seed, true, true, false)
+    }
+
+    fn drawn(seed: u64, stock: bool, deletions: bool, edits: bool) -> Schedule {
         let mut s = Schedule::generate_without_machine_faults(seed);
         s.add_machine_faults(&mut Rng::new(seed ^ 0x1DE7_7171));
         add_hung_kills(&mut s.nodes, &mut Rng::new(seed ^ 0x0D57_A7E5));
@@ -295,6 +320,9 @@ impl Schedule {
         }
         if deletions {
             s.add_deletions(&mut Rng::new(seed ^ 0xDE1E_7E5F));
+        }
+        if edits {
+            s.add_edits(&mut Rng::new(seed ^ 0xED17_ADD5));
         }
         if Rng::new(seed ^ 0x7141_1E55).chance(12) {
             s = s.scaled(PRODUCTION_SCALE);
@@ -785,6 +813,55 @@ impl Schedule {
                 (at + 2_000 + r.below(12_000), Fault::DeleteFence(node))
             };
             self.events.push(event);
+        }
+        self.events.sort_by_key(|(t, _)| *t);
+    }
+
+    /// A person's edits of the BMC address in a node's FenceTarget
+    /// ([`Fault::EditTargetAddress`]), drawn from `r` apart from the rest of a schedule: in
+    /// 10 % of the schedules, of a node with a BMC. A miswired node's address is mostly
+    /// corrected (four in five), another's mostly mistyped to another machine's BMC (four in
+    /// five; else rewritten to its own BMC under a new address); a typo is corrected again
+    /// 3–30 s later in half of them. Three in four come from 10 s before to 14 s after a fault
+    /// that silences the node (before its fence is planned, while it is pending, or while it
+    /// fences, releases or recovers), the others at a random time.
+    fn add_edits(&mut self, r: &mut Rng) {
+        if !r.chance(10) {
+            return;
+        }
+        let with_bmc: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].has_bmc())
+            .collect();
+        if with_bmc.is_empty() {
+            return;
+        }
+        let silencing: Vec<(u64, usize)> = self
+            .silencing(true)
+            .into_iter()
+            .filter(|&(_, i)| self.nodes[i].has_bmc())
+            .collect();
+        let n = self.nodes.len() as u64;
+        let (at, i) = if silencing.is_empty() || r.chance(25) {
+            let i = with_bmc[r.below(with_bmc.len() as u64) as usize];
+            (3_000 + r.below(90_000), i)
+        } else {
+            let (at, i) = silencing[r.below(silencing.len() as u64) as usize];
+            ((at + r.below(24_000)).saturating_sub(10_000).max(1_000), i)
+        };
+        let correct = if self.nodes[i].bmc_of.is_some() {
+            r.chance(80)
+        } else {
+            r.chance(20)
+        };
+        if correct {
+            self.events.push((at, Fault::EditTargetAddress(i, None)));
+        } else {
+            let m = (i + 1 + r.below(n - 1) as usize) % self.nodes.len();
+            self.events.push((at, Fault::EditTargetAddress(i, Some(m))));
+            if r.chance(50) {
+                let fixed = at + 3_000 + r.below(27_000);
+                self.events.push((fixed, Fault::EditTargetAddress(i, None)));
+            }
         }
         self.events.sort_by_key(|(t, _)| *t);
     }

@@ -78,6 +78,11 @@ pub fn campaign_of(
         c.deletions += out.deletions;
         c.deletions_held += out.deletions_held;
         c.refenced += out.refenced;
+        c.edits += out.edits;
+        c.edits_elsewhere += out.edits_elsewhere;
+        c.edited_verified += out.edited_verified;
+        c.edited_refused += out.edited_refused;
+        c.unlisted += out.unlisted;
         c.stale_commands += out.stale_commands;
         c.late_writes += out.late_writes;
         c.warm_takeovers += out.warm_takeovers;
@@ -121,6 +126,16 @@ pub struct Campaign {
     pub deletions_held: u64,
     /// Fences created again for a node whose `Pending` fence a person deleted.
     pub refenced: u64,
+    /// Edits of a FenceTarget's BMC address a person made.
+    pub edits: u64,
+    /// Of those, edits to another machine's BMC (a typo).
+    pub edits_elsewhere: u64,
+    /// Levels verified by a power off through an address a person wrote.
+    pub edited_verified: u64,
+    /// Fence steps through an address a person wrote that the identity check refused.
+    pub edited_refused: u64,
+    /// Fence steps refused because their planned BMC was no longer listed in the FenceTarget.
+    pub unlisted: u64,
     /// Device commands delivered by a deposed leader after a freeze.
     pub stale_commands: u64,
     /// Lease writes that landed after their agent gave up on them.

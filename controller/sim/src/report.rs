@@ -65,7 +65,7 @@ pub fn controls(label: &str) -> Vec<Value> {
         let schedule = bug.aimed_schedule().expect("an aimed bug has its schedule");
         (bug, schedule)
     });
-    let recorded = Bug::RECORDED.map(|(bug, seed)| (bug, Schedule::generate(seed)));
+    let recorded = Bug::RECORDED.map(|(bug, seed)| (bug, Schedule::generate_before_stock(seed)));
     for (bug, schedule) in recorded.into_iter().chain(aimed) {
         let v = run(&schedule, Some(bug)).violation;
         out.push(json!({

@@ -189,11 +189,17 @@ pub enum Bug {
     /// node is still fenced, and its block and taints stay with no fence to lift them (caught
     /// at seed 255 by [`Invariant::ReleaseRecorded`]).
     DeleteWithoutFinalizer,
+    /// The pin of a direct BMC re-learnt when a person edits its address: the controller takes
+    /// the identity the new address answers as the node's machine (trusting the edit) instead
+    /// of comparing it with the Node's `systemUUID`, so a mistyped address that reaches another
+    /// machine's BMC is read and commanded as the node's (caught at seed 21 by
+    /// [`Invariant::Promise`]: the other machine powered off as the node's proof).
+    RepinOnAddressEdit,
 }
 
 impl Bug {
     /// Every planted bug.
-    pub const ALL: [Bug; 23] = [
+    pub const ALL: [Bug; 24] = [
         Bug::TrustCommand,
         Bug::ReleaseUnverified,
         Bug::ReleaseUncovered,
@@ -217,6 +223,7 @@ impl Bug {
         Bug::FenceOnWatchedSilence,
         Bug::KubeletRenewalKeepsCompanionHealthy,
         Bug::DeleteWithoutFinalizer,
+        Bug::RepinOnAddressEdit,
     ];
 
     /// Parses a bug's name (as printed by `{:?}`).
@@ -475,6 +482,17 @@ pub struct Outcome {
     pub deletions_held: u64,
     /// Fences the decision created for a node whose `Pending` fence a person had deleted.
     pub refenced: u64,
+    /// Edits of a FenceTarget's BMC address a person made ([`Fault::EditTargetAddress`]).
+    pub edits: u64,
+    /// Of those, edits to another machine's BMC (a typo).
+    pub edits_elsewhere: u64,
+    /// Levels verified by a power off through an address a person wrote.
+    pub edited_verified: u64,
+    /// Fence steps (commands, re-reads) through an address a person wrote that the identity
+    /// check refused: it reached another machine's BMC.
+    pub edited_refused: u64,
+    /// Fence steps refused because their planned BMC is no longer listed in the FenceTarget.
+    pub unlisted: u64,
     /// Device commands a deposed leader delivered after it resumed from a freeze.
     pub stale_commands: u64,
     /// Lease writes that landed after their agent had given up on them.
@@ -827,6 +845,9 @@ struct Frozen {
     pending: (usize, Step),
     /// Whether a standby took over.
     deposed: bool,
+    /// The node's FenceTarget BMC address when it froze (what its command was resolved
+    /// against).
+    listed: String,
 }
 
 /// The heartbeat of a Lease renewed `count` times (the simulation's `renewTime`) that
@@ -957,6 +978,16 @@ pub struct World<'s> {
     /// Per node: a person deleted its `Pending` fence, and the decision has not fenced it
     /// again since.
     pending_deleted: Vec<bool>,
+    /// Per node: the address of the BMC its FenceTarget lists now ([`World::initial_bmc_url`],
+    /// or one a person wrote: [`Fault::EditTargetAddress`]).
+    bmc_url: Vec<String>,
+    /// Per node: the identity learnt from what an edited address answered (only under
+    /// [`Bug::RepinOnAddressEdit`]).
+    learnt_pin: Vec<Option<String>>,
+    /// The FenceTarget's BMC address a frozen leader's command was resolved against before it
+    /// froze (the operator reads the FenceTarget before its last leadership check), while
+    /// that command is delivered.
+    resolved_before_freeze: Option<String>,
 }
 
 /// Another machine under a node's name ([`Fault::Impostor`]): a reinstalled spare with the
@@ -1083,6 +1114,9 @@ impl<'s> World<'s> {
             standby: Sight::default(),
             standby_rng: Rng::new(s.seed ^ 0x57A4_DB1E),
             pending_deleted: vec![false; s.nodes.len()],
+            bmc_url: (0..s.nodes.len()).map(Self::initial_bmc_url).collect(),
+            learnt_pin: vec![None; s.nodes.len()],
+            resolved_before_freeze: None,
             frozen: None,
             late_writes: Vec::new(),
             write_rng: Rng::new(s.seed ^ 0x0D1A_7E5E),
@@ -1287,6 +1321,7 @@ impl<'s> World<'s> {
                 }
                 Fault::CompanionHeal(i) => self.machines[i].companion_cut = false,
                 Fault::DeleteFence(i) => self.delete_fence(i),
+                Fault::EditTargetAddress(i, to) => self.edit_address(i, to),
                 Fault::Impostor(i) => {
                     self.machines[i].displaced = true;
                     self.impostors[i] = Some(Impostor {
@@ -1429,26 +1464,60 @@ impl<'s> World<'s> {
             .map_or_else(|| Self::system_uuid(i), |m| m.system_uuid.clone())
     }
 
-    /// The machine whose BMC answers at node `i`'s BMC address: its own, unless miswired.
+    /// The BMC address node `i`'s FenceTarget lists at first (a name that reaches machine
+    /// [`crate::faults::NodeConfig::bmc_of`] when miswired).
+    fn initial_bmc_url(i: usize) -> String {
+        format!("ipmi://bmc-m{i}:623")
+    }
+
+    /// The address a person writes for machine `m`'s BMC ([`Fault::EditTargetAddress`]).
+    fn bmc_address(m: usize) -> String {
+        format!("ipmi://10.20.0.{}:623", m + 1)
+    }
+
+    /// The machine whose BMC answers at `url`, an address node `i`'s FenceTarget lists or
+    /// listed: its first one reaches its own machine unless miswired; one a person wrote
+    /// reaches the machine it names.
+    fn machine_at(&self, i: usize, url: &str) -> usize {
+        if url == Self::initial_bmc_url(i) {
+            return self.s.nodes[i].bmc_of.unwrap_or(i);
+        }
+        (0..self.machines.len())
+            .find(|&m| Self::bmc_address(m) == url)
+            .unwrap_or(i)
+    }
+
+    /// The machine whose BMC answers at the address node `i`'s FenceTarget lists now: its own,
+    /// unless miswired or mistyped.
     fn bmc(&self, i: usize) -> usize {
-        self.s.nodes[i].bmc_of.unwrap_or(i)
+        self.machine_at(i, &self.bmc_url[i])
     }
 
-    /// Whether the controller acts through node `i`'s BMC: it pins the direct BMC to the
-    /// `systemUUID` the Node reports, and the BMC must answer as that machine before anything
-    /// is read or commanded (`devices.rs::pin_identity` and the fence agents' identity check,
-    /// with the model's [`palisade_model::identity::same_machine`]); a mismatch sends nothing.
-    /// Under [`Bug::IgnoreBmcIdentity`] nothing is compared.
-    fn bmc_answers_as_node(&self, i: usize) -> bool {
+    /// Whether the controller acts through machine `b`'s BMC for node `i`: it pins the direct
+    /// BMC to the `systemUUID` the Node reports, and the BMC must answer as that machine
+    /// before anything is read or commanded (`devices.rs::pin_identity` and the fence agents'
+    /// identity check, with the model's [`palisade_model::identity::same_machine`]); a
+    /// mismatch sends nothing. The pin is the Node's at every step, never stored with an
+    /// address, so an edited address is pinned as the first one was. Under
+    /// [`Bug::IgnoreBmcIdentity`] nothing is compared; under [`Bug::RepinOnAddressEdit`] an
+    /// edited address is compared with what it answered when it was written.
+    fn answers_as_node(&self, i: usize, b: usize) -> bool {
+        let expected = match (&self.learnt_pin[i], self.bug) {
+            (Some(pin), Some(Bug::RepinOnAddressEdit)) => pin.clone(),
+            _ => self.node_uuid(i),
+        };
         self.bug == Some(Bug::IgnoreBmcIdentity)
-            || palisade_model::identity::same_machine(
-                &Self::system_uuid(self.bmc(i)),
-                &self.node_uuid(i),
-            )
+            || palisade_model::identity::same_machine(&Self::system_uuid(b), &expected)
     }
 
-    /// A status read through node `i`'s BMC: what the BMC reached says of its machine, or
-    /// nothing when it does not answer as the node's machine.
+    /// Whether the BMC at node `i`'s FenceTarget address answers as the node's machine.
+    fn bmc_answers_as_node(&self, i: usize) -> bool {
+        self.answers_as_node(i, self.bmc(i))
+    }
+
+    /// A status read through node `i`'s BMC (the address its FenceTarget lists now, as the
+    /// power watch reads it): what the BMC reached says of its machine, or nothing when it
+    /// does not answer as the node's machine.
     fn bmc_read(&self, i: usize) -> PowerReading {
         if !self.bmc_answers_as_node(i) {
             return PowerReading::Unknown;
@@ -1457,21 +1526,87 @@ impl<'s> World<'s> {
         m.power_mode.read_power(m.powered)
     }
 
-    /// A power-on through node `i`'s BMC for a fence of it: whether the BMC took it (it
-    /// answers as the node's machine and does not fail).
-    fn bmc_power_on(&mut self, i: usize) -> bool {
-        if !self.bmc_answers_as_node(i) {
+    /// The FenceTarget BMC address a step for node `i` is resolved against: the one listed
+    /// now, or, for a frozen leader's command, the one listed before it froze.
+    fn listed_bmc_url(&self, i: usize) -> String {
+        self.resolved_before_freeze
+            .clone()
+            .unwrap_or_else(|| self.bmc_url[i].clone())
+    }
+
+    /// The machine a step of fence `f` through its planned BMC `url` reaches, as the
+    /// operator's `devices.rs` resolves it: the planned device must still be listed in the
+    /// node's FenceTarget (`secret_for`: "no longer listed"), and the BMC at its address must
+    /// answer as the Node's machine (`pin_identity`); else nothing is sent (`None`, logged).
+    fn planned_bmc(&mut self, f: usize, url: &str) -> Option<usize> {
+        let i = self.fences[f].node;
+        if url != self.listed_bmc_url(i) {
+            self.out.unlisted += 1;
             self.log(format!(
-                "m{i}'s BMC address answers as another machine: IdentityMismatch, no power on sent"
+                "{}: {url} is no longer listed in FenceTarget m{i}: nothing sent",
+                self.fences[f].name
             ));
-            return false;
+            return None;
         }
-        let b = self.bmc(i);
-        self.power_command(i, b, "a power on");
-        if self.machines[b].power_mode.obeys() {
-            self.power_on(b);
+        let b = self.machine_at(i, url);
+        if !self.answers_as_node(i, b) {
+            if url != Self::initial_bmc_url(i) {
+                self.out.edited_refused += 1;
+            }
+            self.log(format!(
+                "{}: m{i}'s BMC address answers as machine m{b}, not the Node's: IdentityMismatch, nothing sent",
+                self.fences[f].name
+            ));
+            return None;
         }
-        self.machines[b].power_mode != DeviceMode::Fails
+        Some(b)
+    }
+
+    /// A power-on for fence `f` through its planned power `devices`: whether each took it
+    /// (listed, answers as the node's machine, does not fail); stops at the first that does
+    /// not, as the operator's recovery does.
+    fn bmc_power_on(&mut self, f: usize, devices: &[PlannedDevice]) -> bool {
+        let i = self.fences[f].node;
+        for d in devices.iter().filter(|d| d.kind == DeviceKind::Power) {
+            let Some(b) = self.planned_bmc(f, &d.url) else {
+                return false;
+            };
+            self.power_command(i, b, "a power on");
+            if self.machines[b].power_mode.obeys() {
+                self.power_on(b);
+            }
+            if self.machines[b].power_mode == DeviceMode::Fails {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// A person edits the BMC address in node `i`'s FenceTarget ([`Fault::EditTargetAddress`])
+    /// to the BMC of machine `to` (its own when `None`), through the API server (the admission
+    /// webhook accepts any valid address). Nothing else changes: fences keep their plans, and
+    /// every step is pinned to the Node's `systemUUID` as before.
+    fn edit_address(&mut self, i: usize, to: Option<usize>) {
+        if !self.api_up {
+            self.log(format!("edit of m{i}'s FenceTarget fails: the API is down"));
+            return;
+        }
+        let m = to.unwrap_or(i);
+        let url = Self::bmc_address(m);
+        if !self.s.nodes[i].has_bmc() || url == self.bmc_url[i] {
+            return;
+        }
+        self.out.edits += 1;
+        if m != i {
+            self.out.edits_elsewhere += 1;
+        }
+        let old = std::mem::replace(&mut self.bmc_url[i], url.clone());
+        if self.bug == Some(Bug::RepinOnAddressEdit) {
+            self.learnt_pin[i] = Some(Self::system_uuid(m));
+        }
+        self.log(format!(
+            "a person edits m{i}'s FenceTarget: BMC {old} -> {url} (machine m{m}'s)"
+        ));
     }
 
     /// Another machine under node `i`'s name renews the node's Lease once per renew interval
@@ -1981,6 +2116,7 @@ impl<'s> World<'s> {
             return;
         };
         let (f, step) = fz.pending;
+        self.resolved_before_freeze = Some(fz.listed);
         if fz.deposed {
             self.log(format!(
                 "deposed leader (token {}) resumes: its {} for {} reaches the devices",
@@ -2004,6 +2140,7 @@ impl<'s> World<'s> {
             self.log(format!("leader (token {}) resumes", fz.token));
             self.apply(f, step);
         }
+        self.resolved_before_freeze = None;
     }
 
     /// A deposed leader's device command, delivered late: what the devices do with it (a
@@ -2024,8 +2161,8 @@ impl<'s> World<'s> {
             Step::Unfence(_) => {
                 let _ = self.unblock_storage(f);
             }
-            Step::PowerOn(_) => {
-                self.bmc_power_on(i);
+            Step::PowerOn(devices) => {
+                self.bmc_power_on(f, &devices);
             }
             _ => {}
         }
@@ -2073,16 +2210,17 @@ impl<'s> World<'s> {
         let reset = reset && self.bug != Some(Bug::PowerOffInsteadOfReset);
         let mut evidence = Vec::new();
         let mut ok = true;
-        let b = self.bmc(i);
         for d in devices {
-            if d.kind == DeviceKind::Power && !self.bmc_answers_as_node(i) {
-                self.log(format!(
-                    "{}: m{i}'s BMC address answers as machine m{b}, not the Node's: IdentityMismatch, nothing sent",
-                    self.fences[f].name
-                ));
-                ok = false;
-                continue;
-            }
+            let b = match d.kind {
+                DeviceKind::Power => match self.planned_bmc(f, &d.url) {
+                    Some(b) => b,
+                    None => {
+                        ok = false;
+                        continue;
+                    }
+                },
+                DeviceKind::Storage => i,
+            };
             if reset && d.kind == DeviceKind::Power {
                 if ok && self.machines[b].power_mode.obeys() {
                     self.bmc_command(i, b, "a reset");
@@ -2113,7 +2251,11 @@ impl<'s> World<'s> {
                 }
             }
             let verified = match d.kind {
-                DeviceKind::Power => self.bmc_read(i) == PowerReading::Off,
+                // Read through the same pinned BMC.
+                DeviceKind::Power => {
+                    let m = &self.machines[b];
+                    m.power_mode.read_power(m.powered) == PowerReading::Off
+                }
                 DeviceKind::Storage => !self.machines[i].storage_holds.is_empty(),
             };
             if verified || self.bug == Some(Bug::TrustCommand) {
@@ -2345,7 +2487,7 @@ impl<'s> World<'s> {
                 csi_drivers: vec![],
             }),
         };
-        let power = dev(&format!("ipmi://bmc-m{i}:623"), DeviceKind::Power);
+        let power = dev(&self.bmc_url[i], DeviceKind::Power);
         let storage = dev("storagefw+https://array:8443/", DeviceKind::Storage);
         let devices = match self.s.nodes[i].fencing {
             Fencing::Power => vec![power],
@@ -2540,6 +2682,7 @@ impl<'s> World<'s> {
                         token: self.ctl.token,
                         pending: (f, step),
                         deposed: false,
+                        listed: self.bmc_url[node].clone(),
                     });
                     return;
                 }
@@ -2802,7 +2945,7 @@ impl<'s> World<'s> {
                     hosts_bridge: false,
                     exclusion: None,
                     advertisement: self.advertisement_for_decide(&name),
-                    fence_target: self.target(i).map(std::sync::Arc::new),
+                    fence_target: self.target(i).map(palisade_decide::snapshot::Lent::from),
                     pods: self
                         .pods
                         .iter()
@@ -3204,6 +3347,14 @@ impl<'s> World<'s> {
                 reset,
             } => {
                 let (ok, evidence) = self.drive_devices(f, *level, devices, *reset);
+                let first = Self::initial_bmc_url(i);
+                if ok
+                    && evidence
+                        .iter()
+                        .any(|e| e.kind == EvidenceKind::PowerOff && e.device != first)
+                {
+                    self.out.edited_verified += 1;
+                }
                 Answer::Level(LevelRun {
                     evidence,
                     failure: (!ok).then(|| "a device did not verify".to_string()),
@@ -3241,9 +3392,9 @@ impl<'s> World<'s> {
                 }
                 Answer::Nothing
             }
-            Step::PowerOn(_) => Answer::Recovery {
+            Step::PowerOn(devices) => Answer::Recovery {
                 attempts: Vec::new(),
-                result: if self.bmc_power_on(i) {
+                result: if self.bmc_power_on(f, devices) {
                     Ok(())
                 } else {
                     Err("the BMC did not power the machine on".into())
@@ -3292,25 +3443,27 @@ impl<'s> World<'s> {
                 // off; its commands work, so the machine is off after its verify anyway). No
                 // planted control skips it: a leader's steps from the verify to the releases run
                 // within one tick, and no fault powers a machine on between them.
-                let state = match self.bmc_read(i) {
-                    PowerReading::Unknown => RecheckedPower::Unknown,
-                    PowerReading::On => RecheckedPower::On,
-                    PowerReading::Off => RecheckedPower::Off,
-                };
                 let wall = self.wall();
                 let token = self.ctl.token;
-                Answer::Power(
-                    devices
-                        .iter()
-                        .map(|d| PowerRecheck {
-                            device: d.url.clone(),
-                            token,
-                            state,
-                            observed: format!("{state:?}"),
-                            at: MicroTime(wall),
-                        })
-                        .collect(),
-                )
+                let mut rechecks = Vec::new();
+                for d in devices {
+                    let state = match self.planned_bmc(f, &d.url).map(|b| {
+                        let m = &self.machines[b];
+                        m.power_mode.read_power(m.powered)
+                    }) {
+                        None | Some(PowerReading::Unknown) => RecheckedPower::Unknown,
+                        Some(PowerReading::On) => RecheckedPower::On,
+                        Some(PowerReading::Off) => RecheckedPower::Off,
+                    };
+                    rechecks.push(PowerRecheck {
+                        device: d.url.clone(),
+                        token,
+                        state,
+                        observed: format!("{state:?}"),
+                        at: MicroTime(wall),
+                    });
+                }
+                Answer::Power(rechecks)
             }
             _ => Answer::Nothing,
         };

@@ -92,7 +92,7 @@ pub fn pod(ns: &str, name: &str, priority: i32, tol: Tolerance, rwo: bool) -> Po
 pub fn node(name: &str, zone: &str) -> NodeSnapshot {
     NodeSnapshot {
         name: name.into(),
-        labels: std::sync::Arc::new([(ZONE.to_string(), zone.to_string())].into()),
+        labels: std::collections::BTreeMap::from([(ZONE.to_string(), zone.to_string())]).into(),
         last_heartbeat_change: Mono::from_secs(NOW),
         exclusion: None,
         advertisement: Default::default(),
@@ -101,7 +101,7 @@ pub fn node(name: &str, zone: &str) -> NodeSnapshot {
         long_gaps: vec![],
         power_off: None,
         hosts_bridge: false,
-        fence_target: Some(std::sync::Arc::new(target(vec![vec![(
+        fence_target: Some(palisade_decide::snapshot::Lent::from(target(vec![vec![(
             format!("ipmi://bmc-{name}"),
             DeviceKind::Power,
         )]]))),
