@@ -266,12 +266,17 @@ impl FenceDevice {
     /// Node's `systemUUID`), read as power evidence, or reset a machine. A PDU outlet or a
     /// `bridge://` device is not.
     pub fn is_direct_bmc(&self) -> bool {
-        self.kind == DeviceKind::Power
-            && matches!(
-                DeviceScheme::of(&self.url),
-                Some(DeviceScheme::Ipmi | DeviceScheme::Redfish)
-            )
+        direct_bmc(&self.url, self.kind)
     }
+}
+
+/// Whether a device of `kind` at `url` is a direct BMC ([`FenceDevice::is_direct_bmc`]).
+fn direct_bmc(url: &str, kind: DeviceKind) -> bool {
+    kind == DeviceKind::Power
+        && matches!(
+            DeviceScheme::of(url),
+            Some(DeviceScheme::Ipmi | DeviceScheme::Redfish)
+        )
 }
 
 impl DeviceScheme {
@@ -483,7 +488,51 @@ fn is_bridge_url(url: &str) -> bool {
     host_ok && port_ok && id_ok
 }
 
+/// The device of a node's FenceTarget that a step planned through `url` acts through now
+/// ([`FenceTargetSpec::acting_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acting<'a> {
+    /// The FenceTarget still lists the planned device.
+    Listed(&'a FenceDevice),
+    /// The planned direct BMC is no longer listed (a person edited its address): the first
+    /// direct BMC the FenceTarget lists now stands in for it.
+    StandIn(&'a FenceDevice),
+}
+
+impl<'a> Acting<'a> {
+    /// The device acted through.
+    pub fn device(self) -> &'a FenceDevice {
+        match self {
+            Acting::Listed(d) | Acting::StandIn(d) => d,
+        }
+    }
+}
+
 impl FenceTargetSpec {
+    /// The device a fence step planned through the device at `url` (of kind `kind`) acts
+    /// through now: the device listed at `url`; or, when `url` names a direct BMC (IPMI or
+    /// Redfish) that the FenceTarget no longer lists, the first direct BMC it lists now, in
+    /// level order. `None`: nothing stands in, the step sends nothing.
+    ///
+    /// Guarantees: a stand-in is only ever a direct BMC for a direct BMC: a PDU outlet, a
+    /// storage firewall or a `bridge://` device no longer listed has none (nothing tells which
+    /// outlet, array or bridge target the edit meant).
+    ///
+    /// Assumptions: the caller acts through a stand-in only pinned to the machine the Node
+    /// reports (its `systemUUID`): a BMC is named by the machine it answers as, not by its
+    /// address, so a person's correction of an address is followed by the fences planned
+    /// before it, and a typo reaches a BMC that is refused by identity with nothing sent.
+    pub fn acting_for(&self, url: &str, kind: DeviceKind) -> Option<Acting<'_>> {
+        let mut devices = self.levels.iter().flat_map(|l| &l.devices);
+        if let Some(d) = devices.clone().find(|d| d.url == url && d.kind == kind) {
+            return Some(Acting::Listed(d));
+        }
+        if !direct_bmc(url, kind) {
+            return None;
+        }
+        devices.find(|d| d.is_direct_bmc()).map(Acting::StandIn)
+    }
+
     /// Reject targets the schema cannot catch. Returns every problem found.
     pub fn validate(&self) -> Result<(), Vec<TargetError>> {
         let mut errors = Vec::new();
@@ -602,6 +651,62 @@ mod tests {
                 csi_drivers: vec![],
             }),
         }
+    }
+
+    /// A fence planned before a person edited its node's FenceTarget: a step through a planned
+    /// device still listed acts through it; a planned direct BMC no longer listed is stood in
+    /// for by the first direct BMC listed now (a re-addressed BMC, pinned to the Node's
+    /// machine by the caller); a PDU outlet, a storage firewall or a bridge target no longer
+    /// listed has no stand-in, nor has a BMC when no direct BMC is listed.
+    #[test]
+    fn a_planned_bmc_no_longer_listed_is_stood_in_for_by_a_listed_bmc_and_nothing_else_is() {
+        let spec = |devices: Vec<FenceDevice>| FenceTargetSpec {
+            levels: devices
+                .into_iter()
+                .map(|d| FenceLevel {
+                    name: "l".into(),
+                    devices: vec![d],
+                    power_off: PowerOff::Allowed,
+                })
+                .collect(),
+        };
+        let pdu = device("snmp+pdu://pdu/outlet/3", DeviceKind::Power, secret());
+        let fw = device("storagefw+https://fw:8443", DeviceKind::Storage, secret());
+        let moved = device(
+            "redfish+https://admin@10.0.0.7?ca=secret",
+            DeviceKind::Power,
+            secret(),
+        );
+        let now = spec(vec![pdu.clone(), fw.clone(), moved.clone()]);
+        let ipmi = DeviceKind::Power;
+        assert_eq!(
+            now.acting_for(&pdu.url, ipmi),
+            Some(Acting::Listed(&now.levels[0].devices[0]))
+        );
+        assert_eq!(
+            now.acting_for(&moved.url, ipmi),
+            Some(Acting::Listed(&now.levels[2].devices[0]))
+        );
+        // The BMC planned at its old address, of either scheme: the one listed now stands in.
+        for old in [
+            "ipmi://admin@bmc-old:623",
+            "redfish+https://admin@bmc-old?ca=secret",
+        ] {
+            let acting = now.acting_for(old, ipmi).expect("a stand-in");
+            assert_eq!(acting, Acting::StandIn(&now.levels[2].devices[0]));
+            assert_eq!(acting.device().url, moved.url);
+        }
+        // A planned URL listed under another kind is not that device.
+        assert_eq!(now.acting_for(&fw.url, DeviceKind::Power), None);
+        for (old, kind) in [
+            ("snmp+pdu://pdu/outlet/4", DeviceKind::Power),
+            ("storagefw+https://fw2:8443", DeviceKind::Storage),
+            ("bridge://bridge:9443/m0", DeviceKind::Power),
+        ] {
+            assert_eq!(now.acting_for(old, kind), None, "{old}");
+        }
+        let no_bmc = spec(vec![pdu, fw]);
+        assert_eq!(no_bmc.acting_for("ipmi://admin@bmc-old:623", ipmi), None);
     }
 
     #[test]

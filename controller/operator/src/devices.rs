@@ -1,8 +1,10 @@
 //! Fencing devices: the controller's hands.
 //!
 //! A planned device (URL + kind, from the `NodeFence` plan) is matched with its `FenceTarget`
-//! entry for the credential Secret reference, the credentials are read from the Secret (never
-//! logged, never in argv), and the action runs through `palisade-fence` (IPMI, SNMP PDU) or
+//! entry as listed now for the credential Secret reference (a direct BMC no longer listed, its
+//! address edited by a person, is stood in for by the BMC listed now, pinned to the Node's
+//! machine: [`palisade_model::target::FenceTargetSpec::acting_for`]), the credentials are read
+//! from the Secret (never logged, never in argv), and the action runs through `palisade-fence` (IPMI, SNMP PDU) or
 //! `palisade-storagefw` (storage firewall), bounded by the device's timeout. A `bridge://`
 //! device is driven through the firmware-bridge instead: the controller presents its client
 //! certificate ([`crate::Settings::bridge`]), the leader's fencing token and an idempotency key
@@ -92,26 +94,73 @@ pub async fn read_secret(ctx: &Ctx, r: &SecretRef) -> Result<BTreeMap<String, St
     Ok(out)
 }
 
-async fn secret_for(ctx: &Ctx, node: &str, url: &str) -> Result<BTreeMap<String, String>, Error> {
+/// The device of `node`'s FenceTarget a step planned through `url` acts through, and its
+/// credentials ([`palisade_model::target::FenceTargetSpec::acting_for`]).
+struct Listed {
+    /// The address acted through: the planned one, or its stand-in's.
+    url: String,
+    /// The credentials of the device acted through.
+    secret: BTreeMap<String, String>,
+    /// For a stand-in, the words that say so (in the attempt's message); `None` when the
+    /// planned device is still listed.
+    stand_in: Option<String>,
+}
+
+impl Listed {
+    /// `message` about an action through this device, saying when a stand-in took it.
+    fn say(&self, message: String) -> String {
+        match &self.stand_in {
+            Some(why) => format!("{message} ({why})"),
+            None => message,
+        }
+    }
+}
+
+/// Reads `node`'s FenceTarget as it is now and resolves the planned device at `url` against it.
+///
+/// Guarantees: a stand-in for a planned BMC no longer listed acts only when it is pinned to the
+/// Node's machine ([`identity_pinned`]: by the Node's `systemUUID`, checked by the fence
+/// agent before anything is read or commanded); anything else no longer listed is an error
+/// with nothing sent.
+async fn listed(ctx: &Ctx, node: &str, url: &str, kind: DeviceKind) -> Result<Listed, Error> {
+    use palisade_model::target::{redact_url, Acting};
     let api: Api<FenceTarget> = Api::all(ctx.client.clone());
     let target = api
         .get(node)
         .await
         .map_err(|e| Error::kube(format!("reading FenceTarget {node}"), e))?;
-    let device = target
+    let unlisted = |why: &str| Error::Device {
+        device: url.to_string(),
+        message: format!("no longer listed in FenceTarget {node}{why}; nothing sent"),
+    };
+    let acting = target
         .spec
-        .levels
-        .iter()
-        .flat_map(|l| &l.devices)
-        .find(|d| d.url == url)
-        .ok_or_else(|| Error::Device {
-            device: url.to_string(),
-            message: format!("no longer listed in FenceTarget {node}"),
-        })?;
-    match &device.credentials_secret_ref {
-        Some(r) => read_secret(ctx, r).await,
-        None => Ok(BTreeMap::new()),
-    }
+        .acting_for(url, kind)
+        .ok_or_else(|| unlisted(""))?;
+    let device = acting.device();
+    let stand_in = match acting {
+        Acting::Listed(_) => None,
+        Acting::StandIn(d) if identity_pinned(ctx, node, &d.url) => Some(format!(
+            "through {}, standing in for {} no longer listed in FenceTarget {node}: pinned to the Node's machine",
+            redact_url(&d.url),
+            redact_url(url)
+        )),
+        Acting::StandIn(d) => {
+            return Err(unlisted(&format!(
+                ", and {}, listed now, cannot be pinned to the Node's machine (no system UUID)",
+                redact_url(&d.url)
+            )))
+        }
+    };
+    let secret = match &device.credentials_secret_ref {
+        Some(r) => read_secret(ctx, r).await?,
+        None => BTreeMap::new(),
+    };
+    Ok(Listed {
+        url: device.url.clone(),
+        secret,
+        stand_in,
+    })
 }
 
 /// A direct power device for `url`, whose verification (status polls after a command) may take
@@ -420,19 +469,24 @@ async fn warm_reset(ctx: &Ctx, node: &str, d: &PlannedDevice, token: i64) -> Act
         .map_err(AttemptError::Leadership)?;
     match DeviceScheme::of(&d.url) {
         Some(DeviceScheme::Ipmi | DeviceScheme::Redfish) if d.kind == DeviceKind::Power => {
-            let secret = secret_for(ctx, node, &d.url).await?;
+            let listed = listed(ctx, node, &d.url, d.kind).await?;
             let expected = node_identity(ctx, node);
-            let device = power_device(&d.url, &secret, budget_of(d), expected.as_deref())?;
+            let device = power_device(
+                &listed.url,
+                &listed.secret,
+                budget_of(d),
+                expected.as_deref(),
+            )?;
             still_leading(ctx, token)?;
             let sent = bounded(budget_of(d), "reset acknowledgement", async {
                 device.warm_reset().await
             })
             .await?;
             Ok((
-                format!(
+                listed.say(format!(
                     "{} accepted by {} (not evidence: the restart is proven only by a new boot ID)",
                     sent.command, sent.device
-                ),
+                )),
                 None,
             ))
         }
@@ -485,20 +539,23 @@ async fn act(
             if fence {
                 prove_identity(ctx, node, d).await?;
             }
-            let secret = secret_for(ctx, node, &d.url).await?;
+            let listed = listed(ctx, node, &d.url, d.kind).await?;
             let expected = node_identity(ctx, node);
-            let device = power_device(&d.url, &secret, budget_of(d), expected.as_deref())?;
+            let device = power_device(&listed.url, &listed.secret, budget, expected.as_deref())?;
             still_leading()?;
             if !fence {
                 let v = bounded(budget, "power on", async { device.on().await }).await?;
                 return Ok((
-                    format!("power on verified in {:?}", v.command_to_verified()),
+                    listed.say(format!(
+                        "power on verified in {:?}",
+                        v.command_to_verified()
+                    )),
                     None,
                 ));
             }
             let v = bounded(budget, "power off", async { device.off().await }).await?;
             Ok((
-                match v.refusal() {
+                listed.say(match v.refusal() {
                     None => format!(
                         "power off commanded and verified in {:?}",
                         v.command_to_verified()
@@ -507,7 +564,7 @@ async fn act(
                         "power off refused by the device ({r}), and the machine already read off: verified in {:?}",
                         v.command_to_verified()
                     ),
-                },
+                }),
                 Some((
                     EvidenceKind::PowerOff,
                     format!(
@@ -557,8 +614,8 @@ async fn act(
             ))
         }
         (DeviceKind::Storage, Some(DeviceScheme::StorageFirewall)) => {
-            let secret = secret_for(ctx, node, &d.url).await?;
-            let client = storage_client(&d.url, &secret)?;
+            let listed = listed(ctx, node, &d.url, d.kind).await?;
+            let client = storage_client(&listed.url, &listed.secret)?;
             let noderef = storage_node(ctx, node)
                 .await
                 .and_then(|n| n.with_hold(hold))?;
@@ -799,6 +856,8 @@ pub async fn read_power(
     use palisade_fence::PowerState;
     use palisade_model::nodefence::RecheckedPower;
     let budget = budget_of(d);
+    // A stand-in's words, for the answer (the read itself is bounded as one future).
+    let stand_in = std::sync::OnceLock::new();
     let read = async {
         ctx.leader
             .check(token)
@@ -812,9 +871,13 @@ pub async fn read_power(
                 DeviceKind::Power,
                 Some(DeviceScheme::Ipmi | DeviceScheme::SnmpPdu | DeviceScheme::Redfish),
             ) => {
-                let secret = secret_for(ctx, node, &d.url).await?;
+                let listed = listed(ctx, node, &d.url, d.kind).await?;
                 let expected = node_identity(ctx, node);
-                let device = power_device(&d.url, &secret, budget, expected.as_deref())?;
+                let device =
+                    power_device(&listed.url, &listed.secret, budget, expected.as_deref())?;
+                if let Some(why) = listed.stand_in {
+                    let _ = stand_in.set(why);
+                }
                 Ok(device.status().await?)
             }
             (kind, scheme) => Err(AttemptError::Unsupported(format!(
@@ -823,6 +886,10 @@ pub async fn read_power(
         }
     };
     let (state, words) = bounded_power_read(&d.url, budget, read).await;
+    let words = match stand_in.into_inner() {
+        Some(why) => format!("{words} ({why})"),
+        None => words,
+    };
     let read = match state {
         PowerState::Off => RecheckedPower::Off,
         PowerState::On => RecheckedPower::On,
@@ -950,14 +1017,15 @@ async fn prove_identity(ctx: &Ctx, node: &str, d: &PlannedDevice) -> Result<(), 
     let budget = budget_of(d);
     let mut tried = Vec::new();
     for url in provers {
-        let secret = match secret_for(ctx, node, url).await {
-            Ok(s) => s,
+        let listed = match listed(ctx, node, url, DeviceKind::Power).await {
+            Ok(l) => l,
             Err(e) => {
                 tried.push(format!("{}: {e}", palisade_model::target::redact_url(url)));
                 continue;
             }
         };
-        let (reading, words) = pinned_read(ctx, node, url, &secret, budget).await;
+        let (reading, words) = pinned_read(ctx, node, &listed.url, &listed.secret, budget).await;
+        let words = listed.say(words);
         if reading != palisade_decide::power::PowerReading::Unknown {
             tracing::info!(node, device = %palisade_model::target::redact_url(&d.url), proof = %words, "identity proven before a device without one acts");
             return Ok(());

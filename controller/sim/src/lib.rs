@@ -82,7 +82,7 @@ pub fn campaign_of(
         c.edits_elsewhere += out.edits_elsewhere;
         c.edited_verified += out.edited_verified;
         c.edited_refused += out.edited_refused;
-        c.unlisted += out.unlisted;
+        c.stood_in += out.stood_in;
         c.stale_commands += out.stale_commands;
         c.late_writes += out.late_writes;
         c.warm_takeovers += out.warm_takeovers;
@@ -134,8 +134,8 @@ pub struct Campaign {
     pub edited_verified: u64,
     /// Fence steps through an address a person wrote that the identity check refused.
     pub edited_refused: u64,
-    /// Fence steps refused because their planned BMC was no longer listed in the FenceTarget.
-    pub unlisted: u64,
+    /// Fence steps whose planned BMC was no longer listed: the BMC listed now stood in for it.
+    pub stood_in: u64,
     /// Device commands delivered by a deposed leader after a freeze.
     pub stale_commands: u64,
     /// Lease writes that landed after their agent gave up on them.

@@ -141,8 +141,8 @@ fn main() {
         c.deletions, c.deletions_held, c.refenced
     );
     println!(
-        "  edits:       {} (a person's edit of a FenceTarget's BMC address), {} to another machine's BMC; {} levels verified through an edited address, {} steps through one refused by identity, {} planned steps no longer listed",
-        c.edits, c.edits_elsewhere, c.edited_verified, c.edited_refused, c.unlisted
+        "  edits:       {} (a person's edit of a FenceTarget's BMC address), {} to another machine's BMC; {} levels verified through an edited address, {} steps through one refused by identity, {} steps through the BMC listed now, standing in for a planned address no longer listed",
+        c.edits, c.edits_elsewhere, c.edited_verified, c.edited_refused, c.stood_in
     );
     println!(
         "  stale cmds:  {} (device commands a deposed leader delivered after a freeze)",

@@ -491,8 +491,9 @@ pub struct Outcome {
     /// Fence steps (commands, re-reads) through an address a person wrote that the identity
     /// check refused: it reached another machine's BMC.
     pub edited_refused: u64,
-    /// Fence steps refused because their planned BMC is no longer listed in the FenceTarget.
-    pub unlisted: u64,
+    /// Fence steps whose planned BMC is no longer listed in the FenceTarget: the BMC it lists
+    /// now stood in for it (`FenceTargetSpec::acting_for`), pinned to the Node's machine.
+    pub stood_in: u64,
     /// Device commands a deposed leader delivered after it resumed from a freeze.
     pub stale_commands: u64,
     /// Lease writes that landed after their agent had given up on them.
@@ -1535,22 +1536,38 @@ impl<'s> World<'s> {
     }
 
     /// The machine a step of fence `f` through its planned BMC `url` reaches, as the
-    /// operator's `devices.rs` resolves it: the planned device must still be listed in the
-    /// node's FenceTarget (`secret_for`: "no longer listed"), and the BMC at its address must
-    /// answer as the Node's machine (`pin_identity`); else nothing is sent (`None`, logged).
+    /// operator's `devices.rs` resolves it: against the node's FenceTarget as listed now
+    /// ([`FenceTargetSpec::acting_for`]: the planned BMC, or the BMC listed now standing in for
+    /// one no longer listed), and the BMC at that address must answer as the Node's machine
+    /// (`pin_identity`); else nothing is sent (`None`, logged).
     fn planned_bmc(&mut self, f: usize, url: &str) -> Option<usize> {
+        use palisade_model::target::Acting;
         let i = self.fences[f].node;
-        if url != self.listed_bmc_url(i) {
-            self.out.unlisted += 1;
-            self.log(format!(
-                "{}: {url} is no longer listed in FenceTarget m{i}: nothing sent",
-                self.fences[f].name
-            ));
-            return None;
-        }
-        let b = self.machine_at(i, url);
+        let target = self.target_listing(i, &self.listed_bmc_url(i));
+        let acting = target
+            .as_ref()
+            .and_then(|t| t.acting_for(url, DeviceKind::Power));
+        let at = match acting {
+            None => {
+                self.log(format!(
+                    "{}: {url} is no longer listed in FenceTarget m{i}, and nothing stands in: nothing sent",
+                    self.fences[f].name
+                ));
+                return None;
+            }
+            Some(Acting::Listed(d)) => d.url.clone(),
+            Some(Acting::StandIn(d)) => {
+                self.out.stood_in += 1;
+                self.log(format!(
+                    "{}: {url} is no longer listed in FenceTarget m{i}: {} stands in",
+                    self.fences[f].name, d.url
+                ));
+                d.url.clone()
+            }
+        };
+        let b = self.machine_at(i, &at);
         if !self.answers_as_node(i, b) {
-            if url != Self::initial_bmc_url(i) {
+            if at != Self::initial_bmc_url(i) {
                 self.out.edited_refused += 1;
             }
             self.log(format!(
@@ -2473,6 +2490,11 @@ impl<'s> World<'s> {
     }
 
     fn target(&self, i: usize) -> Option<FenceTargetSpec> {
+        self.target_listing(i, &self.bmc_url[i])
+    }
+
+    /// Node `i`'s FenceTarget with its BMC at `bmc_url`.
+    fn target_listing(&self, i: usize, bmc_url: &str) -> Option<FenceTargetSpec> {
         let dev = |url: &str, kind| FenceDevice {
             url: url.into(),
             kind,
@@ -2487,7 +2509,7 @@ impl<'s> World<'s> {
                 csi_drivers: vec![],
             }),
         };
-        let power = dev(&self.bmc_url[i], DeviceKind::Power);
+        let power = dev(bmc_url, DeviceKind::Power);
         let storage = dev("storagefw+https://array:8443/", DeviceKind::Storage);
         let devices = match self.s.nodes[i].fencing {
             Fencing::Power => vec![power],

@@ -495,12 +495,11 @@ fn a_corrected_bmc_address_fences_the_nodes_own_machine() {
 /// is the Node's `systemUUID`, not what the new address answers, so every fence step
 /// through it is refused by identity: nothing powers the other machine off, nothing is
 /// verified, nothing is released. Planted, a pin re-learnt from the edited address powers off
-/// the other machine (`Invariant::Promise`). A fence planned before the typo keeps its
-/// address, which is no longer listed: its recovery's power-on, when it comes after the typo,
-/// is refused with nothing sent (the node stays off).
+/// the other machine (`Invariant::Promise`). A fence under way when the typo lands acts
+/// through the address listed now for its later steps (`FenceTargetSpec::acting_for`), and
+/// that stand-in is refused by identity the same way: nothing is released.
 #[test]
 fn a_mistyped_bmc_address_is_refused_by_identity_and_never_fences() {
-    let mut unlisted = 0;
     for seed in 1..=10 {
         let typo = edit_schedule(
             seed,
@@ -525,35 +524,95 @@ fn a_mistyped_bmc_address_is_refused_by_identity_and_never_fences() {
             )
         });
         assert_eq!(v.invariant, Invariant::Promise, "{}", v.what);
-        // The typo right after the node's fence verified, before its recovery powers it on.
+        // The typo while the node's fence is under way (its leader frozen before the
+        // power-off): the stand-in for the planned address reaches m1's BMC, and every later
+        // step through it is refused by identity.
+        let fenced = edit_schedule(
+            seed,
+            false,
+            vec![
+                (5_000, Fault::FreezeLeaderAtCommand(3_000)),
+                (10_000, Fault::CutAll(0)),
+            ],
+        );
+        let frozen = logged_at(&run(&fenced, None).history, "freezes for")
+            .unwrap_or_else(|| panic!("seed {seed}: the leader never froze"));
+        let mut mid_fence = fenced.clone();
+        mid_fence
+            .events
+            .push((frozen + 1_000, Fault::EditTargetAddress(0, Some(1))));
+        mid_fence.events.sort_by_key(|(at, _)| *at);
+        let out = run(&mid_fence, None);
+        let history = out.history.join("\n");
+        assert!(out.violation.is_none(), "seed {seed}: {:?}", out.violation);
+        assert!(out.stood_in > 0, "seed {seed}:\n{history}");
+        assert!(out.edited_refused > 0, "seed {seed}:\n{history}");
+        assert_eq!(out.released, 0, "seed {seed}:\n{history}");
+        let broken = run(&mid_fence, Some(Bug::RepinOnAddressEdit));
+        assert!(
+            broken.violation.is_some(),
+            "seed {seed}: a pin re-learnt from a mistyped stand-in went unnoticed\n{}",
+            broken.history.join("\n")
+        );
+    }
+}
+
+/// A person re-addresses a node's BMC (the same machine, a new address) while the node's
+/// fence is under way: its leader pauses before the power-off (`FreezeLeaderAtCommand`, well
+/// within its Lease), the edit lands, and the power-off the leader resolved before it froze
+/// goes out through the old address. Every later step of the fence (the power re-read before
+/// the release, the recovery's power-on) acts through the address listed now, pinned to the
+/// Node's machine (`FenceTargetSpec::acting_for`): the pods are released and the node is
+/// powered back on. Before, those steps were refused as no longer listed: the re-read found
+/// nothing, nothing was released, and the fence failed (`PowerNotOff`) for a correct edit; a power-on
+/// refused the same way left the machine off until the fence's budget ran out.
+#[test]
+fn a_bmc_readdressed_mid_fence_is_followed_to_the_end() {
+    for seed in 1..=10 {
         let fenced = Schedule {
             power_on: true,
             ..edit_schedule(
                 seed,
                 false,
-                vec![(10_000, Fault::CutAll(0)), (30_000, Fault::Heal(0))],
+                vec![
+                    (5_000, Fault::FreezeLeaderAtCommand(3_000)),
+                    (10_000, Fault::CutAll(0)),
+                    (30_000, Fault::Heal(0)),
+                ],
             )
         };
-        let verified = logged_at(&run(&fenced, None).history, "LevelVerified")
-            .unwrap_or_else(|| panic!("seed {seed}: m0 never fenced"));
-        let mut mid_fence = fenced.clone();
-        mid_fence
+        let out = run(&fenced, None);
+        let history = out.history.join("\n");
+        let frozen = logged_at(&out.history, "freezes for")
+            .unwrap_or_else(|| panic!("seed {seed}: the leader never froze\n{history}"));
+        assert!(out.released > 0, "seed {seed}: nothing released\n{history}");
+        assert!(
+            logged_at(&out.history, "PoweredOn").is_some(),
+            "seed {seed}: never powered back on\n{history}"
+        );
+        let mut moved = fenced.clone();
+        moved
             .events
-            .insert(1, (verified + 1, Fault::EditTargetAddress(0, Some(1))));
-        let out = run(&mid_fence, None);
+            .push((frozen + 1_000, Fault::EditTargetAddress(0, None)));
+        moved.events.sort_by_key(|(at, _)| *at);
+        let out = run(&moved, None);
         let history = out.history.join("\n");
         assert!(out.violation.is_none(), "seed {seed}: {:?}", out.violation);
-        assert_eq!(out.edited_refused, 0, "seed {seed}:\n{history}");
+        assert_eq!(out.edits, 1, "seed {seed}:\n{history}");
         assert!(
-            logged_at(&out.history, "PoweredOn").is_none_or(|at| at <= verified),
-            "seed {seed}: powered on through an address no longer listed\n{history}"
+            out.fences == 1 && !history.contains("FenceFailed"),
+            "seed {seed}: a fence failed for a person's correct edit of its BMC address\n{history}"
         );
-        unlisted += out.unlisted;
+        assert!(
+            out.released > 0,
+            "seed {seed}: a fence whose BMC was re-addressed released nothing\n{history}"
+        );
+        assert!(
+            logged_at(&out.history, "PoweredOn").is_some_and(|at| at > frozen + 1_000),
+            "seed {seed}: a fence whose BMC was re-addressed never powered it back on\n{history}"
+        );
+        assert!(out.stood_in > 0, "seed {seed}:\n{history}");
     }
-    assert!(
-        unlisted > 0,
-        "no recovery met its planned address edited away"
-    );
 }
 
 /// A person's edits of a BMC address are drawn apart from the rest of a schedule: without

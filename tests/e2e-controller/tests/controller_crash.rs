@@ -119,3 +119,78 @@ fn crash_after_deleting_the_pod_before_recording_it() {
 fn crash_after_recording_the_released_pod() {
     crash_then_resume("release_pod:after");
 }
+
+/// A person edits m0's BMC URL while m0's fence is under way (the same BMC, now pinned in its
+/// URL to m0's machine, written while the leader that powered m0 off is down): the next
+/// leader resumes the fence, and its power re-read before the release acts through the device
+/// listed now, standing in for the planned one no longer listed. Before, the re-read was
+/// refused ("no longer listed"), three times, and the fence failed `PowerNotOff` with nothing
+/// released; without the pin (these Nodes report no comparable `systemUUID`), the stand-in is
+/// refused the same way, as it must be.
+#[test]
+fn a_bmc_url_edited_mid_fence_is_followed_by_the_resumed_fence() {
+    use kube::api::{Patch, PatchParams};
+    use palisade_model::nodefence::RecheckedPower;
+    use palisade_model::FenceTarget;
+    let (lab, rt, c) = lab_ready(3, false);
+    let mut a = start_controller_with_env(
+        &lab,
+        "ctl-a",
+        &[("PALISADE_CRASH_AT", "run_level:after".to_string())],
+    );
+    policy(&c, &rt);
+    ipmi_targets(&lab, &c, &rt);
+    let pod = running_worker(&c, &rt, "m0");
+    lab.partition(0, Cut::All).unwrap();
+    let status = eventually(
+        "ctl-a crashes once m0's level is recorded",
+        Duration::from_secs(120),
+        || a.exited(),
+    );
+    assert_eq!(status.signal(), Some(6), "ctl-a aborted: {status:?}");
+    // The namespace lab's Nodes report no comparable systemUUID (their machines have no
+    // SMBIOS table): a stand-in must then be pinned by its URL, or it is refused.
+    let planned = ipmi_url(&lab, 0);
+    let edited = format!("{planned}&guid={}", lab.machines()[0].system_uuid());
+    let targets: Api<FenceTarget> = Api::all(c.clone());
+    let levels = serde_json::json!({"spec": {"levels": [
+        {"name": "ipmi", "devices": [device(&edited, "bmc-m0")]}
+    ]}});
+    rt.block_on(targets.patch("m0", &PatchParams::default(), &Patch::Merge(&levels)))
+        .expect("edit m0's FenceTarget");
+
+    let _b = start_controller(&lab, "ctl-b");
+    let nf = eventually(
+        "m0's NodeFence Released or Failed",
+        Duration::from_secs(180),
+        || {
+            fences_for(&c, &rt, "m0").into_iter().find(|f| {
+                f.status
+                    .as_ref()
+                    .is_some_and(|s| matches!(s.phase, Phase::Released | Phase::Failed))
+            })
+        },
+    );
+    print_timeline(&nf, nf.metadata.creation_timestamp.clone().unwrap().0);
+    let st = nf.status.clone().unwrap();
+    assert_eq!(st.phase, Phase::Released, "{:?}", st.failure);
+    assert_eq!(fences_for(&c, &rt, "m0").len(), 1, "one NodeFence");
+    assert!(st
+        .evidence
+        .iter()
+        .any(|e| e.kind == EvidenceKind::PowerOff && e.device == planned));
+    let rechecks = &st.release.power_rechecks;
+    assert!(
+        rechecks.iter().any(|r| r.device == planned
+            && r.state == RecheckedPower::Off
+            && r.observed.contains("standing in")),
+        "the re-read went through the edited URL: {rechecks:?}"
+    );
+    let uid = pod.uid().unwrap();
+    assert!(
+        st.release.pods.iter().any(|p| p.uid == uid),
+        "{:?}",
+        st.release
+    );
+    assert!(!lab.machines()[0].is_powered(), "m0 is off");
+}
