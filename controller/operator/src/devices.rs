@@ -432,6 +432,19 @@ fn bridge_device(ctx: &Ctx, url: &str, token: i64) -> Result<BridgeDevice, Attem
     Ok(BridgeDevice::new(target, identity, options)?)
 }
 
+/// The firmware-bridge target of the planned device `d`, only while `node`'s FenceTarget still
+/// lists it: a person who removed a bridge target from the FenceTarget has withdrawn it, as a
+/// direct device ([`listed`]); nothing stands in for it.
+async fn listed_bridge(
+    ctx: &Ctx,
+    node: &str,
+    d: &PlannedDevice,
+    token: i64,
+) -> Result<BridgeDevice, AttemptError> {
+    listed(ctx, node, &d.url, d.kind).await?;
+    bridge_device(ctx, &d.url, token)
+}
+
 async fn storage_node(
     ctx: &Ctx,
     node: &str,
@@ -577,11 +590,11 @@ async fn act(
             ))
         }
         (DeviceKind::Power, Some(DeviceScheme::Bridge)) => {
+            let device = listed_bridge(ctx, node, d, token).await?;
             if fence {
                 prove_identity(ctx, node, d).await?;
                 still_leading()?;
             }
-            let device = bridge_device(ctx, &d.url, token)?;
             if !fence {
                 let v =
                     bounded(budget, "power on", async { device.on_with_key(key).await }).await?;
@@ -645,7 +658,7 @@ async fn act(
             // the bridge (`storage_still_held`): the unblock fails, the node stays blocked.
             let hold = palisade_fence::bridge::wire::StorageHold::new(hold)
                 .map_err(|e| palisade_fence::FenceError::Config(format!("{}: {e}", d.url)))?;
-            let device = bridge_device(ctx, &d.url, token)?;
+            let device = listed_bridge(ctx, node, d, token).await?;
             let (verb, action) = if fence {
                 ("block", StorageAction::Block)
             } else {
@@ -865,7 +878,7 @@ pub async fn read_power(
             .map_err(AttemptError::Leadership)?;
         match (d.kind, DeviceScheme::of(&d.url)) {
             (DeviceKind::Power, Some(DeviceScheme::Bridge)) => {
-                Ok(bridge_device(ctx, &d.url, token)?.status().await?)
+                Ok(listed_bridge(ctx, node, d, token).await?.status().await?)
             }
             (
                 DeviceKind::Power,
