@@ -364,6 +364,9 @@ pub enum WaitFor {
     /// Releasing: a power device could not be read before a release; it is read again at
     /// `until` (at most [`POWER_REREADS`] times under one token, then the fence fails).
     PowerRecheck,
+    /// Recovering: a recovery action (power on, storage unblock) on these devices failed; it is
+    /// tried again at `until` ([`recovery_retry_at`]).
+    RecoveryRetry,
     /// Recovering: another machine answers under the node's name. The fence pinned machine
     /// `pinned` ([`palisade_model::nodefence::PinnedNode::system_uuid`]), and `from` shows
     /// `found` (`None`: an answer that advertises no machine UUID, as an older agent's): no
@@ -1113,6 +1116,56 @@ fn other_machine(status: &NodeFenceStatus, obs: &Observations<'_>) -> Option<Wai
     }
 }
 
+/// The least and the most a failed recovery action (power on, unblock) waits before it is
+/// tried again: doubling from the least after each failure.
+pub const RECOVERY_RETRY: (std::time::Duration, std::time::Duration) = (
+    std::time::Duration::from_secs(1),
+    std::time::Duration::from_secs(30),
+);
+
+/// When a recovery action on `devices` may be tried again: `None` when none of their recovery
+/// attempts failed; else the last failure's time plus a delay that doubles with each failure
+/// ([`RECOVERY_RETRY`]).
+///
+/// Guarantees: a BMC or storage array that keeps refusing (a power-on right after a power-off,
+/// a session limit) is asked at most about once per 30 s, and the attempts the status keeps
+/// stay bounded by the Recovering budget over that delay (not by the reconcile rate).
+pub fn recovery_retry_at(status: &NodeFenceStatus, devices: &[PlannedDevice]) -> Option<Timestamp> {
+    use palisade_model::nodefence::DeviceAction;
+    let failed: Vec<Timestamp> = status
+        .attempts
+        .iter()
+        .filter(|a| matches!(a.action, DeviceAction::PowerOn | DeviceAction::Unblock))
+        .filter(|a| a.outcome != palisade_model::nodefence::AttemptOutcome::Succeeded)
+        .filter(|a| devices.iter().any(|d| d.url == a.device))
+        .map(|a| a.at.0)
+        .collect();
+    let last = failed.iter().max()?;
+    let (least, most) = RECOVERY_RETRY;
+    let doublings = u32::try_from(failed.len().saturating_sub(1))
+        .unwrap_or(u32::MAX)
+        .min(16);
+    let delay = least.saturating_mul(1 << doublings).min(most);
+    Some(*last + delay)
+}
+
+/// `action` on `devices`, unless a recovery action on them failed and its retry is not due
+/// yet ([`recovery_retry_at`]): then a wait until it is.
+fn recovery_action(
+    status: &NodeFenceStatus,
+    obs: &Observations<'_>,
+    devices: Vec<PlannedDevice>,
+    action: fn(Vec<PlannedDevice>) -> Step,
+) -> Step {
+    match recovery_retry_at(status, &devices) {
+        Some(at) if obs.now.wall < at => Step::Wait {
+            why: WaitFor::RecoveryRetry,
+            until: Some(at),
+        },
+        _ => action(devices),
+    }
+}
+
 /// Recovering, in this order: the recovery challenge, power-on, the node's rejoin, the clean
 /// proof; then the untaint, and only after it settled the storage unblock; then Done.
 ///
@@ -1147,7 +1200,7 @@ fn recovering(status: &NodeFenceStatus, obs: &Observations<'_>) -> Step {
     if recovery.power_on && rec.powered_on_at.is_none() {
         let power = tried_devices(status, DeviceKind::Power);
         if !power.is_empty() {
-            return Step::PowerOn(power);
+            return recovery_action(status, obs, power, Step::PowerOn);
         }
     }
     if !obs.node_healthy {
@@ -1219,7 +1272,7 @@ fn recovering(status: &NodeFenceStatus, obs: &Observations<'_>) -> Step {
     let watched = obs.untainted_for.unwrap_or_default();
     let deadline = jiff_add(observed, UNTAINT_SETTLE_MARGIN);
     if obs.now.wall >= deadline && watched >= UNTAINT_SETTLE_MARGIN {
-        Step::Unfence(storage)
+        recovery_action(status, obs, storage, Step::Unfence)
     } else {
         Step::Wait {
             why: WaitFor::UntaintMargin,

@@ -18,8 +18,9 @@ use palisade_decide::verdict::{FencePlan, PlanLevel};
 use palisade_decide::{Clocks, HoldReason, Mono, Verdict, WaitReason};
 use palisade_model::advertise::{Advertisement, RuntimeSource};
 use palisade_model::nodefence::{
-    Coverage, Evidence, EvidenceKind, FailureReason, NodeFenceSpec, NodeFenceStatus, Phase,
-    PinnedNode, PlannedDevice, PowerRecheck, RecheckedPower, RequestedBy,
+    AttemptOutcome, Coverage, DeviceAction, DeviceAttempt, Evidence, EvidenceKind, FailureReason,
+    NodeFenceSpec, NodeFenceStatus, Phase, PinnedNode, PlannedDevice, PowerRecheck, RecheckedPower,
+    RequestedBy,
 };
 use palisade_model::policy::{Recovery, UntaintWhen};
 use palisade_model::target::{ClaimBacking, DeviceKind, PowerOff, StorageScope};
@@ -165,6 +166,8 @@ struct World {
     phase_seen_since: Option<Mono>,
     recovery: Recovery,
     verdict: Option<Verdict>,
+    /// The next this many recovery actions (power on, unblock) are refused by their devices.
+    refused_recoveries: u32,
 }
 
 impl World {
@@ -201,6 +204,7 @@ impl World {
                 untaint_when: UntaintWhen::NodeReady,
             },
             verdict: Some(Verdict::Fence(plan())),
+            refused_recoveries: 0,
         }
     }
 
@@ -319,6 +323,28 @@ fn apply(step: &Step, st: &mut NodeFenceStatus, w: &mut World, level_ok: &dyn Fn
         Step::ClearAttachRecord(_, r) => {
             w.attach_records.retain(|x| x.object != *r);
             Answer::Nothing
+        }
+        Step::PowerOn(devices) | Step::Unfence(devices) if w.refused_recoveries > 0 => {
+            w.refused_recoveries -= 1;
+            Answer::Recovery {
+                attempts: devices
+                    .iter()
+                    .map(|d| DeviceAttempt {
+                        level: 0,
+                        device: d.url.clone(),
+                        action: match d.kind {
+                            DeviceKind::Power => DeviceAction::PowerOn,
+                            DeviceKind::Storage => DeviceAction::Unblock,
+                        },
+                        outcome: AttemptOutcome::Failed,
+                        token: w.token,
+                        at: MicroTime(at),
+                        message: "refused: a power-on right after a power-off".into(),
+                        seen_token: None,
+                    })
+                    .collect(),
+                result: Err("refused".into()),
+            }
         }
         Step::PowerOn(_) | Step::Unfence(_) => Answer::Recovery {
             attempts: Vec::new(),
@@ -2163,6 +2189,26 @@ fn a_reset_level_without_a_storage_device_fails_without_acting() {
     );
 }
 
+/// Performs `step`, then moves the clock one second on; a node awaited to rejoin comes back
+/// clean first.
+fn recovery_tick(
+    step: &Step,
+    st: &mut NodeFenceStatus,
+    w: &mut World,
+    level_ok: &dyn Fn(i32) -> bool,
+) {
+    if let Step::Wait {
+        why: WaitFor::Rejoin,
+        ..
+    } = step
+    {
+        w.node_healthy = true;
+        w.agent_clean = true;
+    }
+    apply(step, st, w, level_ok);
+    w.now += 1;
+}
+
 /// Drives a fence verified at level 1 and released through recovery until it records its clean
 /// proof, or waits on a machine identity mismatch (then returns that wait).
 fn recover_until_proof_or_mismatch(st: &mut NodeFenceStatus, w: &mut World) -> Option<Step> {
@@ -2172,22 +2218,14 @@ fn recover_until_proof_or_mismatch(st: &mut NodeFenceStatus, w: &mut World) -> O
             return None;
         }
         let step = next_step(&sp, st, &w.obs());
-        match &step {
-            Step::Wait {
-                why: WaitFor::IdentityMismatch { .. },
-                ..
-            } => return Some(step),
-            Step::Wait {
-                why: WaitFor::Rejoin,
-                ..
-            } => {
-                w.node_healthy = true;
-                w.agent_clean = true;
-            }
-            _ => {}
+        if let Step::Wait {
+            why: WaitFor::IdentityMismatch { .. },
+            ..
+        } = &step
+        {
+            return Some(step);
         }
-        apply(&step, st, w, &|l| l == 1);
-        w.now += 1;
+        recovery_tick(&step, st, w, &|l| l == 1);
     }
     panic!("recovery neither recorded a proof nor refused the machine: {st:?}");
 }
@@ -2472,4 +2510,99 @@ fn no_power_is_read_again_for_a_level_that_did_not_power_off() {
     assert!(st.release.tainted_at.is_some());
     assert!(!matches!(step, Step::RecheckPower(_)), "{step:?}");
     let _ = sp;
+}
+
+/// A device attempt on `device` at wall second `1_000 + s`.
+fn attempt(device: &str, action: DeviceAction, outcome: AttemptOutcome, s: i64) -> DeviceAttempt {
+    DeviceAttempt {
+        level: 0,
+        device: device.into(),
+        action,
+        outcome,
+        token: 1,
+        at: MicroTime(Timestamp::from_second(1_000 + s).unwrap()),
+        message: String::new(),
+        seen_token: None,
+    }
+}
+
+/// Found on the lab (a Fujitsu-like BMC refusing a power-on right after a power-off): a
+/// refused power-on was retried on every reconcile, about twice a second, each attempt
+/// kept in the status.
+#[test]
+fn a_refused_recovery_action_waits_longer_after_each_failure_up_to_a_bound() {
+    let bmc = PlannedDevice {
+        url: "redfish+https://bmc".into(),
+        kind: DeviceKind::Power,
+        timeout_seconds: 20,
+        fences: None,
+        identity_from: None,
+    };
+    let mut st = NodeFenceStatus::default();
+    // The fence's own power-off and another device's failures do not count.
+    st.attempts.push(attempt(
+        &bmc.url,
+        DeviceAction::PowerOff,
+        AttemptOutcome::Failed,
+        0,
+    ));
+    st.attempts.push(attempt(
+        "ipmi://other",
+        DeviceAction::PowerOn,
+        AttemptOutcome::Failed,
+        0,
+    ));
+    assert_eq!(
+        palisade_decide::phase::recovery_retry_at(&st, std::slice::from_ref(&bmc)),
+        None
+    );
+    let mut delays = Vec::new();
+    for n in 0..8 {
+        st.attempts.push(attempt(
+            &bmc.url,
+            DeviceAction::PowerOn,
+            AttemptOutcome::Failed,
+            10 * n,
+        ));
+        let at =
+            palisade_decide::phase::recovery_retry_at(&st, std::slice::from_ref(&bmc)).unwrap();
+        delays.push(at.as_second() - (1_000 + 10 * n));
+    }
+    assert_eq!(delays, vec![1, 2, 4, 8, 16, 30, 30, 30]);
+}
+
+/// A recovery action its device refuses is tried again only after a wait that doubles
+/// ([`palisade_decide::phase::recovery_retry_at`]), in the core that the operator and the
+/// simulation share: the fence waits (`RecoveryRetry`) between the tries, then goes on.
+#[test]
+fn a_refused_power_on_is_tried_again_after_doubling_waits_then_recovery_goes_on() {
+    let sp = spec(RequestedBy::Controller);
+    let mut st = created();
+    let mut w = World::new();
+    w.refused_recoveries = 3;
+    let level_ok = |l: i32| l == 1;
+    let mut tries = Vec::new();
+    let mut waited = 0;
+    for _ in 0..200 {
+        let step = next_step(&sp, &st, &w.obs());
+        match &step {
+            Step::Nothing => break,
+            Step::PowerOn(_) => tries.push(w.now),
+            Step::Wait {
+                why: WaitFor::RecoveryRetry,
+                until,
+            } => {
+                assert!(until.is_some_and(|u| u > wall(w.now)), "{until:?}");
+                waited += 1;
+            }
+            _ => {}
+        }
+        recovery_tick(&step, &mut st, &mut w, &level_ok);
+    }
+    let gaps: Vec<i64> = tries.windows(2).map(|p| p[1] - p[0]).collect();
+    // Refused three times (each try sends both planned power devices), then it goes through.
+    assert_eq!(gaps.len(), 3, "{tries:?}");
+    assert!(gaps[0] >= 1 && gaps[1] >= 2 && gaps[2] >= 4, "{gaps:?}");
+    assert!(waited >= 4, "{waited} waits");
+    assert_eq!(st.phase, Phase::Done, "{:?}", st.failure);
 }

@@ -30,7 +30,7 @@ use palisade_decide::detector::Thresholds;
 use palisade_decide::next_step;
 use palisade_decide::phase::{ObjectRef, Step};
 use palisade_model::advertise::Advertisement;
-use palisade_model::nodefence::{AttemptOutcome, NodeFenceStatus, Phase, PlannedDevice};
+use palisade_model::nodefence::{AttemptOutcome, NodeFenceStatus, Phase};
 use palisade_model::policy::Detection;
 use palisade_model::NodeFence;
 use tracing::Instrument as _;
@@ -382,39 +382,6 @@ fn step_name(nf: &NodeFence, token: i64, status: &NodeFenceStatus) -> crate::dev
     }
 }
 
-/// The least and the most a failed recovery action (power on, unblock) waits before it is
-/// tried again: doubling from the least after each failure.
-const RECOVERY_RETRY: (std::time::Duration, std::time::Duration) = (
-    std::time::Duration::from_secs(1),
-    std::time::Duration::from_secs(30),
-);
-
-/// When a recovery action on `devices` may be tried again: `None` when none of their recovery
-/// attempts failed; else the last failure's time plus a delay that doubles with each failure
-/// ([`RECOVERY_RETRY`]).
-///
-/// Guarantees: a BMC or storage array that keeps refusing (a power-on right after a power-off,
-/// a session limit) is asked at most about once per 30 s, and the attempts the status keeps
-/// stay bounded by the Recovering budget over that delay (not by the reconcile rate).
-fn recovery_retry_at(status: &NodeFenceStatus, devices: &[PlannedDevice]) -> Option<Timestamp> {
-    use palisade_model::nodefence::DeviceAction;
-    let failed: Vec<Timestamp> = status
-        .attempts
-        .iter()
-        .filter(|a| matches!(a.action, DeviceAction::PowerOn | DeviceAction::Unblock))
-        .filter(|a| a.outcome != AttemptOutcome::Succeeded)
-        .filter(|a| devices.iter().any(|d| d.url == a.device))
-        .map(|a| a.at.0)
-        .collect();
-    let last = failed.iter().max()?;
-    let (least, most) = RECOVERY_RETRY;
-    let doublings = u32::try_from(failed.len().saturating_sub(1))
-        .unwrap_or(u32::MAX)
-        .min(16);
-    let delay = least.saturating_mul(1 << doublings).min(most);
-    Some(*last + delay)
-}
-
 /// The node's boot ID as last known: the one its agent advertised with its latest observed
 /// renewal, else the Node's `status.nodeInfo.bootID`.
 fn boot_id(ctx: &Ctx, node: &str) -> Option<String> {
@@ -709,10 +676,6 @@ async fn work(ctx: &Ctx, name: &str, token: i64) -> Result<(), Error> {
                     Answer::Nothing
                 }
                 Step::PowerOn(devices) | Step::Unfence(devices) => {
-                    // A device that keeps refusing is asked again only after a delay.
-                    if recovery_retry_at(&status, devices).is_some_and(|at| now_wall() < at) {
-                        return Ok(true);
-                    }
                     let level = status.verified_fence().map(|v| v.level()).unwrap_or(0);
                     let ids = step_name(&nf, token, &status);
                     let (attempts, result) =
@@ -898,27 +861,6 @@ mod start_gate_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use palisade_model::nodefence::{DeviceAction, DeviceAttempt};
-    use palisade_model::target::DeviceKind;
-
-    fn attempt(
-        device: &str,
-        action: DeviceAction,
-        outcome: AttemptOutcome,
-        s: i64,
-    ) -> DeviceAttempt {
-        DeviceAttempt {
-            level: 0,
-            device: device.into(),
-            action,
-            outcome,
-            token: 1,
-            at: MicroTime(Timestamp::from_second(1_000 + s).unwrap()),
-            message: String::new(),
-            seen_token: None,
-        }
-    }
-
     /// A finished fence whose finalizer stayed (the worker crashed between the persisted end
     /// and the removal) gets a worker again, which removes it; one that still holds its node
     /// keeps it, and a finished fence without it needs nothing.
@@ -952,47 +894,6 @@ mod tests {
         assert!(!needs_worker(&fence(Phase::Done, false, false)));
         // A Failed fence that tainted the node holds it: its finalizer stays for a person.
         assert!(!needs_worker(&fence(Phase::Failed, true, true)));
-    }
-
-    /// Found on the lab (a Fujitsu-like BMC refusing a power-on right after a power-off): a
-    /// refused power-on was retried on every reconcile, about twice a second, each attempt
-    /// kept in the status.
-    #[test]
-    fn a_refused_recovery_action_waits_longer_after_each_failure_up_to_a_bound() {
-        let bmc = PlannedDevice {
-            url: "redfish+https://bmc".into(),
-            kind: DeviceKind::Power,
-            timeout_seconds: 20,
-            fences: None,
-            identity_from: None,
-        };
-        let mut st = NodeFenceStatus::default();
-        // The fence's own power-off and another device's failures do not count.
-        st.attempts.push(attempt(
-            &bmc.url,
-            DeviceAction::PowerOff,
-            AttemptOutcome::Failed,
-            0,
-        ));
-        st.attempts.push(attempt(
-            "ipmi://other",
-            DeviceAction::PowerOn,
-            AttemptOutcome::Failed,
-            0,
-        ));
-        assert_eq!(recovery_retry_at(&st, std::slice::from_ref(&bmc)), None);
-        let mut delays = Vec::new();
-        for n in 0..8 {
-            st.attempts.push(attempt(
-                &bmc.url,
-                DeviceAction::PowerOn,
-                AttemptOutcome::Failed,
-                10 * n,
-            ));
-            let at = recovery_retry_at(&st, std::slice::from_ref(&bmc)).unwrap();
-            delays.push(at.as_second() - (1_000 + 10 * n));
-        }
-        assert_eq!(delays, vec![1, 2, 4, 8, 16, 30, 30, 30]);
     }
 
     #[test]
