@@ -4,12 +4,13 @@
 //! entry as listed now for the credential Secret reference (a direct BMC no longer listed, its
 //! address edited by a person, is stood in for by the BMC listed now, pinned to the Node's
 //! machine: [`palisade_model::target::FenceTargetSpec::acting_for`]), the credentials are read
-//! from the Secret (never logged, never in argv), and the action runs through `palisade-fence` (IPMI, SNMP PDU) or
-//! `palisade-storagefw` (storage firewall), bounded by the device's timeout. A `bridge://`
-//! device is driven through the firmware-bridge instead: the controller presents its client
-//! certificate ([`crate::Settings::bridge`]), the leader's fencing token and an idempotency key
-//! derived from the `NodeFence` (so a controller resuming an interrupted step gets the bridge's
-//! recorded answer instead of a second power action); the bridge holds the credentials.
+//! from the Secret (never logged, never in argv), and the action runs through `palisade-fence`
+//! (IPMI, SNMP PDU) or `palisade-storagefw` (storage firewall), bounded by the device's timeout.
+//! A `bridge://` device is driven through the firmware-bridge instead: the controller presents
+//! its client certificate ([`crate::Settings::bridge`]), the leader's fencing token and an
+//! idempotency key derived from the `NodeFence` (so a controller resuming an interrupted step
+//! gets the bridge's recorded answer instead of a second power action); the bridge holds the
+//! credentials.
 //!
 //! Guarantees: evidence is produced only from `palisade_fence::VerifiedOff` (the device reported
 //! the power off after the command) or `palisade_storagefw::VerifiedBlocked` (the storage reported
@@ -147,7 +148,7 @@ async fn listed(ctx: &Ctx, node: &str, url: &str, kind: DeviceKind) -> Result<Li
         )),
         Acting::StandIn(d) => {
             return Err(unlisted(&format!(
-                ", and {}, listed now, cannot be pinned to the Node's machine (no system UUID)",
+                ", and {}, listed now, cannot be pinned to the Node's machine (the Node reports no comparable system UUID and its URL no pin, or its pin names another machine)",
                 redact_url(&d.url)
             )))
         }
