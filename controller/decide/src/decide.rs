@@ -471,7 +471,7 @@ fn self_fence_level(
         silent_since: node.last_heartbeat_change,
         wait,
         scope,
-        marker: node.heartbeat_marker.clone(),
+        marker: node.heartbeat_marker.as_deref().map(str::to_string),
     })
 }
 

@@ -138,7 +138,7 @@ pub struct NodeSnapshot {
     /// ([`crate::power::PowerWatch::off_run`]).
     pub power_off: Option<crate::power::OffRun>,
     /// The heartbeat marker observed at `last_heartbeat_change` ([`crate::detector::Detector::marker`]).
-    pub heartbeat_marker: Option<String>,
+    pub heartbeat_marker: Option<std::sync::Arc<str>>,
     /// Exclusions read from the node's annotations.
     pub exclusion: Option<Exclusion>,
     /// The self-fence advertisement the node agent wrote with its last renewal the

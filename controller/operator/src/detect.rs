@@ -1,7 +1,8 @@
 //! The detection and decision tick.
 //!
-//! A dead node sends no events, so staleness is clocked here, on a periodic tick, and never
-//! only on watch events. Each tick:
+//! A dead node sends no events, so staleness is clocked here, on a periodic tick and at the
+//! moment a node's silence reaches a threshold between two ticks, and never only on watch
+//! events. Each round:
 //!
 //! 1. observes every node's heartbeat markers (Lease `renewTime`, Ready `lastHeartbeatTime`)
 //!    into the detector, on our own monotonic clock (every replica does this, so a new leader
@@ -14,16 +15,17 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{ListParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use palisade_decide::detector::{Heartbeat, Observed};
+use palisade_decide::detector::{Heartbeat, Observed, Thresholds};
 use palisade_decide::snapshot::{
     Exclusion, FenceState, Lent, NodeSnapshot, PdbSnapshot, PodSnapshot, PolicySnapshot, Snapshot,
 };
-use palisade_decide::{decide, guards_holding, Clocks, Verdict};
+use palisade_decide::{decide, guards_holding, Clocks, Mono, Verdict};
 use palisade_model::nodefence::{NodeFenceSpec, Overrides, Phase, RequestedBy};
 use palisade_model::{FenceTarget, NodeFence};
 
@@ -31,55 +33,126 @@ use crate::error::Error;
 use crate::events::{Kind, Recorder};
 use crate::Ctx;
 
-/// Runs the tick forever.
+/// The shortest time between the start of two rounds when the second is run for a threshold
+/// crossing ([`crossing_wake`]).
+const CROSSING_MIN_GAP: Duration = Duration::from_millis(50);
+
+/// What the loop remembers of the round before.
+struct LastRound {
+    started: Instant,
+    took: Duration,
+    judged: Mono,
+}
+
+/// Runs the tick forever: a round at every tick, and one more when a node's silence reaches a
+/// policy's threshold between two ticks (see `crossing_wake`).
 pub async fn run(ctx: Arc<Ctx>) {
     let mut interval = tokio::time::interval(ctx.settings.tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut reported: HashMap<String, String> = HashMap::new();
     let mut shared = Shared::default();
+    let mut last: Option<LastRound> = None;
     loop {
-        interval.tick().await;
-        let now = ctx.now();
-        observe(&ctx, now);
-        // Every replica remembers when a quorum guard held, so a standby that takes over
-        // knows what the leader knew.
-        let snap = snapshot(&ctx, now, &mut shared);
-        record_guards(&ctx, &snap);
-        // Tokens only go up: never act below a token some NodeFence already recorded (the
-        // leader Lease may have been deleted with its namespace, or restored from a backup).
-        if let Some(highest) = ctx
-            .cache
-            .fences
-            .state()
-            .iter()
-            .filter_map(|f| f.status.as_ref()?.fencing_token)
-            .max()
-        {
-            ctx.leader.raise_floor(highest);
+        let wake = last.as_ref().and_then(|l| crossing_wake(&ctx, l));
+        tokio::select! {
+            _ = interval.tick() => {}
+            () = sleep_until(wake) => {}
         }
-        let token = ctx.leader.token();
-        ctx.metrics.tick(token.is_some());
-        let Some(token) = token else {
-            reported.clear();
-            continue;
-        };
-        if ctx.cache.sight.blind(std::time::Instant::now()) {
-            // The caches may lack renewals: no decision until sight returns (and then
-            // silence counts from its return, see crate::sight).
-            tracing::info!("no decision this round: the API server is out of sight");
-            crate::reconcile::ensure_workers(&ctx, token);
-            continue;
-        }
-        match decide_round(&ctx, snap, &mut reported).await {
-            Ok(created) => {
-                for name in created {
-                    crate::reconcile::start_worker(&ctx, name, token);
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "decision round failed"),
-        }
-        crate::reconcile::ensure_workers(&ctx, token);
+        let started = Instant::now();
+        let judged = round(&ctx, &mut reported, &mut shared).await;
+        last = Some(LastRound {
+            started,
+            took: started.elapsed(),
+            judged,
+        });
     }
+}
+
+/// Sleeps until `wake`, forever if `None`.
+async fn sleep_until(wake: Option<Instant>) {
+    match wake {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// When to run a round before the next tick: at the first moment after the last round's
+/// judgement at which a node's silence reaches a policy's Suspect or Unhealthy threshold
+/// ([`palisade_decide::detector::Detector::next_crossing`]), so that a verdict that depends
+/// on it is not late by up to a tick (a quarter of a second at the default resync). `None`
+/// when no node has such a moment.
+///
+/// Guarantees: such a round is an ordinary round (the same observation and decision, at
+/// another moment), so it changes when a verdict is reached, never what it is; it starts no
+/// sooner than twice the last round's duration after that round's start, and never within
+/// [`CROSSING_MIN_GAP`], so crossings, however many, keep the rounds to half a core.
+fn crossing_wake(ctx: &Ctx, last: &LastRound) -> Option<Instant> {
+    let thresholds: Vec<Duration> = ctx
+        .cache
+        .policies
+        .state()
+        .iter()
+        .flat_map(|p| {
+            let t = Thresholds::from(&p.spec.detection);
+            [t.suspect_after, t.unhealthy_after]
+        })
+        .collect();
+    let at = ctx
+        .memory
+        .lock()
+        .detector
+        .next_crossing(last.judged, &thresholds)?;
+    let earliest = last.started + CROSSING_MIN_GAP.max(last.took * 2);
+    Some(ctx.instant_of(at).max(earliest))
+}
+
+/// One round (see the module); returns the moment it judged.
+async fn round(
+    ctx: &Arc<Ctx>,
+    reported: &mut HashMap<String, String>,
+    shared: &mut Shared,
+) -> Mono {
+    let now = ctx.now();
+    observe(ctx, now);
+    // Every replica remembers when a quorum guard held, so a standby that takes over
+    // knows what the leader knew.
+    let snap = snapshot(ctx, now, shared);
+    record_guards(ctx, &snap);
+    // Tokens only go up: never act below a token some NodeFence already recorded (the
+    // leader Lease may have been deleted with its namespace, or restored from a backup).
+    if let Some(highest) = ctx
+        .cache
+        .fences
+        .state()
+        .iter()
+        .filter_map(|f| f.status.as_ref()?.fencing_token)
+        .max()
+    {
+        ctx.leader.raise_floor(highest);
+    }
+    let token = ctx.leader.token();
+    ctx.metrics.tick(token.is_some());
+    let Some(token) = token else {
+        reported.clear();
+        return now.mono;
+    };
+    if ctx.cache.sight.blind(Instant::now()) {
+        // The caches may lack renewals: no decision until sight returns (and then
+        // silence counts from its return, see crate::sight).
+        tracing::info!("no decision this round: the API server is out of sight");
+        crate::reconcile::ensure_workers(ctx, token);
+        return now.mono;
+    }
+    match decide_round(ctx, snap, reported).await {
+        Ok(created) => {
+            for name in created {
+                crate::reconcile::start_worker(ctx, name, token);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "decision round failed"),
+    }
+    crate::reconcile::ensure_workers(ctx, token);
+    now.mono
 }
 
 /// Step 1: feed the detector.

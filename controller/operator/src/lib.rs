@@ -161,6 +161,11 @@ impl Ctx {
         Mono(at.saturating_duration_since(self.start))
     }
 
+    /// The instant of `at` on our monotonic clock (the inverse of [`Ctx::mono_of`]).
+    pub fn instant_of(&self, at: Mono) -> Instant {
+        self.start + at.0
+    }
+
     /// Both clocks now: our monotonic clock (since start) and the wall clock (for persisted
     /// timestamps only).
     pub fn now(&self) -> Clocks {

@@ -53,7 +53,8 @@ struct Args {
     /// Leader Lease renewal interval (must be shorter than the duration).
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     renew_interval: Duration,
-    /// Detection and requeue period: how often silent nodes are re-evaluated.
+    /// Detection and requeue period: how often silent nodes are re-evaluated (a node whose
+    /// silence reaches a policy threshold between two periods is judged at that moment).
     #[arg(long, default_value = "500ms", value_parser = parse_duration)]
     resync: Duration,
     /// Do not install the CRDs at start (they are managed elsewhere).

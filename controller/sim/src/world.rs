@@ -2960,7 +2960,13 @@ impl<'s> World<'s> {
                 NodeSnapshot {
                     labels: Default::default(),
                     last_heartbeat_change: last_change,
-                    heartbeat_marker: self.ctl.sight.memory.detector.marker(&name),
+                    heartbeat_marker: self
+                        .ctl
+                        .sight
+                        .memory
+                        .detector
+                        .sighting(&name)
+                        .map(|s| s.marker),
                     renewal_gap,
                     long_gaps: self.ctl.sight.memory.detector.long_gaps(&name),
                     power_off,
