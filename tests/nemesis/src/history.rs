@@ -143,9 +143,9 @@ pub enum Record {
         /// the boot ID, so the two bracket what the status says.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         boot_after: Option<String>,
-        /// When the list that returned this status had finished (the host's wall clock, µs
-        /// since the epoch): the status, and the NodeFence, existed by then. `None` in
-        /// histories written before it was recorded.
+        /// When a list first returned this NodeFence (the host's wall clock, µs since the
+        /// epoch): the NodeFence existed by then (its status, only by the poll that recorded
+        /// it). `None` in histories written before it was recorded.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         seen_us: Option<i64>,
     },

@@ -246,7 +246,20 @@ pub fn run(
     // Each machine's boot at the last poll: a change is recorded (`Record::Boot`).
     let mut last_boots: BTreeMap<String, Option<String>> = BTreeMap::new();
     let started = std::time::Instant::now();
+    // When each NodeFence was first listed (by UID), from a list made before the machines'
+    // boots are sampled (see below).
+    let mut first_seen: BTreeMap<String, i64> = BTreeMap::new();
     while !stop.load(Ordering::Relaxed) {
+        // A fence created and already powering its machine off within one poll would
+        // otherwise be first seen after the boot change it caused, and `fence-while-heard`
+        // would take its own power-off for the machine going down before it: listed first,
+        // a fence is seen before any boot change it causes in the same poll.
+        if let Some(fences) = list_fences(c) {
+            let at = History::now_us();
+            for uid in fences.iter().filter_map(|f| f.metadata.uid.clone()) {
+                first_seen.entry(uid).or_insert(at);
+            }
+        }
         // The ground truth beside what the statuses claim, sampled before and after they are
         // read, so that the two samples bracket the status.
         let before = boots(lab);
@@ -275,7 +288,11 @@ pub fn run(
                         snapshot: s.clone(),
                         boot_before: before.get(&s.node).cloned().flatten(),
                         boot_after: after.get(&s.node).cloned().flatten(),
-                        seen_us: Some(seen_us),
+                        seen_us: Some(
+                            first_seen
+                                .get(&s.uid)
+                                .map_or(seen_us, |f| (*f).min(seen_us)),
+                        ),
                     });
                 }
                 *t_seen = (*t_seen).max(s.transitions.len());
