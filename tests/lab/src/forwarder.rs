@@ -5,24 +5,44 @@
 //! loopback. Cutting a machine off the control plane makes the relay black-hole that
 //! machine's traffic: open connections go silent and new ones never get an answer, as on a
 //! real partition, while the machine keeps its link to the other machines and to storage.
+//! The relay also impairs a machine's link without cutting it ([`Link`]): every byte late
+//! by a fixed delay each way, or a one-way partition in which the machine's requests land
+//! and nothing comes back.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-/// Which source addresses are cut off. Cheap to clone.
+/// What the relay does to one machine's traffic (a machine with none passes freely).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Link {
+    /// Black-holed both ways: open connections go silent, new ones are never answered.
+    Cut,
+    /// A one-way partition: what the machine sends on the connections it has open is carried
+    /// on (its requests land), what comes back is held until the link heals (then delivered,
+    /// as TCP's retransmissions would), and new connections are never answered (their
+    /// handshake's answer would be lost too).
+    Deaf,
+    /// Every byte is carried on this much later, each way (a congested or distant link; an
+    /// API server slow to answer this machine alone).
+    Slow(Duration),
+}
+
+/// Which source addresses are cut off or impaired. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct CutSet {
-    tx: Arc<watch::Sender<HashSet<IpAddr>>>,
+    tx: Arc<watch::Sender<HashMap<IpAddr, Link>>>,
 }
 
 impl Default for CutSet {
     fn default() -> Self {
         CutSet {
-            tx: Arc::new(watch::channel(HashSet::new()).0),
+            tx: Arc::new(watch::channel(HashMap::new()).0),
         }
     }
 }
@@ -30,12 +50,17 @@ impl Default for CutSet {
 impl CutSet {
     /// Cuts `ip` off.
     pub fn cut(&self, ip: IpAddr) {
+        self.impair(ip, Link::Cut);
+    }
+
+    /// Sets what happens to `ip`'s traffic from now on (replacing any cut or impairment).
+    pub fn impair(&self, ip: IpAddr, link: Link) {
         self.tx.send_modify(|s| {
-            s.insert(ip);
+            s.insert(ip, link);
         });
     }
 
-    /// Lets `ip` through again.
+    /// Lets `ip` through again, unimpaired.
     pub fn heal(&self, ip: IpAddr) {
         self.tx.send_modify(|s| {
             s.remove(&ip);
@@ -44,13 +69,23 @@ impl CutSet {
 
     /// True if `ip` is cut off now.
     pub fn is_cut(&self, ip: IpAddr) -> bool {
-        self.tx.borrow().contains(&ip)
+        self.link(ip) == Some(Link::Cut)
     }
 
-    async fn wait(&self, ip: IpAddr, cut: bool) {
-        let mut rx = self.tx.subscribe();
-        let _ = rx.wait_for(|s| s.contains(&ip) == cut).await;
+    /// What happens to `ip`'s traffic now (`None`: it passes freely).
+    pub fn link(&self, ip: IpAddr) -> Option<Link> {
+        self.tx.borrow().get(&ip).copied()
     }
+
+    async fn wait(&self, ip: IpAddr, until: impl Fn(Option<Link>) -> bool) {
+        let mut rx = self.tx.subscribe();
+        let _ = rx.wait_for(|s| until(s.get(&ip).copied())).await;
+    }
+}
+
+/// New connections from a machine with this link are never answered.
+fn unanswered(link: Option<Link>) -> bool {
+    matches!(link, Some(Link::Cut | Link::Deaf))
 }
 
 /// Relays every connection accepted on `listener` to `upstream`, honouring `cuts`.
@@ -71,20 +106,76 @@ pub async fn relay(listener: std::net::TcpListener, upstream: SocketAddr, cuts: 
 }
 
 async fn one(mut down: TcpStream, ip: IpAddr, upstream: SocketAddr, cuts: CutSet) {
-    if !cuts.is_cut(ip) {
+    if !unanswered(cuts.link(ip)) {
         let Ok(mut up) = TcpStream::connect(upstream).await else {
             return;
         };
-        tokio::select! {
-            _ = tokio::io::copy_bidirectional(&mut down, &mut up) => return,
-            _ = cuts.wait(ip, true) => {}
+        {
+            let (down_rx, down_tx) = down.split();
+            let (up_rx, up_tx) = up.split();
+            tokio::select! {
+                _ = async {
+                    tokio::join!(
+                        carry(down_rx, up_tx, ip, &cuts, false),
+                        carry(up_rx, down_tx, ip, &cuts, true),
+                    )
+                } => return,
+                _ = cuts.wait(ip, |l| l == Some(Link::Cut)) => {}
+            }
         }
         drop(up);
     }
     // Black hole: keep the machine's end open and silent until the partition heals, then
     // drop it so the machine reconnects.
-    cuts.wait(ip, false).await;
+    cuts.wait(ip, |l| !unanswered(l)).await;
     drop(down);
+}
+
+/// Carries one direction of a connection (`to_machine`: the upstream's answers), each chunk
+/// as `ip`'s link says when it was read: late by a [`Link::Slow`] delay, or, toward a
+/// [`Link::Deaf`] machine, held until its link heals. Order is kept; on end of stream the
+/// writing side is shut down, as `copy_bidirectional` does.
+async fn carry(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    ip: IpAddr,
+    cuts: &CutSet,
+    to_machine: bool,
+) {
+    let (tx, mut rx) =
+        tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, bool, Vec<u8>)>();
+    let read = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let link = cuts.link(ip);
+            let late = match link {
+                Some(Link::Slow(d)) => d,
+                _ => Duration::ZERO,
+            };
+            let held = to_machine && link == Some(Link::Deaf);
+            let due = tokio::time::Instant::now() + late;
+            if tx.send((due, held, buf[..n].to_vec())).is_err() {
+                break;
+            }
+        }
+    };
+    let write = async move {
+        while let Some((due, held, bytes)) = rx.recv().await {
+            if held {
+                cuts.wait(ip, |l| l != Some(Link::Deaf)).await;
+            }
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+        let _ = to.shutdown().await;
+    };
+    tokio::join!(read, write);
 }
 
 /// How long a UDP client's upstream socket lives without a datagram either way.
@@ -301,5 +392,88 @@ mod tests {
             ask(&client, relay, long).await.unwrap(),
             b"get chassis status"
         );
+    }
+
+    /// A TCP "API server" on loopback that records what reaches it and echoes it back, and a
+    /// relay in front of it under `cuts` (the client comes from 127.0.0.1).
+    async fn tcp_relayed(cuts: CutSet) -> (TcpStream, Arc<parking_lot::Mutex<Vec<u8>>>) {
+        let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = server.local_addr().unwrap();
+        let landed = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let seen = landed.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = server.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1500];
+                    while let Ok(n @ 1..) = s.read(&mut buf).await {
+                        seen.lock().extend_from_slice(&buf[..n]);
+                        if s.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = listener.local_addr().unwrap();
+        tokio::spawn(relay(listener, upstream, cuts));
+        (TcpStream::connect(at).await.unwrap(), landed)
+    }
+
+    async fn answer(c: &mut TcpStream, wait: Duration) -> Option<Vec<u8>> {
+        let mut buf = [0u8; 1500];
+        match tokio::time::timeout(wait, c.read(&mut buf)).await {
+            Ok(Ok(n @ 1..)) => Some(buf[..n].to_vec()),
+            _ => None,
+        }
+    }
+
+    /// A one-way partition: the request lands, its answer is held until the link heals and
+    /// then delivered; a connection opened meanwhile is never answered.
+    #[tokio::test]
+    async fn a_deaf_machine_is_heard_but_hears_nothing_until_its_link_heals() {
+        let cuts = CutSet::default();
+        let ip: IpAddr = std::net::Ipv4Addr::LOCALHOST.into();
+        let (mut c, landed) = tcp_relayed(cuts.clone()).await;
+        let long = Duration::from_secs(10);
+        c.write_all(b"renew 1").await.unwrap();
+        assert_eq!(answer(&mut c, long).await.unwrap(), b"renew 1");
+
+        cuts.impair(ip, Link::Deaf);
+        c.write_all(b"renew 2").await.unwrap();
+        assert_eq!(answer(&mut c, Duration::from_millis(500)).await, None);
+        assert_eq!(
+            landed.lock().as_slice(),
+            b"renew 1renew 2",
+            "the request landed"
+        );
+        let (mut fresh, _) = tcp_relayed(cuts.clone()).await;
+        fresh.write_all(b"renew 3").await.unwrap();
+        assert_eq!(answer(&mut fresh, Duration::from_millis(300)).await, None);
+
+        cuts.heal(ip);
+        assert_eq!(answer(&mut c, long).await.unwrap(), b"renew 2");
+    }
+
+    /// A slow link carries every byte, each way, no sooner than its delay.
+    #[tokio::test]
+    async fn a_slow_link_delivers_everything_late_each_way() {
+        let cuts = CutSet::default();
+        let ip: IpAddr = std::net::Ipv4Addr::LOCALHOST.into();
+        let (mut c, _) = tcp_relayed(cuts.clone()).await;
+        cuts.impair(ip, Link::Slow(Duration::from_millis(300)));
+        let sent = tokio::time::Instant::now();
+        c.write_all(b"renew").await.unwrap();
+        assert_eq!(
+            answer(&mut c, Duration::from_secs(10)).await.unwrap(),
+            b"renew"
+        );
+        assert!(
+            sent.elapsed() >= Duration::from_millis(600),
+            "late both ways"
+        );
+        cuts.heal(ip);
+        assert_eq!(cuts.link(ip), None);
     }
 }

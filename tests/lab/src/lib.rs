@@ -657,6 +657,19 @@ for ns in $(ip netns list 2>/dev/null | awk '{{print $1}}' | grep '^pl{id}-'); d
         Ok(())
     }
 
+    /// Impairs machine `index`'s link to the control plane without cutting it: a one-way
+    /// partition ([`forwarder::Link::Deaf`]: its requests land, nothing comes back) or a
+    /// delay each way ([`forwarder::Link::Slow`]). Its other links are untouched; [`Lab::heal`]
+    /// ends it.
+    pub fn impair_control_plane(&self, index: usize, link: forwarder::Link) -> Result<()> {
+        let m = self
+            .machines
+            .get(index)
+            .ok_or_else(|| LabError::NoSuchMachine(index.to_string()))?;
+        self.cuts.impair(IpAddr::V4(m.address()), link);
+        Ok(())
+    }
+
     /// Drops traffic between `m` and every other machine, both ways, on each side (see
     /// [`Lab::block_peer`]), so neither side's packets arrive.
     fn cut_peers(&self, m: &Machine) -> Result<()> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Result;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use palisade_lab::forwarder::Replies;
+use palisade_lab::forwarder::{Link, Replies};
 use palisade_lab::Cut;
 
 use crate::history::{History, Record};
@@ -293,6 +293,28 @@ fn apply_fault(
             sleep_ms(*hold_ms);
             world.controllers().stall_watch(None)?;
             h.push(heal("the watches deliver again".into()));
+        }
+        Fault::OneWayCut { hold_ms, .. } => {
+            world.lab.impair_control_plane(i, Link::Deaf)?;
+            h.push(fault(format!(
+                "one-way cut for {hold_ms} ms: m{i}'s requests land, nothing comes back"
+            )));
+            sleep_ms(*hold_ms);
+            world.lab.heal(i)?;
+            h.push(heal("control plane restored both ways".into()));
+        }
+        Fault::SlowLink {
+            hold_ms, delay_ms, ..
+        } => {
+            world
+                .lab
+                .impair_control_plane(i, Link::Slow(Duration::from_millis(*delay_ms)))?;
+            h.push(fault(format!(
+                "m{i}'s control-plane link {delay_ms} ms late each way for {hold_ms} ms"
+            )));
+            sleep_ms(*hold_ms);
+            world.lab.heal(i)?;
+            h.push(heal("control plane on time again".into()));
         }
         Fault::LeaderStop { hold_ms } => match leader_pid(world) {
             Some((id, pid)) => {

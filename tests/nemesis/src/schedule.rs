@@ -290,6 +290,29 @@ pub enum Fault {
         /// How long the watches hold its changes back.
         hold_ms: u64,
     },
+    /// A one-way partition of the machine from the control plane (the relay's
+    /// [`palisade_lab::forwarder::Link::Deaf`]): what it sends on its open connections lands
+    /// (a renewal it sends is heard), nothing comes back until the heal, and new connections
+    /// go unanswered. The node cannot tell its renewals landed; the controller hears those
+    /// that did, and must count the node's silence from the last of them, no earlier. Drawn
+    /// only when named (`--only one-way-cut`).
+    OneWayCut {
+        /// Whom.
+        target: Target,
+        /// How long.
+        hold_ms: u64,
+    },
+    /// The machine's link to the control plane carries every byte `delay_ms` late, each way
+    /// (a congested link, or an API server slow to answer this machine and not the others):
+    /// renewals land late but land. Drawn only when named (`--only slow-link`).
+    SlowLink {
+        /// Whom.
+        target: Target,
+        /// How long.
+        hold_ms: u64,
+        /// How late each byte arrives, each way.
+        delay_ms: u64,
+    },
     /// Two faults at once: `first` on a machine, and `second_after_ms` later `second` (on
     /// another machine, or on the controllers or the control plane), each held and healed on
     /// its own schedule, so they overlap; the event ends once both are healed. The faults a
@@ -339,6 +362,8 @@ impl Fault {
             Fault::MachineClockStep { .. } => "machine-clock-step",
             Fault::VmPause { .. } => "vm-pause",
             Fault::WatchStall { .. } => "watch-stall",
+            Fault::OneWayCut { .. } => "one-way-cut",
+            Fault::SlowLink { .. } => "slow-link",
             Fault::TwoAtOnce { .. } => "two-at-once",
         }
     }
@@ -364,7 +389,9 @@ impl Fault {
             | Fault::IsolatedButStorage { .. }
             | Fault::MachineClockStep { .. }
             | Fault::VmPause { .. }
-            | Fault::WatchStall { .. } => true,
+            | Fault::WatchStall { .. }
+            | Fault::OneWayCut { .. }
+            | Fault::SlowLink { .. } => true,
             Fault::LeaderKill { .. }
             | Fault::LeaderStop { .. }
             | Fault::ApiRestart { .. }
@@ -399,7 +426,9 @@ impl Fault {
             | Fault::DeposedLeaderLateRequest { target, .. }
             | Fault::MachineClockStep { target, .. }
             | Fault::VmPause { target, .. }
-            | Fault::WatchStall { target, .. } => Some(*target),
+            | Fault::WatchStall { target, .. }
+            | Fault::OneWayCut { target, .. }
+            | Fault::SlowLink { target, .. } => Some(*target),
             Fault::TwoAtOnce { first, .. } => first.target(),
             Fault::LeaderKill { .. }
             | Fault::LeaderStop { .. }
@@ -488,7 +517,7 @@ const OPT_IN_QEMU_CLASSES: &[(&str, u32)] = &[("cut-heal-cut", 2), ("vm-pause", 
 
 /// Classes for any machine that a campaign draws only when named (`only`), for the same
 /// reason.
-const OPT_IN_CLASSES: &[(&str, u32)] = &[("watch-stall", 2)];
+const OPT_IN_CLASSES: &[(&str, u32)] = &[("watch-stall", 2), ("one-way-cut", 2), ("slow-link", 2)];
 
 /// The names of every fault class the nemesis can draw, on any kind of machine.
 pub fn classes() -> impl Iterator<Item = &'static str> {
@@ -724,6 +753,18 @@ fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault
         "watch-stall" => Fault::WatchStall {
             target,
             hold_ms: cut_hold.max(8_000),
+        },
+        // Past the Unhealthy threshold (4 s), up to as long as a cut.
+        "one-way-cut" => Fault::OneWayCut {
+            target,
+            hold_ms: cut_hold,
+        },
+        // From a delay the 1 s renewals absorb to one (2 × 2.5 s round trips) that leaves
+        // the API server without a renewal for longer than the Unhealthy threshold (4 s).
+        "slow-link" => Fault::SlowLink {
+            target,
+            hold_ms: cut_hold,
+            delay_ms: rng.random_range(100..=2_500),
         },
         _ => Fault::BmcSlowDuringCut {
             target,

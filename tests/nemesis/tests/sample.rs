@@ -161,6 +161,50 @@ fn a_flapping_node_without_fence_devices_is_released_on_its_self_fence() {
     run_safe_live_and_released(&cfg);
 }
 
+/// Issue 31's link faults on namespace machines: a one-way partition from the control plane
+/// (the node's requests land, it hears nothing) and a link that carries every byte late each
+/// way. The node cannot know which of its renewals were heard; the controller must count its
+/// silence from the last one the API server heard and fence no node it was hearing
+/// (`fence-while-heard`, from ground truth). The seed is the first whose events hold both,
+/// one-way on a writer's machine, and a delay long enough (2 s each way) to silence the node
+/// past the threshold.
+#[test]
+fn one_way_cuts_and_slow_links_fence_no_node_the_api_server_hears() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let only = ["one-way-cut".to_string(), "slow-link".to_string()];
+    let seed = (1..10_000u64)
+        .find(|&seed| {
+            let events = schedule::generate_only(seed, 3, 4, 2, &only, MachineKind::Namespace);
+            events.iter().any(|e| {
+                matches!(
+                    e.fault,
+                    schedule::Fault::OneWayCut {
+                        target: schedule::Target::WriterHost(_),
+                        ..
+                    }
+                )
+            }) && events.iter().any(|e| {
+                matches!(e.fault, schedule::Fault::SlowLink { delay_ms, .. } if delay_ms >= 2_000)
+            })
+        })
+        .expect("some seed draws both link faults");
+    let mut cfg = config(seed, 3, "nemesis-links", MachineKind::Namespace);
+    cfg.only = only.to_vec();
+    let outcome = run(&cfg).expect("the campaign runs to its verdict");
+    println!("{}", outcome.report);
+    assert!(
+        outcome.safe(),
+        "seed {seed}: violations (replay: {}):\n{}",
+        cfg.replay(),
+        outcome.report
+    );
+    assert!(
+        outcome.live,
+        "a writer was not writing again after the last heal:\n{}",
+        outcome.report
+    );
+}
+
 /// Runs the campaign and asserts its verdict: no violation, every writer writing again after
 /// the last heal, and at least one pod released (a fence was exercised). Returns the outcome
 /// and the history read back from disk (the one judged: reading it gives the same verdict).
