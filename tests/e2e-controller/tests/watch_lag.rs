@@ -6,6 +6,9 @@
 //! m0 keeps running. With the old rule planted back (`FenceOnWatchedSilence`: fence on the
 //! watch's view alone) the same stall fences the live node, so the test can fail for the
 //! reason it exists.
+//!
+//! The other side of the same question: a silence the API truly has is judged the moment it
+//! reaches the threshold, not at the detection loop's next tick (issue 37).
 
 mod common;
 
@@ -84,5 +87,65 @@ fn with_the_old_rule_planted_the_stalled_watch_fences_a_live_node() {
         "a NodeFence for m0, whose agent renews on time",
         Duration::from_secs(60),
         || fences_for(&c, &rt, "m0").into_iter().next(),
+    );
+}
+
+/// Issue 37: a node's silence is judged the moment it reaches the policy's threshold, not at
+/// the detection loop's next tick. The controller runs with a resync of ten minutes, so its
+/// only round after the silence within that time is one it runs at the crossing
+/// (`Detector::next_crossing`): a NodeFence within two minutes of the silence comes from it,
+/// and without it none would come for ten. The nodes and the policy exist before that
+/// controller starts (its first round observes them; a node that first appears between two
+/// ticks is observed at the next); a first controller, killed before, installs the CRDs.
+#[test]
+fn a_silence_is_judged_when_it_reaches_the_threshold_not_at_the_next_tick() {
+    let lab = common::sim::bare_lab(1);
+    let rt = rt();
+    let sim = common::sim::Sim::new(&lab, &rt);
+    namespace(&sim.c, &rt, SYSTEM_NS);
+    // A first controller installs the CRDs; it is gone before the nodes are judged.
+    let mut installer = start_controller(&lab, "ctl-crds");
+    let labels = [("palisade.test/scenario", "crossing")];
+    let nodes = [
+        common::sim::SimNode {
+            labels: &labels,
+            ..common::sim::SimNode::new("crossing-a", Some(0))
+        },
+        common::sim::SimNode {
+            labels: &labels,
+            ..common::sim::SimNode::new("crossing-up", None)
+        },
+    ];
+    sim.nodes(&nodes);
+    sim.policy(
+        "crossing",
+        common::sim::spec("crossing", serde_json::json!({})),
+    );
+    installer.kill();
+    let cp = lab.control_plane().expect("control plane");
+    let _ctl = start_controller_as(
+        &lab,
+        "ctl-crossing",
+        cp.admin_kubeconfig(),
+        &[],
+        &["--resync".into(), "600s".into()],
+    );
+    // Alive for longer than both thresholds: the rounds at each crossing observe the
+    // renewals and find nothing to judge.
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(
+        sim.fences("crossing-a").is_empty(),
+        "a live node was fenced"
+    );
+    sim.silence("crossing-a");
+    let nf = sim.wait_fence_phase(
+        "crossing-a",
+        palisade_model::nodefence::Phase::Fencing,
+        Duration::from_secs(120),
+    );
+    eprintln!("crossing-a fenced: {}", nf.spec.reason);
+    assert!(
+        sim.fences("crossing-up").is_empty(),
+        "the live node was fenced"
     );
 }

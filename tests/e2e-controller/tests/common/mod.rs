@@ -265,7 +265,8 @@ pub fn kubeconfig_as(lab: &Lab, user: &str, file: &str) -> PathBuf {
     path
 }
 
-/// Starts `palisade-controller` with `kubeconfig`, extra environment and extra arguments.
+/// Starts `palisade-controller` with `kubeconfig`, extra environment and extra arguments (a
+/// `--resync` among them replaces the lab's 250 ms).
 pub fn start_controller_as(
     lab: &Lab,
     identity: &str,
@@ -294,9 +295,13 @@ pub fn start_controller_as(
             "4s",
             "--renew-interval",
             "1s",
-            "--resync",
-            "250ms",
         ])
+        .args(
+            (!args.iter().any(|a| a == "--resync"))
+                .then_some(["--resync", "250ms"])
+                .into_iter()
+                .flatten(),
+        )
         .args(args)
         .env("RUST_LOG", "info,kube=warn,palisade_controller=debug")
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
