@@ -246,6 +246,8 @@ pub struct ControlPlane {
     // For readiness probes after a restart.
     rt: tokio::runtime::Handle,
     admin_http: reqwest::Client,
+    // The API server's link to etcd, when it goes through a relay (`LabConfig::etcd_relay`).
+    etcd_link: Option<crate::forwarder::CutSet>,
 }
 
 impl ControlPlane {
@@ -257,6 +259,7 @@ impl ControlPlane {
         ca: &Ca,
         rt: &tokio::runtime::Handle,
         version: KubeVersion,
+        etcd_relay: bool,
     ) -> Result<ControlPlane> {
         let bins = version.bin_dir();
         for b in [
@@ -339,12 +342,29 @@ impl ControlPlane {
         let health = format!("{etcd_url}/health");
         d.wait_ready(READY_TIMEOUT, || probe(rt, &http, &health, "\"true\""))?;
         daemons.push(d);
+        // The API server reaches etcd directly, or through a relay a test can slow.
+        let (api_etcd_url, etcd_link) = if etcd_relay {
+            let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+                .map_err(|e| LabError::Other(format!("binding the etcd relay: {e}")))?;
+            let at = listener
+                .local_addr()
+                .map_err(|e| LabError::Other(format!("binding the etcd relay: {e}")))?;
+            let link = crate::forwarder::CutSet::default();
+            rt.spawn(crate::forwarder::relay(
+                listener,
+                ([127, 0, 0, 1], etcd_port).into(),
+                link.clone(),
+            ));
+            (format!("http://{at}"), Some(link))
+        } else {
+            (etcd_url.clone(), None)
+        };
 
         // kube-apiserver
         let audit_policy = dir.join("audit-policy.yaml");
         fs::write(&audit_policy, AUDIT_POLICY).map_err(LabError::io(&audit_policy))?;
         let mut api = Command::new(bins.join("kube-apiserver"));
-        api.arg(format!("--etcd-servers={etcd_url}"))
+        api.arg(format!("--etcd-servers={api_etcd_url}"))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={api_port}"))
             .arg(format!("--advertise-address={hub}"))
@@ -486,6 +506,7 @@ impl ControlPlane {
             daemons: parking_lot::Mutex::new(daemons),
             rt: rt.clone(),
             admin_http,
+            etcd_link,
         })
     }
 
@@ -568,6 +589,20 @@ impl ControlPlane {
         d.wait_ready(READY_TIMEOUT, || {
             probe(&self.rt, &self.admin_http, &readyz, "ok")
         })
+    }
+
+    /// Makes every byte between the API server and etcd `delay` late, each way, from now on
+    /// (`None`: on time again). Only with an etcd relay ([`crate::LabConfig::etcd_relay`]).
+    pub fn slow_etcd(&self, delay: Option<Duration>) -> Result<()> {
+        let link = self.etcd_link.as_ref().ok_or_else(|| {
+            LabError::Other("this control plane has no etcd relay (LabConfig::etcd_relay)".into())
+        })?;
+        let api: std::net::IpAddr = std::net::Ipv4Addr::LOCALHOST.into();
+        match delay {
+            Some(d) => link.impair(api, crate::forwarder::Link::Slow(d)),
+            None => link.heal(api),
+        }
+        Ok(())
     }
 
     /// The process id of a running component (for a fault that freezes it), if it runs.

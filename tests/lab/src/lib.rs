@@ -101,6 +101,10 @@ pub struct LabConfig {
     /// Start an OCI registry (before the machines, which get `PALISADE_REGISTRY`, its
     /// `host:port`, and `PALISADE_REGISTRY_CA`, the CA file, in their environment).
     pub registry: Option<RegistryConfig>,
+    /// Put a relay between the API server and etcd, so that a test can make every etcd round
+    /// trip late ([`ControlPlane::slow_etcd`]: a slow disk or a distant etcd member). Off by
+    /// default: the relay costs a hop on every request.
+    pub etcd_relay: bool,
 }
 
 impl Default for LabConfig {
@@ -120,6 +124,7 @@ impl Default for LabConfig {
             machine_kind: MachineKind::Namespace,
             qemu: QemuConfig::default(),
             registry: None,
+            etcd_relay: false,
         }
     }
 }
@@ -251,6 +256,7 @@ impl Lab {
                 &self.ca,
                 self.handle(),
                 version,
+                config.etcd_relay,
             )?;
             let listener = netns::bind_tcp_in(
                 &self.hub_ns,

@@ -128,3 +128,50 @@ async fn custom_resources_can_be_created_and_read_back() {
         .await
         .unwrap();
 }
+
+/// The etcd relay (`LabConfig::etcd_relay`): a slowed etcd makes a write late by at least one
+/// round trip through the relay, and loses nothing; healed, writes go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_etcd_makes_writes_late_and_loses_none() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let lab = tokio::task::spawn_blocking(|| {
+        Lab::start(LabConfig {
+            machines: 0,
+            pdu: false,
+            etcd_relay: true,
+            ..Default::default()
+        })
+    })
+    .await
+    .unwrap()
+    .expect("control plane starts");
+    let cp = lab.control_plane().unwrap();
+    let maps: Api<ConfigMap> = Api::namespaced(cp.client().await.expect("admin client"), "default");
+    let map = |name: &str| -> ConfigMap {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap()
+    };
+    maps.create(&PostParams::default(), &map("before"))
+        .await
+        .expect("a write before");
+    let delay = Duration::from_millis(400);
+    cp.slow_etcd(Some(delay)).expect("the relay is there");
+    let sent = tokio::time::Instant::now();
+    maps.create(&PostParams::default(), &map("during"))
+        .await
+        .expect("a write while etcd is slow");
+    assert!(
+        sent.elapsed() >= 2 * delay,
+        "a write reached etcd and came back in {:?}, sooner than the relay allows",
+        sent.elapsed()
+    );
+    cp.slow_etcd(None).expect("healed");
+    maps.create(&PostParams::default(), &map("after"))
+        .await
+        .expect("a write after");
+    for name in ["before", "during", "after"] {
+        maps.get(name).await.expect("every write is there");
+    }
+    tokio::task::spawn_blocking(move || drop(lab))
+        .await
+        .unwrap();
+}

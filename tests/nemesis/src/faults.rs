@@ -294,27 +294,26 @@ fn apply_fault(
             world.controllers().stall_watch(None)?;
             h.push(heal("the watches deliver again".into()));
         }
-        Fault::OneWayCut { hold_ms, .. } => {
-            world.lab.impair_control_plane(i, Link::Deaf)?;
-            h.push(fault(format!(
-                "one-way cut for {hold_ms} ms: m{i}'s requests land, nothing comes back"
-            )));
+        Fault::OneWayCut { hold_ms, .. } | Fault::SlowLink { hold_ms, .. } => {
+            let (link, detail) = match f {
+                Fault::SlowLink { delay_ms, .. } => (
+                    Link::Slow(Duration::from_millis(*delay_ms)),
+                    format!(
+                        "m{i}'s control-plane link {delay_ms} ms late each way for {hold_ms} ms"
+                    ),
+                ),
+                _ => (
+                    Link::Deaf,
+                    format!(
+                        "one-way cut for {hold_ms} ms: m{i}'s requests land, nothing comes back"
+                    ),
+                ),
+            };
+            world.lab.impair_control_plane(i, link)?;
+            h.push(fault(detail));
             sleep_ms(*hold_ms);
             world.lab.heal(i)?;
-            h.push(heal("control plane restored both ways".into()));
-        }
-        Fault::SlowLink {
-            hold_ms, delay_ms, ..
-        } => {
-            world
-                .lab
-                .impair_control_plane(i, Link::Slow(Duration::from_millis(*delay_ms)))?;
-            h.push(fault(format!(
-                "m{i}'s control-plane link {delay_ms} ms late each way for {hold_ms} ms"
-            )));
-            sleep_ms(*hold_ms);
-            world.lab.heal(i)?;
-            h.push(heal("control plane on time again".into()));
+            h.push(heal("control plane restored, both ways and on time".into()));
         }
         Fault::LeaderStop { hold_ms } => match leader_pid(world) {
             Some((id, pid)) => {
@@ -424,6 +423,16 @@ fn apply_fault(
                 }
                 None => h.push(skip("etcd is not running".into())),
             }
+        }
+        Fault::SlowEtcd { hold_ms, delay_ms } => {
+            let cp = control_plane(world)?;
+            cp.slow_etcd(Some(Duration::from_millis(*delay_ms)))?;
+            h.push(fault(format!(
+                "etcd {delay_ms} ms late each way for {hold_ms} ms"
+            )));
+            sleep_ms(*hold_ms);
+            cp.slow_etcd(None)?;
+            h.push(heal("etcd on time again".into()));
         }
         Fault::EtcdRestart { down_ms } => {
             h.push(fault(format!("etcd down for {down_ms} ms")));

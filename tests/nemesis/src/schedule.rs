@@ -313,6 +313,16 @@ pub enum Fault {
         /// How late each byte arrives, each way.
         delay_ms: u64,
     },
+    /// Every byte between the API server and etcd is `delay_ms` late, each way (a slow disk
+    /// or a distant etcd member): every write is late for every node at once, and a node's
+    /// renewal may time out. A starved API server is no node's fault: no fence may follow it
+    /// alone. Drawn only when named (`--only slow-etcd`).
+    SlowEtcd {
+        /// How long.
+        hold_ms: u64,
+        /// How late each byte arrives, each way.
+        delay_ms: u64,
+    },
     /// Two faults at once: `first` on a machine, and `second_after_ms` later `second` (on
     /// another machine, or on the controllers or the control plane), each held and healed on
     /// its own schedule, so they overlap; the event ends once both are healed. The faults a
@@ -364,6 +374,7 @@ impl Fault {
             Fault::WatchStall { .. } => "watch-stall",
             Fault::OneWayCut { .. } => "one-way-cut",
             Fault::SlowLink { .. } => "slow-link",
+            Fault::SlowEtcd { .. } => "slow-etcd",
             Fault::TwoAtOnce { .. } => "two-at-once",
         }
     }
@@ -396,6 +407,7 @@ impl Fault {
             | Fault::LeaderStop { .. }
             | Fault::ApiRestart { .. }
             | Fault::EtcdFreeze { .. }
+            | Fault::SlowEtcd { .. }
             | Fault::ControllerClockStep { .. } => as_second,
             _ => false,
         }
@@ -435,6 +447,7 @@ impl Fault {
             | Fault::ApiRestart { .. }
             | Fault::EtcdFreeze { .. }
             | Fault::EtcdRestart { .. }
+            | Fault::SlowEtcd { .. }
             | Fault::ControllersRestartTogether { .. }
             | Fault::ControllerClockStep { .. } => None,
         }
@@ -517,7 +530,12 @@ const OPT_IN_QEMU_CLASSES: &[(&str, u32)] = &[("cut-heal-cut", 2), ("vm-pause", 
 
 /// Classes for any machine that a campaign draws only when named (`only`), for the same
 /// reason.
-const OPT_IN_CLASSES: &[(&str, u32)] = &[("watch-stall", 2), ("one-way-cut", 2), ("slow-link", 2)];
+const OPT_IN_CLASSES: &[(&str, u32)] = &[
+    ("watch-stall", 2),
+    ("one-way-cut", 2),
+    ("slow-link", 2),
+    ("slow-etcd", 2),
+];
 
 /// The names of every fault class the nemesis can draw, on any kind of machine.
 pub fn classes() -> impl Iterator<Item = &'static str> {
@@ -763,6 +781,12 @@ fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault
         // the API server without a renewal for longer than the Unhealthy threshold (4 s).
         "slow-link" => Fault::SlowLink {
             target,
+            hold_ms: cut_hold,
+            delay_ms: rng.random_range(100..=2_500),
+        },
+        // From late writes every renewal absorbs to round trips (a write is at least one)
+        // longer than the agents' request timeout.
+        "slow-etcd" => Fault::SlowEtcd {
             hold_ms: cut_hold,
             delay_ms: rng.random_range(100..=2_500),
         },

@@ -381,6 +381,8 @@ impl World {
             } else {
                 AgentOptions::default().self_fence_seconds
             },
+            // The slow-etcd class slows the API server's etcd through it.
+            etcd_relay: true,
             ..AgentOptions::default()
         };
         let lab = lab_of_kind(cfg.machine_kind, cfg.machines, true, &agents)?;

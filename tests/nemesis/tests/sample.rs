@@ -103,14 +103,7 @@ fn a_short_new_seed_campaign_keeps_at_most_one() {
          palisade-nemesis --test sample new_seed, or {}",
         cfg.replay()
     );
-    let outcome = run(&cfg).expect("the campaign runs to its verdict");
-    println!("{}", outcome.report);
-    assert!(
-        outcome.safe(),
-        "seed {seed}: violations (replay: {}):\n{}",
-        cfg.replay(),
-        outcome.report
-    );
+    let outcome = run_safe(&cfg);
     if !outcome.live {
         println!("seed {seed}: a writer was not writing again within the bound (not asserted)");
     }
@@ -162,56 +155,67 @@ fn a_flapping_node_without_fence_devices_is_released_on_its_self_fence() {
 }
 
 /// Issue 31's link faults on namespace machines: a one-way partition from the control plane
-/// (the node's requests land, it hears nothing) and a link that carries every byte late each
-/// way. The node cannot know which of its renewals were heard; the controller must count its
-/// silence from the last one the API server heard and fence no node it was hearing
-/// (`fence-while-heard`, from ground truth). The seed is the first whose events hold both,
-/// one-way on a writer's machine, and a delay long enough (2 s each way) to silence the node
-/// past the threshold.
+/// (the node's requests land, it hears nothing), a link that carries every byte late each way,
+/// and an etcd that answers the API server late (every node's writes late at once). The node
+/// cannot know which of its renewals were heard; the controller must count its silence from
+/// the last one the API server heard, fence no node it was hearing (`fence-while-heard`, from
+/// ground truth), and fence nobody for a starved API server alone (`fence-without-cause`: a
+/// slow etcd is no node's silence). The seed is the first whose four events hold a one-way
+/// cut of a writer's machine, a link delay long enough (2 s each way) to silence its node past
+/// the threshold, and an etcd 1.5 s late or more.
 #[test]
-fn one_way_cuts_and_slow_links_fence_no_node_the_api_server_hears() {
+fn link_faults_and_a_slow_etcd_fence_no_node_the_api_server_hears() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let only = ["one-way-cut".to_string(), "slow-link".to_string()];
+    let only = ["one-way-cut", "slow-link", "slow-etcd"].map(String::from);
+    let has = |events: &[schedule::Event], f: &dyn Fn(&schedule::Fault) -> bool| {
+        events.iter().any(|e| f(&e.fault))
+    };
     let seed = (1..10_000u64)
         .find(|&seed| {
-            let events = schedule::generate_only(seed, 3, 4, 2, &only, MachineKind::Namespace);
-            events.iter().any(|e| {
+            let events = schedule::generate_only(seed, 4, 4, 2, &only, MachineKind::Namespace);
+            has(&events, &|f| {
                 matches!(
-                    e.fault,
+                    f,
                     schedule::Fault::OneWayCut {
                         target: schedule::Target::WriterHost(_),
                         ..
                     }
                 )
-            }) && events.iter().any(|e| {
-                matches!(e.fault, schedule::Fault::SlowLink { delay_ms, .. } if delay_ms >= 2_000)
-            })
+            }) && has(
+                &events,
+                &|f| matches!(f, schedule::Fault::SlowLink { delay_ms, .. } if *delay_ms >= 2_000),
+            ) && has(
+                &events,
+                &|f| matches!(f, schedule::Fault::SlowEtcd { delay_ms, .. } if *delay_ms >= 1_500),
+            )
         })
-        .expect("some seed draws both link faults");
-    let mut cfg = config(seed, 3, "nemesis-links", MachineKind::Namespace);
+        .expect("some seed draws every link fault");
+    let mut cfg = config(seed, 4, "nemesis-links", MachineKind::Namespace);
     cfg.only = only.to_vec();
-    let outcome = run(&cfg).expect("the campaign runs to its verdict");
+    // The one-way cut of a writer's machine silences it past the threshold: a fence, and a
+    // release, are exercised.
+    run_safe_live_and_released(&cfg);
+}
+
+/// Runs the campaign, prints its report and asserts that it found no violation.
+fn run_safe(cfg: &Config) -> palisade_nemesis::Outcome {
+    let outcome = run(cfg).expect("the campaign runs to its verdict");
     println!("{}", outcome.report);
     assert!(
         outcome.safe(),
-        "seed {seed}: violations (replay: {}):\n{}",
+        "seed {}: violations (replay: {}):\n{}",
+        cfg.seed,
         cfg.replay(),
         outcome.report
     );
-    assert!(
-        outcome.live,
-        "a writer was not writing again after the last heal:\n{}",
-        outcome.report
-    );
+    outcome
 }
 
 /// Runs the campaign and asserts its verdict: no violation, every writer writing again after
 /// the last heal, and at least one pod released (a fence was exercised). Returns the outcome
 /// and the history read back from disk (the one judged: reading it gives the same verdict).
 fn run_safe_live_and_released(cfg: &Config) -> (palisade_nemesis::Outcome, Vec<Record>) {
-    let outcome = run(cfg).expect("the campaign runs to its verdict");
-    println!("{}", outcome.report);
-    assert!(outcome.safe(), "violations:\n{}", outcome.report);
+    let outcome = run_safe(cfg);
     assert!(
         outcome.live,
         "a writer was not writing again after the last heal:\n{}",

@@ -51,6 +51,9 @@ pub struct AgentOptions {
     /// The lab's Kubernetes release: `None` takes `PALISADE_KUBE`, else the current one
     /// ([`KubeVersion::from_env`]).
     pub kube: Option<KubeVersion>,
+    /// The lab's API server reaches etcd through a relay a test can slow
+    /// ([`LabConfig::etcd_relay`]).
+    pub etcd_relay: bool,
 }
 
 /// The key file of the peer check, in a machine's directory (`$PALISADE_MACHINE_DIR`).
@@ -69,6 +72,7 @@ impl Default for AgentOptions {
             watchdog: false,
             peer_check: false,
             kube: None,
+            etcd_relay: false,
         }
     }
 }
@@ -161,6 +165,7 @@ pub fn lab_of_kind(
         machine_command: node_agent_command(agents)?,
         machine_kind: kind,
         qemu,
+        etcd_relay: agents.etcd_relay,
         ..Default::default()
     })?;
     node_agent_rbac(&lab)?;
