@@ -114,8 +114,10 @@ async fn one(mut down: TcpStream, ip: IpAddr, upstream: SocketAddr, cuts: CutSet
             let (down_rx, down_tx) = down.split();
             let (up_rx, up_tx) = up.split();
             tokio::select! {
+                // Both directions to their end, or until either breaks (as
+                // `copy_bidirectional`: an error anywhere ends the connection).
                 _ = async {
-                    tokio::join!(
+                    tokio::try_join!(
                         carry(down_rx, up_tx, ip, &cuts, false),
                         carry(up_rx, down_tx, ip, &cuts, true),
                     )
@@ -134,22 +136,23 @@ async fn one(mut down: TcpStream, ip: IpAddr, upstream: SocketAddr, cuts: CutSet
 /// Carries one direction of a connection (`to_machine`: the upstream's answers), each chunk
 /// as `ip`'s link says when it was read: late by a [`Link::Slow`] delay, or, toward a
 /// [`Link::Deaf`] machine, held until its link heals. Order is kept; on end of stream the
-/// writing side is shut down, as `copy_bidirectional` does.
+/// writing side is shut down, as `copy_bidirectional` does. An error reading or writing ends
+/// it at once with that error.
 async fn carry(
     mut from: impl AsyncRead + Unpin,
     mut to: impl AsyncWrite + Unpin,
     ip: IpAddr,
     cuts: &CutSet,
     to_machine: bool,
-) {
+) -> std::io::Result<()> {
     let (tx, mut rx) =
         tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, bool, Vec<u8>)>();
     let read = async move {
         let mut buf = vec![0u8; 16 * 1024];
         loop {
-            let n = match from.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
+            let n = match from.read(&mut buf).await? {
+                0 => break,
+                n => n,
             };
             let link = cuts.link(ip);
             let late = match link {
@@ -162,6 +165,7 @@ async fn carry(
                 break;
             }
         }
+        Ok::<(), std::io::Error>(())
     };
     let write = async move {
         while let Some((due, held, bytes)) = rx.recv().await {
@@ -169,13 +173,11 @@ async fn carry(
                 cuts.wait(ip, |l| l != Some(Link::Deaf)).await;
             }
             tokio::time::sleep_until(due).await;
-            if to.write_all(&bytes).await.is_err() {
-                return;
-            }
+            to.write_all(&bytes).await?;
         }
-        let _ = to.shutdown().await;
+        to.shutdown().await
     };
-    tokio::join!(read, write);
+    tokio::try_join!(read, write).map(|_| ())
 }
 
 /// How long a UDP client's upstream socket lives without a datagram either way.
