@@ -304,7 +304,8 @@ pub enum Fault {
     },
     /// The machine's link to the control plane carries every byte `delay_ms` late, each way
     /// (a congested link, or an API server slow to answer this machine and not the others):
-    /// renewals land late but land. Drawn only when named (`--only slow-link`).
+    /// renewals land late, or not at all once a round trip outlasts the agent's request
+    /// timeout (its renew interval). Drawn only when named (`--only slow-link`).
     SlowLink {
         /// Whom.
         target: Target,
