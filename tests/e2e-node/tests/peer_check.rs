@@ -101,6 +101,7 @@ fn peer_lab_with(
         watchdog: false,
         peer_check: false,
         kube: None,
+        etcd_relay: false,
     };
     let lab = palisade_scenario::lab_with_agents(machines, false, &agents).expect("lab starts");
     let rt = rt();
