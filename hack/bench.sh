@@ -111,7 +111,7 @@ fi
 if [ "$want" = all ] || [ "$want" = scale10k ]; then
   # 10,000 simulated nodes; 500 go silent within a second (one every 2 ms).
   run scale10k palisade-scale-bench -p palisade-scale-bench -p palisade-controller -- \
-    --nodes 10000 --silence 500 --silence-every 0.002 --out target/bench/scale10k.json
+    --nodes 10000 --silence 500 --silence-every 0.002 --deadline 900 --out target/bench/scale10k.json
   record scale10k
 fi
 if [ "$recorded" = 1 ]; then

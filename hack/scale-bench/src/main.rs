@@ -57,6 +57,17 @@ const DRY_RUN_REASON: &str = "FenceHeldDryRun";
 /// Credential Secret named by every FenceTarget device. It is never created: `dryRun` never
 /// reaches a device, and if anything ever tried, the missing Secret would stop it.
 const NEVER_READ_SECRET: &str = "palisade-scale-bench-never-read";
+/// How much longer than two renew periods the warm-up may wait for every node to renew.
+const WARM_UP_MORE: Duration = Duration::from_secs(120);
+/// How long ago a live node's last renewal may have been acknowledged before node creation
+/// pauses for the renewer: a node's renewal gap must stay inside the silence thresholds (15 s
+/// and 20 s against a 10 s period). Measured 2026-12-03: creating nodes as fast as the API
+/// server takes them left renewal gaps of up to 31.8 s at 10,000 nodes (575 nodes truly
+/// silent by the API's record, and decided on); pausing on the renewer's lateness instead
+/// stalled creation for good, since a renewer running late by a steady offset still renews
+/// every period. In the steady state of 10,000 nodes the longest gap was 15 s (recorded
+/// 2026-12-02), so a lower limit would stall the last nodes' creation.
+const OLDEST_ACK_LIMIT: Duration = Duration::from_secs(16);
 /// The device of every FenceTarget: port 1 on loopback, where nothing listens.
 const UNUSED_DEVICE: &str = "ipmi://admin@127.0.0.1:1?cipher=3";
 
@@ -232,6 +243,13 @@ struct Sim {
     /// When the API server acknowledged that renewal (its write is visible from then on).
     last_ack: Vec<Mutex<Option<Timestamp>>>,
     stop: AtomicBool,
+    /// How long ago the live node least recently renewed was acknowledged, ms (refreshed
+    /// every 250 ms by [`watch_oldest_ack`]). Node creation waits while it is over
+    /// [`OLDEST_ACK_LIMIT`]: the renewals are the load the controller judges, so setting up
+    /// more nodes must never starve them.
+    oldest_ack_ms: AtomicU64,
+    /// The longest gap between two acknowledged renewals of one live node so far, µs.
+    max_gap_us: AtomicU64,
     renew_ok: AtomicU64,
     renew_err: AtomicU64,
     /// Request latency of each successful renewal, ms.
@@ -248,6 +266,8 @@ impl Sim {
             last_renew: (0..n).map(|_| Mutex::new(None)).collect(),
             last_ack: (0..n).map(|_| Mutex::new(None)).collect(),
             stop: AtomicBool::new(false),
+            oldest_ack_ms: AtomicU64::new(0),
+            max_gap_us: AtomicU64::new(0),
             renew_ok: AtomicU64::new(0),
             renew_err: AtomicU64::new(0),
             renew_ms: Mutex::new(Vec::new()),
@@ -261,6 +281,26 @@ impl Sim {
 
     fn last_ack(&self, i: usize) -> Option<Timestamp> {
         *self.last_ack[i].lock()
+    }
+
+    /// Whether every live node's last renewal was acknowledged within `within`.
+    fn all_renewed_within(&self, within: Duration) -> bool {
+        let oldest = Timestamp::now() - within;
+        (0..self.names.len())
+            .filter(|i| self.alive[*i].load(Ordering::Relaxed))
+            .all(|i| self.last_ack(i).is_some_and(|t| t >= oldest))
+    }
+
+    /// How long ago the live node least recently renewed was acknowledged (zero without
+    /// live nodes).
+    fn oldest_ack_age(&self) -> Duration {
+        let now = Timestamp::now();
+        (0..self.names.len())
+            .filter(|i| self.alive[*i].load(Ordering::Relaxed))
+            .filter_map(|i| self.last_ack(i))
+            .map(|t| now.duration_since(t).unsigned_abs())
+            .max()
+            .unwrap_or_default()
     }
 
     /// Takes the renewal samples gathered so far: (request ms, gaps s).
@@ -281,6 +321,15 @@ struct Seen {
     /// Instants a node was seen Ready≠True or with the unreachable taint.
     kcm: Mutex<HashMap<String, Vec<Timestamp>>>,
     kcm_state: Mutex<HashMap<String, bool>>,
+}
+
+/// Refreshes [`Sim::oldest_ack_ms`] every 250 ms until the run stops.
+async fn watch_oldest_ack(sim: Arc<Sim>) {
+    while !sim.stop.load(Ordering::Relaxed) {
+        let age = sim.oldest_ack_age().as_millis() as u64;
+        sim.oldest_ack_ms.store(age, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// Renews the Lease of every alive node once per `period`, node `i` at offset `i·period/N`,
@@ -325,7 +374,10 @@ async fn renewer(sim: Arc<Sim>, client: Client, period: Duration, concurrency: u
                 let prev = sim.last_renew[i].lock().replace(t);
                 *sim.last_ack[i].lock() = Some(Timestamp::now());
                 if let Some(prev) = prev {
-                    sim.gaps.lock().push(t.duration_since(prev).as_secs_f64());
+                    let gap = t.duration_since(prev);
+                    sim.gaps.lock().push(gap.as_secs_f64());
+                    let us = u64::try_from(gap.as_micros()).unwrap_or(0);
+                    sim.max_gap_us.fetch_max(us, Ordering::Relaxed);
                 }
             } else {
                 sim.renew_err.fetch_add(1, Ordering::Relaxed);
@@ -705,6 +757,16 @@ fn figures(parameters: &Value, r: &Value) -> Vec<Figure> {
             "ms",
             stat(&r["renewals"]["request_ms"]),
         ),
+        Figure::new(
+            "longest gap between two renewals of a live node, creation and warm-up",
+            "s",
+            one(&r["renewals_create_and_warmup"]["longest_gap_s"]),
+        ),
+        Figure::new(
+            "longest gap between two renewals of a live node, steady and silencing",
+            "s",
+            one(&r["renewals"]["longest_gap_s"]),
+        ),
     ]
 }
 
@@ -767,6 +829,7 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
         tokio::spawn(watch_decisions(client.clone(), seen.clone())),
         tokio::spawn(watch_nodes(client.clone(), seen.clone())),
     ];
+    tokio::spawn(watch_oldest_ack(sim.clone()));
     let renew = tokio::spawn(renewer(
         sim.clone(),
         client.clone(),
@@ -800,7 +863,15 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
         futures::stream::iter(0..n)
             .map(|i| {
                 let (client, sim) = (client.clone(), sim.clone());
-                async move { create_node(&client, &sim, i, args.pods_per_node).await }
+                async move {
+                    // Renewals first: wait while a live node's renewal is overdue.
+                    while sim.oldest_ack_ms.load(Ordering::Relaxed)
+                        > OLDEST_ACK_LIMIT.as_millis() as u64
+                    {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    create_node(&client, &sim, i, args.pods_per_node).await
+                }
             })
             .buffer_unordered(args.create_concurrency as usize)
             .collect::<Vec<Result<()>>>(),
@@ -827,13 +898,25 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
         eprintln!("[bench] not every node was created; the figures below cover what was");
     }
 
-    // 2. Steady state: two full renew periods, then a CPU window of --settle seconds.
+    // 2. Steady state: two full renew periods at least, and until every node has renewed
+    //    within 1.5 periods (bounded), then a CPU window of --settle seconds.
+    let warm_began = Instant::now();
     let warm = Duration::from_secs_f64(args.renew_every * 2.0);
     tokio::time::sleep_until((tokio::time::Instant::now() + warm).min(deadline_tk)).await;
+    let fresh = Duration::from_secs_f64(args.renew_every * 1.5);
+    let warm_until = (tokio::time::Instant::now() + WARM_UP_MORE).min(deadline_tk);
+    while tokio::time::Instant::now() < warm_until && !sim.all_renewed_within(fresh) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let (warm_ms, warm_gaps) = sim.take_samples();
+    let max_gap = Duration::from_micros(sim.max_gap_us.swap(0, Ordering::Relaxed));
     report["renewals_create_and_warmup"] = json!({
+        "warm_up_s": warm_began.elapsed().as_secs_f64(),
+        "every_node_renewed_within_s": fresh.as_secs_f64(),
+        "steady_at_the_end": sim.all_renewed_within(fresh),
         "request_ms": stats(warm_ms),
         "gap_between_renewals_s": stats(warm_gaps),
+        "longest_gap_s": max_gap.as_secs_f64(),
     });
     let renew_before = sim.renew_ok.load(Ordering::Relaxed);
     let fp_before: usize = seen.decisions.lock().values().map(Vec::len).sum();
@@ -1101,6 +1184,7 @@ async fn run(args: &Args, setup: &Setup, client: Client, deadline: Instant) -> R
         "failed": sim.renew_err.load(Ordering::Relaxed),
         "request_ms": stats(ms),
         "gaps_longer_than_suspect_after": gaps.iter().filter(|g| **g >= suspect).count(),
+        "longest_gap_s": Duration::from_micros(sim.max_gap_us.load(Ordering::Relaxed)).as_secs_f64(),
         "gap_between_renewals_s": stats(gaps),
     });
     report["silenced_found"] = json!({

@@ -43,6 +43,58 @@ fn signal_agent(world: &World, i: usize, sig: Signal) -> Option<String> {
     }
 }
 
+/// The first unfinished NodeFence of `node` to appear before `until` (polled every 100 ms):
+/// its name and UID.
+fn first_unfinished_fence(
+    world: &World,
+    node: &str,
+    until: std::time::Instant,
+) -> Option<(String, String)> {
+    let api: kube::Api<palisade_model::NodeFence> = kube::Api::all(world.cluster.client.clone());
+    while std::time::Instant::now() < until && !crate::campaign::stopping() {
+        if let Ok(list) = world.cluster.rt.block_on(api.list(&Default::default())) {
+            let found = list.items.into_iter().find(|f| {
+                f.spec.node_name == node
+                    && f.metadata.deletion_timestamp.is_none()
+                    && !f.status.as_ref().is_some_and(|s| s.phase.is_terminal())
+            });
+            if let Some(f) = found {
+                return Some((
+                    f.metadata.name.unwrap_or_default(),
+                    f.metadata.uid.unwrap_or_default(),
+                ));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+/// Deletes the NodeFence `(name, uid)` as a person would (`kubectl delete nodefence`, with a
+/// UID precondition) and says what was done and in which phase the fence was.
+fn delete_fence(world: &World, (name, uid): &(String, String)) -> String {
+    let api: kube::Api<palisade_model::NodeFence> = kube::Api::all(world.cluster.client.clone());
+    let phase = world
+        .cluster
+        .rt
+        .block_on(api.get_opt(name))
+        .ok()
+        .flatten()
+        .map(|f| f.status.map(|s| s.phase.to_string()).unwrap_or("Pending".into()))
+        .unwrap_or_else(|| "gone".into());
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.clone()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match world.cluster.rt.block_on(api.delete(name, &params)) {
+        Ok(_) => format!("kubectl delete nodefence {name} (phase {phase})"),
+        Err(e) => format!("kubectl delete nodefence {name} (phase {phase}) failed: {e}"),
+    }
+}
+
 /// Resolves a target to a machine index: a writer's current node, else a fixed machine.
 pub fn resolve(world: &World, target: Target) -> usize {
     let n = world.lab.machines().len();
@@ -314,6 +366,32 @@ fn apply_fault(
             sleep_ms(*hold_ms);
             world.lab.heal(i)?;
             h.push(heal("control plane restored, both ways and on time".into()));
+        }
+        Fault::FenceDeleted {
+            hold_ms,
+            delete_after_ms,
+            ..
+        } => {
+            let cut_at = std::time::Instant::now();
+            world.lab.partition(i, Cut::All)?;
+            h.push(fault(format!(
+                "All cut for {hold_ms} ms; the node's NodeFence deleted {delete_after_ms} ms \
+                 after it appears"
+            )));
+            let node = world.lab.machines()[i].name().to_string();
+            let hold = Duration::from_millis(*hold_ms);
+            match first_unfinished_fence(world, &node, cut_at + hold) {
+                Some(first) => {
+                    sleep_ms(*delete_after_ms);
+                    h.push(fault(delete_fence(world, &first)));
+                }
+                None => h.push(skip(format!(
+                    "no NodeFence of {node} appeared during the cut: nothing to delete"
+                ))),
+            }
+            crate::campaign::sleep(hold.saturating_sub(cut_at.elapsed()));
+            world.lab.heal(i)?;
+            h.push(heal("cut healed".into()));
         }
         Fault::LeaderStop { hold_ms } => match leader_pid(world) {
             Some((id, pid)) => {

@@ -324,6 +324,19 @@ pub enum Fault {
         /// How late each byte arrives, each way.
         delay_ms: u64,
     },
+    /// The machine is cut off completely and, `delete_after_ms` after a NodeFence of its node
+    /// first appears, a person deletes that NodeFence (`kubectl delete nodefence`), in
+    /// whatever phase it has reached: a fence deleted before it acted never starts (the next
+    /// round may decide again), one that holds the node keeps its finalizer until its
+    /// recovery lifted what it holds. Drawn only when named (`--only fence-deleted`).
+    FenceDeleted {
+        /// Whom.
+        target: Target,
+        /// How long the cut lasts.
+        hold_ms: u64,
+        /// When, after the NodeFence first appears, it is deleted.
+        delete_after_ms: u64,
+    },
     /// Two faults at once: `first` on a machine, and `second_after_ms` later `second` (on
     /// another machine, or on the controllers or the control plane), each held and healed on
     /// its own schedule, so they overlap; the event ends once both are healed. The faults a
@@ -376,6 +389,7 @@ impl Fault {
             Fault::OneWayCut { .. } => "one-way-cut",
             Fault::SlowLink { .. } => "slow-link",
             Fault::SlowEtcd { .. } => "slow-etcd",
+            Fault::FenceDeleted { .. } => "fence-deleted",
             Fault::TwoAtOnce { .. } => "two-at-once",
         }
     }
@@ -441,7 +455,8 @@ impl Fault {
             | Fault::VmPause { target, .. }
             | Fault::WatchStall { target, .. }
             | Fault::OneWayCut { target, .. }
-            | Fault::SlowLink { target, .. } => Some(*target),
+            | Fault::SlowLink { target, .. }
+            | Fault::FenceDeleted { target, .. } => Some(*target),
             Fault::TwoAtOnce { first, .. } => first.target(),
             Fault::LeaderKill { .. }
             | Fault::LeaderStop { .. }
@@ -485,6 +500,7 @@ impl Fault {
                 | Fault::BmcGarbageDuringCut { .. }
                 | Fault::BmcSlowDuringCut { .. }
                 | Fault::DeposedLeaderLateRequest { .. }
+                | Fault::FenceDeleted { .. }
         ) || matches!(self, Fault::TwoAtOnce { first, second, .. }
             if first.expects_fence() || second.expects_fence())
     }
@@ -536,6 +552,7 @@ const OPT_IN_CLASSES: &[(&str, u32)] = &[
     ("one-way-cut", 2),
     ("slow-link", 2),
     ("slow-etcd", 2),
+    ("fence-deleted", 2),
 ];
 
 /// The names of every fault class the nemesis can draw, on any kind of machine.
@@ -790,6 +807,13 @@ fn draw(class: &str, rng: &mut StdRng, machines: usize, writers: usize) -> Fault
         "slow-etcd" => Fault::SlowEtcd {
             hold_ms: cut_hold,
             delay_ms: rng.random_range(100..=2_500),
+        },
+        // Long enough for the fence to run its course under the cut; deleted from the moment
+        // it appears (Pending) to well into its release.
+        "fence-deleted" => Fault::FenceDeleted {
+            target,
+            hold_ms: cut_hold.max(12_000),
+            delete_after_ms: rng.random_range(0..=4_000),
         },
         _ => Fault::BmcSlowDuringCut {
             target,

@@ -197,6 +197,49 @@ fn link_faults_and_a_slow_etcd_fence_no_node_the_api_server_hears() {
     run_safe_live_and_released(&cfg);
 }
 
+/// Issue 31's operator action on the lab: a person deletes the NodeFence of a cut-off writer's
+/// machine (`kubectl delete nodefence`), once right after it appears (before it acted: it
+/// never starts, and the node, still silent, is decided again) and once in the middle of its
+/// course (on namespace machines a fence reaches `Recovering` within about 3 s: deleted 0.6
+/// to 1.5 s in, it is fencing or releasing, holds the node, and its finalizer keeps it until
+/// its recovery). Neither may release a pod beyond a verified fence, lose the record of a
+/// release or leave a writer down. The seed is the first whose two events, both on a writer's
+/// machine, delete within 300 ms and between 0.6 and 1.5 s.
+#[test]
+fn a_nodefence_deleted_by_a_person_mid_fence_releases_nothing_unfenced() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let only = ["fence-deleted".to_string()];
+    let deleted_after = |e: &schedule::Event| match e.fault {
+        schedule::Fault::FenceDeleted {
+            target: schedule::Target::WriterHost(_),
+            delete_after_ms,
+            ..
+        } => Some(delete_after_ms),
+        _ => None,
+    };
+    let seed = (1..10_000u64)
+        .find(|&seed| {
+            let events = schedule::generate_only(seed, 2, 4, 2, &only, MachineKind::Namespace);
+            let after: Vec<u64> = events.iter().filter_map(deleted_after).collect();
+            after.len() == 2
+                && after.iter().any(|ms| *ms < 300)
+                && after.iter().any(|ms| (600..=1_500).contains(ms))
+        })
+        .expect("some seed draws an early and a late deletion");
+    let mut cfg = config(seed, 2, "nemesis-fence-deleted", MachineKind::Namespace);
+    cfg.only = only.to_vec();
+    let (outcome, records) = run_safe_live_and_released(&cfg);
+    let deletions = records
+        .iter()
+        .filter(|r| matches!(r, Record::Fault { detail, .. } if detail.starts_with("kubectl delete nodefence") && !detail.contains("failed")))
+        .count();
+    assert_eq!(
+        deletions, 2,
+        "both events deleted a NodeFence:\n{}",
+        outcome.report
+    );
+}
+
 /// Runs the campaign, prints its report and asserts that it found no violation.
 fn run_safe(cfg: &Config) -> palisade_nemesis::Outcome {
     let outcome = run(cfg).expect("the campaign runs to its verdict");

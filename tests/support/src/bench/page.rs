@@ -31,9 +31,12 @@ const SECTIONS: [Section; 7] = [
         title: "Scale",
         about: "`palisade-scale-bench` creates simulated nodes (a Node, its Lease and a \
                 FenceTarget each) against the lab's real API server, renews every live node's \
-                Lease at the kubelet's period from a load generator, and runs the real \
+                Lease at the kubelet's period from a load generator (creation pauses while a \
+                live node's last renewal is more than 16 s old, so that setting up nodes never \
+                silences those already renewing), and runs the real \
                 `palisade-controller` with its policy in dry run, so that a decision to fence \
-                is an Event and nothing is ever fenced. Once the nodes are steady it measures \
+                is an Event and nothing is ever fenced. Once every node has renewed within 1.5 \
+                periods (two periods at least) it measures \
                 the controller's and kube-controller-manager's memory and CPU, then silences \
                 nodes one after another and measures, for each, the time from its threshold \
                 (last renewal plus `unhealthyAfterSeconds`) to Palisade's decision, and from \
