@@ -512,13 +512,17 @@ fn render(
         .iter()
         .map(|(p, n)| format!("{p} {n}"))
         .collect();
-    let _ = writeln!(
+    let _ = write!(
         s,
         "fences: {} NodeFences ({}), {} pods released",
         tally.finals.len(),
         phase_list.join(", "),
         tally.released
     );
+    let _ = match tally.gone {
+        0 => writeln!(s),
+        n => writeln!(s, "; {n} more observed and deleted before the end"),
+    };
     for f in tally.finals.iter().filter(|f| f.failure.is_some()) {
         let _ = writeln!(
             s,

@@ -80,7 +80,11 @@ fn delete_fence(world: &World, (name, uid): &(String, String)) -> String {
         .block_on(api.get_opt(name))
         .ok()
         .flatten()
-        .map(|f| f.status.map(|s| s.phase.to_string()).unwrap_or("Pending".into()))
+        .map(|f| {
+            f.status
+                .map(|s| s.phase.to_string())
+                .unwrap_or("Pending".into())
+        })
         .unwrap_or_else(|| "gone".into());
     let params = kube::api::DeleteParams {
         preconditions: Some(kube::api::Preconditions {

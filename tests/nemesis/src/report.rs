@@ -39,6 +39,9 @@ pub struct Tally<'a> {
     pub phases: BTreeMap<&'a str, usize>,
     /// Pods the final statuses list as released.
     pub released: usize,
+    /// NodeFences observed during the campaign and gone by its end (deleted, by a person or
+    /// by their own finalizer's end).
+    pub gone: usize,
     /// Incarnations that wrote, per writer, in the order of the writers' verdicts.
     pub writer_incarnations: Vec<usize>,
     /// Writes acknowledged to the writers, summed.
@@ -58,6 +61,7 @@ impl<'a> Tally<'a> {
     pub fn of(history: &'a [Record]) -> Tally<'a> {
         let mut t = Tally::default();
         let mut events = std::collections::BTreeSet::new();
+        let mut observed = std::collections::BTreeSet::new();
         for r in history {
             match r {
                 Record::Fault { event, fault, .. } if events.insert(*event) => {
@@ -65,6 +69,9 @@ impl<'a> Tally<'a> {
                     *t.by_class.entry(fault.class()).or_default() += 1;
                 }
                 Record::Skipped { .. } => t.skipped += 1,
+                Record::Phase { snapshot, .. } | Record::Release { snapshot, .. } => {
+                    observed.insert(snapshot.fence.as_str());
+                }
                 Record::FenceFinal { snapshot, .. } => {
                     t.finals.push(snapshot);
                     *t.phases.entry(snapshot.phase.as_str()).or_default() += 1;
@@ -88,6 +95,10 @@ impl<'a> Tally<'a> {
                 _ => {}
             }
         }
+        for f in &t.finals {
+            observed.remove(f.fence.as_str());
+        }
+        t.gone = observed.len();
         t
     }
 }
