@@ -36,7 +36,7 @@ use crate::process::Daemon;
 /// each applied power change is carried out through the machine's IPMI BMC (`ipmitool`), and
 /// the hook returns only once the machine's boot process runs (on) or every process of it is
 /// gone (off), so sushy's read of the new `PowerState` comes after the machine really changed.
-/// Bounded: one `ipmitool` call, then at most 600 polls 50 ms apart.
+/// Bounded: at most three `ipmitool` calls, then at most 600 polls 50 ms apart.
 pub fn machine_power_hook(m: &crate::Machine) -> Arc<PowerHook> {
     use crate::process::{alive, pids_with_env, read_pidfile, MACHINE_ENV};
     let bmc = m.bmc().clone();
@@ -44,19 +44,31 @@ pub fn machine_power_hook(m: &crate::Machine) -> Arc<PowerHook> {
     let marker = m.marker();
     Arc::new(
         move |_uuid: &str, on: bool| -> std::result::Result<(), String> {
-            let out = Command::new("ipmitool")
-                .args(["-I", "lanplus", "-C", "3", "-N", "1", "-R", "3", "-H"])
-                .arg(bmc.host.to_string())
-                .arg("-p")
-                .arg(bmc.port.to_string())
-                .args(["-U", &bmc.user, "-f"])
-                .arg(&bmc.password_file)
-                .args(["chassis", "power", if on { "on" } else { "off" }])
-                .stdin(Stdio::null())
-                .output()
-                .map_err(|e| e.to_string())?;
-            if !out.status.success() {
-                return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+            // Sushy reads the new state even when the hook fails: on a loaded host one
+            // exchange's retries were not enough (a CI rehearsal), so the command is sent up
+            // to three times.
+            let mut failed = None;
+            for _ in 0..3 {
+                let out = Command::new("ipmitool")
+                    .args(["-I", "lanplus", "-C", "3", "-N", "1", "-R", "3", "-H"])
+                    .arg(bmc.host.to_string())
+                    .arg("-p")
+                    .arg(bmc.port.to_string())
+                    .args(["-U", &bmc.user, "-f"])
+                    .arg(&bmc.password_file)
+                    .args(["chassis", "power", if on { "on" } else { "off" }])
+                    .stdin(Stdio::null())
+                    .output()
+                    .map_err(|e| e.to_string())?;
+                if out.status.success() {
+                    failed = None;
+                    break;
+                }
+                failed = Some(String::from_utf8_lossy(&out.stderr).into_owned());
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            if let Some(e) = failed {
+                return Err(e);
             }
             for _ in 0..600 {
                 let powered = read_pidfile(&boot_pid).is_some_and(alive);
